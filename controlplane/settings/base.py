@@ -1,0 +1,119 @@
+"""Core Django settings shared by every mode."""
+
+from pathlib import Path
+
+from .env import get_from_env, str_to_bool
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+# Embedded mode keeps its SQLite file, spools and secrets here.
+DATA_DIR = Path(get_from_env("PREWARM_DATA_DIR", str(BASE_DIR / "var")))
+
+DATABASE_URL = get_from_env("DATABASE_URL", "")
+REDIS_URL = get_from_env("REDIS_URL", "")
+# Embedded: SQLite, in-memory channel layer, in-process Celery and residency index.
+EMBEDDED = not DATABASE_URL and not REDIS_URL
+
+DEBUG = get_from_env("DEBUG", False, type_cast=str_to_bool)
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "channels",
+    "controlplane.accounts",
+    "controlplane.audit",
+    "controlplane.fleet",
+    "controlplane.demand",
+    "controlplane.forecasting",
+    "controlplane.replication",
+    "controlplane.realtime",
+    "frontend",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "controlplane.middleware.SecurityHeadersMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+ASGI_APPLICATION = "controlplane.asgi.application"
+WSGI_APPLICATION = "controlplane.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = get_from_env("STATIC_ROOT", str(DATA_DIR / "static"))
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "controlplane.accounts.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.accounts.permissions.RolePermission"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "controlplane.api.exceptions.exception_handler",
+    "DEFAULT_THROTTLE_RATES": {"agent": "6000/min", "gateway": "6000/min", "user": "3000/min"},
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Prewarm API",
+    "DESCRIPTION": "Predictive speculative KV-cache replication: agents, gateways, operators.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": get_from_env("LOG_LEVEL", "INFO")},
+    "loggers": {"cmdstanpy": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+}

@@ -1,0 +1,53 @@
+"""Secrets, hosts, cookies and headers. Outside the embedded default every secret is required."""
+
+import secrets
+
+from .base import DATA_DIR, DEBUG, EMBEDDED
+from .env import get_from_env, str_to_bool, str_to_list
+
+
+def _embedded_secret() -> str:
+    # A per-install secret kept in the data folder, so sessions survive a restart of the demo.
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+if EMBEDDED:
+    SECRET_KEY = get_from_env("SECRET_KEY", None) or _embedded_secret()
+    ALLOWED_HOSTS = get_from_env(
+        "ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"], type_cast=str_to_list
+    )
+else:
+    SECRET_KEY = get_from_env("SECRET_KEY")
+    if len(SECRET_KEY) < 50:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured("environment variable SECRET_KEY is malformed: use 50+ chars")
+    ALLOWED_HOSTS = get_from_env("ALLOWED_HOSTS", type_cast=str_to_list)
+
+CSRF_TRUSTED_ORIGINS = get_from_env("CSRF_TRUSTED_ORIGINS", [], type_cast=str_to_list)
+
+# TLS terminates at the load balancer in production; these follow it.
+SECURE = get_from_env("PREWARM_SECURE", not EMBEDDED and not DEBUG, type_cast=str_to_bool)
+SESSION_COOKIE_SECURE = SECURE
+CSRF_COOKIE_SECURE = SECURE
+SECURE_SSL_REDIRECT = SECURE and get_from_env("SECURE_SSL_REDIRECT", True, type_cast=str_to_bool)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = 31536000 if SECURE else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE
+SECURE_HSTS_PRELOAD = SECURE
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'self'"
+)
