@@ -1,0 +1,200 @@
+"""The cluster-wide residency index: which engines hold which canonical KV blocks, per tier.
+
+This is the control plane's view, rebuilt from agent reports (deltas and snapshots). It is not an
+engine's own cache model (that is `controlplane.core.prefix_cache`, used by the simulator): engines
+evict by themselves and agents report what happened.
+
+Two implementations share one interface and one test-suite: `InProcessResidencyIndex` (embedded
+default, tests, simulator) and `RedisResidencyIndex` (production: shared by every web and worker
+process). Engines are identified by an int (the control plane's Engine id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+MEDIA = ("GPU", "CPU", "DISK")
+# Lower rank = faster tier; a block held in several tiers of one engine counts at its fastest.
+TIER_RANK = {m: i for i, m in enumerate(MEDIA)}
+
+Stored = tuple[int, int | None, str]  # (key, parent key or None, medium)
+Removed = tuple[int, str]  # (key, medium)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One engine's residency change, as an agent report carries it."""
+
+    engine: int
+    stored: Sequence[Stored] = ()
+    removed: Sequence[Removed] = ()
+    cleared: bool = False
+    snapshot: bool = False  # replace everything held for this engine
+
+
+@dataclass(frozen=True)
+class Holder:
+    """An engine holding the first ``depth`` blocks of a queried prefix, at its slowest tier."""
+
+    engine: int
+    depth: int
+    tier: str
+
+
+@dataclass
+class EngineUsage:
+    """Blocks held by one engine, per medium."""
+
+    blocks: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.blocks.values())
+
+
+def validate_medium(medium: str) -> str:
+    if medium not in TIER_RANK:
+        raise ValueError(f"unknown medium {medium!r}; expected one of {', '.join(MEDIA)}")
+    return medium
+
+
+class ResidencyIndex(Protocol):
+    """What every residency index offers."""
+
+    def apply(self, deltas: Iterable[Delta]) -> int:
+        """Apply deltas atomically, in order; returns the number of block changes applied."""
+        ...
+
+    def holders(self, keys: Sequence[int], limit: int = 16) -> list[Holder]:
+        """Engines holding the longest prefix of ``keys`` (root first), deepest first."""
+        ...
+
+    def engines_of(self, key: int) -> dict[int, str]:
+        """Engine -> fastest medium for one block."""
+        ...
+
+    def usage(self, engine: int) -> EngineUsage: ...
+
+    def engines(self) -> list[int]: ...
+
+    def blocks_of(self, engine: int) -> dict[int, str]:
+        """Every block an engine holds, key -> fastest medium."""
+        ...
+
+    def parent_of(self, key: int) -> int | None: ...
+
+    def drop_engine(self, engine: int) -> None:
+        """Forget an engine entirely (stale node, engine restart)."""
+        ...
+
+    def clear(self) -> None: ...
+
+
+def _fastest(media: set[str]) -> str:
+    return min(media, key=TIER_RANK.__getitem__)
+
+
+def longest_prefix(
+    keys: Sequence[int], engines_of: callable, limit: int  # type: ignore[valid-type]
+) -> list[Holder]:
+    """Walk ``keys`` root first; an engine's depth ends at the first block it lacks."""
+    alive: dict[int, str] | None = None  # engine -> slowest tier seen along the prefix
+    depth_of: dict[int, tuple[int, str]] = {}
+    for depth, key in enumerate(keys, start=1):
+        here = engines_of(key)
+        if alive is None:
+            alive = dict(here)
+        else:
+            nxt = {}
+            for engine, tier in alive.items():
+                medium = here.get(engine)
+                if medium is None:
+                    continue
+                nxt[engine] = tier if TIER_RANK[tier] >= TIER_RANK[medium] else medium
+            alive = nxt
+        if not alive:
+            break
+        for engine, tier in alive.items():
+            depth_of[engine] = (depth, tier)
+    ranked = sorted(depth_of.items(), key=lambda item: (-item[1][0], TIER_RANK[item[1][1]], item[0]))
+    return [Holder(engine, depth, tier) for engine, (depth, tier) in ranked[:limit]]
+
+
+class InProcessResidencyIndex:
+    """Residency in dictionaries of this process (embedded default, tests, simulator)."""
+
+    def __init__(self) -> None:
+        # key -> engine -> set of media; engine -> key -> set of media; key -> parent
+        self._by_key: dict[int, dict[int, set[str]]] = {}
+        self._by_engine: dict[int, dict[int, set[str]]] = {}
+        self._parent: dict[int, int | None] = {}
+
+    def apply(self, deltas: Iterable[Delta]) -> int:
+        deltas = list(deltas)
+        for delta in deltas:  # validate everything first: all or nothing
+            for _key, _parent, medium in delta.stored:
+                validate_medium(medium)
+            for _key, medium in delta.removed:
+                validate_medium(medium)
+        changes = 0
+        for delta in deltas:
+            if delta.snapshot or delta.cleared:
+                self.drop_engine(delta.engine)
+            held = self._by_engine.setdefault(delta.engine, {})
+            for key, parent, medium in delta.stored:
+                held.setdefault(key, set()).add(medium)
+                self._by_key.setdefault(key, {}).setdefault(delta.engine, set()).add(medium)
+                if parent is not None or key not in self._parent:
+                    self._parent[key] = parent
+                changes += 1
+            for key, medium in delta.removed:
+                media = held.get(key)
+                if media is None or medium not in media:
+                    continue  # removing what we never saw is harmless (resync races)
+                media.discard(medium)
+                by_engine = self._by_key[key]
+                by_engine[delta.engine].discard(medium)
+                if not media:
+                    del held[key]
+                    del by_engine[delta.engine]
+                    if not by_engine:
+                        del self._by_key[key]
+                changes += 1
+        return changes
+
+    def engines_of(self, key: int) -> dict[int, str]:
+        return {e: _fastest(m) for e, m in self._by_key.get(key, {}).items()}
+
+    def holders(self, keys: Sequence[int], limit: int = 16) -> list[Holder]:
+        return longest_prefix(keys, self.engines_of, limit)
+
+    def usage(self, engine: int) -> EngineUsage:
+        counts: dict[str, int] = {}
+        for media in self._by_engine.get(engine, {}).values():
+            for medium in media:
+                counts[medium] = counts.get(medium, 0) + 1
+        return EngineUsage(counts)
+
+    def engines(self) -> list[int]:
+        return sorted(e for e, held in self._by_engine.items() if held)
+
+    def blocks_of(self, engine: int) -> dict[int, str]:
+        return {k: _fastest(m) for k, m in self._by_engine.get(engine, {}).items()}
+
+    def parent_of(self, key: int) -> int | None:
+        return self._parent.get(key)
+
+    def drop_engine(self, engine: int) -> None:
+        for key in self._by_engine.pop(engine, {}):
+            by_engine = self._by_key.get(key)
+            if by_engine is not None:
+                by_engine.pop(engine, None)
+                if not by_engine:
+                    del self._by_key[key]
+
+    def clear(self) -> None:
+        self._by_key.clear()
+        self._by_engine.clear()
+        self._parent.clear()

@@ -1,0 +1,148 @@
+"""Residency index in Redis, shared by every web and worker process in production.
+
+Layout (all under one hash tag so a Redis Cluster keeps them in one slot and scripts stay atomic):
+  {ns}:k:<key hex>   hash engine -> media bitmask (GPU=1, CPU=2, DISK=4)
+  {ns}:e:<engine>    hash key hex -> media bitmask
+  {ns}:p             hash key hex -> parent key hex
+  {ns}:engines       set of engine ids
+A whole report is applied by one Lua script call (msgpack argument), so it is atomic and costs one
+round trip however many deltas it carries. Keys travel as hex strings because Lua numbers are
+doubles and would lose the low bits of a 64-bit key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import msgpack
+import redis
+
+from .residency import MEDIA, Delta, EngineUsage, Holder, longest_prefix, validate_medium
+
+BIT = {m: 1 << i for i, m in enumerate(MEDIA)}
+
+_APPLY = r"""
+local ns = KEYS[1]
+local batch = cmsgpack.unpack(ARGV[1])
+local changes = 0
+local function drop(engine)
+  local ekey = ns .. ':e:' .. engine
+  local held = redis.call('HKEYS', ekey)
+  for _, k in ipairs(held) do redis.call('HDEL', ns .. ':k:' .. k, engine) end
+  redis.call('DEL', ekey)
+  redis.call('SREM', ns .. ':engines', engine)
+end
+for _, d in ipairs(batch) do
+  local engine = tostring(d[1])
+  if d[2] == 1 then drop(engine) end
+  local ekey = ns .. ':e:' .. engine
+  local stored = d[3]
+  if #stored > 0 then redis.call('SADD', ns .. ':engines', engine) end
+  for _, s in ipairs(stored) do
+    local k, parent, mb = s[1], s[2], s[3]
+    local cur = tonumber(redis.call('HGET', ekey, k) or '0')
+    local new = bit.bor(cur, mb)
+    redis.call('HSET', ekey, k, new)
+    redis.call('HSET', ns .. ':k:' .. k, engine, new)
+    if parent ~= '' then redis.call('HSET', ns .. ':p', k, parent)
+    else redis.call('HSETNX', ns .. ':p', k, '') end
+    changes = changes + 1
+  end
+  for _, r in ipairs(d[4]) do
+    local k, mb = r[1], r[2]
+    local cur = tonumber(redis.call('HGET', ekey, k) or '0')
+    if bit.band(cur, mb) ~= 0 then
+      local new = bit.band(cur, bit.bnot(mb))
+      if new == 0 then
+        redis.call('HDEL', ekey, k)
+        redis.call('HDEL', ns .. ':k:' .. k, engine)
+      else
+        redis.call('HSET', ekey, k, new)
+        redis.call('HSET', ns .. ':k:' .. k, engine, new)
+      end
+      changes = changes + 1
+    end
+  end
+end
+return changes
+"""
+
+
+def _fastest(mask: int) -> str:
+    for medium in MEDIA:
+        if mask & BIT[medium]:
+            return medium
+    raise ValueError(f"empty media mask {mask}")
+
+
+class RedisResidencyIndex:
+    """Residency index shared through Redis (see module docstring for the layout)."""
+
+    def __init__(self, url_or_client: str | redis.Redis, namespace: str = "pw") -> None:
+        self.r = (
+            redis.Redis.from_url(url_or_client) if isinstance(url_or_client, str) else url_or_client
+        )
+        self.ns = "{" + namespace + "}"
+        self._apply = self.r.register_script(_APPLY)
+
+    def apply(self, deltas: Iterable[Delta]) -> int:
+        batch = []
+        for d in deltas:
+            stored = [
+                [f"{k:016x}", "" if p is None else f"{p:016x}", BIT[validate_medium(m)]]
+                for k, p, m in d.stored
+            ]
+            removed = [[f"{k:016x}", BIT[validate_medium(m)]] for k, m in d.removed]
+            batch.append([d.engine, 1 if (d.snapshot or d.cleared) else 0, stored, removed])
+        if not batch:
+            return 0
+        return int(self._apply(keys=[self.ns], args=[msgpack.packb(batch)]))
+
+    def engines_of(self, key: int) -> dict[int, str]:
+        raw = self.r.hgetall(f"{self.ns}:k:{key:016x}")
+        return {int(e): _fastest(int(m)) for e, m in raw.items() if int(m)}
+
+    def holders(self, keys: Sequence[int], limit: int = 16) -> list[Holder]:
+        # One pipelined round trip for the whole chain, then the same walk as in-process.
+        pipe = self.r.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(f"{self.ns}:k:{key:016x}")
+        rows = pipe.execute()
+        table = {
+            key: {int(e): _fastest(int(m)) for e, m in row.items() if int(m)}
+            for key, row in zip(keys, rows, strict=True)
+        }
+        return longest_prefix(keys, table.__getitem__, limit)
+
+    def usage(self, engine: int) -> EngineUsage:
+        counts: dict[str, int] = {}
+        for mask in self.r.hvals(f"{self.ns}:e:{engine}"):
+            for medium in MEDIA:
+                if int(mask) & BIT[medium]:
+                    counts[medium] = counts.get(medium, 0) + 1
+        return EngineUsage(counts)
+
+    def engines(self) -> list[int]:
+        return sorted(
+            int(e) for e in self.r.smembers(f"{self.ns}:engines") if self.r.exists(f"{self.ns}:e:{int(e)}")
+        )
+
+    def blocks_of(self, engine: int) -> dict[int, str]:
+        raw = self.r.hgetall(f"{self.ns}:e:{engine}")
+        return {int(k, 16): _fastest(int(m)) for k, m in raw.items() if int(m)}
+
+    def parent_of(self, key: int) -> int | None:
+        raw = self.r.hget(f"{self.ns}:p", f"{key:016x}")
+        return int(raw, 16) if raw else None
+
+    def drop_engine(self, engine: int) -> None:
+        self._apply(keys=[self.ns], args=[msgpack.packb([[engine, 1, [], []]])])
+
+    def clear(self) -> None:
+        cursor = 0
+        while True:
+            cursor, found = self.r.scan(cursor, match=f"{self.ns}:*", count=1000)
+            if found:
+                self.r.delete(*found)
+            if cursor == 0:
+                break

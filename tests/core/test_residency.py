@@ -1,0 +1,79 @@
+"""One behaviour suite for both residency index implementations."""
+
+import os
+
+import pytest
+
+from controlplane.core.residency import Delta, Holder, InProcessResidencyIndex
+
+REDIS_URL = os.environ.get("PREWARM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def _redis_index():
+    redis = pytest.importorskip("redis")
+    from controlplane.core.residency_redis import RedisResidencyIndex
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError:
+        pytest.skip("Redis is not running (make test-services starts it)")
+    index = RedisResidencyIndex(client, namespace="pwtest")
+    index.clear()
+    return index
+
+
+@pytest.fixture(params=["inprocess", pytest.param("redis", marks=pytest.mark.services)])
+def index(request):
+    idx = InProcessResidencyIndex() if request.param == "inprocess" else _redis_index()
+    yield idx
+    idx.clear()
+
+
+A, B, C, D = 0xA, 0xB, 0xC, 0xFFFF_FFFF_FFFF_FFF0  # the last one needs all 64 bits
+
+
+def test_longest_prefix_ranks_deepest_first(index):
+    index.apply([Delta(1, stored=[(A, None, "GPU"), (B, A, "GPU"), (C, B, "GPU")])])
+    index.apply([Delta(2, stored=[(A, None, "GPU"), (B, A, "CPU")])])
+    index.apply([Delta(3, stored=[(B, A, "GPU"), (C, B, "GPU")])])  # lacks the root: depth 0
+    assert index.holders([A, B, C]) == [Holder(1, 3, "GPU"), Holder(2, 2, "CPU")]
+    assert index.holders([D]) == []
+
+
+def test_removed_and_cleared_blocks_stop_counting(index):
+    index.apply([Delta(1, stored=[(A, None, "GPU"), (B, A, "GPU")])])
+    index.apply([Delta(1, removed=[(B, "GPU")])])
+    assert index.holders([A, B]) == [Holder(1, 1, "GPU")]
+    index.apply([Delta(1, cleared=True, stored=[(D, None, "GPU")])])
+    assert index.holders([A]) == []
+    assert index.engines_of(D) == {1: "GPU"}
+
+
+def test_snapshot_replaces_engine_and_usage_counts_media(index):
+    index.apply([Delta(7, stored=[(A, None, "GPU"), (B, A, "GPU")])])
+    index.apply([Delta(7, snapshot=True, stored=[(C, None, "GPU"), (C, None, "CPU"), (D, C, "DISK")])])
+    assert index.blocks_of(7) == {C: "GPU", D: "DISK"}
+    assert index.usage(7).blocks == {"GPU": 1, "CPU": 1, "DISK": 1}
+    assert index.usage(7).total == 3
+    assert index.parent_of(D) == C
+    assert index.engines() == [7]
+
+
+def test_removing_one_tier_keeps_the_other(index):
+    index.apply([Delta(1, stored=[(A, None, "GPU"), (A, None, "CPU")])])
+    index.apply([Delta(1, removed=[(A, "GPU")])])
+    assert index.engines_of(A) == {1: "CPU"}
+
+
+def test_unknown_medium_is_refused_and_changes_nothing(index):
+    with pytest.raises(ValueError, match="unknown medium"):
+        index.apply([Delta(1, stored=[(A, None, "GPU")]), Delta(2, stored=[(B, None, "HBM9")])])
+    assert index.engines() == []
+
+
+def test_drop_engine_forgets_it(index):
+    index.apply([Delta(1, stored=[(A, None, "GPU")]), Delta(2, stored=[(A, None, "GPU")])])
+    index.drop_engine(1)
+    assert index.engines_of(A) == {2: "GPU"}
+    assert index.engines() == [2]
