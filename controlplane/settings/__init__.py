@@ -4,6 +4,6 @@ Topics live in their own modules; this one picks the mode and pulls them togethe
 """
 
 from .base import *  # noqa: F401,F403
-from .services import *  # noqa: F401,F403
-from .security import *  # noqa: F401,F403
 from .limits import *  # noqa: F401,F403
+from .security import *  # noqa: F401,F403
+from .services import *  # noqa: F401,F403

@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "channels",
+    "controlplane.api",
     "controlplane.accounts",
     "controlplane.audit",
     "controlplane.fleet",
@@ -107,6 +108,13 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "controlplane.replication.choices.JobState.CHOICES",
+        "TransportEnum": "controlplane.replication.choices.Transport.CHOICES",
+        "NodeStateEnum": "controlplane.fleet.choices.NodeState.CHOICES",
+        "PlanStateEnum": "controlplane.replication.choices.PlanState.CHOICES",
+        "TierEnum": "controlplane.replication.choices.Tier.CHOICES",
+    },
 }
 
 LOGGING = {

@@ -1,0 +1,45 @@
+# Prewarm: `make demo` runs the whole system locally, `make test` runs every test.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PRESET ?= burst
+PG_URL ?= postgres://postgres@127.0.0.1:5432/prewarm
+REDIS_TEST_URL ?= redis://127.0.0.1:6379/14
+# Settings for the run against the real services (never used outside tests).
+SERVICES_ENV := DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) PREWARM_TEST_REDIS_URL=$(REDIS_TEST_URL) \
+	SECRET_KEY=test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz ALLOWED_HOSTS=127.0.0.1,localhost,testserver \
+	PREWARM_SECURE=false PREWARM_DATA_DIR=$(CURDIR)/var/test-services
+
+.PHONY: install demo test test-embedded test-services bench lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(PY) -m controlplane.demo --host $(HOST) --port $(PORT) --preset $(PRESET)
+
+test: install test-embedded test-services
+
+test-embedded: install
+	PREWARM_DATA_DIR=$(CURDIR)/var/test $(PY) -m pytest -m "not services" -p no:cacheprovider
+
+test-services: install
+	$(SERVICES_ENV) $(PY) -m pytest -m "not browser" -p no:cacheprovider
+
+bench: install
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b --quick --json var/bench/$$(basename $$b .py).json || exit 1; done
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+clean:
+	rm -rf $(VENV) var

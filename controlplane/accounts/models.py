@@ -1,0 +1,82 @@
+"""API tokens (stored hashed) and one-time agent enrolment tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from .choices import TokenKind
+
+
+def digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token for automation, a gateway or an agent; only its SHA-256 is stored."""
+
+    kind = models.CharField(max_length=16, choices=TokenKind.CHOICES)
+    name = models.CharField(max_length=100)
+    digest = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12, help_text="first characters, to recognise it")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+        related_name="api_tokens",
+    )
+    node = models.ForeignKey(
+        "fleet.Node", null=True, blank=True, on_delete=models.CASCADE, related_name="tokens"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(cls, kind: str, name: str, **fields) -> tuple[ApiToken, str]:
+        """Create a token; the raw value is returned once and never stored."""
+        raw = TokenKind.PREFIX[kind] + secrets.token_urlsafe(32)
+        token = cls.objects.create(kind=kind, name=name, digest=digest(raw), prefix=raw[:10], **fields)
+        return token, raw
+
+    @property
+    def usable(self) -> bool:
+        now = timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
+class EnrolmentToken(models.Model):
+    """A single-use, expiring token an agent trades for its node token."""
+
+    digest = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    labels = models.JSONField(default=dict, blank=True, help_text="labels given to the node")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    node = models.ForeignKey("fleet.Node", null=True, blank=True, on_delete=models.SET_NULL)
+
+    def __str__(self) -> str:
+        return f"enrolment {self.prefix}…"
+
+    @classmethod
+    def issue(cls, ttl_seconds: int | None = None, **fields) -> tuple[EnrolmentToken, str]:
+        ttl = ttl_seconds or settings.PREWARM_ENROLMENT_TOKEN_TTL_SECONDS
+        raw = "pwe_" + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            digest=digest(raw), prefix=raw[:10],
+            expires_at=timezone.now() + timezone.timedelta(seconds=ttl), **fields,
+        )
+        return token, raw

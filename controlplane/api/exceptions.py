@@ -1,0 +1,53 @@
+"""Every API error as {"error", "detail", "field"} with a 4xx status."""
+
+from __future__ import annotations
+
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_handler
+
+
+class ApiError(exceptions.APIException):
+    """A 4xx with a machine-readable code and the field at fault."""
+
+    def __init__(self, code: str, detail: str, field: str | None = None,
+                 status_code: int = status.HTTP_400_BAD_REQUEST, **extra):
+        super().__init__(detail=detail, code=code)
+        self.status_code = status_code
+        self.error_code = code
+        self.field = field
+        self.extra = extra
+
+
+def _first_field_error(data, path=""):
+    """The first (field path, message) of a DRF validation error tree."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key == "non_field_errors":
+                sub = path or None
+            return _first_field_error(value, sub)
+    if isinstance(data, list) and data:
+        if all(isinstance(x, (str, exceptions.ErrorDetail)) for x in data):
+            return path or None, str(data[0])
+        for i, item in enumerate(data):
+            if item:
+                return _first_field_error(item, f"{path}[{i}]")
+    return path or None, str(data)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, ApiError):
+        body = {"error": exc.error_code, "detail": str(exc.detail), "field": exc.field, **exc.extra}
+        return Response(body, status=exc.status_code)
+    response = drf_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        field, message = _first_field_error(response.data)
+        response.data = {"error": "invalid", "detail": message, "field": field, "errors": response.data}
+    else:
+        code = getattr(exc, "default_code", "error")
+        detail = response.data.get("detail", str(exc)) if isinstance(response.data, dict) else str(exc)
+        response.data = {"error": code, "detail": str(detail), "field": None}
+    return response

@@ -1,0 +1,12 @@
+"""OpenAPI extensions: the bearer-token scheme."""
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "controlplane.accounts.authentication.ApiTokenAuthentication"
+    name = "bearerToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer",
+                "description": "pwu_ (user), pwg_ (gateway) or pwa_ (agent) token"}

@@ -1,0 +1,68 @@
+"""The one way to write the audit trail."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.forms.models import model_to_dict
+
+from .models import AuditEvent
+
+
+def snapshot(obj: models.Model | None) -> dict[str, Any] | None:
+    """A JSON-safe dict of a model's fields, for before/after."""
+    if obj is None:
+        return None
+    data = model_to_dict(obj)
+    return {k: _json_safe(v) for k, v in data.items()}
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, models.Model):
+        return value.pk
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (str, int, float, bool, dict, type(None))):
+        return value
+    return str(value)
+
+
+def actor_of(request_or_user: Any) -> tuple[Any, str]:
+    """(user or None, label) for a request, a user, or None (the system)."""
+    user = getattr(request_or_user, "user", request_or_user)
+    token = getattr(request_or_user, "auth", None)
+    token_name = getattr(token, "name", None)
+    if user is not None and getattr(user, "is_authenticated", False):
+        label = f"user:{user.get_username()}"
+        if token_name:
+            label += f" (token:{token_name})"
+        return user, label
+    if token_name:
+        return None, f"token:{token_name}"
+    return None, "system"
+
+
+def record(
+    who: Any,
+    action: str,
+    obj: models.Model | None = None,
+    *,
+    before: dict | None = None,
+    after: dict | None = None,
+    reason: str = "",
+    object_type: str | None = None,
+    object_id: str | None = None,
+) -> AuditEvent:
+    """Write one AuditEvent inside the caller's transaction."""
+    user, label = actor_of(who)
+    return AuditEvent.objects.create(
+        actor=user,
+        actor_label=label,
+        action=action,
+        object_type=object_type or (obj._meta.label_lower if obj is not None else ""),
+        object_id=object_id or (str(obj.pk) if obj is not None else ""),
+        before=before,
+        after=after,
+        reason=reason,
+    )

@@ -1,0 +1,210 @@
+"""Parse and validate an agent report (docs/agent-protocol.md) without Django.
+
+Everything is checked before anything is applied, so a bad report changes nothing. Errors name the
+field, e.g. ``residency[0].stored[12][0]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .residency import TIER_RANK
+
+MAX_ID_LEN = 100
+FLAG_ENGINE_SCOPED = 1
+
+
+class ReportError(ValueError):
+    """A report that breaks the protocol; ``field`` says where."""
+
+    def __init__(self, field: str | None, detail: str):
+        super().__init__(f"{field}: {detail}" if field else detail)
+        self.field = field
+        self.detail = detail
+
+
+@dataclass
+class EngineResidency:
+    engine_id: str
+    mode: str  # "delta" | "snapshot"
+    cleared: bool
+    stored: list[tuple[int, int | None, str]]
+    removed: list[tuple[int, str]]
+    engine_scoped: int = 0  # how many stored keys had no token ids
+
+
+@dataclass
+class Report:
+    seq: int
+    boot_id: str
+    sent_at: float | None
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    engines: list[dict[str, Any]] = field(default_factory=list)
+    residency: list[EngineResidency] = field(default_factory=list)
+
+    @property
+    def delta_count(self) -> int:
+        return sum(len(r.stored) + len(r.removed) for r in self.residency)
+
+    @property
+    def snapshot_only(self) -> bool:
+        return bool(self.residency) and all(r.mode == "snapshot" for r in self.residency)
+
+
+def _int(value: Any, where: str, lo: int = 0, hi: int = 2**63 - 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ReportError(where, f"expected an integer in [{lo}, {hi}]")
+    return value
+
+
+def _num(value: Any, where: str, optional: bool = True) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise ReportError(where, "expected a number")
+    return float(value)
+
+
+def _str(value: Any, where: str, max_len: int = MAX_ID_LEN, optional: bool = False) -> str:
+    if value is None and optional:
+        return ""
+    if not isinstance(value, str) or not value or len(value) > max_len:
+        raise ReportError(where, f"expected a non-empty string of at most {max_len} characters")
+    return value
+
+
+def _key(value: Any, where: str) -> int:
+    if isinstance(value, str):
+        if 1 <= len(value) <= 16:
+            try:
+                return int(value, 16)
+            except ValueError:
+                pass
+        raise ReportError(where, "expected a 64-bit key as 16 hex digits")
+    return _int(value, where, 0, 2**64 - 1)
+
+
+def _medium(value: Any, where: str) -> str:
+    if value not in TIER_RANK:
+        raise ReportError(where, f"unknown medium {value!r}; expected GPU, CPU or DISK")
+    return value
+
+
+def _dict(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ReportError(where, "expected an object")
+    return value
+
+
+def _list(value: Any, where: str, max_len: int | None = None) -> list:
+    if not isinstance(value, list):
+        raise ReportError(where, "expected an array")
+    if max_len is not None and len(value) > max_len:
+        raise ReportError(where, f"at most {max_len} entries")
+    return value
+
+
+GPU_INT_FIELDS = ("memory_total", "memory_used", "memory_free")
+
+
+def _gpu(raw: Any, where: str) -> dict[str, Any]:
+    g = _dict(raw, where)
+    out = {
+        "uuid": _str(g.get("uuid"), f"{where}.uuid"),
+        "index": _int(g.get("index"), f"{where}.index", 0, 4096),
+        "name": _str(g.get("name"), f"{where}.name", 200, optional=True),
+    }
+    for name in GPU_INT_FIELDS:
+        value = g.get(name)
+        out[name] = None if value is None else int(_num(value, f"{where}.{name}") or 0)
+        if out[name] is not None and out[name] < 0:
+            raise ReportError(f"{where}.{name}", "must not be negative")
+    out["utilization_gpu"] = _num(g.get("utilization_gpu"), f"{where}.utilization_gpu")
+    out["nvlink_peers"] = [
+        _str(p, f"{where}.nvlink_peers[{i}]") for i, p in enumerate(_list(g.get("nvlink_peers", []), f"{where}.nvlink_peers", 64))
+    ]
+    out["pcie"] = _dict(g.get("pcie", {}), f"{where}.pcie")
+    out["processes"] = _list(g.get("processes", []), f"{where}.processes", 1024)
+    out["errors"] = _dict(g.get("errors", {}), f"{where}.errors")
+    out["lost"] = bool(g.get("lost", False))
+    return out
+
+
+def _engine(raw: Any, where: str) -> dict[str, Any]:
+    e = _dict(raw, where)
+    return {
+        "engine_id": _str(e.get("engine_id"), f"{where}.engine_id"),
+        "kind": _str(e.get("kind", "vllm"), f"{where}.kind", 16),
+        "model": _str(e.get("model"), f"{where}.model", 200, optional=True),
+        "block_size": _int(e.get("block_size", 16), f"{where}.block_size", 1, 1 << 20),
+        "bytes_per_block": _int(e.get("bytes_per_block", 0), f"{where}.bytes_per_block"),
+        "kv_capacity_blocks": _int(e.get("kv_capacity_blocks", 0), f"{where}.kv_capacity_blocks"),
+        "gpu_uuids": [_str(u, f"{where}.gpu_uuids[{i}]") for i, u in enumerate(_list(e.get("gpu_uuids", []), f"{where}.gpu_uuids", 64))],
+        "endpoints": _dict(e.get("endpoints", {}), f"{where}.endpoints"),
+        "metrics": _dict(e.get("metrics", {}), f"{where}.metrics"),
+    }
+
+
+def _residency(raw: Any, where: str, budget: list[int]) -> EngineResidency:
+    r = _dict(raw, where)
+    mode = r.get("mode", "delta")
+    if mode not in ("delta", "snapshot"):
+        raise ReportError(f"{where}.mode", "expected 'delta' or 'snapshot'")
+    stored_raw = _list(r.get("stored", []), f"{where}.stored")
+    removed_raw = _list(r.get("removed", []), f"{where}.removed")
+    budget[0] -= len(stored_raw) + len(removed_raw)
+    if budget[0] < 0:
+        raise ReportError(f"{where}", "too many residency deltas in one report")
+    stored: list[tuple[int, int | None, str]] = []
+    scoped = 0
+    for i, row in enumerate(stored_raw):
+        at = f"{where}.stored[{i}]"
+        if not isinstance(row, list) or not 3 <= len(row) <= 4:
+            raise ReportError(at, "expected [key, parent_key or null, medium, flags?]")
+        key = _key(row[0], f"{at}[0]")
+        parent = None if row[1] is None else _key(row[1], f"{at}[1]")
+        medium = _medium(row[2], f"{at}[2]")
+        if len(row) == 4 and _int(row[3], f"{at}[3]", 0, 255) & FLAG_ENGINE_SCOPED:
+            scoped += 1
+        stored.append((key, parent, medium))
+    removed: list[tuple[int, str]] = []
+    for i, row in enumerate(removed_raw):
+        at = f"{where}.removed[{i}]"
+        if not isinstance(row, list) or len(row) != 2:
+            raise ReportError(at, "expected [key, medium]")
+        removed.append((_key(row[0], f"{at}[0]"), _medium(row[1], f"{at}[1]")))
+    cleared = r.get("cleared", False)
+    if not isinstance(cleared, bool):
+        raise ReportError(f"{where}.cleared", "expected a boolean")
+    return EngineResidency(
+        engine_id=_str(r.get("engine_id"), f"{where}.engine_id"),
+        mode=mode, cleared=cleared, stored=stored, removed=removed, engine_scoped=scoped,
+    )
+
+
+def parse_report(raw: Any, max_deltas: int = 200_000) -> Report:
+    """Validate a decoded report body; raises ReportError naming the first bad field."""
+    body = _dict(raw, "")
+    report = Report(
+        seq=_int(body.get("seq"), "seq", 1),
+        boot_id=_str(body.get("boot_id"), "boot_id", 64),
+        sent_at=_num(body.get("sent_at"), "sent_at"),
+    )
+    report.gpus = [_gpu(g, f"gpus[{i}]") for i, g in enumerate(_list(body.get("gpus", []), "gpus", 64))]
+    report.engines = [_engine(e, f"engines[{i}]") for i, e in enumerate(_list(body.get("engines", []), "engines", 256))]
+    budget = [max_deltas]
+    report.residency = [
+        _residency(r, f"residency[{i}]", budget) for i, r in enumerate(_list(body.get("residency", []), "residency", 256))
+    ]
+    known = {e["engine_id"] for e in report.engines}
+    for i, r in enumerate(report.residency):
+        if r.engine_id not in known:
+            raise ReportError(f"residency[{i}].engine_id", f"engine {r.engine_id!r} is not in this report's engines")
+    uuids = [g["uuid"] for g in report.gpus]
+    if len(set(uuids)) != len(uuids):
+        raise ReportError("gpus", "duplicate GPU uuid")
+    ids = [e["engine_id"] for e in report.engines]
+    if len(set(ids)) != len(ids):
+        raise ReportError("engines", "duplicate engine_id")
+    return report

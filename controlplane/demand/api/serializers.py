@@ -1,0 +1,45 @@
+from rest_framework import serializers
+
+from ..models import DemandBucket, WorkloadKey
+
+
+class RequestRecordSerializer(serializers.Serializer):
+    time = serializers.FloatField(help_text="unix seconds of arrival")
+    model = serializers.CharField(max_length=200)
+    tenant = serializers.CharField(max_length=200)
+    keys = serializers.ListField(child=serializers.RegexField(r"^[0-9a-fA-F]{1,16}$"), required=False, max_length=20_000)
+    token_ids = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=2**32 - 1), required=False, max_length=1_000_000)
+    block_size = serializers.IntegerField(min_value=1, max_value=1 << 20, default=16)
+    prompt_tokens = serializers.IntegerField(min_value=0, max_value=10**8, required=False)
+    cached_tokens = serializers.IntegerField(min_value=0, max_value=10**8, default=0)
+    lora_name = serializers.CharField(required=False, max_length=200)
+
+    def validate(self, data):
+        if ("keys" in data) == ("token_ids" in data):
+            raise serializers.ValidationError({"keys": "give exactly one of keys or token_ids"})
+        if not 0 < data["time"] < 10**11:
+            raise serializers.ValidationError({"time": "not a plausible unix time"})
+        return data
+
+
+class RequestBatchSerializer(serializers.Serializer):
+    records = RequestRecordSerializer(many=True, allow_empty=False)
+
+
+class RequestBatchResponseSerializer(serializers.Serializer):
+    accepted = serializers.IntegerField()
+    buckets_touched = serializers.IntegerField()
+    workload_keys_created = serializers.IntegerField()
+
+
+class WorkloadKeySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = WorkloadKey
+        fields = ["id", "tenant", "model", "prefix_group", "prefix_keys", "prefix_tokens", "created_at", "last_seen"]
+        read_only_fields = fields
+
+
+class DemandBucketSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DemandBucket
+        fields = ["start", "seconds", "requests", "prompt_tokens", "cached_tokens"]

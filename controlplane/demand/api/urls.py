@@ -1,0 +1,8 @@
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from . import views
+
+router = SimpleRouter()
+router.register("workload-keys", views.WorkloadKeyViewSet)
+urlpatterns = [path("request-records/", views.RequestRecordsView.as_view(), name="request-records"), *router.urls]

@@ -1,0 +1,47 @@
+from django.conf import settings
+from drf_spectacular.utils import extend_schema
+from rest_framework import viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.views import APIView
+
+from controlplane.api.exceptions import ApiError
+from controlplane.api.limits import check_body_size
+
+from .. import services
+from ..models import WorkloadKey
+from . import serializers as s
+
+
+class RequestRecordsView(APIView):
+    """Gateways post request records in bulk; they are rolled into demand buckets."""
+
+    token_kinds = {"gateway"}
+    token_kinds_only = True
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "gateway"
+
+    @extend_schema(request=s.RequestBatchSerializer, responses={200: s.RequestBatchResponseSerializer}, tags=["gateways"])
+    def post(self, request):
+        check_body_size(request)
+        records = request.data.get("records") if isinstance(request.data, dict) else None
+        if isinstance(records, list) and len(records) > settings.PREWARM_MAX_RECORDS_PER_BATCH:
+            raise ApiError("too_many_records", f"at most {settings.PREWARM_MAX_RECORDS_PER_BATCH} records per batch", "records", status_code=413)
+        batch = s.RequestBatchSerializer(data=request.data)
+        batch.is_valid(raise_exception=True)
+        return Response(services.ingest_records(batch.validated_data["records"]))
+
+
+class WorkloadKeyViewSet(viewsets.ReadOnlyModelViewSet):
+    """What is forecast: tenant x model x prefix group."""
+
+    queryset = WorkloadKey.objects.all()
+    serializer_class = s.WorkloadKeySerializer
+    filterset_fields = ["tenant", "model", "prefix_group"]
+
+    @extend_schema(responses=s.DemandBucketSerializer(many=True))
+    @action(detail=True)
+    def demand(self, request, pk=None):
+        buckets = self.get_object().buckets.order_by("-start")[:2000]
+        return Response(s.DemandBucketSerializer(reversed(list(buckets)), many=True).data)

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DemandConfig(AppConfig):
+    name = "controlplane.demand"
+    label = "demand"

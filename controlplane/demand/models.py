@@ -1,0 +1,45 @@
+"""What is forecast (workload keys) and the demand history they are forecast from."""
+
+from django.db import models
+
+
+class WorkloadKey(models.Model):
+    """A tenant's traffic to one model that shares one prefix group."""
+
+    tenant = models.CharField(max_length=200, db_index=True)
+    model = models.CharField(max_length=200)
+    prefix_group = models.CharField(
+        max_length=64, help_text="hex canonical key of the group's shared leading prefix, or '*'"
+    )
+    prefix_keys = models.JSONField(default=list, blank=True, help_text="the shared chain, root first")
+    prefix_tokens = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["tenant", "model", "prefix_group"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "model", "prefix_group"], name="workload_key_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.model}/{self.prefix_group[:8]}"
+
+
+class DemandBucket(models.Model):
+    """Requests of one workload key in one time bucket."""
+
+    key = models.ForeignKey(WorkloadKey, on_delete=models.CASCADE, related_name="buckets")
+    start = models.DateTimeField()
+    seconds = models.PositiveIntegerField()
+    requests = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0, help_text="tokens a gateway saw served from cache")
+
+    class Meta:
+        ordering = ["key", "start"]
+        constraints = [models.UniqueConstraint(fields=["key", "start", "seconds"], name="demand_bucket_unique")]
+        indexes = [models.Index(fields=["start"])]
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.start:%Y-%m-%d %H:%M} x{self.requests}"

@@ -1,0 +1,86 @@
+"""Request records -> workload keys and demand buckets."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from controlplane.core import blockhash
+from controlplane.core.prefix_groups import OTHER, group_of, shared_chain
+
+from .models import DemandBucket, WorkloadKey
+
+MAX_GROUPS_PER_TENANT_MODEL = 64
+GROUP_TOKENS = 1024
+
+
+def _keys_of(record: dict) -> list[int]:
+    if "keys" in record:
+        return [int(k, 16) for k in record["keys"]]
+    return blockhash.chain_keys(record["token_ids"], record["block_size"],
+                                blockhash.extra_for(record.get("lora_name")))
+
+
+@transaction.atomic
+def ingest_records(records: list[dict]) -> dict:
+    """Roll a batch of validated request records into buckets, all or nothing."""
+    bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
+    now = timezone.now()
+    keys_cache: dict[tuple[str, str, str], WorkloadKey] = {}
+    counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    created = 0
+    group_counts: dict[tuple[str, str], int] = {}
+    for rec in records:
+        chain = _keys_of(rec)
+        head = group_of(chain, rec["block_size"], GROUP_TOKENS)
+        group = OTHER if head is None else blockhash.to_hex(head)
+        ident = (rec["tenant"], rec["model"], group)
+        wk = keys_cache.get(ident)
+        if wk is None:
+            wk = WorkloadKey.objects.filter(tenant=ident[0], model=ident[1], prefix_group=group).first()
+            if wk is None:
+                tm = ident[:2]
+                if tm not in group_counts:
+                    group_counts[tm] = WorkloadKey.objects.filter(tenant=tm[0], model=tm[1]).count()
+                if group != OTHER and group_counts[tm] >= MAX_GROUPS_PER_TENANT_MODEL:
+                    group, ident = OTHER, (tm[0], tm[1], OTHER)
+                    wk = keys_cache.get(ident) or WorkloadKey.objects.filter(
+                        tenant=tm[0], model=tm[1], prefix_group=OTHER).first()
+                if wk is None:
+                    wk = WorkloadKey.objects.create(tenant=ident[0], model=ident[1], prefix_group=group)
+                    group_counts[tm] = group_counts.get(tm, 0) + 1
+                    created += 1
+            keys_cache[ident] = wk
+        if group != OTHER:
+            current = [int(k, 16) for k in wk.prefix_keys] if wk.prefix_keys else None
+            common = shared_chain(current, chain)
+            if current is None or len(common) != len(current):
+                wk.prefix_keys = [blockhash.to_hex(k) for k in common]
+                wk.prefix_tokens = len(common) * rec["block_size"]
+                wk._dirty = True
+        start = int(rec["time"] // bucket_s * bucket_s)
+        c = counts[(wk.pk, start)]
+        c[0] += 1
+        c[1] += rec.get("prompt_tokens") or len(chain) * rec["block_size"]
+        c[2] += rec.get("cached_tokens", 0)
+    for wk in keys_cache.values():
+        fields = ["last_seen"]
+        wk.last_seen = now
+        if getattr(wk, "_dirty", False):
+            fields += ["prefix_keys", "prefix_tokens"]
+        wk.save(update_fields=fields)
+    for (key_id, start), (n, toks, cached) in counts.items():
+        at = datetime.fromtimestamp(start, tz=UTC)
+        bucket, made = DemandBucket.objects.get_or_create(
+            key_id=key_id, start=at, seconds=bucket_s,
+            defaults={"requests": n, "prompt_tokens": toks, "cached_tokens": cached})
+        if not made:
+            DemandBucket.objects.filter(pk=bucket.pk).update(
+                requests=F("requests") + n, prompt_tokens=F("prompt_tokens") + toks,
+                cached_tokens=F("cached_tokens") + cached)
+    return {"accepted": len(records), "buckets_touched": len(counts), "workload_keys_created": created}

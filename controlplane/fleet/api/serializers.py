@@ -1,0 +1,115 @@
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from ..models import Engine, Gpu, GpuSample, Node
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Node
+        fields = ["id", "name", "labels", "state", "last_seen", "last_seq", "reports_applied", "created_at"]
+        read_only_fields = ["state", "last_seen", "last_seq", "reports_applied", "created_at", "name"]
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    node_name = serializers.CharField(source="node.name", read_only=True)
+
+    class Meta:
+        model = Gpu
+        fields = ["id", "node", "node_name", "uuid", "index", "name", "memory_total", "memory_used",
+                  "memory_free", "utilization_gpu", "nvlink_peers", "pcie", "processes", "errors",
+                  "lost", "updated_at"]
+        read_only_fields = fields
+
+
+class GpuSampleSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuSample
+        fields = ["at", "memory_used", "kv_bytes", "speculative_bytes", "utilization_gpu"]
+
+
+class EngineSerializer(serializers.ModelSerializer):
+    node_name = serializers.CharField(source="node.name", read_only=True)
+    blocks = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Engine
+        fields = ["id", "node", "node_name", "engine_id", "kind", "model", "block_size",
+                  "bytes_per_block", "kv_capacity_blocks", "gpus", "endpoints", "metrics",
+                  "lifecycle", "readiness", "residency_synced", "last_seen", "blocks"]
+        read_only_fields = [f for f in fields if f != "lifecycle"]
+
+    @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
+    def get_blocks(self, engine):
+        from ..residency import get_index
+
+        return get_index().usage(engine.pk).blocks
+
+
+class EnrolSerializer(serializers.Serializer):
+    enrolment_token = serializers.CharField(max_length=200)
+    hostname = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
+    labels = serializers.DictField(child=serializers.CharField(max_length=200), required=False, default=dict)
+
+
+class EnrolResponseSerializer(serializers.Serializer):
+    node_id = serializers.IntegerField()
+    agent_token = serializers.CharField()
+    report_interval_s = serializers.FloatField()
+
+
+class ReportDocSerializer(serializers.Serializer):
+    """Documentation of the report body (docs/agent-protocol.md); parsed by core.agent_report."""
+
+    seq = serializers.IntegerField(min_value=1)
+    boot_id = serializers.CharField(max_length=64)
+    sent_at = serializers.FloatField(required=False)
+    gpus = serializers.ListField(child=serializers.DictField(), required=False)
+    engines = serializers.ListField(child=serializers.DictField(), required=False)
+    residency = serializers.ListField(child=serializers.DictField(), required=False)
+
+
+class ReportResponseSerializer(serializers.Serializer):
+    applied_seq = serializers.IntegerField()
+    snapshot_requested = serializers.ListField(child=serializers.CharField())
+    server_time = serializers.FloatField()
+    deltas_applied = serializers.IntegerField()
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    boot_id = serializers.CharField(max_length=64, required=False)
+    sent_at = serializers.FloatField(required=False)
+
+
+class LookupSerializer(serializers.Serializer):
+    keys = serializers.ListField(child=serializers.RegexField(r"^[0-9a-fA-F]{1,16}$"), required=False, max_length=100_000)
+    token_ids = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=2**32 - 1), required=False, max_length=2_000_000)
+    block_size = serializers.IntegerField(min_value=1, max_value=1 << 20, required=False)
+    lora_name = serializers.CharField(required=False, max_length=200)
+    limit = serializers.IntegerField(min_value=1, max_value=256, default=16)
+
+    def validate(self, data):
+        if ("keys" in data) == ("token_ids" in data):
+            raise serializers.ValidationError({"keys": "give exactly one of keys or token_ids"})
+        if "token_ids" in data and "block_size" not in data:
+            raise serializers.ValidationError({"block_size": "required with token_ids"})
+        return data
+
+
+class LookupHolderSerializer(serializers.Serializer):
+    engine = serializers.IntegerField()
+    engine_name = serializers.CharField()
+    node = serializers.CharField()
+    depth = serializers.IntegerField()
+    tokens = serializers.IntegerField()
+    tier = serializers.CharField()
+
+
+class LookupResponseSerializer(serializers.Serializer):
+    keys = serializers.ListField(child=serializers.CharField())
+    holders = LookupHolderSerializer(many=True)
+
+
+class LifecycleSerializer(serializers.Serializer):
+    lifecycle = serializers.ChoiceField(choices=["warming", "serving", "draining"])
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500)

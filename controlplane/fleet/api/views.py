@@ -1,0 +1,188 @@
+"""Agent endpoints (enrol, report, heartbeat), the fleet's read API and the residency lookup."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.views import APIView
+
+from controlplane.accounts.choices import Role
+from controlplane.api.exceptions import ApiError
+from controlplane.api.limits import check_body_size
+from controlplane.api.parsers import MsgpackParser
+from controlplane.audit.services import record, snapshot
+from controlplane.core import blockhash
+from controlplane.core.agent_report import ReportError, parse_report
+
+from .. import services
+from ..choices import EngineLifecycle
+from ..models import Engine, Gpu, Node
+from ..residency import get_index
+from . import serializers as s
+
+
+class AgentView(APIView):
+    """Base for endpoints only an agent token may call, each for its own node."""
+
+    token_kinds = {"agent"}
+    token_kinds_only = True
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "agent"
+    parser_classes = [JSONParser, MsgpackParser]
+
+    def node(self, request) -> Node:
+        return request.auth.node
+
+
+class EnrolView(APIView):
+    """Trade a one-time enrolment token for this node's agent token."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "agent"
+
+    @extend_schema(request=s.EnrolSerializer, responses={201: s.EnrolResponseSerializer}, tags=["agents"])
+    def post(self, request):
+        check_body_size(request, 64 * 1024)
+        data = s.EnrolSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        node, raw = services.enrol(data.validated_data["enrolment_token"], data.validated_data["hostname"],
+                                   data.validated_data["labels"])
+        return Response({"node_id": node.pk, "agent_token": raw, "report_interval_s": 1.0},
+                        status=status.HTTP_201_CREATED)
+
+
+class ReportView(AgentView):
+    """GPU stats, engines and residency deltas or snapshots, applied atomically."""
+
+    @extend_schema(request=s.ReportDocSerializer, responses={200: s.ReportResponseSerializer}, tags=["agents"])
+    def post(self, request):
+        check_body_size(request)
+        try:
+            report = parse_report(request.data, settings.PREWARM_MAX_DELTAS_PER_REPORT)
+        except ReportError as exc:
+            raise ApiError("invalid_report", exc.detail, exc.field) from None
+        except ValueError as exc:  # e.g. keys outside 64 bits
+            raise ApiError("invalid_report", str(exc)) from None
+        return Response(services.apply_report(self.node(request), report))
+
+
+class HeartbeatView(AgentView):
+    """Keep the node from going stale between reports."""
+
+    @extend_schema(request=s.HeartbeatSerializer, responses={200: dict}, tags=["agents"])
+    def post(self, request):
+        check_body_size(request, 64 * 1024)
+        s.HeartbeatSerializer(data=request.data).is_valid(raise_exception=True)
+        services.heartbeat(self.node(request))
+        from django.utils import timezone
+
+        return Response({"server_time": timezone.now().timestamp()})
+
+
+class NodeFilter(filters.FilterSet):
+    class Meta:
+        model = Node
+        fields = {"state": ["exact"], "name": ["exact", "icontains"]}
+
+
+class NodeViewSet(viewsets.ModelViewSet):
+    """GPU nodes; admins may relabel or retire them."""
+
+    queryset = Node.objects.all()
+    serializer_class = s.NodeSerializer
+    filterset_class = NodeFilter
+    http_method_names = ["get", "patch", "head", "options"]
+    write_role = Role.ADMIN
+
+    def perform_update(self, serializer):
+        before = snapshot(serializer.instance)
+        node = serializer.save()
+        record(self.request, "node.updated", node, before=before, after=snapshot(node))
+
+
+class GpuViewSet(viewsets.ReadOnlyModelViewSet):
+    """GPUs as their agents last reported them."""
+
+    queryset = Gpu.objects.select_related("node")
+    serializer_class = s.GpuSerializer
+    filterset_fields = ["node", "lost"]
+
+    @extend_schema(responses=s.GpuSampleSerializer(many=True))
+    @action(detail=True)
+    def history(self, request, pk=None):
+        samples = self.get_object().samples.order_by("-at")[:1440]
+        return Response(s.GpuSampleSerializer(reversed(list(samples)), many=True).data)
+
+
+class EngineViewSet(viewsets.ModelViewSet):
+    """Inference engines; operators set their lifecycle (warming, serving, draining)."""
+
+    queryset = Engine.objects.select_related("node").prefetch_related("gpus")
+    serializer_class = s.EngineSerializer
+    filterset_fields = ["node", "kind", "lifecycle", "model"]
+    http_method_names = ["get", "post", "head", "options"]
+    action_roles = {"lifecycle": Role.OPERATOR}
+    token_kinds = {"agent"}
+
+    def check_permissions(self, request):
+        # Agents may only call `lifecycle`, and only for their own node's engines.
+        if getattr(request.auth, "kind", None) == "agent" and self.action != "lifecycle":
+            self.permission_denied(request, message="agents may only set their engines' lifecycle")
+        super().check_permissions(request)
+
+    @extend_schema(request=s.LifecycleSerializer, responses=s.EngineSerializer)
+    @action(detail=True, methods=["post"])
+    def lifecycle(self, request, pk=None):
+        engine = self.get_object()
+        if getattr(request.auth, "kind", None) == "agent" and engine.node_id != request.auth.node_id:
+            raise ApiError("forbidden", "an agent may only change its own node's engines", status_code=403)
+        data = s.LifecycleSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        to = data.validated_data["lifecycle"]
+        if to != engine.lifecycle and to not in EngineLifecycle.ALLOWED[engine.lifecycle]:
+            raise ApiError("illegal_lifecycle", f"{engine.lifecycle} -> {to} is not allowed", "lifecycle",
+                           status_code=409)
+        before = snapshot(engine)
+        engine.lifecycle = to
+        engine.save(update_fields=["lifecycle"])
+        record(request, "engine.lifecycle", engine, before=before, after=snapshot(engine),
+               reason=data.validated_data.get("reason", ""))
+        return Response(s.EngineSerializer(engine).data)
+
+
+class ResidencyLookupView(APIView):
+    """Engines holding the longest prefix of the given keys or token ids (a router's scorer)."""
+
+    token_kinds = {"gateway"}
+    read_role = Role.VIEWER
+    write_role = Role.VIEWER  # a lookup is a read, sent as POST because bodies can be large
+
+    @extend_schema(request=s.LookupSerializer, responses=s.LookupResponseSerializer, tags=["residency"])
+    def post(self, request):
+        check_body_size(request)
+        data = s.LookupSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        if "keys" in v:
+            keys = [int(k, 16) for k in v["keys"]]
+        else:
+            keys = blockhash.chain_keys(v["token_ids"], v["block_size"], blockhash.extra_for(v.get("lora_name")))
+        holders = get_index().holders(keys, v["limit"])
+        engines = Engine.objects.select_related("node").in_bulk([h.engine for h in holders])
+        out = []
+        for h in holders:
+            engine = engines.get(h.engine)
+            if engine is None:
+                continue
+            out.append({"engine": engine.pk, "engine_name": engine.engine_id, "node": engine.node.name,
+                        "depth": h.depth, "tokens": h.depth * engine.block_size, "tier": h.tier})
+        return Response({"keys": [blockhash.to_hex(k) for k in keys], "holders": out})

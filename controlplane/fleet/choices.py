@@ -1,0 +1,21 @@
+"""Choices for nodes and engines."""
+
+
+class NodeState:
+    ACTIVE = "active"
+    STALE = "stale"
+    RETIRED = "retired"
+    CHOICES = [(ACTIVE, "Active"), (STALE, "Stale (missed heartbeats)"), (RETIRED, "Retired")]
+
+
+class EngineLifecycle:
+    WARMING = "warming"
+    SERVING = "serving"
+    DRAINING = "draining"
+    CHOICES = [(WARMING, "Warming (joining, not yet taking traffic)"), (SERVING, "Serving"), (DRAINING, "Draining")]
+    # Who may move an engine where: anything may go to draining; warming -> serving when ready.
+    ALLOWED = {WARMING: {SERVING, DRAINING}, SERVING: {DRAINING}, DRAINING: {SERVING}}
+
+
+class EngineKind:
+    CHOICES = [("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"), ("dynamo", "Dynamo"), ("virtual", "Virtual (simulator)")]

@@ -1,0 +1,182 @@
+"""Agent enrolment and report application: the service layer behind the agent endpoints."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.accounts.choices import TokenKind
+from controlplane.accounts.models import ApiToken, EnrolmentToken, digest
+from controlplane.api.exceptions import ApiError
+from controlplane.audit.services import record
+from controlplane.core.agent_report import Report
+from controlplane.core.residency import Delta
+from controlplane.realtime import groups
+from controlplane.realtime.publish import publish
+
+from .choices import NodeState
+from .models import Engine, Gpu, GpuSample, Node
+from .residency import get_index
+
+GPU_SAMPLE_SECONDS = 60
+
+
+@transaction.atomic
+def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
+    """Trade a one-time enrolment token for a node and its agent token."""
+    token = EnrolmentToken.objects.select_for_update().filter(digest=digest(raw_token)).first()
+    now = timezone.now()
+    if token is None or token.used_at is not None or token.expires_at <= now:
+        raise ApiError("invalid_enrolment_token", "enrolment token is unknown, used or expired",
+                       "enrolment_token", status_code=403)
+    node, created = Node.objects.get_or_create(name=hostname, defaults={"labels": {**token.labels, **labels}})
+    if not created:
+        # Re-enrolling a host (reinstalled agent): its old tokens stop working.
+        ApiToken.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now)
+        node.labels = {**node.labels, **token.labels, **labels}
+        node.last_seq, node.boot_id, node.state = 0, "", NodeState.ACTIVE
+        node.save()
+        for engine in node.engines.all():
+            get_index().drop_engine(engine.pk)
+        node.engines.update(residency_synced=False)
+    _, raw = ApiToken.issue(TokenKind.AGENT, f"agent:{hostname}", node=node)
+    token.used_at, token.node = now, node
+    token.save(update_fields=["used_at", "node"])
+    record(None, "node.enrolled", node, after={"name": node.name, "labels": node.labels},
+           reason=f"enrolment token {token.prefix}…")
+    return node, raw
+
+
+def _upsert_gpus(node: Node, gpus: list[dict], now) -> dict[str, Gpu]:
+    existing = {g.uuid: g for g in Gpu.objects.filter(uuid__in=[g["uuid"] for g in gpus])}
+    fields = ["index", "name", "memory_total", "memory_used", "memory_free", "utilization_gpu",
+              "nvlink_peers", "pcie", "processes", "errors", "lost"]
+    changed, samples = [], []
+    for data in gpus:
+        gpu = existing.get(data["uuid"])
+        if gpu is None:
+            gpu = Gpu.objects.create(node=node, uuid=data["uuid"], **{f: data[f] for f in fields})
+            existing[gpu.uuid] = gpu
+        else:
+            if gpu.node_id != node.pk:
+                raise ApiError("gpu_owned_elsewhere", "this GPU belongs to another node",
+                               "gpus.uuid", status_code=409)
+            for f in fields:
+                setattr(gpu, f, data[f])
+            changed.append(gpu)
+        samples.append(GpuSample(gpu=gpu, at=now, memory_used=data["memory_used"],
+                                 utilization_gpu=data["utilization_gpu"]))
+    if changed:
+        Gpu.objects.bulk_update(changed, fields)
+        Gpu.objects.filter(pk__in=[g.pk for g in changed]).update(updated_at=now)
+    if samples:  # at most one history point per GPU per GPU_SAMPLE_SECONDS
+        recent = set(
+            GpuSample.objects.filter(gpu__in=[s.gpu for s in samples],
+                                     at__gt=now - timedelta(seconds=GPU_SAMPLE_SECONDS))
+            .values_list("gpu_id", flat=True)
+        )
+        GpuSample.objects.bulk_create([s for s in samples if s.gpu.pk not in recent])
+    return existing
+
+
+def _upsert_engines(node: Node, engines: list[dict], gpus: dict[str, Gpu], now) -> dict[str, Engine]:
+    existing = {e.engine_id: e for e in node.engines.all()}
+    fields = ["kind", "model", "block_size", "bytes_per_block", "kv_capacity_blocks", "endpoints", "metrics"]
+    changed = []
+    for data in engines:
+        engine = existing.get(data["engine_id"])
+        if engine is None:
+            engine = Engine.objects.create(node=node, engine_id=data["engine_id"], last_seen=now,
+                                           **{f: data[f] for f in fields})
+            existing[engine.engine_id] = engine
+        else:
+            for f in fields:
+                setattr(engine, f, data[f])
+            engine.last_seen = now
+            changed.append(engine)
+        wanted = [gpus[u].pk for u in data["gpu_uuids"] if u in gpus]
+        if wanted and sorted(wanted) != sorted(g.pk for g in engine.gpus.all()):
+            engine.gpus.set(wanted)
+    if changed:
+        Engine.objects.bulk_update(changed, fields + ["last_seen"])
+    return existing
+
+
+def apply_report(node: Node, report: Report) -> dict:
+    """Apply one validated report atomically; returns the response body."""
+    now = timezone.now()
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node.pk)
+        if node.state == NodeState.RETIRED:
+            raise ApiError("node_retired", "this node is retired", status_code=403)
+        new_boot = node.boot_id != report.boot_id
+        if report.seq <= node.last_seq and not (new_boot and report.snapshot_only):
+            raise ApiError("stale_seq", f"seq {report.seq} is not after {node.last_seq}", "seq",
+                           status_code=409, last_seq=node.last_seq)
+        gpus = _upsert_gpus(node, report.gpus, now) if report.gpus else {}
+        engines = _upsert_engines(node, report.engines, gpus, now)
+        deltas, requested, synced = [], [], []
+        for res in report.residency:
+            engine = engines[res.engine_id]
+            snapshot = res.mode == "snapshot"
+            deltas.append(Delta(engine.pk, stored=res.stored, removed=res.removed,
+                                cleared=res.cleared, snapshot=snapshot))
+            if snapshot:
+                synced.append(engine.pk)
+            elif not engine.residency_synced:
+                requested.append(engine.engine_id)
+        if new_boot and node.boot_id:
+            # A restarted agent: everything it said before may be stale until it resyncs.
+            requested.extend(e.engine_id for e in engines.values()
+                             if e.pk not in synced and e.engine_id not in requested)
+        for engine in engines.values():
+            if not engine.residency_synced and engine.engine_id not in requested and engine.pk not in synced:
+                requested.append(engine.engine_id)
+        if synced:
+            Engine.objects.filter(pk__in=synced).update(residency_synced=True)
+        if requested:
+            Engine.objects.filter(node=node, engine_id__in=requested).update(residency_synced=False)
+        node.last_seq, node.boot_id, node.last_seen = report.seq, report.boot_id, now
+        if node.state == NodeState.STALE:
+            node.state = NodeState.ACTIVE
+        node.reports_applied += 1
+        node.save(update_fields=["last_seq", "boot_id", "last_seen", "state", "reports_applied"])
+        # Last, so a failure here rolls the database back; re-applying the same deltas is harmless.
+        changes = get_index().apply(deltas)
+        if changes or report.gpus:
+            publish(groups.CLUSTER, "residency.delta", {
+                "node": node.pk,
+                "engines": {engines[r.engine_id].pk: {"stored": len(r.stored), "removed": len(r.removed),
+                                                       "mode": r.mode} for r in report.residency},
+                "gpus": [{"uuid": g["uuid"], "memory_used": g["memory_used"],
+                          "memory_total": g["memory_total"]} for g in report.gpus],
+                "at": now.timestamp(),
+            })
+    return {"applied_seq": report.seq, "snapshot_requested": sorted(set(requested)),
+            "server_time": now.timestamp(), "deltas_applied": changes}
+
+
+def heartbeat(node: Node) -> None:
+    now = timezone.now()
+    Node.objects.filter(pk=node.pk).update(last_seen=now)
+    Node.objects.filter(pk=node.pk, state=NodeState.STALE).update(state=NodeState.ACTIVE)
+
+
+def mark_stale_nodes() -> list[int]:
+    """Nodes silent for longer than the limit go stale and leave the residency index."""
+    cutoff = timezone.now() - timedelta(seconds=settings.PREWARM_NODE_STALE_SECONDS)
+    stale = list(Node.objects.filter(state=NodeState.ACTIVE, last_seen__lt=cutoff).values_list("pk", flat=True))
+    for node_id in stale:
+        with transaction.atomic():
+            Node.objects.filter(pk=node_id).update(state=NodeState.STALE)
+            engine_ids = list(Engine.objects.filter(node_id=node_id).values_list("pk", flat=True))
+            Engine.objects.filter(pk__in=engine_ids).update(residency_synced=False)
+            for engine_id in engine_ids:
+                get_index().drop_engine(engine_id)
+            record(None, "node.stale", object_type="fleet.node", object_id=str(node_id),
+                   reason=f"no report for {settings.PREWARM_NODE_STALE_SECONDS:.0f}s")
+            publish(groups.CLUSTER, "node.stale", {"node": node_id})
+    return stale

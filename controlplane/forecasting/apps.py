@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ForecastingConfig(AppConfig):
+    name = "controlplane.forecasting"
+    label = "forecasting"

@@ -1,0 +1,3 @@
+"""Websocket routes: dashboards and agents."""
+
+websocket_urlpatterns: list = []

@@ -1,0 +1,128 @@
+from rest_framework import serializers
+
+from controlplane.core import blockhash
+
+from ..models import (
+    JobTransition,
+    Override,
+    PlanItem,
+    Policy,
+    ReplicationJob,
+    ReplicationPlan,
+    SpeculativeReplica,
+)
+
+
+class PolicySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Policy
+        fields = ["id", "name", "active", "mode", "max_spec_vram_fraction", "max_bytes_per_interval",
+                  "interval_seconds", "min_confidence", "replica_ttl_seconds", "horizon_seconds",
+                  "forecast_every_seconds", "plan_every_seconds", "default_transport", "updated_at"]
+        read_only_fields = ["updated_at"]
+        extra_kwargs = {
+            "max_spec_vram_fraction": {"min_value": 0.0, "max_value": 0.5},
+            "min_confidence": {"min_value": 0.0, "max_value": 1.0},
+            "max_bytes_per_interval": {"min_value": 0, "max_value": 2**62},
+            "interval_seconds": {"min_value": 1, "max_value": 86400},
+            "replica_ttl_seconds": {"min_value": 10, "max_value": 7 * 86400},
+            "horizon_seconds": {"min_value": 10, "max_value": 7 * 86400},
+            "forecast_every_seconds": {"min_value": 10, "max_value": 86400},
+            "plan_every_seconds": {"min_value": 1, "max_value": 86400},
+        }
+
+
+def _validate_chain(value):
+    if not isinstance(value, list) or len(value) > 100_000:
+        raise serializers.ValidationError("expected a list of at most 100000 hex keys")
+    for i, key in enumerate(value):
+        try:
+            blockhash.from_hex(key)
+        except ValueError:
+            raise serializers.ValidationError(f"item {i} is not a 64-bit hex key") from None
+    return [k.lower().rjust(16, "0") for k in value]
+
+
+class OverrideSerializer(serializers.ModelSerializer):
+    created_by = serializers.StringRelatedField(read_only=True)
+
+    class Meta:
+        model = Override
+        fields = ["id", "kind", "prefix_keys", "node", "engine", "reason", "active", "expires_at", "created_by", "created_at"]
+        read_only_fields = ["created_by", "created_at"]
+
+    def validate_prefix_keys(self, value):
+        return _validate_chain(value)
+
+    def validate(self, data):
+        kind = data.get("kind", getattr(self.instance, "kind", None))
+        get = lambda f: data.get(f, getattr(self.instance, f, None))  # noqa: E731
+        if kind == "pin" and not (get("prefix_keys") and get("engine")):
+            raise serializers.ValidationError({"prefix_keys": "a pin needs prefix_keys and an engine"})
+        if kind == "exclude_node" and not get("node"):
+            raise serializers.ValidationError({"node": "exclude_node needs a node"})
+        if kind == "exclude_engine" and not get("engine"):
+            raise serializers.ValidationError({"engine": "exclude_engine needs an engine"})
+        return data
+
+
+class PlanItemSerializer(serializers.ModelSerializer):
+    target_name = serializers.CharField(source="target.__str__", read_only=True)
+    source_name = serializers.SerializerMethodField()
+
+    class Meta:
+        model = PlanItem
+        fields = ["id", "plan", "workload_key", "prefix_keys", "prefix_tokens", "source", "source_name",
+                  "target", "target_name", "tier", "bytes", "expected_ttft_saved_s", "cost_s", "confidence",
+                  "reason", "decision", "decided_by", "decided_at", "refusal"]
+        read_only_fields = fields
+
+    def get_source_name(self, item) -> str | None:
+        return str(item.source) if item.source_id else None
+
+
+class PlanSerializer(serializers.ModelSerializer):
+    items = PlanItemSerializer(many=True, read_only=True)
+    item_count = serializers.IntegerField(source="items.count", read_only=True)
+
+    class Meta:
+        model = ReplicationPlan
+        fields = ["id", "policy", "mode", "state", "created_at", "decided_at", "decided_by", "summary", "item_count", "items"]
+        read_only_fields = fields
+
+
+class DecisionSerializer(serializers.Serializer):
+    items = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
+                                  help_text="item ids; all pending items when omitted", max_length=100_000)
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+
+
+class DecisionResultSerializer(serializers.Serializer):
+    plan = PlanSerializer()
+    refused = serializers.DictField(child=serializers.CharField(), help_text="item id -> reason")
+
+
+class JobTransitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobTransition
+        fields = ["from_state", "to_state", "at", "detail"]
+
+
+class ReplicationJobSerializer(serializers.ModelSerializer):
+    transitions = JobTransitionSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = ReplicationJob
+        fields = ["id", "item", "action", "transport", "source", "target", "prefix_keys", "tier", "bytes",
+                  "bytes_done", "state", "attempt", "max_attempts", "error", "checksum", "deadline",
+                  "created_at", "updated_at", "transitions"]
+        read_only_fields = fields
+
+
+class SpeculativeReplicaSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = SpeculativeReplica
+        fields = ["id", "item", "job", "engine", "workload_key", "tier", "bytes", "shadow", "forecaster",
+                  "placed_at", "expires_at", "evicted_at", "hits", "tokens_hit", "ttft_saved_s",
+                  "vram_byte_seconds", "scored_at"]
+        read_only_fields = fields

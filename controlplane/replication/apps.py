@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ReplicationConfig(AppConfig):
+    name = "controlplane.replication"
+    label = "replication"

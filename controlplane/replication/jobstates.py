@@ -1,0 +1,33 @@
+"""The one place job states change: legal transitions enforced, each one recorded."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from .choices import JobState
+from .models import JobTransition, ReplicationJob
+
+
+class IllegalTransition(ValueError):
+    """A job state change the state machine does not allow."""
+
+
+def can_transition(current: str, to: str) -> bool:
+    return to in JobState.ALLOWED.get(current, set())
+
+
+@transaction.atomic
+def transition(job: ReplicationJob, to: str, detail: str = "", **fields) -> ReplicationJob:
+    """Move ``job`` to state ``to`` (row-locked), recording the transition; raises IllegalTransition."""
+    locked = ReplicationJob.objects.select_for_update().get(pk=job.pk)
+    if locked.state == to and not fields:
+        return locked  # idempotent: the same message delivered twice
+    if not can_transition(locked.state, to):
+        raise IllegalTransition(f"job {locked.pk}: {locked.state} -> {to} is not allowed")
+    JobTransition.objects.create(job=locked, from_state=locked.state, to_state=to, detail=detail[:2000])
+    locked.state = to
+    for name, value in fields.items():
+        setattr(locked, name, value)
+    locked.save()
+    job.__dict__.update(locked.__dict__)
+    return locked

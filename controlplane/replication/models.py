@@ -1,0 +1,188 @@
+"""Policies, overrides, plans, jobs and the speculative replicas they place."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+from .choices import (
+    ItemDecision,
+    JobAction,
+    JobState,
+    OverrideKind,
+    PlanState,
+    PolicyMode,
+    Tier,
+    Transport,
+)
+
+
+class Policy(models.Model):
+    """Budgets, thresholds and the approval mode of replication."""
+
+    name = models.CharField(max_length=100, unique=True)
+    active = models.BooleanField(default=False, help_text="the one policy the planner uses")
+    mode = models.CharField(max_length=16, choices=PolicyMode.CHOICES, default=PolicyMode.SHADOW)
+    max_spec_vram_fraction = models.FloatField(
+        default=0.05, help_text="max share of each GPU's KV capacity for speculative replicas"
+    )
+    max_bytes_per_interval = models.BigIntegerField(default=200 * 1024**3)
+    interval_seconds = models.PositiveIntegerField(default=60)
+    min_confidence = models.FloatField(default=0.5)
+    replica_ttl_seconds = models.PositiveIntegerField(default=900)
+    horizon_seconds = models.PositiveIntegerField(default=600, help_text="how far ahead plans look")
+    forecast_every_seconds = models.PositiveIntegerField(default=300)
+    plan_every_seconds = models.PositiveIntegerField(default=30)
+    default_transport = models.CharField(max_length=16, choices=Transport.CHOICES, default=Transport.TCP)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-active", "name"]
+        verbose_name_plural = "policies"
+        constraints = [
+            models.UniqueConstraint(fields=["active"], condition=models.Q(active=True), name="one_active_policy"),
+            models.CheckConstraint(condition=models.Q(max_spec_vram_fraction__gte=0, max_spec_vram_fraction__lte=0.5), name="spec_vram_fraction_range"),
+            models.CheckConstraint(condition=models.Q(min_confidence__gte=0, min_confidence__lte=1), name="min_confidence_range"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Override(models.Model):
+    """An operator's rule that always wins over plans: pin, exclude or freeze."""
+
+    kind = models.CharField(max_length=20, choices=OverrideKind.CHOICES)
+    prefix_keys = models.JSONField(default=list, blank=True, help_text="pin: the prefix chain (hex)")
+    node = models.ForeignKey("fleet.Node", null=True, blank=True, on_delete=models.CASCADE)
+    engine = models.ForeignKey("fleet.Engine", null=True, blank=True, on_delete=models.CASCADE)
+    reason = models.TextField(blank=True)
+    active = models.BooleanField(default=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.pk}"
+
+
+class ReplicationPlan(models.Model):
+    """One planning cycle's proposal."""
+
+    policy = models.ForeignKey(Policy, on_delete=models.PROTECT, related_name="plans")
+    mode = models.CharField(max_length=16, choices=PolicyMode.CHOICES)
+    state = models.CharField(max_length=24, choices=PlanState.CHOICES, default=PlanState.PROPOSED)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    summary = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"plan #{self.pk} ({self.state})"
+
+
+class PlanItem(models.Model):
+    """Copy one prefix to one engine (or tier), with why and what it should buy."""
+
+    plan = models.ForeignKey(ReplicationPlan, on_delete=models.CASCADE, related_name="items")
+    workload_key = models.ForeignKey("demand.WorkloadKey", null=True, blank=True, on_delete=models.SET_NULL)
+    prefix_keys = models.JSONField(help_text="the prefix chain, hex, root first")
+    prefix_tokens = models.PositiveIntegerField(default=0)
+    source = models.ForeignKey("fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    target = models.ForeignKey("fleet.Engine", on_delete=models.CASCADE, related_name="+")
+    tier = models.CharField(max_length=8, choices=Tier.CHOICES, default=Tier.GPU)
+    bytes = models.BigIntegerField()
+    expected_ttft_saved_s = models.FloatField()
+    cost_s = models.FloatField()
+    confidence = models.FloatField()
+    reason = models.TextField()
+    decision = models.CharField(max_length=16, choices=ItemDecision.CHOICES, default=ItemDecision.PENDING)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    refusal = models.TextField(blank=True, help_text="why an approval was refused")
+
+    class Meta:
+        ordering = ["plan", "-expected_ttft_saved_s", "id"]
+
+    def __str__(self) -> str:
+        return f"item #{self.pk} -> {self.target_id} ({self.decision})"
+
+
+class ReplicationJob(models.Model):
+    """One transfer (or eviction) an agent executes; state changes go through services.transition."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    item = models.ForeignKey(PlanItem, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    action = models.CharField(max_length=16, choices=JobAction.CHOICES, default=JobAction.REPLICATE)
+    transport = models.CharField(max_length=16, choices=Transport.CHOICES, default=Transport.TCP)
+    source = models.ForeignKey("fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    target = models.ForeignKey("fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    prefix_keys = models.JSONField()
+    tier = models.CharField(max_length=8, choices=Tier.CHOICES, default=Tier.GPU)
+    bytes = models.BigIntegerField(default=0)
+    bytes_done = models.BigIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=JobState.CHOICES, default=JobState.PENDING, db_index=True)
+    attempt = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=3)
+    error = models.TextField(blank=True)
+    checksum = models.CharField(max_length=64, blank=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"job {str(self.id)[:8]} {self.action} {self.state}"
+
+
+class JobTransition(models.Model):
+    """One recorded state change of a job."""
+
+    job = models.ForeignKey(ReplicationJob, on_delete=models.CASCADE, related_name="transitions")
+    from_state = models.CharField(max_length=16, choices=JobState.CHOICES)
+    to_state = models.CharField(max_length=16, choices=JobState.CHOICES)
+    at = models.DateTimeField(auto_now_add=True)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job", "at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.from_state} -> {self.to_state}"
+
+
+class SpeculativeReplica(models.Model):
+    """A prefix placed (or, in shadow mode, that would have been placed) ahead of demand."""
+
+    item = models.ForeignKey(PlanItem, null=True, blank=True, on_delete=models.SET_NULL, related_name="replicas")
+    job = models.ForeignKey(ReplicationJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="replicas")
+    engine = models.ForeignKey("fleet.Engine", on_delete=models.CASCADE, related_name="speculative_replicas")
+    workload_key = models.ForeignKey("demand.WorkloadKey", null=True, blank=True, on_delete=models.SET_NULL)
+    prefix_keys = models.JSONField()
+    tier = models.CharField(max_length=8, choices=Tier.CHOICES, default=Tier.GPU)
+    bytes = models.BigIntegerField()
+    shadow = models.BooleanField(default=False)
+    forecaster = models.CharField(max_length=40, blank=True)
+    placed_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    evicted_at = models.DateTimeField(null=True, blank=True)
+    hits = models.PositiveIntegerField(default=0)
+    tokens_hit = models.BigIntegerField(default=0)
+    ttft_saved_s = models.FloatField(default=0.0)
+    vram_byte_seconds = models.FloatField(default=0.0)
+    scored_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-placed_at"]
+        indexes = [models.Index(fields=["engine", "evicted_at"])]
+
+    def __str__(self) -> str:
+        return f"replica #{self.pk} on {self.engine_id}"

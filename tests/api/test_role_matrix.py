@@ -1,0 +1,111 @@
+"""Every principal against every endpoint: people by role, tokens by kind."""
+
+import pytest
+from rest_framework.test import APIClient
+
+from controlplane.accounts.choices import TokenKind
+from controlplane.accounts.models import ApiToken
+from controlplane.audit.models import AuditEvent
+from controlplane.fleet.models import Engine
+from controlplane.replication.models import PlanItem, Policy, ReplicationPlan
+
+from .conftest import bearer, make_user
+from .helpers import report
+
+PRINCIPALS = ["anonymous", "norole", "viewer", "operator", "admin", "user_token", "gateway", "agent"]
+PEOPLE_READ = {"viewer", "operator", "admin", "user_token"}  # the user token belongs to an operator
+PEOPLE_OPERATE = {"operator", "admin", "user_token"}
+ADMIN = {"admin"}
+
+# (method, path template, body, principals allowed)
+MATRIX = [
+    ("get", "/api/nodes/", None, PEOPLE_READ),
+    ("patch", "/api/nodes/{node}/", {"labels": {"zone": "b"}}, ADMIN),
+    ("get", "/api/gpus/", None, PEOPLE_READ),
+    ("get", "/api/engines/", None, PEOPLE_READ),
+    ("post", "/api/engines/{engine}/lifecycle/", {"lifecycle": "draining"}, PEOPLE_OPERATE | {"agent"}),
+    ("get", "/api/workload-keys/", None, PEOPLE_READ),
+    ("get", "/api/forecasts/", None, PEOPLE_READ),
+    ("get", "/api/plans/", None, PEOPLE_READ),
+    ("post", "/api/plans/{plan}/approve/", {}, PEOPLE_OPERATE),
+    ("post", "/api/plans/{plan}/reject/", {}, PEOPLE_OPERATE),
+    ("get", "/api/replication-jobs/", None, PEOPLE_READ),
+    ("get", "/api/speculative-replicas/", None, PEOPLE_READ),
+    ("get", "/api/policies/", None, PEOPLE_READ),
+    ("post", "/api/policies/", {"name": "p2", "mode": "manual"}, ADMIN),
+    ("patch", "/api/policies/{policy}/", {"min_confidence": 0.6}, ADMIN),
+    ("get", "/api/overrides/", None, PEOPLE_READ),
+    ("post", "/api/overrides/", {"kind": "freeze", "reason": "maintenance"}, PEOPLE_OPERATE),
+    ("get", "/api/audit-events/", None, PEOPLE_OPERATE),
+    ("post", "/api/residency/lookup/", {"keys": ["01"]}, PEOPLE_READ | {"gateway"}),
+    ("post", "/api/request-records/", {"records": [{"time": 1764540000, "model": "m", "tenant": "t", "keys": ["01"]}]}, {"gateway"}),
+    ("post", "/api/agents/report/", None, {"agent"}),
+    ("post", "/api/agents/heartbeat/", {}, {"agent"}),
+    ("get", "/api/api-tokens/", None, ADMIN),
+    ("post", "/api/api-tokens/", {"kind": "gateway", "name": "gw"}, ADMIN),
+    ("post", "/api/enrolment-tokens/", {"labels": {}}, ADMIN),
+    ("get", "/api/me/", None, PEOPLE_READ),
+]
+
+
+@pytest.fixture
+def world(enrol):
+    node_id, agent = enrol("node-a")
+    assert agent.post("/api/agents/report/", report(1), format="json").status_code == 200
+    engine = Engine.objects.get()
+    policy = Policy.objects.get(active=True)
+    policy.mode = "manual"
+    policy.save()
+    plan = ReplicationPlan.objects.create(policy=policy, mode="manual")
+    PlanItem.objects.create(plan=plan, prefix_keys=["01"], target=engine, bytes=1, expected_ttft_saved_s=1,
+                            cost_s=0.1, confidence=0.9, reason="test")
+    clients = {"anonymous": APIClient(), "agent": agent}
+    for role in ("viewer", "operator", "admin"):
+        clients[role] = APIClient()
+        clients[role].force_authenticate(make_user(role))
+    clients["norole"] = APIClient()
+    clients["norole"].force_authenticate(make_user(None, "nobody"))
+    owner = make_user("operator", "bot-owner")
+    clients["user_token"] = bearer(ApiToken.issue(TokenKind.USER, "bot", user=owner)[1])
+    clients["gateway"] = bearer(ApiToken.issue(TokenKind.GATEWAY, "gw")[1])
+    return clients, {"node": node_id, "engine": engine.pk, "plan": plan.pk, "policy": policy.pk}
+
+
+@pytest.mark.parametrize("method, path, body, allowed", MATRIX, ids=[f"{m} {p}" for m, p, _, _ in MATRIX])
+@pytest.mark.parametrize("who", PRINCIPALS)
+def test_role_matrix(world, who, method, path, body, allowed):
+    clients, ids = world
+    url = path.format(**ids)
+    if path == "/api/agents/report/":
+        body = report(2)
+    resp = getattr(clients[who], method)(url, body, format="json") if body is not None else getattr(clients[who], method)(url)
+    if who in allowed:
+        assert resp.status_code not in (401, 403), (who, url, resp.status_code, resp.content[:300])
+        assert resp.status_code < 500
+    else:
+        assert resp.status_code in (401, 403), (who, url, resp.status_code, resp.content[:300])
+
+
+def test_refused_write_changes_nothing_and_allowed_write_is_audited(world):
+    clients, ids = world
+    before = AuditEvent.objects.count()
+    resp = clients["operator"].patch(f"/api/policies/{ids['policy']}/", {"max_spec_vram_fraction": 0.4}, format="json")
+    assert resp.status_code == 403
+    assert Policy.objects.get(pk=ids["policy"]).max_spec_vram_fraction == 0.05
+    assert AuditEvent.objects.count() == before
+    resp = clients["admin"].patch(f"/api/policies/{ids['policy']}/", {"max_spec_vram_fraction": 0.1}, format="json")
+    assert resp.status_code == 200
+    event = AuditEvent.objects.filter(action="policy.updated").get()
+    assert event.actor_label == "user:u-admin"
+    assert event.before["max_spec_vram_fraction"] == 0.05 and event.after["max_spec_vram_fraction"] == 0.1
+
+
+def test_revoked_and_expired_tokens_are_refused(world):
+    token, raw = ApiToken.issue(TokenKind.GATEWAY, "old")
+    client = bearer(raw)
+    rec = {"records": [{"time": 1764540000, "model": "m", "tenant": "t", "keys": ["01"]}]}
+    assert client.post("/api/request-records/", rec, format="json").status_code == 200
+    ApiToken.objects.filter(pk=token.pk).update(revoked_at="2026-01-01T00:00:00Z")
+    assert client.post("/api/request-records/", rec, format="json").status_code == 401
+    token2, raw2 = ApiToken.issue(TokenKind.GATEWAY, "exp", expires_at="2001-01-01T00:00:00Z")
+    assert bearer(raw2).post("/api/request-records/", rec, format="json").status_code == 401

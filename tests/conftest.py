@@ -1,0 +1,23 @@
+"""Shared fixtures: users per role, API clients, enrolled agents, gateway tokens."""
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_residency_index(settings):
+    """Every test starts with an empty residency index (in-process or Redis)."""
+    try:
+        from controlplane.fleet.residency import get_index, reset_index
+    except Exception:  # Django not configured for pure-logic tests
+        yield
+        return
+    reset_index()
+    get_index().clear()
+    yield
+    get_index().clear()
+    reset_index()
