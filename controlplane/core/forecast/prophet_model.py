@@ -19,6 +19,9 @@ prophet log at INFO for every fit; they are silenced here.
 from __future__ import annotations
 
 import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +41,15 @@ def _silence_stan_logging() -> None:
         logger.propagate = False
 
 
+@contextmanager
+def _quiet_pandas() -> Iterator[None]:
+    # Prophet 1.5 calls pandas APIs that pandas 3.1 deprecates; the warnings are Prophet's.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.simplefilter("ignore", category=FutureWarning)
+        yield
+
+
 @dataclass(frozen=True)
 class _ProphetFit(Fitted):
     model: object
@@ -53,7 +65,8 @@ class _ProphetFit(Fitted):
         n_fit = -(-horizon // factor) + 1  # one extra hour to interpolate the last buckets
         fit_starts = self.end + np.arange(n_fit) * self.fit_seconds
         future = pd.DataFrame({"ds": pd.to_datetime(fit_starts, unit="s")})
-        per_fit_bucket = self.model.predict(future)["yhat"].to_numpy()  # type: ignore[attr-defined]
+        with _quiet_pandas():
+            per_fit_bucket = self.model.predict(future)["yhat"].to_numpy()  # type: ignore[attr-defined]
         mids = fit_starts + self.fit_seconds / 2
         bucket_mids = self.end + (np.arange(horizon) + 0.5) * self.bucket_seconds
         yhat = np.interp(bucket_mids, mids, per_fit_bucket) / factor
@@ -100,8 +113,9 @@ class ProphetForecaster(Forecaster):
             yearly_seasonality=False,
         )
         ds = pd.to_datetime(starts, unit="s")
-        model.fit(pd.DataFrame({"ds": ds, "y": y_fit}))
-        in_sample = model.predict(pd.DataFrame({"ds": ds}))["yhat"].to_numpy()
+        with _quiet_pandas():
+            model.fit(pd.DataFrame({"ds": ds, "y": y_fit}))
+            in_sample = model.predict(pd.DataFrame({"ds": ds}))["yhat"].to_numpy()
         # Residuals at the key's own bucket size: interpolate the hourly fit to bucket midpoints.
         used = history[len(history) - len(y_fit) * factor :]
         bucket_mids = end - (len(used) - np.arange(len(used)) - 0.5) * bucket_seconds
