@@ -37,6 +37,9 @@ FIT_BUCKET_S = 3600
 def _silence_stan_logging() -> None:
     for name in ("cmdstanpy", "prophet", "prophet.plot"):
         logger = logging.getLogger(name)
+        # A handler of our own stops cmdstanpy's lazy get_logger() from adding its INFO one.
+        if not logger.handlers:
+            logger.addHandler(logging.NullHandler())
         logger.setLevel(logging.ERROR)
         logger.propagate = False
 
@@ -94,10 +97,8 @@ class ProphetForecaster(Forecaster):
         refusal = self.refusal(len(history), bucket_seconds)
         if refusal:
             raise ValueError(refusal)
-        from prophet import Prophet
-
-        # After the import: cmdstanpy installs its own INFO handler when it is first imported.
         _silence_stan_logging()
+        from prophet import Prophet
 
         fit_s = bucket_seconds
         if bucket_seconds < FIT_BUCKET_S and FIT_BUCKET_S % bucket_seconds == 0:
