@@ -4,7 +4,9 @@ from .env import get_from_env
 
 # Largest request body accepted (agent reports, request-record batches), bytes.
 DATA_UPLOAD_MAX_MEMORY_SIZE = get_from_env("PREWARM_MAX_BODY_BYTES", 8 * 1024 * 1024, type_cast=int)
-PREWARM_MAX_DELTAS_PER_REPORT = get_from_env("PREWARM_MAX_DELTAS_PER_REPORT", 200_000, type_cast=int)
+PREWARM_MAX_DELTAS_PER_REPORT = get_from_env(
+    "PREWARM_MAX_DELTAS_PER_REPORT", 200_000, type_cast=int
+)
 PREWARM_MAX_RECORDS_PER_BATCH = get_from_env("PREWARM_MAX_RECORDS_PER_BATCH", 20_000, type_cast=int)
 # A node that has not reported for this long is stale: it leaves plans and its jobs expire.
 PREWARM_NODE_STALE_SECONDS = get_from_env("PREWARM_NODE_STALE_SECONDS", 30.0, type_cast=float)

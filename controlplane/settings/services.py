@@ -11,7 +11,9 @@ if DATABASE_URL:
     except Exception as exc:  # dj_database_url raises several types for a bad URL
         from django.core.exceptions import ImproperlyConfigured
 
-        raise ImproperlyConfigured(f"environment variable DATABASE_URL is malformed: {exc}") from None
+        raise ImproperlyConfigured(
+            f"environment variable DATABASE_URL is malformed: {exc}"
+        ) from None
     # Every API request that changes state is one transaction: nothing half-written.
     DATABASES["default"]["ATOMIC_REQUESTS"] = True
 else:
