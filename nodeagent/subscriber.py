@@ -151,11 +151,11 @@ class EngineSubscriber(threading.Thread):
         replay = ReplayClient(self.ctx, replay_endpoint) if replay_endpoint else None
         self.tracker = SequenceTracker(residency, replay)
         self.on_batch = on_batch
-        self._stop = threading.Event()
+        self._stop_event = threading.Event()
         self.connected = threading.Event()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stop_event.set()
 
     def run(self) -> None:
         sock = self.ctx.socket(zmq.SUB)
@@ -165,7 +165,7 @@ class EngineSubscriber(threading.Thread):
         sock.connect(self.endpoint)
         self.connected.set()
         try:
-            while not self._stop.is_set():
+            while not self._stop_event.is_set():
                 if not sock.poll(200):
                     continue
                 frames = sock.recv_multipart()

@@ -111,6 +111,9 @@ def _handler(cp: FakeControlPlane) -> type[BaseHTTPRequestHandler]:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
+            # No keep-alive: stop() must look like a dead control plane to every client.
+            self.send_header("Connection", "close")
+            self.close_connection = True
             self.end_headers()
             self.wfile.write(body)
 
