@@ -16,7 +16,7 @@ from nodeagent.blockstore import BlockStore, FileBlockStore, MemoryBlockStore
 from nodeagent.config import AgentConfig
 from nodeagent.engine_metrics import scrape
 from nodeagent.gpu import GpuSource, make_gpu_source
-from nodeagent.jobs import Journal, JobChannel, JobRunner
+from nodeagent.jobs import JobChannel, JobRunner, Journal
 from nodeagent.metrics import AgentMetrics
 from nodeagent.reporter import Backoff, Reporter
 from nodeagent.residency import EngineResidency
@@ -37,8 +37,9 @@ def make_block_store(cfg: AgentConfig) -> BlockStore:
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, gpu_source: GpuSource | None = None,
-                 store: BlockStore | None = None):
+    def __init__(
+        self, cfg: AgentConfig, gpu_source: GpuSource | None = None, store: BlockStore | None = None
+    ):
         self.cfg = cfg
         state = Path(cfg.state_dir)
         state.mkdir(parents=True, exist_ok=True)
@@ -52,38 +53,59 @@ class Agent:
         self.zmq = zmq.Context()
         self.subscribers = [
             EngineSubscriber(
-                self.residencies[e.engine_id], e.kv_events, e.replay, e.topic, self.zmq,
+                self.residencies[e.engine_id],
+                e.kv_events,
+                e.replay,
+                e.topic,
+                self.zmq,
                 on_batch=self.metrics.kv_block_events.labels(e.engine_id).inc,
             )
             for e in cfg.engines
         ]
         self.server: TcpTransferServer | None = None
         if cfg.transfer.listen:
-            self.server = TcpTransferServer(cfg.transfer.listen, self.store,
-                                            cfg.transfer.hash_threads)
+            self.server = TcpTransferServer(
+                cfg.transfer.listen, self.store, cfg.transfer.hash_threads
+            )
         self.transfer_address = cfg.transfer.advertise or (
-            f"{socket.gethostname()}:{self.server.address.rpartition(':')[2]}" if self.server else ""
+            f"{socket.gethostname()}:{self.server.address.rpartition(':')[2]}"
+            if self.server
+            else ""
         )
         t = cfg.transfer
         transports: dict[str, Transport] = {
-            "tcp": TcpTransport(self.server, t.rate_limit_bytes_per_s, t.chunk_bytes,
-                                t.connect_timeout_s, t.retries),
+            "tcp": TcpTransport(
+                self.server, t.rate_limit_bytes_per_s, t.chunk_bytes, t.connect_timeout_s, t.retries
+            ),
             "nccl": NcclTransport(),
             "lmcache": LmcacheTransport(),
         }
         self.reporter = Reporter(
-            cfg.control_plane_url, state, self.residencies, self._gpus, self._engines,
-            enrolment_token=cfg.enrolment_token, hostname=cfg.hostname, labels=cfg.labels,
-            interval_s=cfg.report_interval_s, heartbeat_s=cfg.heartbeat_interval_s,
-            timeout_s=cfg.request_timeout_s, backoff_initial_s=cfg.backoff_initial_s,
-            backoff_max_s=cfg.backoff_max_s, spool_max_bytes=cfg.spool_max_bytes,
+            cfg.control_plane_url,
+            state,
+            self.residencies,
+            self._gpus,
+            self._engines,
+            enrolment_token=cfg.enrolment_token,
+            hostname=cfg.hostname,
+            labels=cfg.labels,
+            interval_s=cfg.report_interval_s,
+            heartbeat_s=cfg.heartbeat_interval_s,
+            timeout_s=cfg.request_timeout_s,
+            backoff_initial_s=cfg.backoff_initial_s,
+            backoff_max_s=cfg.backoff_max_s,
+            spool_max_bytes=cfg.spool_max_bytes,
             metrics=self.metrics,
         )
-        self.runner = JobRunner(Journal(state / "jobs.journal"), self.store, transports,
-                                self.metrics)
+        self.runner = JobRunner(
+            Journal(state / "jobs.journal"), self.store, transports, self.metrics
+        )
         self.channel = JobChannel(
-            cfg.control_plane_url, lambda: self.reporter.state.agent_token, self.runner,
-            mode=cfg.jobs_transport, long_poll_wait_s=cfg.long_poll_wait_s,
+            cfg.control_plane_url,
+            lambda: self.reporter.state.agent_token,
+            self.runner,
+            mode=cfg.jobs_transport,
+            long_poll_wait_s=cfg.long_poll_wait_s,
             backoff=Backoff(cfg.backoff_initial_s, cfg.backoff_max_s),
         )
         self._last_gpu_status = ""
@@ -107,14 +129,24 @@ class Agent:
             self.metrics.kv_gaps.labels(e.engine_id).inc(st.gaps - seen_gaps)
             self.metrics.kv_resyncs.labels(e.engine_id).inc(st.resyncs + st.restarts - seen_resyncs)
             self._counted[e.engine_id] = (st.gaps, st.resyncs + st.restarts)
-            out.append({
-                "engine_id": e.engine_id, "kind": e.kind, "model": e.model,
-                "block_size": e.block_size, "bytes_per_block": e.bytes_per_block,
-                "kv_capacity_blocks": e.kv_capacity_blocks, "gpu_uuids": e.gpu_uuids,
-                "endpoints": {"kv_events": e.kv_events, "replay": e.replay,
-                              "metrics": e.metrics_url, "transfer": self.transfer_address},
-                "metrics": self.engine_metrics.get(e.engine_id, {}),
-            })
+            out.append(
+                {
+                    "engine_id": e.engine_id,
+                    "kind": e.kind,
+                    "model": e.model,
+                    "block_size": e.block_size,
+                    "bytes_per_block": e.bytes_per_block,
+                    "kv_capacity_blocks": e.kv_capacity_blocks,
+                    "gpu_uuids": e.gpu_uuids,
+                    "endpoints": {
+                        "kv_events": e.kv_events,
+                        "replay": e.replay,
+                        "metrics": e.metrics_url,
+                        "transfer": self.transfer_address,
+                    },
+                    "metrics": self.engine_metrics.get(e.engine_id, {}),
+                }
+            )
         return out
 
     async def _scrape_loop(self) -> None:
@@ -136,8 +168,9 @@ class Agent:
             sub.start()
         if self.server:
             self.server.start()
-            log.info("transfer server on %s (advertised %s)", self.server.address,
-                     self.transfer_address)
+            log.info(
+                "transfer server on %s (advertised %s)", self.server.address, self.transfer_address
+            )
         tasks = [asyncio.create_task(self.reporter.run()), asyncio.create_task(self._scrape_loop())]
         if self.cfg.jobs_transport != "none":
             tasks.append(asyncio.create_task(self.channel.run()))

@@ -86,15 +86,20 @@ class MemoryBlockStore:
     def read(self, key: int) -> memoryview:
         return self._blocks[key]
 
-    def write(self, key: int, data: bytes | bytearray | memoryview, digest: bytes | None = None) -> None:
+    def write(
+        self, key: int, data: bytes | bytearray | memoryview, digest: bytes | None = None
+    ) -> None:
         n = memoryview(data).nbytes
         with self._lock:
             old = self._blocks.get(key)
             grow = n - (old.nbytes if old is not None else 0)
             if self._bytes + grow > self.max_bytes:
                 raise BlockStoreFull(f"block store full ({self._bytes} of {self.max_bytes} bytes)")
-            buf = self._buffer(n)
-            buf[:] = memoryview(data).cast("B")
+            if self._torch is None and isinstance(data, bytearray):
+                buf = memoryview(data)  # the receiver's fresh buffer: adopt it, no second copy
+            else:
+                buf = self._buffer(n)
+                buf[:] = memoryview(data).cast("B")
             self._blocks[key] = buf
             self._digests[key] = digest or block_digest(buf)
             self._bytes += grow
@@ -133,7 +138,9 @@ class FileBlockStore:
         except FileNotFoundError:
             raise KeyError(key) from None
 
-    def write(self, key: int, data: bytes | bytearray | memoryview, digest: bytes | None = None) -> None:
+    def write(
+        self, key: int, data: bytes | bytearray | memoryview, digest: bytes | None = None
+    ) -> None:
         tmp = self._path(key).with_suffix(".tmp")
         with open(tmp, "wb") as f:
             f.write(data)

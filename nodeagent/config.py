@@ -136,7 +136,9 @@ def _coerce(name: str, typ: Any, value: Any) -> Any:
                 raise ValueError(value)
             return {str(k): str(v) for k, v in value.items()}
     except (ValueError, TypeError):
-        raise ConfigError(f"{name}: {value!r} is not a valid {getattr(typ, '__name__', typ)}") from None
+        raise ConfigError(
+            f"{name}: {value!r} is not a valid {getattr(typ, '__name__', typ)}"
+        ) from None
     raise ConfigError(f"{name}: unsupported option type")
 
 
@@ -248,7 +250,9 @@ def load_config(argv: list[str] | None = None, env: Mapping[str, str] | None = N
             setattr(cfg.transfer, name, v)
 
     if args.engine:
-        cfg.engines = [_engine(_engine_flag(t), f"--engine #{i + 1}") for i, t in enumerate(args.engine)]
+        cfg.engines = [
+            _engine(_engine_flag(t), f"--engine #{i + 1}") for i, t in enumerate(args.engine)
+        ]
     elif ENV_PREFIX + "ENGINES" in env:
         try:
             raw = json.loads(env[ENV_PREFIX + "ENGINES"])
@@ -275,14 +279,21 @@ def _host_port(name: str, value: str) -> None:
 def validate(cfg: AgentConfig) -> None:
     """Check cross-field rules; raise ConfigError with the first problem found."""
     if not cfg.control_plane_url:
-        raise ConfigError("control_plane_url is required (--control-plane-url or "
-                          f"{ENV_PREFIX}CONTROL_PLANE_URL)")
+        raise ConfigError(
+            f"control_plane_url is required (--control-plane-url or {ENV_PREFIX}CONTROL_PLANE_URL)"
+        )
     if not cfg.control_plane_url.startswith(("http://", "https://")):
         raise ConfigError(f"control_plane_url {cfg.control_plane_url!r} must start with http(s)://")
     if not cfg.state_dir:
         raise ConfigError(f"state_dir is required (--state-dir or {ENV_PREFIX}STATE_DIR)")
-    for name in ("report_interval_s", "heartbeat_interval_s", "request_timeout_s",
-                 "backoff_initial_s", "backoff_max_s", "engine_metrics_interval_s"):
+    for name in (
+        "report_interval_s",
+        "heartbeat_interval_s",
+        "request_timeout_s",
+        "backoff_initial_s",
+        "backoff_max_s",
+        "engine_metrics_interval_s",
+    ):
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"{name} must be positive")
     if cfg.spool_max_bytes < 4096:
@@ -292,7 +303,9 @@ def validate(cfg: AgentConfig) -> None:
     if cfg.gpu_source == "simulated" and not cfg.gpu_sim_source:
         raise ConfigError("gpu_source = simulated needs gpu_sim_source (a file path or URL)")
     if cfg.jobs_transport not in ("websocket", "long-poll", "none"):
-        raise ConfigError(f"jobs_transport {cfg.jobs_transport!r} must be websocket, long-poll or none")
+        raise ConfigError(
+            f"jobs_transport {cfg.jobs_transport!r} must be websocket, long-poll or none"
+        )
     if cfg.metrics_listen:
         _host_port("metrics_listen", cfg.metrics_listen)
     t = cfg.transfer
@@ -301,8 +314,9 @@ def validate(cfg: AgentConfig) -> None:
     if t.advertise:
         _host_port("transfer.advertise", t.advertise)
     if t.rate_limit_bytes_per_s < 0 or t.chunk_bytes < 4096 or t.hash_threads < 1 or t.retries < 0:
-        raise ConfigError("transfer: rate limit >= 0, chunk_bytes >= 4096, hash_threads >= 1, "
-                          "retries >= 0")
+        raise ConfigError(
+            "transfer: rate limit >= 0, chunk_bytes >= 4096, hash_threads >= 1, retries >= 0"
+        )
     if t.block_store not in ("memory", "files", "pinned"):
         raise ConfigError(f"transfer.block_store {t.block_store!r} must be memory, files or pinned")
     if t.block_store == "files" and not t.block_store_path:

@@ -12,7 +12,10 @@ log = logging.getLogger(__name__)
 
 # report field -> vLLM sample names (older and newer releases)
 SERIES = {
-    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_queries": (
+        "vllm:prefix_cache_queries_total",
+        "vllm:gpu_prefix_cache_queries_total",
+    ),
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
     "running": ("vllm:num_requests_running",),
     "waiting": ("vllm:num_requests_waiting",),

@@ -55,8 +55,13 @@ class Journal:
 class JobRunner:
     """Executes job messages with the configured transports and block store."""
 
-    def __init__(self, journal: Journal, store: BlockStore, transports: dict[str, Transport],
-                 metrics: Any = None):
+    def __init__(
+        self,
+        journal: Journal,
+        store: BlockStore,
+        transports: dict[str, Transport],
+        metrics: Any = None,
+    ):
         self.journal = journal
         self.store = store
         self.transports = transports
@@ -81,8 +86,16 @@ class JobRunner:
             job_id = str(raw.get("id", ""))
             log.error("%s", exc)
             if job_id:
-                await send({"type": "job.result", "job_id": job_id, "state": "failed",
-                            "checksum": None, "bytes": 0, "error": str(exc)})
+                await send(
+                    {
+                        "type": "job.result",
+                        "job_id": job_id,
+                        "state": "failed",
+                        "checksum": None,
+                        "bytes": 0,
+                        "error": str(exc),
+                    }
+                )
             return
         await send({"type": "job.ack", "job_id": job.id})
         done = self.journal.get(job.id)
@@ -113,8 +126,14 @@ class JobRunner:
         finally:
             self.running.pop(job.id, None)
         state = "succeeded" if result.ok else "failed"
-        record = {"type": "job.result", "job_id": job.id, "state": state,
-                  "checksum": result.checksum, "bytes": result.bytes, "error": result.error}
+        record = {
+            "type": "job.result",
+            "job_id": job.id,
+            "state": state,
+            "checksum": result.checksum,
+            "bytes": result.bytes,
+            "error": result.error,
+        }
         self.journal.record({**record, "attempt": job.attempt})
         if self.metrics:
             self.metrics.jobs.labels(state).inc()
@@ -140,9 +159,16 @@ class JobRunner:
 class JobChannel:
     """The websocket to the control plane, with long-poll as the fallback."""
 
-    def __init__(self, base_url: str, token: Callable[[], str], runner: JobRunner, *,
-                 mode: str = "websocket", long_poll_wait_s: int = 25,
-                 backoff: Backoff | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        token: Callable[[], str],
+        runner: JobRunner,
+        *,
+        mode: str = "websocket",
+        long_poll_wait_s: int = 25,
+        backoff: Backoff | None = None,
+    ):
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.runner = runner
@@ -200,12 +226,18 @@ class JobChannel:
         async with httpx.AsyncClient(timeout=self.wait_s + 10) as client:
 
             async def send(msg: dict[str, Any]) -> None:
-                await client.post(f"{self.base_url}/api/agents/jobs/{msg['job_id']}/events/",
-                                  json=msg, headers=self._headers())
+                await client.post(
+                    f"{self.base_url}/api/agents/jobs/{msg['job_id']}/events/",
+                    json=msg,
+                    headers=self._headers(),
+                )
 
             while not self.stop_event.is_set():
-                resp = await client.get(f"{self.base_url}/api/agents/jobs/",
-                                        params={"wait": self.wait_s}, headers=self._headers())
+                resp = await client.get(
+                    f"{self.base_url}/api/agents/jobs/",
+                    params={"wait": self.wait_s},
+                    headers=self._headers(),
+                )
                 resp.raise_for_status()
                 self.backoff.reset()
                 for msg in resp.json():

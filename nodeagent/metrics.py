@@ -12,12 +12,16 @@ class AgentMetrics:
             "prewarm_agent_kv_block_events_total", "KV block events applied", ["engine"], registry=r
         )
         self.kv_gaps = Counter(
-            "prewarm_agent_kv_sequence_gaps_total", "KV-event sequence gaps seen", ["engine"],
+            "prewarm_agent_kv_sequence_gaps_total",
+            "KV-event sequence gaps seen",
+            ["engine"],
             registry=r,
         )
         self.kv_resyncs = Counter(
-            "prewarm_agent_kv_resyncs_total", "Engine residency resyncs (gap not replayable, "
-            "restart)", ["engine"], registry=r,
+            "prewarm_agent_kv_resyncs_total",
+            "Engine residency resyncs (gap not replayable, restart)",
+            ["engine"],
+            registry=r,
         )
         self.resident_blocks = Gauge(
             "prewarm_agent_resident_blocks", "Blocks resident per engine", ["engine"], registry=r
@@ -26,7 +30,9 @@ class AgentMetrics:
             "prewarm_agent_reports_total", "Reports by outcome", ["outcome"], registry=r
         )
         self.report_latency = Histogram(
-            "prewarm_agent_report_latency_seconds", "Report POST round trip", registry=r,
+            "prewarm_agent_report_latency_seconds",
+            "Report POST round trip",
+            registry=r,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.spool_reports = Gauge(
@@ -34,16 +40,21 @@ class AgentMetrics:
         )
         self.spool_bytes = Gauge("prewarm_agent_spool_bytes", "Spool size on disk", registry=r)
         self.spool_dropped = Counter(
-            "prewarm_agent_spool_dropped_reports_total", "Reports dropped at the spool bound",
+            "prewarm_agent_spool_dropped_reports_total",
+            "Reports dropped at the spool bound",
             registry=r,
         )
         self.gpus = Gauge("prewarm_agent_gpus", "GPUs readable in the last collection", registry=r)
         self.transfers = Counter(
-            "prewarm_agent_transfers_total", "Transfers by transport, role and outcome",
-            ["transport", "role", "outcome"], registry=r,
+            "prewarm_agent_transfers_total",
+            "Transfers by transport, role and outcome",
+            ["transport", "role", "outcome"],
+            registry=r,
         )
         self.transfer_bytes = Counter(
-            "prewarm_agent_transfer_bytes_total", "Bytes moved by transfers", ["transport", "role"],
+            "prewarm_agent_transfer_bytes_total",
+            "Bytes moved by transfers",
+            ["transport", "role"],
             registry=r,
         )
         self.jobs = Counter(

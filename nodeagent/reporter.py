@@ -68,7 +68,9 @@ class AgentState:
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the token
         with os.fdopen(fd, "w") as f:
-            json.dump({"node_id": self.node_id, "agent_token": self.agent_token, "seq": self.seq}, f)
+            json.dump(
+                {"node_id": self.node_id, "agent_token": self.agent_token, "seq": self.seq}, f
+            )
         os.replace(tmp, path)
 
 
@@ -129,8 +131,11 @@ class Reporter:
         if not self.enrolment_token:
             log.error("not enrolled and no enrolment_token configured: cannot report")
             return False
-        body = {"enrolment_token": self.enrolment_token, "hostname": self.hostname,
-                "labels": self.labels}
+        body = {
+            "enrolment_token": self.enrolment_token,
+            "hostname": self.hostname,
+            "labels": self.labels,
+        }
         resp = await self.client.post(f"{self.base_url}/api/agents/enrol/", json=body)
         if resp.status_code != 201:
             log.error("enrolment refused (%s): %s", resp.status_code, resp.text[:200])
@@ -158,8 +163,12 @@ class Reporter:
         seq = self.state.seq
         self.state.save(self.state_path)
         report: dict[str, Any] = {
-            "seq": seq, "boot_id": self.boot_id, "sent_at": time.time(),
-            "gpus": gpus, "engines": engines, "residency": residency,
+            "seq": seq,
+            "boot_id": self.boot_id,
+            "sent_at": time.time(),
+            "gpus": gpus,
+            "engines": engines,
+            "residency": residency,
         }
         body = self._encode(report)
         if not self.spool.append(seq, body):
@@ -167,11 +176,15 @@ class Reporter:
             log.warning("spool bound reached: dropped %d reports, sending a snapshot", dropped)
             if self.metrics:
                 self.metrics.spool_dropped.inc(dropped)
-            report["residency"] = [r.take_entry(force_snapshot=True) for r in self.residencies.values()]
+            report["residency"] = [
+                r.take_entry(force_snapshot=True) for r in self.residencies.values()
+            ]
             report["residency"] = [e for e in report["residency"] if e is not None]
             body = self._encode(report)
             if not self.spool.append(seq, body):
-                log.error("one snapshot report (%d bytes) is larger than the spool bound", len(body))
+                log.error(
+                    "one snapshot report (%d bytes) is larger than the spool bound", len(body)
+                )
         self._gauge()
         return seq, body
 
@@ -205,7 +218,8 @@ class Reporter:
             t0 = time.perf_counter()
             try:
                 resp = await self.client.post(
-                    f"{self.base_url}/api/agents/report/", content=body,
+                    f"{self.base_url}/api/agents/report/",
+                    content=body,
                     headers={**self._auth(), "Content-Type": ctype},
                 )
             except httpx.HTTPError as exc:
@@ -258,8 +272,12 @@ class Reporter:
             return False
         if code in (400, 413):
             # The report itself is wrong or too big: keeping it would block the spool forever.
-            log.error("report %d rejected (%s): %s; dropping it and sending a snapshot",
-                      seq, code, resp.text[:300])
+            log.error(
+                "report %d rejected (%s): %s; dropping it and sending a snapshot",
+                seq,
+                code,
+                resp.text[:300],
+            )
             self.spool.remove(seq)
             self.force_snapshot = True
             self._count("rejected")
@@ -282,7 +300,8 @@ class Reporter:
         try:
             await self.client.post(
                 f"{self.base_url}/api/agents/heartbeat/",
-                json={"boot_id": self.boot_id, "sent_at": time.time()}, headers=self._auth(),
+                json={"boot_id": self.boot_id, "sent_at": time.time()},
+                headers=self._auth(),
             )
         except httpx.HTTPError:
             pass  # reports carry liveness too; the next heartbeat tries again

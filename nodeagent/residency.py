@@ -196,7 +196,9 @@ class EngineResidency:
                     for (k, p, f) in rows.values()
                 ]
                 removed = [
-                    [to_hex(k), medium] for medium, keys in self.pending_removed.items() for k in keys
+                    [to_hex(k), medium]
+                    for medium, keys in self.pending_removed.items()
+                    for k in keys
                 ]
             cleared = self.pending_cleared and not snapshot
             self.pending_stored = {}

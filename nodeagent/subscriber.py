@@ -58,8 +58,9 @@ class SequenceTracker:
         except (EventDecodeError, ValueError, TypeError) as exc:
             # A message we cannot read is a lost message: residency may now be wrong.
             self.stats.decode_errors += 1
-            log.warning("engine %s: undecodable message %d (%s): resync",
-                        self.residency.engine_id, seq, exc)
+            log.warning(
+                "engine %s: undecodable message %d (%s): resync", self.residency.engine_id, seq, exc
+            )
             self._resync()
         self.last_seq = seq
 
@@ -76,8 +77,12 @@ class SequenceTracker:
         if seq <= last:
             # Sequence went backwards: the engine (and its publisher) restarted.
             self.stats.restarts += 1
-            log.info("engine %s: sequence reset %d -> %d: clearing residency",
-                     self.residency.engine_id, last, seq)
+            log.info(
+                "engine %s: sequence reset %d -> %d: clearing residency",
+                self.residency.engine_id,
+                last,
+                seq,
+            )
             self.residency.reset(engine_restarted=True)
             self._apply(seq, payload)
             return
@@ -86,14 +91,22 @@ class SequenceTracker:
         got = self.replay(last + 1) if self.replay else None
         replayed = {s: p for s, p in (got or []) if last < s < seq}
         if got is not None and all(s in replayed for s in missing):
-            log.info("engine %s: gap %d..%d recovered by replay",
-                     self.residency.engine_id, missing[0], missing[-1])
+            log.info(
+                "engine %s: gap %d..%d recovered by replay",
+                self.residency.engine_id,
+                missing[0],
+                missing[-1],
+            )
             for s in missing:
                 self.stats.replayed += 1
                 self._apply(s, replayed[s])
         else:
-            log.warning("engine %s: gap %d..%d not replayable: resync",
-                        self.residency.engine_id, missing[0], missing[-1])
+            log.warning(
+                "engine %s: gap %d..%d not replayable: resync",
+                self.residency.engine_id,
+                missing[0],
+                missing[-1],
+            )
             self._resync()
         self._apply(seq, payload)
 

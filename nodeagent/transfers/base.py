@@ -38,11 +38,17 @@ class Job:
         try:
             keys = [from_hex(k) for k in msg.get("keys") or []]
             job = cls(
-                id=str(msg["id"]), action=msg.get("action", "replicate"), role=msg["role"],
-                transport=msg.get("transport", "tcp"), keys=keys, bytes=int(msg.get("bytes") or 0),
+                id=str(msg["id"]),
+                action=msg.get("action", "replicate"),
+                role=msg["role"],
+                transport=msg.get("transport", "tcp"),
+                keys=keys,
+                bytes=int(msg.get("bytes") or 0),
                 bytes_per_block=int(msg.get("bytes_per_block") or 0),
-                source=msg.get("source") or {}, target=msg.get("target") or {},
-                rendezvous=msg.get("rendezvous") or {}, lmcache=msg.get("lmcache") or {},
+                source=msg.get("source") or {},
+                target=msg.get("target") or {},
+                rendezvous=msg.get("rendezvous") or {},
+                lmcache=msg.get("lmcache") or {},
                 deadline=float(msg.get("deadline") or time.time() + 300),
                 attempt=int(msg.get("attempt") or 1),
             )

@@ -36,23 +36,30 @@ class LmcacheTransport:
         spec = job.lmcache
         url = str(spec.get("controller_url") or "").rstrip("/")
         if not url or not spec.get("old_position") or not spec.get("new_position"):
-            return TransferResult(False, error="lmcache job needs controller_url, old_position, "
-                                               "new_position")
-        body = {"old_position": list(spec["old_position"]),
-                "new_position": list(spec["new_position"]),
-                "tokens": list(spec.get("tokens") or []), "copy": True}
+            return TransferResult(
+                False, error="lmcache job needs controller_url, old_position, new_position"
+            )
+        body = {
+            "old_position": list(spec["old_position"]),
+            "new_position": list(spec["new_position"]),
+            "tokens": list(spec.get("tokens") or []),
+            "copy": True,
+        }
         try:
             with httpx.Client(timeout=self.timeout_s) as client:
                 resp = client.post(f"{url}/move", json=body)
                 if resp.status_code != 200:
-                    return TransferResult(False, error=f"LMCache /move: {resp.status_code} "
-                                                       f"{resp.text[:200]}")
+                    return TransferResult(
+                        False, error=f"LMCache /move: {resp.status_code} {resp.text[:200]}"
+                    )
                 event_id = resp.json()["event_id"]
                 while True:
                     resp = client.post(f"{url}/check_finish", json={"event_id": event_id})
                     if resp.status_code != 200:
-                        return TransferResult(False, error=f"LMCache /check_finish: "
-                                                           f"{resp.status_code} {resp.text[:200]}")
+                        return TransferResult(
+                            False,
+                            error=f"LMCache /check_finish: {resp.status_code} {resp.text[:200]}",
+                        )
                     status = str(resp.json().get("status", "")).lower()
                     if status == DONE:
                         progress(job.bytes)
@@ -60,8 +67,9 @@ class LmcacheTransport:
                     if status in FAILED:
                         return TransferResult(False, error=f"LMCache move {event_id}: {status}")
                     if job.seconds_left() <= 0:
-                        return TransferResult(False, error=f"LMCache move {event_id} still "
-                                                           f"{status!r} at the deadline")
+                        return TransferResult(
+                            False, error=f"LMCache move {event_id} still {status!r} at the deadline"
+                        )
                     time.sleep(self.poll_s)
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             return TransferResult(False, error=f"LMCache controller {url}: {exc!r}")

@@ -44,8 +44,10 @@ class NcclTransport:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         device = self.device or ("cuda" if backend == "nccl" else "cpu")
         dist.init_process_group(
-            backend, init_method=f"tcp://{rv['master_addr']}:{int(rv['master_port'])}",
-            rank=rank, world_size=int(rv.get("world_size", 2)),
+            backend,
+            init_method=f"tcp://{rv['master_addr']}:{int(rv['master_port'])}",
+            rank=rank,
+            world_size=int(rv.get("world_size", 2)),
             timeout=timedelta(seconds=max(job.seconds_left(), 5)),
         )
         return torch, dist, device
@@ -61,8 +63,12 @@ class NcclTransport:
                 sizes = torch.tensor([v.nbytes for v in views], dtype=torch.int64, device=device)
                 dist.send(torch.tensor([len(views)], dtype=torch.int64, device=device), dst=1)
                 dist.send(sizes, dst=1)
-                dist.send(torch.frombuffer(bytearray(bytes.fromhex(checksum)), dtype=torch.uint8)
-                          .to(device), dst=1)
+                dist.send(
+                    torch.frombuffer(bytearray(bytes.fromhex(checksum)), dtype=torch.uint8).to(
+                        device
+                    ),
+                    dst=1,
+                )
                 sent = 0
                 for v in views:
                     dist.send(torch.frombuffer(v, dtype=torch.uint8).to(device), dst=1)

@@ -97,7 +97,8 @@ class TcpTransferServer:
         host, port = split_addr(listen)
         self.store = store
         self.sock = socket.create_server((host, port), reuse_port=False)
-        self.address = "%s:%d" % self.sock.getsockname()[:2]
+        host_, port_ = self.sock.getsockname()[:2]
+        self.address = f"{host_}:{port_}"
         self.pool = ThreadPoolExecutor(hash_threads, thread_name_prefix="xfer-hash")
         self._expected: dict[str, Expected] = {}
         self._lock = threading.Lock()
@@ -228,8 +229,9 @@ class TcpTransport:
             return TransferResult(False, error="job has no target transfer address")
         missing = [to_hex(k) for k in job.keys if not store.contains(k)]
         if missing:
-            return TransferResult(False, error=f"{len(missing)} block(s) not in the block store, "
-                                               f"first {missing[0]}")
+            return TransferResult(
+                False, error=f"{len(missing)} block(s) not in the block store, first {missing[0]}"
+            )
         failures = 0
         while True:
             try:
@@ -242,16 +244,24 @@ class TcpTransport:
                 failures += 1
                 if failures > self.retries or job.seconds_left() <= 0:
                     return TransferResult(False, error=f"transfer to {addr} failed: {exc}")
-                log.info("job %s: attempt %d to %s failed (%s); retrying", job.id, failures, addr,
-                         exc)
+                log.info(
+                    "job %s: attempt %d to %s failed (%s); retrying", job.id, failures, addr, exc
+                )
                 time.sleep(min(0.5 * failures, max(job.seconds_left(), 0)))
 
-    def _send_once(self, job: Job, store: BlockStore, progress: Progress, addr: str) -> TransferResult:
+    def _send_once(
+        self, job: Job, store: BlockStore, progress: Progress, addr: str
+    ) -> TransferResult:
         views = [store.read(k) for k in job.keys]
         sizes = [v.nbytes for v in views]
         checksum = transfer_checksum(store.digest(k) for k in job.keys)
-        header = {"job_id": job.id, "attempt": job.attempt, "keys": [to_hex(k) for k in job.keys],
-                  "sizes": sizes, "checksum": checksum}
+        header = {
+            "job_id": job.id,
+            "attempt": job.attempt,
+            "keys": [to_hex(k) for k in job.keys],
+            "sizes": sizes,
+            "checksum": checksum,
+        }
         with socket.create_connection(split_addr(addr), timeout=self.connect_timeout_s) as sock:
             _tune(sock)
             sock.settimeout(max(job.seconds_left(), 1.0))
@@ -276,7 +286,9 @@ class TcpTransport:
                 progress(sent)
             final = _recv_msg(sock)
         if not final.get("ok"):
-            return TransferResult(False, sent, final.get("checksum"), f"target: {final.get('error')}")
+            return TransferResult(
+                False, sent, final.get("checksum"), f"target: {final.get('error')}"
+            )
         if final.get("checksum") != checksum:
             return TransferResult(False, sent, final.get("checksum"), "target checksum differs")
         return TransferResult(True, sent, checksum)

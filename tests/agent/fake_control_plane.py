@@ -81,8 +81,12 @@ class FakeControlPlane:
         new_boot = self.boot.get(node) not in (None, report["boot_id"])
         snapshot_only = all(r["mode"] == "snapshot" for r in report["residency"])
         if seq <= last and not (new_boot and snapshot_only):
-            return 409, {"error": "stale_seq", "detail": "seq not greater", "field": "seq",
-                         "last_seq": last}
+            return 409, {
+                "error": "stale_seq",
+                "detail": "seq not greater",
+                "field": "seq",
+                "last_seq": last,
+            }
         for entry in report["residency"]:
             held = self.residency.setdefault((node, entry["engine_id"]), {})
             if entry["mode"] == "snapshot" or entry["cleared"]:
@@ -95,8 +99,11 @@ class FakeControlPlane:
         self.boot[node] = report["boot_id"]
         self.reports.append(report)
         self.lock.notify_all()
-        return 200, {"applied_seq": seq, "snapshot_requested": self.snapshot_requests.pop(node, []),
-                     "server_time": time.time()}
+        return 200, {
+            "applied_seq": seq,
+            "snapshot_requested": self.snapshot_requests.pop(node, []),
+            "server_time": time.time(),
+        }
 
 
 def _handler(cp: FakeControlPlane) -> type[BaseHTTPRequestHandler]:
@@ -134,16 +141,19 @@ def _handler(cp: FakeControlPlane) -> type[BaseHTTPRequestHandler]:
                 if path == "/api/agents/enrol/":
                     tok = body.get("enrolment_token")
                     if tok not in cp.enrolment_tokens:
-                        return self._reply(403, {"error": "invalid_token", "detail": "no",
-                                                 "field": "enrolment_token"})
+                        return self._reply(
+                            403,
+                            {"error": "invalid_token", "detail": "no", "field": "enrolment_token"},
+                        )
                     cp.enrolment_tokens.discard(tok)
                     node = len(cp.nodes) + 1
                     token = f"pwa_node{node}"
                     cp.nodes[token] = node
                     cp.hostnames[node] = body.get("hostname")
                     cp.lock.notify_all()
-                    return self._reply(201, {"node_id": node, "agent_token": token,
-                                             "report_interval_s": None})
+                    return self._reply(
+                        201, {"node_id": node, "agent_token": token, "report_interval_s": None}
+                    )
                 node = self._node()
                 if node is None:
                     return self._reply(401, {"error": "unauthorized", "detail": "", "field": None})

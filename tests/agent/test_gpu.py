@@ -46,8 +46,11 @@ def test_not_supported_fields_are_marked_not_fatal():
     assert len(r.gpus) == 2
     g = r.gpus[0]
     assert g["memory_total"] == 24146608128 and g["utilization_gpu"] is None
-    assert g["errors"] == {"utilization_gpu": "Not Supported", "pcie": "Not Supported",
-                           "processes": "Not Supported"}
+    assert g["errors"] == {
+        "utilization_gpu": "Not Supported",
+        "pcie": "Not Supported",
+        "processes": "Not Supported",
+    }
     assert g["pcie"] == {"gen": 4, "width": None} and g["nvlink_peers"] == []
 
 
@@ -63,8 +66,11 @@ def test_real_pynvml_without_a_gpu_does_not_raise():
 
 def test_simulated_source_reads_the_file(tmp_path):
     f = tmp_path / "gpus.json"
-    f.write_text(json.dumps({"gpus": [{"uuid": "GPU-sim-0", "index": 0,
-                                        "memory_total": 100, "memory_used": 60}]}))
+    f.write_text(
+        json.dumps(
+            {"gpus": [{"uuid": "GPU-sim-0", "index": 0, "memory_total": 100, "memory_used": 60}]}
+        )
+    )
     r = SimulatedGpuSource(str(f)).collect()
     assert r.gpus[0]["memory_free"] == 40 and r.gpus[0]["uuid"] == "GPU-sim-0"
 

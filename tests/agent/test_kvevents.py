@@ -44,7 +44,7 @@ def test_real_messages_end_with_expected_residency(version):
     assert len(snap["stored"]) == len(expected["resident_after_all"])
     want = {to_hex(canonical(expected, h)) for h in checkable(expected)}
     assert want <= {row[0] for row in snap["stored"]}
-    for key, parent, medium, flags in snap["stored"]:
+    for _key, _parent, medium, flags in snap["stored"]:
         assert medium == "GPU" and flags == 0
 
 
@@ -80,12 +80,24 @@ def test_deltas_are_net_and_cleared_is_reported():
 
 def test_missing_token_ids_fall_back_to_engine_scoped_keys():
     res = EngineResidency("vllm-0", 16)
-    res.apply_events([{"type": "BlockStored", "block_hashes": [11, 12], "parent_block_hash": None,
-                       "token_ids": None, "block_size": 16, "medium": "CPU"}])
+    res.apply_events(
+        [
+            {
+                "type": "BlockStored",
+                "block_hashes": [11, 12],
+                "parent_block_hash": None,
+                "token_ids": None,
+                "block_size": 16,
+                "medium": "CPU",
+            }
+        ]
+    )
     snap = res.take_entry(force_snapshot=True)
     rows = sorted(snap["stored"])
-    assert {r[0] for r in rows} == {to_hex(engine_scoped_key("vllm-0", 11)),
-                                     to_hex(engine_scoped_key("vllm-0", 12))}
+    assert {r[0] for r in rows} == {
+        to_hex(engine_scoped_key("vllm-0", 11)),
+        to_hex(engine_scoped_key("vllm-0", 12)),
+    }
     assert all(r[2] == "CPU" and r[3] & FLAG_ENGINE_SCOPED for r in rows)
 
 
@@ -97,9 +109,13 @@ def test_batched_store_splits_tokens_per_block():
     k2 = block_key(k1, tokens[16:32])
     k3 = block_key(k2, tokens[32:])
     snap = res.take_entry(force_snapshot=True)
-    assert sorted(snap["stored"]) == sorted([[to_hex(k1), None, "GPU", 0],
-                                             [to_hex(k2), to_hex(k1), "GPU", 0],
-                                             [to_hex(k3), to_hex(k2), "GPU", 0]])
+    assert sorted(snap["stored"]) == sorted(
+        [
+            [to_hex(k1), None, "GPU", 0],
+            [to_hex(k2), to_hex(k1), "GPU", 0],
+            [to_hex(k3), to_hex(k2), "GPU", 0],
+        ]
+    )
 
 
 @pytest.mark.parametrize("payload", [b"\xc1", msgpack.packb({"a": 1}), msgpack.packb([1])])

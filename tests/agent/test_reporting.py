@@ -13,9 +13,18 @@ from tests.agent.conftest import load_messages
 
 def make_reporter(cp, tmp_path, res, **kw):
     return Reporter(
-        cp.url, tmp_path, {"vllm-0": res}, lambda: [], lambda: [{"engine_id": "vllm-0"}],
-        enrolment_token="enrol-1", hostname="node-a", interval_s=0.05, backoff_initial_s=0.05,
-        backoff_max_s=0.5, timeout_s=1.0, **kw,
+        cp.url,
+        tmp_path,
+        {"vllm-0": res},
+        lambda: [],
+        lambda: [{"engine_id": "vllm-0"}],
+        enrolment_token="enrol-1",
+        hostname="node-a",
+        interval_s=0.05,
+        backoff_initial_s=0.05,
+        backoff_max_s=0.5,
+        timeout_s=1.0,
+        **kw,
     )
 
 

@@ -70,6 +70,8 @@ def test_sequence_reset_clears_the_engine(publisher):
     tracker.on_message(0, frames[20][2])
     assert tracker.stats.restarts == 1
     only_new = EngineResidency("vllm-0", 16)
-    only_new.apply_events(__import__("nodeagent.kvevents").kvevents.decode_payload(frames[20][2])[1])
+    only_new.apply_events(
+        __import__("nodeagent.kvevents").kvevents.decode_payload(frames[20][2])[1]
+    )
     assert res.resident_hashes() == only_new.resident_hashes()
     assert res.take_entry()["mode"] == "snapshot"

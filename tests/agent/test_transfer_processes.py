@@ -30,7 +30,7 @@ def start_agent(cp, tmp_path, name, token, store_dir, port, extra=""):
 control_plane_url = "{cp.url}"
 enrolment_token = "{token}"
 hostname = "{name}"
-state_dir = "{tmp_path / (name + '-state')}"
+state_dir = "{tmp_path / (name + "-state")}"
 report_interval_s = 0.5
 metrics_listen = ""
 gpu_source = "none"
@@ -46,16 +46,27 @@ connect_timeout_s = 2.0
 {extra}
 """)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "nodeagent", "--config", str(cfg)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "nodeagent", "--config", str(cfg)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def job(job_id, keys, src_port, dst_port, attempt=1):
-    return {"id": job_id, "action": "replicate", "transport": "tcp",
-            "keys": [to_hex(k) for k in keys], "bytes": len(keys) * BLOCK,
-            "bytes_per_block": BLOCK, "source": {"node_id": 1, "transfer": f"127.0.0.1:{src_port}"},
-            "target": {"node_id": 2, "transfer": f"127.0.0.1:{dst_port}"},
-            "deadline": time.time() + 60, "attempt": attempt}
+    return {
+        "id": job_id,
+        "action": "replicate",
+        "transport": "tcp",
+        "keys": [to_hex(k) for k in keys],
+        "bytes": len(keys) * BLOCK,
+        "bytes_per_block": BLOCK,
+        "source": {"node_id": 1, "transfer": f"127.0.0.1:{src_port}"},
+        "target": {"node_id": 2, "transfer": f"127.0.0.1:{dst_port}"},
+        "deadline": time.time() + 60,
+        "attempt": attempt,
+    }
 
 
 def dispatch(cp, spec, src_node, dst_node):
@@ -119,8 +130,9 @@ def test_receiver_killed_mid_transfer_fails_cleanly_then_retry_succeeds(
     store, keys = blocks
     sp, dp = free_port(), free_port()
     # 4 MB/s: the 24 MiB transfer takes ~6 s, time enough to kill the receiver in the middle.
-    src = start_agent(control_plane, tmp_path, "src", "enrol-1", store.dir, sp,
-                      "rate_limit_bytes_per_s = 4000000")
+    src = start_agent(
+        control_plane, tmp_path, "src", "enrol-1", store.dir, sp, "rate_limit_bytes_per_s = 4000000"
+    )
     dst = start_agent(control_plane, tmp_path, "dst", "enrol-2", tmp_path / "dst-blocks", dp)
     dst2 = None
     try:
@@ -128,9 +140,13 @@ def test_receiver_killed_mid_transfer_fails_cleanly_then_retry_succeeds(
         s, d = control_plane.node_id("src"), control_plane.node_id("dst")
         jid = str(uuid.uuid4())
         dispatch(control_plane, job(jid, keys, sp, dp), s, d)
-        assert control_plane.wait_for(lambda: any(
-            e["type"] == "job.progress" and e["node"] == d and e["bytes_done"] >= 4 * BLOCK
-            for e in control_plane.events), 20)
+        assert control_plane.wait_for(
+            lambda: any(
+                e["type"] == "job.progress" and e["node"] == d and e["bytes_done"] >= 4 * BLOCK
+                for e in control_plane.events
+            ),
+            20,
+        )
         dst.kill()
         dst.wait()
         failed = wait_result(control_plane, jid, s)

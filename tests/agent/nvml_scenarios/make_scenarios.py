@@ -32,7 +32,9 @@ def h100(i: int) -> dict:
         "nvmlDeviceGetUtilizationRates": {"gpu": 80 + i, "memory": 40 + i},
         "nvmlDeviceGetCurrPcieLinkGeneration": 5,
         "nvmlDeviceGetCurrPcieLinkWidth": 16,
-        "nvmlDeviceGetComputeRunningProcesses": [{"pid": 4200 + i, "usedGpuMemory": used - 600 * (1 << 20)}],
+        "nvmlDeviceGetComputeRunningProcesses": [
+            {"pid": 4200 + i, "usedGpuMemory": used - 600 * (1 << 20)}
+        ],
         "nvmlDeviceGetNvLinkState": links,
         "nvmlDeviceGetNvLinkRemotePciInfo": remotes,
     }
@@ -43,7 +45,10 @@ def write(name: str, scenario: dict) -> None:
 
 
 healthy = [h100(i) for i in range(8)]
-write("healthy-8xh100", {"nvmlInit": None, "nvmlSystemGetDriverVersion": "550.54.15", "devices": healthy})
+write(
+    "healthy-8xh100",
+    {"nvmlInit": None, "nvmlSystemGetDriverVersion": "550.54.15", "devices": healthy},
+)
 
 lost = [h100(i) for i in range(8)]
 for call in list(lost[3]):
@@ -57,19 +62,24 @@ a10g = []
 for i in range(2):
     total = 24146608128
     used = 20 * GIB
-    a10g.append({
-        "nvmlDeviceGetHandleByIndex": None,
-        "nvmlDeviceGetUUID": f"GPU-a10a10a1-0000-4000-8000-00000000000{i}",
-        "nvmlDeviceGetName": "NVIDIA A10G",
-        "nvmlDeviceGetPciInfo": {"busId": f"00000000:{0x1e + i:02x}:00.0"},
-        "nvmlDeviceGetMemoryInfo": {"total": total, "used": used, "free": total - used},
-        "nvmlDeviceGetUtilizationRates": NOT_SUPPORTED,
-        "nvmlDeviceGetCurrPcieLinkGeneration": 4,
-        "nvmlDeviceGetCurrPcieLinkWidth": NOT_SUPPORTED,
-        "nvmlDeviceGetComputeRunningProcesses": NOT_SUPPORTED,
-        "nvmlDeviceGetNvLinkState": {"0": NOT_SUPPORTED},
-        "nvmlDeviceGetNvLinkRemotePciInfo": {},
-    })
-write("not-supported-fields", {"nvmlInit": None, "nvmlSystemGetDriverVersion": "535.183.01", "devices": a10g})
+    a10g.append(
+        {
+            "nvmlDeviceGetHandleByIndex": None,
+            "nvmlDeviceGetUUID": f"GPU-a10a10a1-0000-4000-8000-00000000000{i}",
+            "nvmlDeviceGetName": "NVIDIA A10G",
+            "nvmlDeviceGetPciInfo": {"busId": f"00000000:{0x1E + i:02x}:00.0"},
+            "nvmlDeviceGetMemoryInfo": {"total": total, "used": used, "free": total - used},
+            "nvmlDeviceGetUtilizationRates": NOT_SUPPORTED,
+            "nvmlDeviceGetCurrPcieLinkGeneration": 4,
+            "nvmlDeviceGetCurrPcieLinkWidth": NOT_SUPPORTED,
+            "nvmlDeviceGetComputeRunningProcesses": NOT_SUPPORTED,
+            "nvmlDeviceGetNvLinkState": {"0": NOT_SUPPORTED},
+            "nvmlDeviceGetNvLinkRemotePciInfo": {},
+        }
+    )
+write(
+    "not-supported-fields",
+    {"nvmlInit": None, "nvmlSystemGetDriverVersion": "535.183.01", "devices": a10g},
+)
 
 write("no-driver", {"nvmlInit": {"error": "NVML_ERROR_DRIVER_NOT_LOADED"}, "devices": []})
