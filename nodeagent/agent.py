@@ -1,0 +1,200 @@
+"""The running agent: wires GPU source, engine subscribers, reporter, jobs and transfers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import httpx
+import zmq
+
+from nodeagent.blockstore import BlockStore, FileBlockStore, MemoryBlockStore
+from nodeagent.config import AgentConfig
+from nodeagent.engine_metrics import scrape
+from nodeagent.gpu import GpuSource, make_gpu_source
+from nodeagent.jobs import JobChannel, JobRunner, Journal
+from nodeagent.metrics import AgentMetrics
+from nodeagent.reporter import Backoff, Reporter
+from nodeagent.residency import EngineResidency
+from nodeagent.subscriber import EngineSubscriber
+from nodeagent.transfers.base import Transport
+from nodeagent.transfers.lmcache import LmcacheTransport
+from nodeagent.transfers.nccl import NcclTransport
+from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport
+
+log = logging.getLogger(__name__)
+
+
+def make_block_store(cfg: AgentConfig) -> BlockStore:
+    t = cfg.transfer
+    if t.block_store == "files":
+        return FileBlockStore(t.block_store_path)
+    return MemoryBlockStore(t.block_store_max_bytes, pinned=t.block_store == "pinned")
+
+
+class Agent:
+    def __init__(
+        self, cfg: AgentConfig, gpu_source: GpuSource | None = None, store: BlockStore | None = None
+    ):
+        self.cfg = cfg
+        state = Path(cfg.state_dir)
+        state.mkdir(parents=True, exist_ok=True)
+        self.metrics = AgentMetrics()
+        self.gpu_source = gpu_source or make_gpu_source(cfg.gpu_source, cfg.gpu_sim_source)
+        self.store = store or make_block_store(cfg)
+        self.residencies = {
+            e.engine_id: EngineResidency(e.engine_id, e.block_size) for e in cfg.engines
+        }
+        self.engine_metrics: dict[str, dict[str, Any]] = {}
+        self.zmq = zmq.Context()
+        self.subscribers = [
+            EngineSubscriber(
+                self.residencies[e.engine_id],
+                e.kv_events,
+                e.replay,
+                e.topic,
+                self.zmq,
+                on_batch=self.metrics.kv_block_events.labels(e.engine_id).inc,
+            )
+            for e in cfg.engines
+        ]
+        self.server: TcpTransferServer | None = None
+        if cfg.transfer.listen:
+            self.server = TcpTransferServer(
+                cfg.transfer.listen, self.store, cfg.transfer.hash_threads
+            )
+        self.transfer_address = cfg.transfer.advertise or (
+            f"{socket.gethostname()}:{self.server.address.rpartition(':')[2]}"
+            if self.server
+            else ""
+        )
+        t = cfg.transfer
+        transports: dict[str, Transport] = {
+            "tcp": TcpTransport(
+                self.server, t.rate_limit_bytes_per_s, t.chunk_bytes, t.connect_timeout_s, t.retries
+            ),
+            "nccl": NcclTransport(),
+            "lmcache": LmcacheTransport(),
+        }
+        self.reporter = Reporter(
+            cfg.control_plane_url,
+            state,
+            self.residencies,
+            self._gpus,
+            self._engines,
+            enrolment_token=cfg.enrolment_token,
+            hostname=cfg.hostname,
+            labels=cfg.labels,
+            interval_s=cfg.report_interval_s,
+            heartbeat_s=cfg.heartbeat_interval_s,
+            timeout_s=cfg.request_timeout_s,
+            backoff_initial_s=cfg.backoff_initial_s,
+            backoff_max_s=cfg.backoff_max_s,
+            spool_max_bytes=cfg.spool_max_bytes,
+            metrics=self.metrics,
+        )
+        self.runner = JobRunner(
+            Journal(state / "jobs.journal"), self.store, transports, self.metrics
+        )
+        self.channel = JobChannel(
+            cfg.control_plane_url,
+            lambda: self.reporter.state.agent_token,
+            self.runner,
+            mode=cfg.jobs_transport,
+            long_poll_wait_s=cfg.long_poll_wait_s,
+            backoff=Backoff(cfg.backoff_initial_s, cfg.backoff_max_s),
+        )
+        self._last_gpu_status = ""
+        self._counted: dict[str, tuple[int, int]] = {}
+
+    def _gpus(self) -> list[dict[str, Any]]:
+        reading = self.gpu_source.collect()
+        if reading.status != self._last_gpu_status:
+            log.info("GPUs: %s", reading.status)
+            self._last_gpu_status = reading.status
+        self.metrics.gpus.set(len(reading.gpus))
+        return reading.gpus
+
+    def _engines(self) -> list[dict[str, Any]]:
+        out = []
+        for e, sub in zip(self.cfg.engines, self.subscribers, strict=True):
+            res = self.residencies[e.engine_id]
+            self.metrics.resident_blocks.labels(e.engine_id).set(res.block_count())
+            st = sub.tracker.stats
+            seen_gaps, seen_resyncs = self._counted.get(e.engine_id, (0, 0))
+            self.metrics.kv_gaps.labels(e.engine_id).inc(st.gaps - seen_gaps)
+            self.metrics.kv_resyncs.labels(e.engine_id).inc(st.resyncs + st.restarts - seen_resyncs)
+            self._counted[e.engine_id] = (st.gaps, st.resyncs + st.restarts)
+            out.append(
+                {
+                    "engine_id": e.engine_id,
+                    "kind": e.kind,
+                    "model": e.model,
+                    "block_size": e.block_size,
+                    "bytes_per_block": e.bytes_per_block,
+                    "kv_capacity_blocks": e.kv_capacity_blocks,
+                    "gpu_uuids": e.gpu_uuids,
+                    "endpoints": {
+                        "kv_events": e.kv_events,
+                        "replay": e.replay,
+                        "metrics": e.metrics_url,
+                        "transfer": self.transfer_address,
+                    },
+                    "metrics": self.engine_metrics.get(e.engine_id, {}),
+                }
+            )
+        return out
+
+    async def _scrape_loop(self) -> None:
+        targets = [(e.engine_id, e.metrics_url) for e in self.cfg.engines if e.metrics_url]
+        if not targets:
+            return
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while True:
+                for engine_id, url in targets:
+                    got = await scrape(client, url)
+                    if got is not None:
+                        self.engine_metrics[engine_id] = got
+                await asyncio.sleep(self.cfg.engine_metrics_interval_s)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        if self.cfg.metrics_listen:
+            self.metrics.serve(self.cfg.metrics_listen)
+        for sub in self.subscribers:
+            sub.start()
+        if self.server:
+            self.server.start()
+            log.info(
+                "transfer server on %s (advertised %s)", self.server.address, self.transfer_address
+            )
+        tasks = [asyncio.create_task(self.reporter.run()), asyncio.create_task(self._scrape_loop())]
+        if self.cfg.jobs_transport != "none":
+            tasks.append(asyncio.create_task(self.channel.run()))
+        await stop.wait()
+        self.reporter.stop_event.set()
+        self.channel.stop_event.set()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.reporter.aclose()
+        for sub in self.subscribers:
+            sub.stop()
+        if self.server:
+            self.server.close()
+        self.gpu_source.close()
+
+
+def run_agent(cfg: AgentConfig) -> int:
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await Agent(cfg).run(stop)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,31 @@
+"""``prewarm-agent`` entry point: load the configuration, then run the agent until stopped."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+
+from nodeagent.config import ConfigError, load_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = load_config(argv)
+    except ConfigError as exc:
+        print(f"prewarm-agent: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if "--print-config" in (argv if argv is not None else sys.argv[1:]):
+        redacted = dataclasses.asdict(cfg)
+        if redacted["enrolment_token"]:
+            redacted["enrolment_token"] = "***"
+        print(json.dumps(redacted, indent=2))
+        return 0
+    logging.basicConfig(
+        level=getattr(logging, cfg.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from nodeagent.agent import run_agent  # after config: keeps --help and errors light
+
+    return run_agent(cfg)

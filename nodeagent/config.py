@@ -1,0 +1,338 @@
+"""Agent configuration from a TOML file, ``PREWARM_AGENT_*`` environment variables and flags.
+
+Precedence: command-line flag > environment > TOML file > default. Every option has one name:
+``report_interval_s`` is ``report_interval_s = 1.0`` in TOML, ``PREWARM_AGENT_REPORT_INTERVAL_S``
+in the environment and ``--report-interval-s`` on the command line; options of the
+``[transfer]`` table get a ``transfer_`` prefix in the environment and on the command line.
+Engines come from ``[[engines]]`` tables, ``PREWARM_AGENT_ENGINES`` (a JSON list) or repeated
+``--engine key=value,key=value`` flags. Any problem raises ``ConfigError`` with one sentence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+ENV_PREFIX = "PREWARM_AGENT_"
+_ENGINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, described in one line."""
+
+
+@dataclass
+class EngineConfig:
+    """One inference engine the agent watches."""
+
+    engine_id: str
+    kind: str = "vllm"
+    kv_events: str = ""  # vLLM publisher endpoint, e.g. tcp://127.0.0.1:5557
+    replay: str = ""  # vLLM replay (ROUTER) endpoint, e.g. tcp://127.0.0.1:5558
+    topic: str = ""  # ZMQ subscription prefix; "" takes every topic
+    metrics_url: str = ""  # the engine's Prometheus /metrics
+    model: str = ""
+    block_size: int = 16
+    bytes_per_block: int = 0
+    kv_capacity_blocks: int = 0
+    gpu_uuids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TransferConfig:
+    """Agent-to-agent transfers."""
+
+    listen: str = "0.0.0.0:7701"  # TCP transfer server; "" disables it
+    advertise: str = ""  # host:port peers use; defaults to hostname:port of listen
+    rate_limit_bytes_per_s: int = 0  # 0 = unlimited
+    chunk_bytes: int = 4 << 20
+    hash_threads: int = 2
+    connect_timeout_s: float = 10.0
+    retries: int = 2  # extra attempts inside one job before it fails
+    block_store: str = "memory"  # memory | files | pinned
+    block_store_path: str = ""
+    block_store_max_bytes: int = 8 << 30
+
+
+@dataclass
+class AgentConfig:
+    """Everything the agent needs to run."""
+
+    control_plane_url: str = ""
+    enrolment_token: str = ""
+    hostname: str = field(default_factory=socket.gethostname)
+    labels: dict[str, str] = field(default_factory=dict)
+    state_dir: str = ""
+    report_interval_s: float = 1.0
+    heartbeat_interval_s: float = 15.0
+    request_timeout_s: float = 10.0
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    spool_max_bytes: int = 64 << 20
+    metrics_listen: str = "127.0.0.1:9464"  # "" disables /metrics
+    gpu_source: str = "nvml"  # nvml | simulated | none
+    gpu_sim_source: str = ""  # file path or http(s) URL for the simulated source
+    jobs_transport: str = "websocket"  # websocket | long-poll | none
+    long_poll_wait_s: int = 25
+    engine_metrics_interval_s: float = 5.0
+    log_level: str = "INFO"
+    engines: list[EngineConfig] = field(default_factory=list)
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.state_dir)
+
+
+_SCALARS = (str, int, float, bool)
+
+
+def _scalar_fields(cls: type) -> dict[str, type]:
+    hints = get_type_hints(cls)
+    return {
+        f.name: hints[f.name]
+        for f in dataclasses.fields(cls)
+        if hints[f.name] in _SCALARS or hints[f.name] == dict[str, str]
+    }
+
+
+def _coerce(name: str, typ: Any, value: Any) -> Any:
+    """Convert a TOML/env/flag value to the field's type, or raise ConfigError."""
+    try:
+        if typ is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if typ is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError(value)
+            return int(value)
+        if typ is float:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return float(value)
+        if typ is str:
+            if not isinstance(value, str | int | float):
+                raise ValueError(value)
+            return str(value)
+        if typ == dict[str, str]:
+            if isinstance(value, str):
+                value = dict(kv.split("=", 1) for kv in value.split(",") if kv)
+            if not isinstance(value, Mapping):
+                raise ValueError(value)
+            return {str(k): str(v) for k, v in value.items()}
+    except (ValueError, TypeError):
+        raise ConfigError(
+            f"{name}: {value!r} is not a valid {getattr(typ, '__name__', typ)}"
+        ) from None
+    raise ConfigError(f"{name}: unsupported option type")
+
+
+def _engine(raw: Any, where: str) -> EngineConfig:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: an engine must be a table of key = value")
+    known = {f.name: f for f in dataclasses.fields(EngineConfig)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown engine option {unknown[0]!r}")
+    if "engine_id" not in raw:
+        raise ConfigError(f"{where}: engine_id is required")
+    hints = get_type_hints(EngineConfig)
+    values: dict[str, Any] = {}
+    for k, v in raw.items():
+        if hints[k] == list[str]:
+            if isinstance(v, str):
+                v = [p for p in v.split(";") if p]
+            if not isinstance(v, list) or not all(isinstance(p, str) for p in v):
+                raise ConfigError(f"{where}.{k}: must be a list of strings")
+            values[k] = v
+        else:
+            values[k] = _coerce(f"{where}.{k}", hints[k], v)
+    return EngineConfig(**values)
+
+
+def _engine_flag(text: str) -> dict[str, str]:
+    pairs = [p for p in text.split(",") if p]
+    if not all("=" in p for p in pairs):
+        raise ConfigError(f"--engine {text!r}: expected key=value,key=value")
+    return dict(p.split("=", 1) for p in pairs)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="prewarm-agent",
+        description="Prewarm node agent: GPU memory, KV residency, reports and replication jobs.",
+    )
+    p.add_argument("--config", help="TOML configuration file")
+    p.add_argument("--print-config", action="store_true", help="print the merged config and exit")
+    for name in _scalar_fields(AgentConfig):
+        p.add_argument(_flag(name), dest=name, default=None)
+    for name in _scalar_fields(TransferConfig):
+        p.add_argument(_flag("transfer_" + name), dest="transfer_" + name, default=None)
+    p.add_argument(
+        "--engine",
+        action="append",
+        default=None,
+        help="engine_id=vllm-0,kv_events=tcp://127.0.0.1:5557,replay=...,block_size=16 (repeat)",
+    )
+    return p
+
+
+def load_config(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> AgentConfig:
+    """Merge defaults, TOML, environment and flags; validate; raise ConfigError on any problem."""
+    env = os.environ if env is None else env
+    args = build_parser().parse_args(argv)
+    path = args.config or env.get(ENV_PREFIX + "CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+
+    cfg = AgentConfig()
+    top = _scalar_fields(AgentConfig)
+    tr = _scalar_fields(TransferConfig)
+    unknown = sorted(set(data) - set(top) - {"engines", "transfer"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown option {unknown[0]!r}")
+    transfer_table = data.get("transfer", {})
+    if not isinstance(transfer_table, Mapping):
+        raise ConfigError(f"{path}: [transfer] must be a table")
+    unknown = sorted(set(transfer_table) - set(tr))
+    if unknown:
+        raise ConfigError(f"{path}: unknown transfer option {unknown[0]!r}")
+
+    def pick(name: str, typ: Any, file_value: Any, env_name: str, flag_value: Any) -> Any:
+        if flag_value is not None:
+            return _coerce(_flag(name), typ, flag_value)
+        if env_name in env:
+            return _coerce(env_name, typ, env[env_name])
+        if file_value is not None:
+            return _coerce(name, typ, file_value)
+        return None
+
+    for name, typ in top.items():
+        v = pick(name, typ, data.get(name), ENV_PREFIX + name.upper(), getattr(args, name))
+        if v is not None:
+            setattr(cfg, name, v)
+    for name, typ in tr.items():
+        v = pick(
+            "transfer_" + name,
+            typ,
+            transfer_table.get(name),
+            ENV_PREFIX + "TRANSFER_" + name.upper(),
+            getattr(args, "transfer_" + name),
+        )
+        if v is not None:
+            setattr(cfg.transfer, name, v)
+
+    if args.engine:
+        cfg.engines = [
+            _engine(_engine_flag(t), f"--engine #{i + 1}") for i, t in enumerate(args.engine)
+        ]
+    elif ENV_PREFIX + "ENGINES" in env:
+        try:
+            raw = json.loads(env[ENV_PREFIX + "ENGINES"])
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{ENV_PREFIX}ENGINES is not valid JSON: {exc.msg}") from None
+        if not isinstance(raw, list):
+            raise ConfigError(f"{ENV_PREFIX}ENGINES must be a JSON list of engine objects")
+        cfg.engines = [_engine(e, f"{ENV_PREFIX}ENGINES[{i}]") for i, e in enumerate(raw)]
+    elif "engines" in data:
+        if not isinstance(data["engines"], list):
+            raise ConfigError(f"{path}: engines must be an array of tables ([[engines]])")
+        cfg.engines = [_engine(e, f"engines[{i}]") for i, e in enumerate(data["engines"])]
+
+    validate(cfg)
+    return cfg
+
+
+def _host_port(name: str, value: str) -> None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"{name}: {value!r} is not host:port")
+
+
+def validate(cfg: AgentConfig) -> None:
+    """Check cross-field rules; raise ConfigError with the first problem found."""
+    if not cfg.control_plane_url:
+        raise ConfigError(
+            f"control_plane_url is required (--control-plane-url or {ENV_PREFIX}CONTROL_PLANE_URL)"
+        )
+    if not cfg.control_plane_url.startswith(("http://", "https://")):
+        raise ConfigError(f"control_plane_url {cfg.control_plane_url!r} must start with http(s)://")
+    if not cfg.state_dir:
+        raise ConfigError(f"state_dir is required (--state-dir or {ENV_PREFIX}STATE_DIR)")
+    for name in (
+        "report_interval_s",
+        "heartbeat_interval_s",
+        "request_timeout_s",
+        "backoff_initial_s",
+        "backoff_max_s",
+        "engine_metrics_interval_s",
+    ):
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"{name} must be positive")
+    if cfg.spool_max_bytes < 4096:
+        raise ConfigError("spool_max_bytes must be at least 4096")
+    if cfg.gpu_source not in ("nvml", "simulated", "none"):
+        raise ConfigError(f"gpu_source {cfg.gpu_source!r} must be nvml, simulated or none")
+    if cfg.gpu_source == "simulated" and not cfg.gpu_sim_source:
+        raise ConfigError("gpu_source = simulated needs gpu_sim_source (a file path or URL)")
+    if cfg.jobs_transport not in ("websocket", "long-poll", "none"):
+        raise ConfigError(
+            f"jobs_transport {cfg.jobs_transport!r} must be websocket, long-poll or none"
+        )
+    if cfg.metrics_listen:
+        _host_port("metrics_listen", cfg.metrics_listen)
+    t = cfg.transfer
+    if t.listen:
+        _host_port("transfer.listen", t.listen)
+    if t.advertise:
+        _host_port("transfer.advertise", t.advertise)
+    if t.rate_limit_bytes_per_s < 0 or t.chunk_bytes < 4096 or t.hash_threads < 1 or t.retries < 0:
+        raise ConfigError(
+            "transfer: rate limit >= 0, chunk_bytes >= 4096, hash_threads >= 1, retries >= 0"
+        )
+    if t.block_store not in ("memory", "files", "pinned"):
+        raise ConfigError(f"transfer.block_store {t.block_store!r} must be memory, files or pinned")
+    if t.block_store == "files" and not t.block_store_path:
+        raise ConfigError("transfer.block_store = files needs transfer.block_store_path")
+    seen: set[str] = set()
+    for e in cfg.engines:
+        if not _ENGINE_ID.match(e.engine_id):
+            raise ConfigError(f"engine_id {e.engine_id!r} must be 1-64 of letters, digits, _.:-")
+        if e.engine_id in seen:
+            raise ConfigError(f"engine_id {e.engine_id!r} appears twice")
+        seen.add(e.engine_id)
+        if e.kind != "vllm":
+            raise ConfigError(f"engine {e.engine_id}: kind {e.kind!r} is not supported (vllm)")
+        if not e.kv_events.startswith(("tcp://", "ipc://", "inproc://")):
+            raise ConfigError(f"engine {e.engine_id}: kv_events must be a ZMQ endpoint (tcp://...)")
+        if e.replay and not e.replay.startswith(("tcp://", "ipc://", "inproc://")):
+            raise ConfigError(f"engine {e.engine_id}: replay must be a ZMQ endpoint (tcp://...)")
+        if e.block_size <= 0 or e.bytes_per_block < 0 or e.kv_capacity_blocks < 0:
+            raise ConfigError(f"engine {e.engine_id}: block_size > 0, byte and block counts >= 0")

@@ -1,0 +1,250 @@
+"""Replication jobs: receive (websocket, long-poll fallback), acknowledge, execute, report.
+
+Delivery is idempotent by job id: a small journal (``jobs.journal``, one JSON line per final
+result, replayed at start) answers a job id it has already finished with the recorded result
+instead of running it again. A failed job that comes back with a higher ``attempt`` (the
+control plane's retry) runs again; a succeeded one never does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import websockets
+
+from nodeagent.blockstore import BlockStore
+from nodeagent.reporter import Backoff
+from nodeagent.transfers.base import Job, JobError, TransferResult, Transport
+
+log = logging.getLogger(__name__)
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Journal:
+    """Append-only record of finished jobs, fsynced, read back at start."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.results: dict[str, dict[str, Any]] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                    self.results[rec["job_id"]] = rec
+                except (ValueError, KeyError):
+                    continue  # a torn last line from a crash: that job simply runs again
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        return self.results.get(job_id)
+
+    def record(self, result: dict[str, Any]) -> None:
+        self.results[result["job_id"]] = result
+        with open(self.path, "a") as f:
+            f.write(json.dumps(result) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+class JobRunner:
+    """Executes job messages with the configured transports and block store."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        store: BlockStore,
+        transports: dict[str, Transport],
+        metrics: Any = None,
+    ):
+        self.journal = journal
+        self.store = store
+        self.transports = transports
+        self.metrics = metrics
+        self.running: dict[str, asyncio.Task[None]] = {}
+
+    async def handle(self, msg: dict[str, Any], send: Send) -> None:
+        kind = msg.get("type")
+        if kind == "job.assign":
+            await self._assign(msg.get("job") or {}, send)
+        elif kind == "job.cancel":
+            task = self.running.get(str(msg.get("job_id")))
+            if task:
+                task.cancel()
+        else:
+            log.warning("ignoring unknown message type %r", kind)
+
+    async def _assign(self, raw: dict[str, Any], send: Send) -> None:
+        try:
+            job = Job.from_message(raw)
+        except JobError as exc:
+            job_id = str(raw.get("id", ""))
+            log.error("%s", exc)
+            if job_id:
+                await send(
+                    {
+                        "type": "job.result",
+                        "job_id": job_id,
+                        "state": "failed",
+                        "checksum": None,
+                        "bytes": 0,
+                        "error": str(exc),
+                    }
+                )
+            return
+        await send({"type": "job.ack", "job_id": job.id})
+        done = self.journal.get(job.id)
+        if done and (done["state"] == "succeeded" or done.get("attempt", 1) >= job.attempt):
+            await send({k: v for k, v in done.items() if k != "attempt"})
+            return
+        if job.id in self.running:
+            return  # a duplicate delivery of a job in progress
+        self.running[job.id] = asyncio.create_task(self._run(job, send))
+
+    async def _run(self, job: Job, send: Send) -> None:
+        loop = asyncio.get_running_loop()
+
+        def progress(n: int) -> None:
+            loop.call_soon_threadsafe(
+                lambda: asyncio.ensure_future(
+                    send({"type": "job.progress", "job_id": job.id, "bytes_done": n})
+                )
+            )
+
+        try:
+            result = await asyncio.to_thread(self._execute, job, progress)
+        except asyncio.CancelledError:
+            result = TransferResult(False, error="cancelled")
+        except Exception as exc:  # a transport bug fails the job, not the agent
+            log.exception("job %s crashed", job.id)
+            result = TransferResult(False, error=f"internal error: {exc}")
+        finally:
+            self.running.pop(job.id, None)
+        state = "succeeded" if result.ok else "failed"
+        record = {
+            "type": "job.result",
+            "job_id": job.id,
+            "state": state,
+            "checksum": result.checksum,
+            "bytes": result.bytes,
+            "error": result.error,
+        }
+        self.journal.record({**record, "attempt": job.attempt})
+        if self.metrics:
+            self.metrics.jobs.labels(state).inc()
+            self.metrics.transfers.labels(job.transport, job.role, state).inc()
+            self.metrics.transfer_bytes.labels(job.transport, job.role).inc(result.bytes)
+        await send(record)
+
+    def _execute(self, job: Job, progress: Any) -> TransferResult:
+        if job.action == "evict":
+            if job.role != "target":
+                return TransferResult(True)
+            for k in job.keys:
+                self.store.delete(k)
+            return TransferResult(True)
+        transport = self.transports.get(job.transport)
+        if transport is None:
+            return TransferResult(False, error=f"transport {job.transport!r} not available here")
+        if job.role == "source":
+            return transport.send(job, self.store, progress)
+        return transport.receive(job, self.store, progress)
+
+
+class JobChannel:
+    """The websocket to the control plane, with long-poll as the fallback."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: Callable[[], str],
+        runner: JobRunner,
+        *,
+        mode: str = "websocket",
+        long_poll_wait_s: int = 25,
+        backoff: Backoff | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.runner = runner
+        self.mode = mode
+        self.wait_s = long_poll_wait_s
+        self.backoff = backoff or Backoff(0.5, 30.0)
+        self.stop_event = asyncio.Event()
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token()}"}
+
+    async def run(self) -> None:
+        while not self.stop_event.is_set():
+            if not self.token():
+                await asyncio.sleep(0.5)  # not enrolled yet
+                continue
+            try:
+                if self.mode == "websocket":
+                    await self._websocket()
+                else:
+                    await self._long_poll()
+                self.backoff.reset()
+            except (OSError, websockets.WebSocketException, httpx.HTTPError) as exc:
+                if self.mode == "websocket" and _refused_upgrade(exc):
+                    log.warning("job websocket refused (%s); using long-poll", exc)
+                    self.mode = "long-poll"
+                    continue
+                delay = self.backoff.next_delay()
+                log.info("job channel down (%s); retry in %.1fs", exc, delay)
+                try:
+                    await asyncio.wait_for(self.stop_event.wait(), delay)
+                except TimeoutError:
+                    pass
+
+    async def _websocket(self) -> None:
+        url = self.base_url.replace("http", "ws", 1) + "/ws/agent/"
+        async with websockets.connect(url, additional_headers=self._headers()) as ws:
+            self.backoff.reset()
+            lock = asyncio.Lock()
+
+            async def send(msg: dict[str, Any]) -> None:
+                async with lock:
+                    await ws.send(json.dumps(msg))
+
+            async for raw in ws:
+                if self.stop_event.is_set():
+                    return
+                try:
+                    msg = json.loads(raw)
+                except ValueError:
+                    continue
+                await self.runner.handle(msg, send)
+
+    async def _long_poll(self) -> None:
+        async with httpx.AsyncClient(timeout=self.wait_s + 10) as client:
+
+            async def send(msg: dict[str, Any]) -> None:
+                await client.post(
+                    f"{self.base_url}/api/agents/jobs/{msg['job_id']}/events/",
+                    json=msg,
+                    headers=self._headers(),
+                )
+
+            while not self.stop_event.is_set():
+                resp = await client.get(
+                    f"{self.base_url}/api/agents/jobs/",
+                    params={"wait": self.wait_s},
+                    headers=self._headers(),
+                )
+                resp.raise_for_status()
+                self.backoff.reset()
+                for msg in resp.json():
+                    await self.runner.handle(msg, send)
+
+
+def _refused_upgrade(exc: Exception) -> bool:
+    """The server does not speak websockets here (e.g. 404 on /ws/agent/): fall back."""
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return isinstance(exc, websockets.InvalidStatus) and status in (400, 404, 405, 426)

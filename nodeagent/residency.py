@@ -1,0 +1,226 @@
+"""Per-engine KV-block residency, keyed by canonical block keys, with deltas for reports.
+
+vLLM names blocks by per-process hashes; the control plane joins on canonical keys
+(``controlplane.core.blockhash``). A ``BlockStored`` event carries the token ids of every block
+it stores (concatenated, ``block_size`` per block) and the engine hash of the first block's
+parent, so the canonical key of each block is ``block_key(canonical parent, its tokens, extra)``.
+The engine-hash -> canonical-key map outlives removals (a child may be stored after its parent
+was evicted) and is bounded; it is dropped when the engine restarts (new hash seed).
+
+Events without token ids (or whose parent is unknown) get engine-scoped keys, flagged with
+``FLAG_ENGINE_SCOPED``, so a report never claims a canonical key it cannot back.
+
+Deltas accumulate between reports and are net: a key is never both stored and removed in one
+delta; ``cleared`` means "empty this engine before applying the rows".
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from controlplane.core.blockhash import (
+    ROOT_PARENT,
+    block_key,
+    engine_scoped_key,
+    extra_for,
+    to_hex,
+)
+from nodeagent.kvevents import CLEARED, REMOVED, STORED, engine_hash, normalise
+
+FLAG_ENGINE_SCOPED = 1
+CANON_MAP_LIMIT = 1_000_000
+
+# Row of a resident block: (canonical key, canonical parent key or None, flags)
+Row = tuple[int, int | None, int]
+
+
+@dataclass
+class EventStats:
+    """Counters the metrics endpoint exposes."""
+
+    block_events: int = 0
+    batches: int = 0
+    engine_scoped: int = 0
+    unknown_removals: int = 0
+
+
+@dataclass
+class EngineResidency:
+    """Blocks resident on one engine, per medium, plus the pending delta since the last report."""
+
+    engine_id: str
+    block_size: int
+    blocks: dict[str, dict[int, Row]] = field(default_factory=dict)  # medium -> hash -> row
+    canon: dict[int, int] = field(default_factory=dict)  # engine hash -> canonical key
+    pending_stored: dict[str, dict[int, Row]] = field(default_factory=dict)  # medium -> key -> row
+    pending_removed: dict[str, set[int]] = field(default_factory=dict)  # medium -> keys
+    pending_cleared: bool = False
+    snapshot_needed: bool = True
+    stats: EventStats = field(default_factory=EventStats)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # -- applying events -------------------------------------------------------------------
+    def apply_events(self, raw_events: Iterable[Any]) -> int:
+        """Apply one batch of raw (either-encoding) events; returns the block events applied."""
+        n = 0
+        with self.lock:
+            self.stats.batches += 1
+            for raw in raw_events:
+                ev = normalise(raw)
+                tag = ev[0]
+                if tag == STORED:
+                    n += self._stored(ev)
+                elif tag == REMOVED:
+                    n += self._removed(ev[1], ev[2])
+                elif tag == CLEARED:
+                    self._clear_blocks()
+            self.stats.block_events += n
+        return n
+
+    def _stored(self, ev: tuple) -> int:
+        _, hashes, parent_hash, token_ids, block_size, lora_id, medium, lora_name = ev
+        if not hashes:
+            return 0
+        bs = block_size or self.block_size
+        hashes = [engine_hash(h) for h in hashes] if not isinstance(hashes[0], int) else hashes
+        canon = self.canon
+        resident = self.blocks.get(medium)
+        if resident is None:
+            resident = self.blocks[medium] = {}
+        pstore = self.pending_stored.get(medium)
+        if pstore is None:
+            pstore = self.pending_stored[medium] = {}
+        premoved = self.pending_removed.get(medium)
+        # Canonical keys need every block's tokens and a known canonical parent, and a LoRA named
+        # (an adapter id alone is engine-specific).
+        if parent_hash is None:
+            parent: int | None = ROOT_PARENT
+        else:
+            parent = canon.get(engine_hash(parent_hash))
+        scoped = (
+            parent is None
+            or token_ids is None
+            or len(token_ids) < bs * len(hashes)
+            or (lora_id is not None and not lora_name)
+        )
+        extra = extra_for(lora_name) if lora_name else b""
+        report_parent: int | None = None if parent_hash is None else parent
+        if scoped:
+            self.stats.engine_scoped += len(hashes)
+            report_parent = (
+                None if parent_hash is None else engine_scoped_key(self.engine_id, parent_hash)
+            )
+        for i, h in enumerate(hashes):
+            if scoped:
+                key = engine_scoped_key(self.engine_id, h)
+                row: Row = (key, report_parent, FLAG_ENGINE_SCOPED)
+            else:
+                key = block_key(parent, token_ids[i * bs : (i + 1) * bs], extra)  # type: ignore[arg-type]
+                row = (key, report_parent, 0)
+                canon[h] = key
+            resident[h] = row
+            pstore[key] = row
+            if premoved:
+                premoved.discard(key)
+            report_parent = parent = key
+        if len(canon) > CANON_MAP_LIMIT:
+            # Dicts keep insertion order: forget the oldest mappings first.
+            for old in list(canon)[: len(canon) - CANON_MAP_LIMIT]:
+                del canon[old]
+        return len(hashes)
+
+    def _removed(self, hashes: list[Any], medium: str) -> int:
+        resident = self.blocks.get(medium)
+        pstore = self.pending_stored.get(medium)
+        premoved = self.pending_removed.get(medium)
+        if premoved is None:
+            premoved = self.pending_removed[medium] = set()
+        n = 0
+        for raw in hashes:
+            h = raw if isinstance(raw, int) else engine_hash(raw)
+            row = resident.pop(h, None) if resident else None
+            n += 1
+            if row is None:
+                self.stats.unknown_removals += 1
+                continue
+            key = row[0]
+            if pstore and key in pstore:
+                del pstore[key]
+            premoved.add(key)
+        return n
+
+    def _clear_blocks(self) -> None:
+        self.blocks.clear()
+        self.pending_stored.clear()
+        self.pending_removed.clear()
+        self.pending_cleared = True
+
+    # -- resets ----------------------------------------------------------------------------
+    def reset(self, engine_restarted: bool) -> None:
+        """Forget everything (lost events or engine restart); the next report is a snapshot.
+
+        After an engine restart its hash seed changed, so the engine-hash map is dropped too.
+        """
+        with self.lock:
+            self._clear_blocks()
+            if engine_restarted:
+                self.canon.clear()
+            self.snapshot_needed = True
+
+    def request_snapshot(self) -> None:
+        with self.lock:
+            self.snapshot_needed = True
+
+    # -- report entries --------------------------------------------------------------------
+    def take_entry(self, force_snapshot: bool = False) -> dict[str, Any] | None:
+        """The residency entry for the next report (delta or snapshot), resetting the delta.
+
+        Returns None when there is nothing to say (empty delta).
+        """
+        with self.lock:
+            snapshot = force_snapshot or self.snapshot_needed
+            if snapshot:
+                stored = [
+                    [to_hex(k), None if p is None else to_hex(p), medium, f]
+                    for medium, rows in self.blocks.items()
+                    for (k, p, f) in rows.values()
+                ]
+                removed: list[list[Any]] = []
+            else:
+                stored = [
+                    [to_hex(k), None if p is None else to_hex(p), medium, f]
+                    for medium, rows in self.pending_stored.items()
+                    for (k, p, f) in rows.values()
+                ]
+                removed = [
+                    [to_hex(k), medium]
+                    for medium, keys in self.pending_removed.items()
+                    for k in keys
+                ]
+            cleared = self.pending_cleared and not snapshot
+            self.pending_stored = {}
+            self.pending_removed = {}
+            self.pending_cleared = False
+            self.snapshot_needed = False
+        if not snapshot and not stored and not removed and not cleared:
+            return None
+        return {
+            "engine_id": self.engine_id,
+            "mode": "snapshot" if snapshot else "delta",
+            "stored": stored,
+            "removed": removed,
+            "cleared": cleared,
+        }
+
+    def resident_hashes(self, medium: str | None = None) -> set[int]:
+        with self.lock:
+            if medium is not None:
+                return set(self.blocks.get(medium, {}))
+            return {h for rows in self.blocks.values() for h in rows}
+
+    def block_count(self) -> int:
+        with self.lock:
+            return sum(len(r) for r in self.blocks.values())

@@ -1,0 +1,1 @@
+"""Transfers of KV blocks between agents, behind one interface (``base.Transport``)."""

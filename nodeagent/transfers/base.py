@@ -1,0 +1,86 @@
+"""The transfer interface, the job description it works from, and its result."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from controlplane.core.blockhash import from_hex
+from nodeagent.blockstore import BlockStore
+
+Progress = Callable[[int], None]  # bytes done so far
+
+
+class JobError(ValueError):
+    """A job message that cannot be executed as written."""
+
+
+@dataclass
+class Job:
+    id: str
+    action: str
+    role: str
+    transport: str
+    keys: list[int]
+    bytes: int = 0
+    bytes_per_block: int = 0
+    source: dict[str, Any] = field(default_factory=dict)
+    target: dict[str, Any] = field(default_factory=dict)
+    rendezvous: dict[str, Any] = field(default_factory=dict)
+    lmcache: dict[str, Any] = field(default_factory=dict)
+    deadline: float = 0.0
+    attempt: int = 1
+
+    @classmethod
+    def from_message(cls, msg: dict[str, Any]) -> Job:
+        try:
+            keys = [from_hex(k) for k in msg.get("keys") or []]
+            job = cls(
+                id=str(msg["id"]),
+                action=msg.get("action", "replicate"),
+                role=msg["role"],
+                transport=msg.get("transport", "tcp"),
+                keys=keys,
+                bytes=int(msg.get("bytes") or 0),
+                bytes_per_block=int(msg.get("bytes_per_block") or 0),
+                source=msg.get("source") or {},
+                target=msg.get("target") or {},
+                rendezvous=msg.get("rendezvous") or {},
+                lmcache=msg.get("lmcache") or {},
+                deadline=float(msg.get("deadline") or time.time() + 300),
+                attempt=int(msg.get("attempt") or 1),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise JobError(f"malformed job: {exc}") from None
+        if job.role not in ("source", "target"):
+            raise JobError(f"job {job.id}: role must be source or target")
+        if job.action not in ("replicate", "evict"):
+            raise JobError(f"job {job.id}: action must be replicate or evict")
+        return job
+
+    def seconds_left(self) -> float:
+        return self.deadline - time.time()
+
+
+@dataclass
+class TransferResult:
+    ok: bool
+    bytes: int = 0
+    checksum: str | None = None
+    error: str | None = None
+
+
+class Transport(Protocol):
+    """Moves the blocks of ``job.keys`` from the source agent's store to the target's.
+
+    The source side calls ``send``; the target side ``receive``. Only a ``receive`` that
+    verified the checksum may return ``ok=True``.
+    """
+
+    name: str
+
+    def send(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult: ...
+
+    def receive(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult: ...

@@ -1,0 +1,298 @@
+"""``tcp`` transport: agent to agent, chunked, checksummed, rate-limited.
+
+Wire protocol (one connection per attempt, source -> target)::
+
+    source: b"PWX1" + u32 length + JSON header
+            {"job_id", "attempt", "keys": [hex], "sizes": [bytes per block], "checksum": hex}
+    target: u32 length + JSON {"ok": true} | {"ok": false, "error": "..."}   (accept / refuse)
+    source: the blocks' bytes, concatenated in header order
+    target: u32 length + JSON {"ok": true, "checksum": hex} | {"ok": false, "error": "..."}
+
+The target hashes each block as it lands (a thread pool: hashlib releases the GIL), compares
+the transfer checksum with the header's and only then writes the blocks into its store. It
+accepts only job ids it has been assigned (``TcpTransferServer.expect``); a source that connects
+before the target has its assignment is told ``unknown job`` and tries again until the deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from controlplane.core.blockhash import from_hex, to_hex
+from nodeagent.blockstore import BlockStore, BlockStoreFull, block_digest, transfer_checksum
+from nodeagent.transfers.base import Job, Progress, TransferResult
+
+log = logging.getLogger(__name__)
+MAGIC = b"PWX1"
+MAX_HEADER = 16 << 20
+UNKNOWN_JOB = "unknown job"
+SOCK_BUF = 4 << 20
+
+
+def _send_msg(sock: socket.socket, obj: dict[str, Any]) -> None:
+    body = json.dumps(obj).encode()
+    sock.sendall(struct.pack("!I", len(body)) + body)
+
+
+def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    n = view.nbytes
+    while got < n:
+        r = sock.recv_into(view[got:], n - got)
+        if r == 0:
+            raise ConnectionError("peer closed the connection mid-transfer")
+        got += r
+
+
+def _recv_msg(sock: socket.socket) -> dict[str, Any]:
+    head = bytearray(4)
+    _recv_exact(sock, memoryview(head))
+    (n,) = struct.unpack("!I", head)
+    if n > MAX_HEADER:
+        raise ConnectionError(f"message of {n} bytes is too large")
+    body = bytearray(n)
+    _recv_exact(sock, memoryview(body))
+    obj = json.loads(body)
+    if not isinstance(obj, dict):
+        raise ConnectionError("message is not a JSON object")
+    return obj
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, opt, SOCK_BUF)
+        except OSError:
+            pass  # the kernel caps it; the default still works
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class Expected:
+    """A transfer the target has been assigned and waits for."""
+
+    job_id: str
+    progress: Progress | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    result: TransferResult | None = None
+
+
+class TcpTransferServer:
+    """The target side: accepts transfers for expected jobs and verifies them."""
+
+    def __init__(self, listen: str, store: BlockStore, hash_threads: int = 2):
+        host, port = split_addr(listen)
+        self.store = store
+        self.sock = socket.create_server((host, port), reuse_port=False)
+        host_, port_ = self.sock.getsockname()[:2]
+        self.address = f"{host_}:{port_}"
+        self.pool = ThreadPoolExecutor(hash_threads, thread_name_prefix="xfer-hash")
+        self._expected: dict[str, Expected] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self.thread = threading.Thread(target=self._serve, name="tcp-transfer", daemon=True)
+
+    def start(self) -> TcpTransferServer:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self.sock.close()
+        finally:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def expect(self, job_id: str, progress: Progress | None = None) -> Expected:
+        with self._lock:
+            exp = self._expected.get(job_id)
+            if exp is None or exp.done.is_set():
+                exp = self._expected[job_id] = Expected(job_id, progress)
+            return exp
+
+    def forget(self, job_id: str) -> None:
+        with self._lock:
+            self._expected.pop(job_id, None)
+
+    def _serve(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        exp: Expected | None = None
+        try:
+            _tune(conn)
+            conn.settimeout(60)
+            magic = bytearray(4)
+            _recv_exact(conn, memoryview(magic))
+            if bytes(magic) != MAGIC:
+                return
+            header = _recv_msg(conn)
+            with self._lock:
+                exp = self._expected.get(str(header.get("job_id")))
+            if exp is None or exp.done.is_set():
+                _send_msg(conn, {"ok": False, "error": UNKNOWN_JOB})
+                return
+            keys = [from_hex(k) for k in header["keys"]]
+            sizes = [int(s) for s in header["sizes"]]
+            if len(keys) != len(sizes) or any(s < 0 for s in sizes):
+                _send_msg(conn, {"ok": False, "error": "keys and sizes disagree"})
+                return
+            _send_msg(conn, {"ok": True})
+            result = self._receive_blocks(conn, exp, keys, sizes, str(header["checksum"]))
+            _send_msg(conn, {"ok": result.ok, "checksum": result.checksum, "error": result.error})
+            exp.result = result
+            exp.done.set()
+        except (OSError, ConnectionError, ValueError, KeyError) as exc:
+            # The source will see the broken connection and retry or fail its job.
+            log.info("incoming transfer broke off: %s", exc)
+        finally:
+            conn.close()
+
+    def _receive_blocks(
+        self, conn: socket.socket, exp: Expected, keys: list[int], sizes: list[int], expected: str
+    ) -> TransferResult:
+        buffers: list[bytearray] = []
+        futures = []
+        done = 0
+        for size in sizes:
+            buf = bytearray(size)
+            _recv_exact(conn, memoryview(buf))
+            buffers.append(buf)
+            futures.append(self.pool.submit(block_digest, buf))
+            done += size
+            if exp.progress:
+                exp.progress(done)
+        digests = [f.result() for f in futures]
+        checksum = transfer_checksum(digests)
+        if checksum != expected:
+            return TransferResult(False, done, checksum, "checksum mismatch: blocks not stored")
+        try:
+            for key, buf, dig in zip(keys, buffers, digests, strict=True):
+                self.store.write(key, buf, digest=dig)  # type: ignore[call-arg]
+        except BlockStoreFull as exc:
+            return TransferResult(False, done, checksum, str(exc))
+        return TransferResult(True, done, checksum)
+
+
+class TcpTransport:
+    name = "tcp"
+
+    def __init__(
+        self,
+        server: TcpTransferServer | None,
+        rate_limit_bytes_per_s: int = 0,
+        chunk_bytes: int = 4 << 20,
+        connect_timeout_s: float = 10.0,
+        retries: int = 2,
+    ):
+        self.server = server
+        self.rate = rate_limit_bytes_per_s
+        self.chunk = chunk_bytes
+        self.connect_timeout_s = connect_timeout_s
+        self.retries = retries
+
+    # -- target ------------------------------------------------------------------------------
+    def receive(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
+        if self.server is None:
+            return TransferResult(False, error="this agent runs no transfer server")
+        exp = self.server.expect(job.id, progress)
+        try:
+            if not exp.done.wait(timeout=max(job.seconds_left(), 0)):
+                return TransferResult(False, error="deadline passed before the source delivered")
+            assert exp.result is not None
+            return exp.result
+        finally:
+            self.server.forget(job.id)
+
+    # -- source ------------------------------------------------------------------------------
+    def send(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
+        addr = job.target.get("transfer")
+        if not addr:
+            return TransferResult(False, error="job has no target transfer address")
+        missing = [to_hex(k) for k in job.keys if not store.contains(k)]
+        if missing:
+            return TransferResult(
+                False, error=f"{len(missing)} block(s) not in the block store, first {missing[0]}"
+            )
+        failures = 0
+        while True:
+            try:
+                return self._send_once(job, store, progress, addr)
+            except _NotYetExpected:
+                if job.seconds_left() <= 0:
+                    return TransferResult(False, error="target never accepted the job")
+                time.sleep(min(0.2, max(job.seconds_left(), 0)))
+            except (OSError, ConnectionError, ValueError) as exc:
+                failures += 1
+                if failures > self.retries or job.seconds_left() <= 0:
+                    return TransferResult(False, error=f"transfer to {addr} failed: {exc}")
+                log.info(
+                    "job %s: attempt %d to %s failed (%s); retrying", job.id, failures, addr, exc
+                )
+                time.sleep(min(0.5 * failures, max(job.seconds_left(), 0)))
+
+    def _send_once(
+        self, job: Job, store: BlockStore, progress: Progress, addr: str
+    ) -> TransferResult:
+        views = [store.read(k) for k in job.keys]
+        sizes = [v.nbytes for v in views]
+        checksum = transfer_checksum(store.digest(k) for k in job.keys)
+        header = {
+            "job_id": job.id,
+            "attempt": job.attempt,
+            "keys": [to_hex(k) for k in job.keys],
+            "sizes": sizes,
+            "checksum": checksum,
+        }
+        with socket.create_connection(split_addr(addr), timeout=self.connect_timeout_s) as sock:
+            _tune(sock)
+            sock.settimeout(max(job.seconds_left(), 1.0))
+            sock.sendall(MAGIC)
+            _send_msg(sock, header)
+            answer = _recv_msg(sock)
+            if not answer.get("ok"):
+                if answer.get("error") == UNKNOWN_JOB:
+                    raise _NotYetExpected()
+                return TransferResult(False, error=f"target refused: {answer.get('error')}")
+            sent = 0
+            start = time.monotonic()
+            for view in views:
+                for off in range(0, view.nbytes, self.chunk):
+                    piece = view[off : off + self.chunk]
+                    sock.sendall(piece)
+                    sent += piece.nbytes
+                    if self.rate:
+                        ahead = start + sent / self.rate - time.monotonic()
+                        if ahead > 0:
+                            time.sleep(ahead)
+                progress(sent)
+            final = _recv_msg(sock)
+        if not final.get("ok"):
+            return TransferResult(
+                False, sent, final.get("checksum"), f"target: {final.get('error')}"
+            )
+        if final.get("checksum") != checksum:
+            return TransferResult(False, sent, final.get("checksum"), "target checksum differs")
+        return TransferResult(True, sent, checksum)
+
+
+class _NotYetExpected(Exception):
+    """The target has not been assigned this job yet."""

@@ -1,0 +1,142 @@
+"""Reports: deltas, snapshots, the spool through a control plane outage, stale seq, the bound."""
+
+import asyncio
+import time
+
+import pytest
+
+from nodeagent.kvevents import decode_payload
+from nodeagent.reporter import Reporter
+from nodeagent.residency import EngineResidency
+from tests.agent.conftest import load_messages
+
+
+def make_reporter(cp, tmp_path, res, **kw):
+    return Reporter(
+        cp.url,
+        tmp_path,
+        {"vllm-0": res},
+        lambda: [],
+        lambda: [{"engine_id": "vllm-0"}],
+        enrolment_token="enrol-1",
+        hostname="node-a",
+        interval_s=0.05,
+        backoff_initial_s=0.05,
+        backoff_max_s=0.5,
+        timeout_s=1.0,
+        **kw,
+    )
+
+
+def server_view(cp, node=1):
+    return sorted(cp.residency.get((node, "vllm-0"), {}).values())
+
+
+def agent_view(res):
+    return sorted(res.take_entry(force_snapshot=True)["stored"])
+
+
+async def outage(cp, tmp_path, down_s):
+    frames, _ = load_messages("0.33.0")
+    res = EngineResidency("vllm-0", 16)
+    rep = make_reporter(cp, tmp_path, res)
+    task = asyncio.create_task(rep.run())
+    payloads = [p for _t, _s, p in frames]
+    for p in payloads[:20]:
+        res.apply_events(decode_payload(p)[1])
+        await asyncio.sleep(0.02)
+    assert cp.wait_for(lambda: len(cp.reports) >= 3, 5)
+    cp.stop()
+    end = time.monotonic() + down_s
+    rest = payloads[20:]
+    step = down_s / len(rest)
+    for p in rest:  # the engine keeps working while the control plane is away
+        res.apply_events(decode_payload(p)[1])
+        await asyncio.sleep(step)
+    await asyncio.sleep(max(0.0, end - time.monotonic()))
+    spooled = len(rep.spool)
+    cp.start()
+    for _ in range(200):
+        if len(rep.spool) == 0 and rep.last_applied_seq == rep.state.seq:
+            break
+        await asyncio.sleep(0.05)
+    rep.stop_event.set()
+    await task
+    await rep.aclose()
+    applied = [r["seq"] for r in cp.reports]
+    assert spooled >= 10
+    assert applied == list(range(1, rep.state.seq + 1))  # every report, in order
+    assert server_view(cp) == agent_view(res)
+
+
+async def test_control_plane_down_loses_no_report(control_plane, tmp_path):
+    await outage(control_plane, tmp_path, down_s=2.0)
+
+
+@pytest.mark.slow
+async def test_control_plane_down_30s_loses_no_report(control_plane, tmp_path):
+    await outage(control_plane, tmp_path, down_s=30.0)
+
+
+async def test_first_report_is_a_snapshot_then_deltas(control_plane, tmp_path):
+    frames, _ = load_messages("0.10.1")
+    res = EngineResidency("vllm-0", 16)
+    for _t, _s, p in frames[:5]:
+        res.apply_events(decode_payload(p)[1])
+    rep = make_reporter(control_plane, tmp_path, res)
+    rep.build_report()
+    assert await rep.flush()
+    for _t, _s, p in frames[5:10]:
+        res.apply_events(decode_payload(p)[1])
+    rep.build_report()
+    assert await rep.flush()
+    modes = [r["residency"][0]["mode"] for r in control_plane.reports]
+    assert modes == ["snapshot", "delta"]
+    assert server_view(control_plane) == agent_view(res)
+    await rep.aclose()
+
+
+async def test_snapshot_requested_by_server(control_plane, tmp_path):
+    res = EngineResidency("vllm-0", 16)
+    rep = make_reporter(control_plane, tmp_path, res)
+    rep.build_report()
+    await rep.flush()
+    control_plane.snapshot_requests[1] = ["vllm-0"]
+    rep.build_report()
+    await rep.flush()
+    rep.build_report()
+    await rep.flush()
+    assert control_plane.reports[-1]["residency"][0]["mode"] == "snapshot"
+    await rep.aclose()
+
+
+async def test_stale_seq_drops_what_the_server_has(control_plane, tmp_path):
+    res = EngineResidency("vllm-0", 16)
+    rep = make_reporter(control_plane, tmp_path, res)
+    rep.build_report()
+    await rep.flush()
+    control_plane.last_seq[1] = 50  # the server is ahead (agent state restored from backup)
+    rep.build_report()
+    await rep.flush()
+    assert len(rep.spool) == 0 and rep.state.seq == 50 and rep.force_snapshot
+    rep.build_report()
+    await rep.flush()
+    assert control_plane.reports[-1]["seq"] == 51
+    assert control_plane.reports[-1]["residency"][0]["mode"] == "snapshot"
+    await rep.aclose()
+
+
+async def test_spool_bound_drops_and_forces_a_snapshot(control_plane, tmp_path):
+    frames, _ = load_messages("0.33.0")
+    res = EngineResidency("vllm-0", 16)
+    rep = make_reporter(control_plane, tmp_path, res, spool_max_bytes=8192)
+    control_plane.stop()
+    for _t, _s, p in frames:
+        res.apply_events(decode_payload(p)[1])
+        rep.build_report()
+    assert rep.spool.dropped_reports > 0
+    control_plane.start()
+    rep.retry_at = 0
+    assert await rep.flush()
+    assert server_view(control_plane) == agent_view(res)
+    await rep.aclose()
