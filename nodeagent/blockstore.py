@@ -20,12 +20,16 @@ from hashlib import blake2b
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-BLOCK_PERSON = b"prewarm-blk-v1"
+from xxhash import xxh3_128_digest
+
 XFER_PERSON = b"prewarm-xfer-v1"
 
 
 def block_digest(data: bytes | bytearray | memoryview) -> bytes:
-    return blake2b(data, digest_size=32, person=BLOCK_PERSON).digest()
+    # XXH3-128 detects corruption at ~8 GB/s per core, where BLAKE2b managed 0.8 GB/s and capped
+    # transfers below 1 GB/s. It is not a MAC: authenticity comes from the job's assignment and
+    # TLS/network isolation, integrity from this digest chained into the transfer checksum.
+    return xxh3_128_digest(data)
 
 
 def transfer_checksum(digests: Iterable[bytes]) -> str:

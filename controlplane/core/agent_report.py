@@ -111,7 +111,9 @@ GPU_INT_FIELDS = ("memory_total", "memory_used", "memory_free")
 def _gpu(raw: Any, where: str) -> dict[str, Any]:
     g = _dict(raw, where)
     out = {
-        "uuid": _str(g.get("uuid"), f"{where}.uuid"),
+        # A GPU NVML cannot read (lost, fallen off the bus) comes without a uuid: it is matched
+        # by index and marked lost.
+        "uuid": _str(g.get("uuid"), f"{where}.uuid", optional=True) or None,
         "index": _int(g.get("index"), f"{where}.index", 0, 4096),
         "name": _str(g.get("name"), f"{where}.name", 200, optional=True),
     }
@@ -127,7 +129,7 @@ def _gpu(raw: Any, where: str) -> dict[str, Any]:
     out["pcie"] = _dict(g.get("pcie", {}), f"{where}.pcie")
     out["processes"] = _list(g.get("processes", []), f"{where}.processes", 1024)
     out["errors"] = _dict(g.get("errors", {}), f"{where}.errors")
-    out["lost"] = bool(g.get("lost", False))
+    out["lost"] = bool(g.get("lost", False)) or out["uuid"] is None
     return out
 
 
@@ -201,7 +203,7 @@ def parse_report(raw: Any, max_deltas: int = 200_000) -> Report:
     for i, r in enumerate(report.residency):
         if r.engine_id not in known:
             raise ReportError(f"residency[{i}].engine_id", f"engine {r.engine_id!r} is not in this report's engines")
-    uuids = [g["uuid"] for g in report.gpus]
+    uuids = [g["uuid"] for g in report.gpus if g["uuid"]]
     if len(set(uuids)) != len(uuids):
         raise ReportError("gpus", "duplicate GPU uuid")
     ids = [e["engine_id"] for e in report.engines]

@@ -37,18 +37,24 @@ _MASK = (1 << KEY_BITS) - 1
 
 def block_key(parent: int, tokens: Sequence[int], extra: bytes = b"") -> int:
     """Canonical key of one block given its parent's key, its token ids and extra keys."""
-    if not 0 <= parent <= _MASK:
-        raise ValueError(f"parent key out of range: {parent!r}")
     n = len(tokens)
+    packer = _PACKERS.get(n)
+    if packer is None:
+        packer = _PACKERS.setdefault(n, struct.Struct(f"<QI{n}II"))
     try:
-        packed = struct.pack(f"<QI{n}I", parent, n, *tokens)
+        packed = packer.pack(parent, n, *tokens, len(extra))
     except struct.error as exc:
+        if not 0 <= parent <= _MASK:
+            raise ValueError(f"parent key out of range: {parent!r}") from None
         raise ValueError(f"token ids must be integers in [0, 2**32): {exc}") from None
     h = blake2b(packed, digest_size=8, person=PERSON)
-    h.update(struct.pack("<I", len(extra)))
     if extra:
         h.update(extra)
     return int.from_bytes(h.digest(), "little")
+
+
+# One compiled struct per block length (block sizes are few: 16, 32, 512 ...).
+_PACKERS: dict[int, struct.Struct] = {}
 
 
 def chain_keys(

@@ -50,7 +50,14 @@ def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
     return node, raw
 
 
+def _mark_lost(node: Node, gpus: list[dict]) -> None:
+    for data in gpus:
+        Gpu.objects.filter(node=node, index=data["index"]).update(lost=True, errors=data["errors"])
+
+
 def _upsert_gpus(node: Node, gpus: list[dict], now) -> dict[str, Gpu]:
+    _mark_lost(node, [g for g in gpus if g["uuid"] is None])
+    gpus = [g for g in gpus if g["uuid"] is not None]
     existing = {g.uuid: g for g in Gpu.objects.filter(uuid__in=[g["uuid"] for g in gpus])}
     fields = ["index", "name", "memory_total", "memory_used", "memory_free", "utilization_gpu",
               "nvlink_peers", "pcie", "processes", "errors", "lost"]

@@ -133,3 +133,13 @@ def test_gpu_of_another_node_is_refused(enrol):
     agent_a.post("/api/agents/report/", report(1), format="json")
     resp = agent_b.post("/api/agents/report/", report(1), format="json")
     assert resp.status_code == 409 and resp.json()["error"] == "gpu_owned_elsewhere"
+
+
+def test_gpu_without_uuid_marks_the_known_gpu_at_that_index_lost(enrol):
+    _, agent = enrol()
+    agent.post("/api/agents/report/", report(1, mode="snapshot"), format="json")
+    lost = [{"index": 0, "uuid": None, "errors": {"device": "GPU is lost"}}]
+    resp = agent.post("/api/agents/report/", report(2, gpus=lost), format="json")
+    assert resp.status_code == 200, resp.content
+    gpu = Gpu.objects.get()
+    assert gpu.lost and gpu.errors == {"device": "GPU is lost"}
