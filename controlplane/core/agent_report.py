@@ -67,7 +67,7 @@ def _num(value: Any, where: str, optional: bool = True) -> float | None:
 
 
 def _str(value: Any, where: str, max_len: int = MAX_ID_LEN, optional: bool = False) -> str:
-    if value is None and optional:
+    if optional and (value is None or value == ""):
         return ""
     if not isinstance(value, str) or not value or len(value) > max_len:
         raise ReportError(where, f"expected a non-empty string of at most {max_len} characters")
@@ -91,13 +91,17 @@ def _medium(value: Any, where: str) -> str:
     return value
 
 
-def _dict(value: Any, where: str) -> dict:
+def _dict(value: Any, where: str, optional: bool = True) -> dict:
+    if value is None and optional:
+        return {}  # NVML could not say: an absent value, not an error
     if not isinstance(value, dict):
         raise ReportError(where, "expected an object")
     return value
 
 
-def _list(value: Any, where: str, max_len: int | None = None) -> list:
+def _list(value: Any, where: str, max_len: int | None = None, optional: bool = True) -> list:
+    if value is None and optional:
+        return []
     if not isinstance(value, list):
         raise ReportError(where, "expected an array")
     if max_len is not None and len(value) > max_len:
@@ -109,7 +113,7 @@ GPU_INT_FIELDS = ("memory_total", "memory_used", "memory_free")
 
 
 def _gpu(raw: Any, where: str) -> dict[str, Any]:
-    g = _dict(raw, where)
+    g = _dict(raw, where, optional=False)
     out = {
         # A GPU NVML cannot read (lost, fallen off the bus) comes without a uuid: it is matched
         # by index and marked lost.
@@ -134,7 +138,7 @@ def _gpu(raw: Any, where: str) -> dict[str, Any]:
 
 
 def _engine(raw: Any, where: str) -> dict[str, Any]:
-    e = _dict(raw, where)
+    e = _dict(raw, where, optional=False)
     return {
         "engine_id": _str(e.get("engine_id"), f"{where}.engine_id"),
         "kind": _str(e.get("kind", "vllm"), f"{where}.kind", 16),
@@ -149,7 +153,7 @@ def _engine(raw: Any, where: str) -> dict[str, Any]:
 
 
 def _residency(raw: Any, where: str, budget: list[int]) -> EngineResidency:
-    r = _dict(raw, where)
+    r = _dict(raw, where, optional=False)
     mode = r.get("mode", "delta")
     if mode not in ("delta", "snapshot"):
         raise ReportError(f"{where}.mode", "expected 'delta' or 'snapshot'")
@@ -187,7 +191,7 @@ def _residency(raw: Any, where: str, budget: list[int]) -> EngineResidency:
 
 def parse_report(raw: Any, max_deltas: int = 200_000) -> Report:
     """Validate a decoded report body; raises ReportError naming the first bad field."""
-    body = _dict(raw, "")
+    body = _dict(raw, "", optional=False)
     report = Report(
         seq=_int(body.get("seq"), "seq", 1),
         boot_id=_str(body.get("boot_id"), "boot_id", 64),
