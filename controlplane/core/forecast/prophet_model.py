@@ -1,0 +1,110 @@
+"""Prophet (Taylor & Letham 2018) as a `Forecaster`, made cheap enough for 1,000 keys.
+
+Speed choices, each measured in `bench/forecast.py`:
+- Fitted on hourly sums (`FIT_BUCKET_S`) when the key's buckets are finer: Prophet models the
+  day-scale shape, which hourly points carry, and Stan's fit time grows with the points (a
+  14-day history is 336 points instead of 2,016). The hourly forecast is divided back into
+  buckets and linearly interpolated between hour midpoints.
+- `uncertainty_samples=0`: no Monte-Carlo trend simulation. The interval is analytic instead:
+  yhat +- z * sigma with sigma the RMS of the in-sample residuals at the key's own bucket size
+  (Prophet's interval is dominated by that noise term at hour-to-day leads anyway).
+- Prophet's fit is the cost; its `predict` is mostly pandas overhead, paid once in `fit` (for
+  the residuals) and once per `predict`.
+
+Daily seasonality is used from `MIN_HISTORY_S` (2 days, two full cycles), weekly only from
+`WEEKLY_MIN_HISTORY_S` (14 days, Prophet's own automatic rule), yearly never. cmdstanpy and
+prophet log at INFO for every fit; they are silenced here.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from controlplane.core.forecast.baselines import Fitted, Forecaster, Prediction, normal_prediction
+from controlplane.core.forecast.series import DAY_S, WEEK_S, aggregate, describe_duration
+
+MIN_HISTORY_S = 2 * DAY_S
+WEEKLY_MIN_HISTORY_S = 2 * WEEK_S
+FIT_BUCKET_S = 3600
+
+
+def _silence_stan_logging() -> None:
+    for name in ("cmdstanpy", "prophet", "prophet.plot"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.ERROR)
+        logger.propagate = False
+
+
+@dataclass(frozen=True)
+class _ProphetFit(Fitted):
+    model: object
+    end: float
+    bucket_seconds: int
+    fit_seconds: int
+    sigma: float
+
+    def predict(self, horizon: int, interval: float = 0.8) -> Prediction:
+        import pandas as pd
+
+        factor = self.fit_seconds // self.bucket_seconds
+        n_fit = -(-horizon // factor) + 1  # one extra hour to interpolate the last buckets
+        fit_starts = self.end + np.arange(n_fit) * self.fit_seconds
+        future = pd.DataFrame({"ds": pd.to_datetime(fit_starts, unit="s")})
+        per_fit_bucket = self.model.predict(future)["yhat"].to_numpy()  # type: ignore[attr-defined]
+        mids = fit_starts + self.fit_seconds / 2
+        bucket_mids = self.end + (np.arange(horizon) + 0.5) * self.bucket_seconds
+        yhat = np.interp(bucket_mids, mids, per_fit_bucket) / factor
+        return normal_prediction(yhat, np.full(horizon, self.sigma), interval)
+
+
+class ProphetForecaster(Forecaster):
+    """Prophet with daily (and, from 14 days, weekly) seasonality; refuses < 2 days of history."""
+
+    name = "prophet"
+
+    def min_history(self, bucket_seconds: int) -> int:
+        return -(-MIN_HISTORY_S // bucket_seconds)
+
+    def refusal(self, n_buckets: int, bucket_seconds: int) -> str | None:
+        if n_buckets >= self.min_history(bucket_seconds):
+            return None
+        have = describe_duration(n_buckets * bucket_seconds)
+        need = describe_duration(MIN_HISTORY_S)
+        return f"only {have} of history: baselines only, Prophet needs >= {need}"
+
+    def fit(self, history: np.ndarray, *, bucket_seconds: int, end: float) -> Fitted:
+        import pandas as pd
+
+        refusal = self.refusal(len(history), bucket_seconds)
+        if refusal:
+            raise ValueError(refusal)
+        from prophet import Prophet
+
+        # After the import: cmdstanpy installs its own INFO handler when it is first imported.
+        _silence_stan_logging()
+
+        fit_s = bucket_seconds
+        if bucket_seconds < FIT_BUCKET_S and FIT_BUCKET_S % bucket_seconds == 0:
+            fit_s = FIT_BUCKET_S
+        factor = fit_s // bucket_seconds
+        y_fit = aggregate(history, factor)
+        starts = end - (len(y_fit) - np.arange(len(y_fit))) * fit_s
+        span_s = len(history) * bucket_seconds
+        model = Prophet(
+            uncertainty_samples=0,
+            daily_seasonality=span_s >= MIN_HISTORY_S,
+            weekly_seasonality=span_s >= WEEKLY_MIN_HISTORY_S,
+            yearly_seasonality=False,
+        )
+        ds = pd.to_datetime(starts, unit="s")
+        model.fit(pd.DataFrame({"ds": ds, "y": y_fit}))
+        in_sample = model.predict(pd.DataFrame({"ds": ds}))["yhat"].to_numpy()
+        # Residuals at the key's own bucket size: interpolate the hourly fit to bucket midpoints.
+        used = history[len(history) - len(y_fit) * factor :]
+        bucket_mids = end - (len(used) - np.arange(len(used)) - 0.5) * bucket_seconds
+        fitted = np.interp(bucket_mids, starts + fit_s / 2, in_sample) / factor
+        sigma = float(np.sqrt(np.mean((used - fitted) ** 2)))
+        return _ProphetFit(model, float(end), bucket_seconds, fit_s, sigma)
