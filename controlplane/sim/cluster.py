@@ -257,6 +257,7 @@ class Simulation:
         times = wl.t.tolist()
         pids = wl.pid.tolist()
         suffixes = wl.suffix_tokens.tolist()
+        self.suffixes = suffixes
         route = policy.route
         before = policy.before_route
         events = self.events

@@ -8,22 +8,15 @@ followed by ``suffix_tokens[i]`` tokens of its own. Requests that share a prefix
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
-
 import numpy as np
+
+from controlplane.core.traces.paths import shared_data_dir
 
 # Mooncake's hash_ids cover 512-token blocks; every workload uses that block size so one block
 # of one workload is as big as a block of another.
 BLOCK_TOKENS = 512
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-def shared_data_dir() -> Path:
-    """``$PREWARM_SHARED_DATA`` or ``<repo root>/../shared/data``."""
-    return Path(os.environ.get("PREWARM_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
 @dataclass
@@ -39,7 +32,6 @@ class Workload:
     # Past demand per workload key before t=0 (bucketed counts), for forecasters.
     history: dict[str, np.ndarray] = field(default_factory=dict)
     history_bucket_s: float = 600.0
-    # Per workload key, the same quantity a day before each history bucket is known here too.
     duration_s: float = 0.0
 
     def __post_init__(self) -> None:
