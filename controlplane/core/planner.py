@@ -230,7 +230,8 @@ def plan(
         if best is None:
             continue
         tgt = by_engine[best]
-        src = _best_source(holders, by_engine, tgt)
+        # Copy only from engines that hold it now, not from replicas this plan adds.
+        src = _best_source(gpu_holders[pid], by_engine, tgt)
         conf = d.confidence if d else 1.0
         served = min(overflow, spare[best] / c.service_s * budgets.target_utilisation) * H
         if pid in overrides.pinned:
@@ -250,8 +251,8 @@ def plan(
         start = max(0.0, first - 2.0 * copy_s)
         why = (
             f"{'pinned; ' if pid in overrides.pinned else ''}"
-            f"{lam_text(d, H)} against holders' capacity for "
-            f"{(overflow + served / H):.2f}/s less; {served:.1f} requests expected to spill to "
+            f"{lam_text(d, H)} overflows its holders by "
+            f"{overflow:.2f}/s; {served:.1f} requests expected to spill to "
             f"{best}{' (joins in %.0f s)' % lead if lead else ''}, each saving "
             f"{c.recompute_s:.2f} s of prefill; copy {copy_s:.2f} s"
         )
