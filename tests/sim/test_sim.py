@@ -35,9 +35,9 @@ def test_azure_loader_assigns_documented_prefixes():
 
 
 def test_servegen_loader_renders_windows():
-    w = load_servegen(FIX / "servegen", start=86400 * 3 + 43200, duration_s=3600, tenants=2, seed=0)
+    w = load_servegen(FIX / "servegen", start=86400 * 2 + 7200, duration_s=3600, tenants=2, seed=0)
     assert len(w) > 0 and set(w.prefix_wkey) == {"chunk-1", "chunk-7"}
-    assert all(len(h) == 3 * 144 + 72 for h in w.history.values())  # three days before the start
+    assert all(len(h) == 2 * 144 + 12 for h in w.history.values())  # two days and two hours before the start
 
 
 def test_bad_traces_are_refused(tmp_path):
@@ -109,7 +109,7 @@ def test_cli_refuses_bad_config(capsys):
 
 def test_scaleout_and_tiered_setups_build():
     s = build(trace=str(FIX / "servegen"), fmt="servegen", scenario="scaleout", engines=4,
-              start=86400 * 3 + 43200, duration=1800, tenants=2)
+              start=86400 * 2 + 7200, duration=1800, tenants=2)
     assert len(s.config.changes) == 2 and all(c.serve_s > c.announce_s for c in s.config.changes)
     t = build(trace=str(FIX / "mooncake_head300.jsonl"), fmt="mooncake", scenario="tiered", engines=4)
     assert [x.name for x in t.config.tiers] == ["cpu", "ssd"]
