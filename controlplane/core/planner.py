@@ -124,10 +124,12 @@ def plan(
     demand: Iterable[Demand],
     holdings: Iterable[Holding],
     engines: Sequence[EngineState],
-    budgets: Budgets = Budgets(),
-    overrides: Overrides = Overrides(),
+    budgets: Budgets | None = None,
+    overrides: Overrides | None = None,
 ) -> list[PlanItem]:
     """Plan items, best first, within ``budgets`` and ``overrides``."""
+    budgets = budgets or Budgets()
+    overrides = overrides or Overrides()
     if overrides.frozen:
         return []
     H = budgets.horizon_s
@@ -253,7 +255,7 @@ def plan(
             f"{'pinned; ' if pid in overrides.pinned else ''}"
             f"{lam_text(d, H)} overflows its holders by "
             f"{overflow:.2f}/s; {served:.1f} requests expected to spill to "
-            f"{best}{' (joins in %.0f s)' % lead if lead else ''}, each saving "
+            f"{best}{f' (joins in {lead:.0f} s)' if lead else ''}, each saving "
             f"{c.recompute_s:.2f} s of prefill; copy {copy_s:.2f} s"
         )
         items.append(

@@ -48,9 +48,9 @@ class PlannedPolicy(Reactive):
         self,
         name: str,
         budgets: Budgets | None = None,
-        overrides: Overrides = Overrides(),
+        overrides: Overrides | None = None,
         tick_s: float = 15.0,
-        reactive_rule: ReactiveRule = ReactiveRule(),
+        reactive_rule: ReactiveRule | None = None,
         use_prophet: bool = False,
     ) -> None:
         if name not in ("predictive", "oracle"):
@@ -59,7 +59,7 @@ class PlannedPolicy(Reactive):
         self.name = name
         self.tick_s = tick_s
         self.budgets = budgets or Budgets(max_spec_vram_fraction=0.25, ttl_s=300.0, horizon_s=120.0)
-        self.overrides = overrides
+        self.overrides = overrides or Overrides()
         self.use_prophet = use_prophet
         self.forecast_log: dict[str, list] = {}
         self.plan_items = 0

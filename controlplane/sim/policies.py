@@ -47,9 +47,9 @@ class Reactive(Policy):
 
     name = "reactive"
 
-    def __init__(self, rule: ReactiveRule = ReactiveRule()) -> None:
+    def __init__(self, rule: ReactiveRule | None = None) -> None:
         super().__init__()
-        self.rule = rule
+        self.rule = rule or ReactiveRule()
         self.before_route = self._maybe_copy
 
     def _maybe_copy(self, sim, i, t, pid, keys) -> None:

@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from controlplane.core.costmodel import CostModel
+from controlplane.core.traces.paths import shared_data_dir
 from controlplane.sim.cluster import ClusterConfig, EngineChange, TierSpec
-from controlplane.sim.workloads.azure import load_azure
-from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload, shared_data_dir
-from controlplane.sim.workloads.mooncake import load_mooncake
 from controlplane.sim.workloads import servegen as sg
+from controlplane.sim.workloads.azure import load_azure
+from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
+from controlplane.sim.workloads.mooncake import load_mooncake
 
 SCENARIOS = ("steady", "scaleout", "tiered", "slowlink")
 WORKLOADS = ("mooncake", "azure-code", "servegen")

@@ -9,9 +9,8 @@ followed by ``suffix_tokens[i]`` tokens of its own. Requests that share a prefix
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-import numpy as np
 
-from controlplane.core.traces.paths import shared_data_dir
+import numpy as np
 
 # Mooncake's hash_ids cover 512-token blocks; every workload uses that block size so one block
 # of one workload is as big as a block of another.

@@ -25,7 +25,7 @@ import numpy as np
 
 from controlplane.core.traces.servegen import ServegenTenant, load_servegen_windows
 from controlplane.sim.workloads.azure import synthetic_prefix
-from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
+from controlplane.sim.workloads.base import Workload
 
 DAY_S = 86400.0
 
