@@ -1,0 +1,90 @@
+"""``prewarm-sim``: replay a trace on a simulated cluster under several policies.
+
+    prewarm-sim run --workload servegen --scenario slowlink --json out.json --html out.html
+    prewarm-sim sweep --json sweep.json --html sweep.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from controlplane.sim.policies import POLICIES
+from controlplane.sim.scenarios import FORMATS, SCENARIOS, WORKLOADS, build
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engines", type=int, default=16)
+    p.add_argument("--model", default="llama3-70b")
+    p.add_argument("--gpu", default="h100")
+    p.add_argument("--gpus-per-engine", type=int, default=None)
+    p.add_argument("--kv-capacity-gb", type=float, default=None, help="per engine")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--load", type=float, default=0.55, help="target load (ServeGen rate scaling)")
+    p.add_argument("--tenants", type=int, default=30)
+    p.add_argument("--json", dest="json_path")
+    p.add_argument("--html", dest="html_path")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="prewarm-sim", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="run policies on one workload and scenario")
+    src = run.add_mutually_exclusive_group()
+    src.add_argument("--workload", choices=WORKLOADS, default="servegen")
+    src.add_argument("--trace")
+    run.add_argument("--format", dest="fmt", choices=FORMATS)
+    run.add_argument("--scenario", choices=SCENARIOS, default="steady")
+    run.add_argument("--policies", default=",".join(POLICIES))
+    run.add_argument("--start", type=float, default=None, help="seconds into the trace")
+    run.add_argument("--duration", type=float, default=None, help="seconds")
+    run.add_argument("--time-scale", type=float, default=1.0)
+    _common(run)
+    sw = sub.add_parser("sweep", help="map where speculation pays (heatmap)")
+    sw.add_argument("--quick", action="store_true")
+    sw.add_argument("--duration", type=float, default=1800.0)
+    _common(sw)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.cmd == "sweep":
+            from controlplane.sim.sweep import main_sweep
+
+            return main_sweep(args)
+        return _run(args)
+    except ValueError as exc:
+        print(f"prewarm-sim: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    from controlplane.sim.report import table, write_html, write_json
+    from controlplane.sim.runner import run_policies
+
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
+    if args.trace and not args.fmt:
+        raise ValueError("--trace needs --format")
+    setup = build(
+        workload=None if args.trace else args.workload, trace=args.trace, fmt=args.fmt,
+        scenario=args.scenario, engines=args.engines, model=args.model, gpu=args.gpu,
+        gpus_per_engine=args.gpus_per_engine, kv_capacity_gb=args.kv_capacity_gb,
+        start=args.start, duration=args.duration, time_scale=args.time_scale, load=args.load,
+        tenants=args.tenants, seed=args.seed,
+    )
+    doc, results = run_policies(setup, policies, seed=args.seed, progress=sys.stderr.isatty())
+    print(table(doc))
+    if args.json_path:
+        write_json(doc, args.json_path)
+    if args.html_path:
+        write_html(doc, results, setup.workload, args.html_path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

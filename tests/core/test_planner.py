@@ -1,0 +1,76 @@
+"""Planner budgets, overrides and TTL behaviour."""
+
+import pytest
+
+from controlplane.core.planner import (
+    Budgets,
+    Candidate,
+    Demand,
+    EngineState,
+    Holding,
+    Overrides,
+    plan,
+)
+
+GB = 1e9
+
+
+def engines(n=4, free=100 * GB, load=0.2, cap=100 * GB):
+    return [EngineState(f"e{i}", f"n{i // 2}", cap, free, 0.0, 12.5e9, load) for i in range(n)]
+
+
+def hot(pid="p", nbytes=5 * GB, expected=600.0):
+    c = Candidate(pid, (1, 2, 3), 16384, int(nbytes), "t", service_s=0.2, recompute_s=3.0)
+    return c, Demand(pid, expected, 0.5, 8.0, 0.9)
+
+
+def test_overflowing_prefix_gets_replicas_with_reasons():
+    c, d = hot()
+    items = plan([c], [d], [Holding("p", "e0")], engines(), Budgets(horizon_s=60))
+    assert items and all(i.target != "e0" and i.source == "e0" for i in items)
+    assert all(i.expected_ttft_saved_s > i.cost_s and i.reason for i in items)
+
+
+def test_never_exceeds_vram_fraction_or_bytes_per_interval():
+    c, d = hot(nbytes=5 * GB)
+    b = Budgets(max_spec_vram_fraction=0.04, horizon_s=60)  # 4 GB per engine: 5 GB never fits
+    assert plan([c], [d], [Holding("p", "e0")], engines(), b) == []
+    b = Budgets(max_bytes_per_interval=11 * GB, horizon_s=60)
+    items = plan([c], [d], [Holding("p", "e0")], engines(), b)
+    assert len(items) == 2 and sum(i.nbytes for i in items) <= 11 * GB
+
+
+def test_only_free_room_is_used():
+    c, d = hot(nbytes=5 * GB)
+    items = plan([c], [d], [Holding("p", "e0")], engines(free=1 * GB), Budgets(horizon_s=60))
+    assert items == []  # would have to evict non-speculative blocks
+
+
+def test_overrides_win():
+    c, d = hot()
+    h = [Holding("p", "e0")]
+    assert plan([c], [d], h, engines(), overrides=Overrides(frozen=True)) == []
+    only_holder_left = Overrides(excluded_engines=frozenset({"e1"}), excluded_nodes=frozenset({"n1"}))
+    assert plan([c], [d], h, engines(), Budgets(horizon_s=60), only_holder_left) == []
+    items = plan([c], [d], h, engines(), Budgets(horizon_s=60),
+                 Overrides(excluded_nodes=frozenset({"n1"})))
+    assert [i.target for i in items] == ["e1"]
+    low = Demand("p", 1.0, 0.0, 0.0, 0.1)  # below min confidence
+    assert plan([c], [low], h, engines()) == []
+    assert plan([c], [low], h, engines(), overrides=Overrides(pinned=frozenset({"p"})))
+
+
+def test_cold_prefix_and_promotion():
+    c, d = hot()
+    assert plan([c], [d], [], engines()) == []  # nothing holds it: nothing to copy
+    e = [EngineState("e0", "n0", 100 * GB, 100 * GB, 0, 12.5e9, 0.2,
+                     tier_bytes_per_s={"cpu": 32e9})]
+    items = plan([c], [d], [Holding("p", "e0", "cpu")], e)
+    assert len(items) == 1 and items[0].tier == "cpu" and items[0].target == "e0"
+
+
+def test_budget_validation():
+    with pytest.raises(ValueError):
+        Budgets(max_spec_vram_fraction=1.5)
+    with pytest.raises(ValueError):
+        Budgets(ttl_s=0)
