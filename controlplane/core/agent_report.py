@@ -12,6 +12,7 @@ from typing import Any
 from .residency import TIER_RANK
 
 MAX_ID_LEN = 100
+_MAX_KEY = 2**64 - 1
 FLAG_ENGINE_SCOPED = 1
 
 
@@ -164,7 +165,18 @@ def _residency(raw: Any, where: str, budget: list[int]) -> EngineResidency:
         raise ReportError(f"{where}", "too many residency deltas in one report")
     stored: list[tuple[int, int | None, str]] = []
     scoped = 0
+    append = stored.append
     for i, row in enumerate(stored_raw):
+        # Fast path for the compact (msgpack, integer keys) rows agents send; anything else takes
+        # the checked path below, which also produces the error message.
+        if type(row) is list and len(row) == 4:
+            key, parent, medium, flags = row
+            if (type(key) is int and 0 <= key <= _MAX_KEY and medium in TIER_RANK
+                    and (parent is None or (type(parent) is int and 0 <= parent <= _MAX_KEY))
+                    and type(flags) is int and 0 <= flags <= 255):
+                append((key, parent, medium))
+                scoped += flags & FLAG_ENGINE_SCOPED
+                continue
         at = f"{where}.stored[{i}]"
         if not isinstance(row, list) or not 3 <= len(row) <= 4:
             raise ReportError(at, "expected [key, parent_key or null, medium, flags?]")
@@ -173,9 +185,14 @@ def _residency(raw: Any, where: str, budget: list[int]) -> EngineResidency:
         medium = _medium(row[2], f"{at}[2]")
         if len(row) == 4 and _int(row[3], f"{at}[3]", 0, 255) & FLAG_ENGINE_SCOPED:
             scoped += 1
-        stored.append((key, parent, medium))
+        append((key, parent, medium))
     removed: list[tuple[int, str]] = []
     for i, row in enumerate(removed_raw):
+        if type(row) is list and len(row) == 2:
+            key, medium = row
+            if type(key) is int and 0 <= key <= _MAX_KEY and medium in TIER_RANK:
+                removed.append((key, medium))
+                continue
         at = f"{where}.removed[{i}]"
         if not isinstance(row, list) or len(row) != 2:
             raise ReportError(at, "expected [key, medium]")

@@ -18,6 +18,9 @@ from typing import Protocol
 MEDIA = ("GPU", "CPU", "DISK")
 # Lower rank = faster tier; a block held in several tiers of one engine counts at its fastest.
 TIER_RANK = {m: i for i, m in enumerate(MEDIA)}
+BIT = {m: 1 << i for i, m in enumerate(MEDIA)}
+# The fastest medium present in each non-empty mask.
+FASTEST = {mask: next(m for m in MEDIA if mask & BIT[m]) for mask in range(1, 1 << len(MEDIA))}
 
 Stored = tuple[int, int | None, str]  # (key, parent key or None, medium)
 Removed = tuple[int, str]  # (key, medium)
@@ -92,10 +95,6 @@ class ResidencyIndex(Protocol):
     def clear(self) -> None: ...
 
 
-def _fastest(media: set[str]) -> str:
-    return min(media, key=TIER_RANK.__getitem__)
-
-
 def longest_prefix(
     keys: Sequence[int], engines_of: callable, limit: int  # type: ignore[valid-type]
 ) -> list[Holder]:
@@ -123,75 +122,91 @@ def longest_prefix(
 
 
 class InProcessResidencyIndex:
-    """Residency in dictionaries of this process (embedded default, tests, simulator)."""
+    """Residency in dictionaries of this process (embedded default, tests, simulator).
+
+    Media are kept as bitmasks (GPU=1, CPU=2, DISK=4): a report of thousands of deltas is a few
+    dict operations per block, with no per-block set objects.
+    """
 
     def __init__(self) -> None:
-        # key -> engine -> set of media; engine -> key -> set of media; key -> parent
-        self._by_key: dict[int, dict[int, set[str]]] = {}
-        self._by_engine: dict[int, dict[int, set[str]]] = {}
+        # key -> engine -> media mask; engine -> key -> media mask; key -> parent
+        self._by_key: dict[int, dict[int, int]] = {}
+        self._by_engine: dict[int, dict[int, int]] = {}
         self._parent: dict[int, int | None] = {}
 
     def apply(self, deltas: Iterable[Delta]) -> int:
         deltas = list(deltas)
         for delta in deltas:  # validate everything first: all or nothing
             for _key, _parent, medium in delta.stored:
-                validate_medium(medium)
+                if medium not in BIT:
+                    validate_medium(medium)
             for _key, medium in delta.removed:
-                validate_medium(medium)
+                if medium not in BIT:
+                    validate_medium(medium)
         changes = 0
+        by_key, parents = self._by_key, self._parent
         for delta in deltas:
+            engine = delta.engine
             if delta.snapshot or delta.cleared:
-                self.drop_engine(delta.engine)
-            held = self._by_engine.setdefault(delta.engine, {})
+                self.drop_engine(engine)
+            held = self._by_engine.setdefault(engine, {})
             for key, parent, medium in delta.stored:
-                held.setdefault(key, set()).add(medium)
-                self._by_key.setdefault(key, {}).setdefault(delta.engine, set()).add(medium)
-                if parent is not None or key not in self._parent:
-                    self._parent[key] = parent
-                changes += 1
+                mask = held.get(key, 0) | BIT[medium]
+                held[key] = mask
+                engines = by_key.get(key)
+                if engines is None:
+                    by_key[key] = {engine: mask}
+                else:
+                    engines[engine] = mask
+                if parent is not None or key not in parents:
+                    parents[key] = parent
+            changes += len(delta.stored)
             for key, medium in delta.removed:
-                media = held.get(key)
-                if media is None or medium not in media:
+                bit = BIT[medium]
+                mask = held.get(key, 0)
+                if not mask & bit:
                     continue  # removing what we never saw is harmless (resync races)
-                media.discard(medium)
-                by_engine = self._by_key[key]
-                by_engine[delta.engine].discard(medium)
-                if not media:
+                mask &= ~bit
+                engines = by_key[key]
+                if mask:
+                    held[key] = engines[engine] = mask
+                else:
                     del held[key]
-                    del by_engine[delta.engine]
-                    if not by_engine:
-                        del self._by_key[key]
+                    del engines[engine]
+                    if not engines:
+                        del by_key[key]
                 changes += 1
         return changes
 
     def engines_of(self, key: int) -> dict[int, str]:
-        return {e: _fastest(m) for e, m in self._by_key.get(key, {}).items()}
+        return {e: FASTEST[m] for e, m in self._by_key.get(key, {}).items()}
 
     def holders(self, keys: Sequence[int], limit: int = 16) -> list[Holder]:
         return longest_prefix(keys, self.engines_of, limit)
 
     def usage(self, engine: int) -> EngineUsage:
         counts: dict[str, int] = {}
-        for media in self._by_engine.get(engine, {}).values():
-            for medium in media:
-                counts[medium] = counts.get(medium, 0) + 1
+        for mask in self._by_engine.get(engine, {}).values():
+            for medium, bit in BIT.items():
+                if mask & bit:
+                    counts[medium] = counts.get(medium, 0) + 1
         return EngineUsage(counts)
 
     def engines(self) -> list[int]:
         return sorted(e for e, held in self._by_engine.items() if held)
 
     def blocks_of(self, engine: int) -> dict[int, str]:
-        return {k: _fastest(m) for k, m in self._by_engine.get(engine, {}).items()}
+        return {k: FASTEST[m] for k, m in self._by_engine.get(engine, {}).items()}
 
     def parent_of(self, key: int) -> int | None:
         return self._parent.get(key)
 
     def drop_engine(self, engine: int) -> None:
         for key in self._by_engine.pop(engine, {}):
-            by_engine = self._by_key.get(key)
-            if by_engine is not None:
-                by_engine.pop(engine, None)
-                if not by_engine:
+            engines = self._by_key.get(key)
+            if engines is not None:
+                engines.pop(engine, None)
+                if not engines:
                     del self._by_key[key]
 
     def clear(self) -> None:

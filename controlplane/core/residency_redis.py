@@ -17,9 +17,7 @@ from collections.abc import Iterable, Sequence
 import msgpack
 import redis
 
-from .residency import MEDIA, Delta, EngineUsage, Holder, longest_prefix, validate_medium
-
-BIT = {m: 1 << i for i, m in enumerate(MEDIA)}
+from .residency import BIT, MEDIA, Delta, EngineUsage, Holder, longest_prefix, validate_medium
 
 _APPLY = r"""
 local ns = KEYS[1]

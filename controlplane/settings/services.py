@@ -23,7 +23,9 @@ else:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": get_from_env("SQLITE_PATH", str(DATA_DIR / "prewarm.sqlite3")),
             "ATOMIC_REQUESTS": True,
-            "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"},
+            # IMMEDIATE: concurrent writers wait on the busy timeout instead of failing when a read
+            # transaction tries to upgrade to a write (SQLITE_BUSY_SNAPSHOT under WAL).
+            "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE"},
         }
     }
 
