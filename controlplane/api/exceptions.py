@@ -23,7 +23,10 @@ def _first_field_error(data, path=""):
     """The first (field path, message) of a DRF validation error tree."""
     if isinstance(data, dict):
         for key, value in data.items():
-            sub = f"{path}.{key}" if path else str(key)
+            if isinstance(key, int) or (isinstance(key, str) and key.isdigit()):
+                sub = f"{path}[{key}]"  # DRF keys list items by index
+            else:
+                sub = f"{path}.{key}" if path else str(key)
             if key == "non_field_errors":
                 sub = path or None
             return _first_field_error(value, sub)

@@ -1,18 +1,32 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..choices import TokenKind
 from ..models import ApiToken, EnrolmentToken
 
 
+@extend_schema_field({"type": "string", "nullable": True, "description": "shown once, at creation; null afterwards"})
+class _RawToken(serializers.Field):
+    def __init__(self, **kwargs):
+        super().__init__(read_only=True, source="*", **kwargs)
+
+    def to_representation(self, obj):
+        return getattr(obj, "token", None)
+
+
 class ApiTokenSerializer(serializers.ModelSerializer):
-    token = serializers.CharField(read_only=True, help_text="shown once, at creation")
-    user = serializers.StringRelatedField(read_only=True)
+    token = _RawToken()
+    user = serializers.SerializerMethodField()
 
     class Meta:
         model = ApiToken
         fields = ["id", "kind", "name", "prefix", "user", "node", "created_at", "expires_at", "revoked_at",
                   "last_used_at", "token"]
         read_only_fields = ["prefix", "user", "node", "created_at", "revoked_at", "last_used_at", "token"]
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_user(self, token) -> str | None:
+        return token.user.get_username() if token.user_id else None
 
     def validate_kind(self, value):
         if value == TokenKind.AGENT:
@@ -21,7 +35,7 @@ class ApiTokenSerializer(serializers.ModelSerializer):
 
 
 class EnrolmentTokenSerializer(serializers.ModelSerializer):
-    token = serializers.CharField(read_only=True, help_text="shown once, at creation")
+    token = _RawToken()
     ttl_seconds = serializers.IntegerField(write_only=True, min_value=60, max_value=30 * 86400, required=False)
 
     class Meta:

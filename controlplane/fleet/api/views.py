@@ -123,13 +123,12 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(s.GpuSampleSerializer(reversed(list(samples)), many=True).data)
 
 
-class EngineViewSet(viewsets.ModelViewSet):
-    """Inference engines; operators set their lifecycle (warming, serving, draining)."""
+class EngineViewSet(viewsets.ReadOnlyModelViewSet):
+    """Inference engines (created by agent reports); operators set their lifecycle."""
 
     queryset = Engine.objects.select_related("node").prefetch_related("gpus")
     serializer_class = s.EngineSerializer
     filterset_fields = ["node", "kind", "lifecycle", "model"]
-    http_method_names = ["get", "post", "head", "options"]
     action_roles = {"lifecycle": Role.OPERATOR}
     token_kinds = {"agent"}
 

@@ -1,3 +1,4 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.core import blockhash
@@ -44,7 +45,11 @@ def _validate_chain(value):
 
 
 class OverrideSerializer(serializers.ModelSerializer):
-    created_by = serializers.StringRelatedField(read_only=True)
+    created_by = serializers.SerializerMethodField()
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_created_by(self, override) -> str | None:
+        return override.created_by.get_username() if override.created_by_id else None
 
     class Meta:
         model = Override
