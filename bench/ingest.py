@@ -18,10 +18,9 @@ import uuid
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from _common import parser, percentile, table, write_json
-
 import httpx
 import msgpack
+from _common import parser, percentile, table, write_json
 
 PG_URL = os.environ.get("PREWARM_BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/prewarm_bench")
 REDIS_URL = os.environ.get("PREWARM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
