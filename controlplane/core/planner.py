@@ -1,0 +1,297 @@
+"""The replication planner (architecture section 5, step 3): what to copy where, and why.
+
+The same function serves the Celery ``plan`` task, the simulator's ``predictive`` policy (fed
+forecasts and burst risk) and its ``oracle`` (fed the true future arrivals). It knows nothing of
+the simulator: callers describe prefixes, demand, residency, engines, budgets and overrides with
+the dataclasses below, and get back ``PlanItem`` s.
+
+Benefit model (all in seconds of TTFT, per planning horizon ``H``):
+- A prefix ``p`` has per-request service time ``service_s`` where it is cached and
+  ``recompute_s`` extra where it is not. Its demand rate to provision for is
+  ``lam = expected/H + burst_probability * max(0, peak_rate - expected/H)``.
+- Each engine ``e`` has spare capacity ``1 - load_e`` (engines warming up count with the load
+  they will take). The holders of ``p`` can absorb ``sum(spare) / service_s`` requests/s of it
+  at the target utilisation ``Budgets.target_utilisation``; the rest overflows.
+- A replica on ``e`` serves ``min(overflow, spare_e / service_s) * H`` of the overflow, each
+  saving ``recompute_s``; times ``confidence``. Its cost is the copy time (the link is shared
+  with serving traffic) times ``Budgets.copy_cost_weight``.
+- Prefixes held only on a lower tier (CPU, SSD) of an engine get a promotion item on that engine
+  when demand is expected there: the benefit is the promotion time a request would otherwise
+  wait, for up to one request per horizon.
+Greedy by net benefit; each chosen replica reduces the prefix's overflow and the target's spare
+capacity, and re-enters the queue for a further replica. Budgets and overrides are hard limits.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+GPU, CPU, SSD = "gpu", "cpu", "ssd"
+LIFECYCLES = ("warming", "serving", "draining")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A prefix that could be replicated: its chain of canonical keys (root first)."""
+
+    prefix_id: str
+    keys: tuple[int, ...]
+    tokens: int
+    nbytes: int
+    workload_key: str
+    service_s: float  # prefill time of one request with the prefix cached
+    recompute_s: float  # extra prefill time when the prefix is not cached
+
+
+@dataclass(frozen=True)
+class Demand:
+    prefix_id: str
+    expected_requests: float  # in the horizon
+    burst_probability: float = 0.0
+    peak_rate: float = 0.0  # requests/s a burst would reach
+    confidence: float = 1.0
+    first_arrival_s: float = 0.0  # seconds from now to the first expected request
+
+
+@dataclass(frozen=True)
+class Holding:
+    prefix_id: str
+    engine_id: str
+    tier: str = GPU
+
+
+@dataclass(frozen=True)
+class EngineState:
+    engine_id: str
+    node: str
+    kv_capacity_bytes: float
+    free_bytes: float  # room for speculative replicas without evicting non-speculative blocks
+    spec_bytes: float  # speculative replicas held now
+    link_bytes_per_s: float  # effective, net of serving traffic
+    load: float  # 0..1 utilisation (expected, for a warming engine)
+    lifecycle: str = "serving"
+    starts_serving_in_s: float = 0.0
+    tier_bytes_per_s: dict[str, float] = field(default_factory=dict)  # promotion bandwidth
+
+
+@dataclass(frozen=True)
+class Budgets:
+    max_spec_vram_fraction: float = 0.10
+    max_bytes_per_interval: float = float("inf")
+    min_confidence: float = 0.5
+    ttl_s: float = 600.0
+    horizon_s: float = 300.0
+    target_utilisation: float = 0.8
+    copy_cost_weight: float = 1.0
+    max_replicas_per_prefix: int = 64
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_spec_vram_fraction <= 1.0:
+            raise ValueError("max_spec_vram_fraction must be in [0, 1]")
+        if self.horizon_s <= 0 or self.ttl_s <= 0:
+            raise ValueError("horizon_s and ttl_s must be > 0")
+        if self.max_bytes_per_interval < 0:
+            raise ValueError("max_bytes_per_interval must be >= 0")
+
+
+@dataclass(frozen=True)
+class Overrides:
+    pinned: frozenset[str] = frozenset()  # planned whatever their confidence
+    excluded_engines: frozenset[str] = frozenset()
+    excluded_nodes: frozenset[str] = frozenset()
+    frozen: bool = False  # plan nothing
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    prefix_id: str
+    keys: tuple[int, ...]
+    source: str  # engine id holding it (the target itself for a promotion)
+    target: str
+    tier: str  # the tier it comes from: gpu (a copy) or cpu/ssd (a promotion)
+    nbytes: int
+    start_in_s: float  # when to start, from now (ahead of the forecast burst)
+    expected_ttft_saved_s: float
+    cost_s: float
+    confidence: float
+    reason: str
+
+
+def plan(
+    candidates: Sequence[Candidate],
+    demand: Iterable[Demand],
+    holdings: Iterable[Holding],
+    engines: Sequence[EngineState],
+    budgets: Budgets = Budgets(),
+    overrides: Overrides = Overrides(),
+) -> list[PlanItem]:
+    """Plan items, best first, within ``budgets`` and ``overrides``."""
+    if overrides.frozen:
+        return []
+    H = budgets.horizon_s
+    dem = {d.prefix_id: d for d in demand}
+    by_engine = {e.engine_id: e for e in engines}
+    for e in engines:
+        if e.lifecycle not in LIFECYCLES:
+            raise ValueError(f"engine {e.engine_id}: unknown lifecycle {e.lifecycle!r}")
+    gpu_holders: dict[str, list[str]] = {}
+    lower: dict[str, list[tuple[str, str]]] = {}
+    for h in holdings:
+        if h.engine_id not in by_engine:
+            continue
+        if h.tier == GPU:
+            gpu_holders.setdefault(h.prefix_id, []).append(h.engine_id)
+        else:
+            lower.setdefault(h.prefix_id, []).append((h.engine_id, h.tier))
+
+    allowed = {
+        e.engine_id
+        for e in engines
+        if e.engine_id not in overrides.excluded_engines
+        and e.node not in overrides.excluded_nodes
+        and e.lifecycle != "draining"
+    }
+    spare = {e.engine_id: max(0.0, 1.0 - e.load) for e in engines}
+    room = {
+        e.engine_id: max(
+            0.0,
+            min(e.free_bytes, budgets.max_spec_vram_fraction * e.kv_capacity_bytes - e.spec_bytes),
+        )
+        for e in engines
+    }
+    bytes_left = budgets.max_bytes_per_interval
+    items: list[PlanItem] = []
+    cands = {c.prefix_id: c for c in candidates}
+
+    def eligible(c: Candidate, d: Demand | None) -> bool:
+        if c.prefix_id in overrides.pinned:
+            return True
+        return d is not None and d.confidence >= budgets.min_confidence and d.expected_requests > 0
+
+    # Promotions from lower tiers first: cheap, local, and they free the link for copies.
+    for pid, rows in lower.items():
+        c = cands.get(pid)
+        d = dem.get(pid)
+        if c is None or not eligible(c, d):
+            continue
+        held = set(gpu_holders.get(pid, ()))
+        for eid, tier in rows:
+            e = by_engine[eid]
+            bw = e.tier_bytes_per_s.get(tier, 0.0)
+            if eid in held or eid not in allowed or bw <= 0 or room[eid] < c.nbytes:
+                continue
+            promo_s = c.nbytes / bw
+            conf = d.confidence if d else 1.0
+            benefit = min(promo_s, c.recompute_s) * min(1.0, d.expected_requests if d else 1.0)
+            benefit *= conf
+            if benefit <= 0 or c.nbytes > bytes_left:
+                continue
+            room[eid] -= c.nbytes
+            bytes_left -= c.nbytes
+            held.add(eid)
+            start = max(0.0, (d.first_arrival_s if d else 0.0) - 2.0 * promo_s)
+            items.append(
+                PlanItem(pid, c.keys, eid, eid, tier, c.nbytes, start, benefit, 0.0, conf,
+                         f"promote from {tier} ahead of ~{d.expected_requests if d else 0:.1f} "
+                         f"expected requests ({promo_s:.2f} s at tier bandwidth)")
+            )
+
+    # Replicas: a heap of the next replica of each prefix with overflow.
+    heap: list[tuple[float, int, str]] = []
+    state: dict[str, list] = {}
+    seq = 0
+    for c in candidates:
+        d = dem.get(c.prefix_id)
+        if not eligible(c, d) or c.service_s <= 0:
+            continue
+        holders = [h for h in gpu_holders.get(c.prefix_id, ()) if h in by_engine]
+        if not holders:
+            continue  # nothing to copy from (a cold prefix is computed where it lands)
+        lam = _rate(d, H) if d else 0.0
+        cap = sum(spare[h] for h in holders) / c.service_s * budgets.target_utilisation
+        overflow = lam - cap
+        pinned = c.prefix_id in overrides.pinned
+        if overflow <= 0 and not pinned:
+            continue
+        state[c.prefix_id] = [max(overflow, 0.0), set(holders), 0]
+        heapq.heappush(heap, (-c.recompute_s * max(overflow, 1e-9), seq, c.prefix_id))
+        seq += 1
+
+    while heap:
+        _, _, pid = heapq.heappop(heap)
+        c = cands[pid]
+        d = dem.get(pid)
+        overflow, holders, count = state[pid]
+        if count >= budgets.max_replicas_per_prefix or c.nbytes > bytes_left:
+            continue
+        best = _best_target(c, holders, allowed, room, spare, by_engine)
+        if best is None:
+            continue
+        tgt = by_engine[best]
+        src = _best_source(holders, by_engine, tgt)
+        conf = d.confidence if d else 1.0
+        served = min(overflow, spare[best] / c.service_s * budgets.target_utilisation) * H
+        if pid in overrides.pinned:
+            served = max(served, 1.0)
+        benefit = served * c.recompute_s * conf
+        copy_s = c.nbytes / max(1.0, min(tgt.link_bytes_per_s, by_engine[src].link_bytes_per_s))
+        cost = copy_s * budgets.copy_cost_weight
+        if benefit - cost <= 0 and pid not in overrides.pinned:
+            continue
+        room[best] -= c.nbytes
+        bytes_left -= c.nbytes
+        spare[best] = max(0.0, spare[best] - served / H * c.service_s)
+        holders.add(best)
+        state[pid] = [overflow - served / H, holders, count + 1]
+        lead = tgt.starts_serving_in_s if tgt.lifecycle == "warming" else 0.0
+        first = max(lead, d.first_arrival_s if d else 0.0)
+        start = max(0.0, first - 2.0 * copy_s)
+        why = (
+            f"{'pinned; ' if pid in overrides.pinned else ''}"
+            f"{lam_text(d, H)} against holders' capacity for "
+            f"{(overflow + served / H):.2f}/s less; {served:.1f} requests expected to spill to "
+            f"{best}{' (joins in %.0f s)' % lead if lead else ''}, each saving "
+            f"{c.recompute_s:.2f} s of prefill; copy {copy_s:.2f} s"
+        )
+        items.append(
+            PlanItem(pid, c.keys, src, best, GPU, c.nbytes, start, benefit, cost, conf, why)
+        )
+        if state[pid][0] > 1e-9:
+            heapq.heappush(heap, (-c.recompute_s * state[pid][0], seq, pid))
+            seq += 1
+    return items
+
+
+def _rate(d: Demand, horizon: float) -> float:
+    mean = d.expected_requests / horizon
+    return mean + d.burst_probability * max(0.0, d.peak_rate - mean)
+
+
+def lam_text(d: Demand | None, horizon: float) -> str:
+    if d is None:
+        return "pinned prefix"
+    return (
+        f"demand {d.expected_requests:.1f} requests in {horizon:.0f} s "
+        f"(burst p={d.burst_probability:.2f} to {d.peak_rate:.2f}/s)"
+    )
+
+
+def _best_target(c, holders, allowed, room, spare, by_engine) -> str | None:
+    best, key = None, None
+    for eid in allowed:
+        if eid in holders or room[eid] < c.nbytes or spare[eid] <= 0:
+            continue
+        k = (spare[eid], by_engine[eid].lifecycle == "warming", by_engine[eid].link_bytes_per_s, eid)
+        if key is None or k > key:
+            best, key = eid, k
+    return best
+
+
+def _best_source(holders, by_engine, target) -> str:
+    def key(h):
+        e = by_engine[h]
+        return (e.node == target.node, e.link_bytes_per_s, -e.load, h)
+
+    return max(holders, key=key)

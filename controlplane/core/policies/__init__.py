@@ -1,0 +1,1 @@
+"""Replication decision rules shared by the simulator and the control plane."""

@@ -1,0 +1,344 @@
+"""The cluster model and the replay loop.
+
+``ClusterConfig`` describes the hardware (engines, KV capacity, links, tiers, engines that join
+or leave); ``Simulation`` replays one workload under one policy and returns ``RunResult``.
+
+Links: each engine has one network link. A copy occupies the source's and the target's links
+for ``bytes / bandwidth``; links between engines of one node use NVLink, others the network.
+With ``link_share_with_serving`` > 0 the network also carries serving traffic in proportion to
+the cluster's recent load, so a copy made during a burst is slower than one made before it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from controlplane.core.costmodel import CostModel, transfer_seconds
+from controlplane.core.prefix_cache import PrefixCache
+from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING, Engine, Tier
+from controlplane.sim.events import EventQueue
+from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
+
+LOAD_WINDOW_S = 60.0  # time constant of the cluster-load average that link sharing uses
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    name: str
+    capacity_blocks: int
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class EngineChange:
+    """Engine ``eid`` is announced (starts warming) at ``announce_s`` and serves from
+    ``serve_s``; or leaves at ``leave_s``."""
+
+    eid: int
+    announce_s: float = 0.0
+    serve_s: float = 0.0
+    leave_s: float = math.inf
+
+
+@dataclass
+class ClusterConfig:
+    cost: CostModel
+    engines: int
+    kv_capacity_blocks: int
+    engines_per_node: int = 1
+    network_bytes_per_s: float = 25e9  # 200 Gb/s RDMA per engine
+    link_latency_s: float = 0.005
+    link_share_with_serving: float = 0.0
+    tiers: tuple[TierSpec, ...] = ()
+    changes: tuple[EngineChange, ...] = ()
+    scenario: str = "steady"
+
+    @property
+    def block_bytes(self) -> int:
+        return BLOCK_TOKENS * self.cost.kv_bytes_per_token
+
+    def describe(self) -> dict:
+        c = self.cost
+        return {
+            "scenario": self.scenario,
+            "engines": self.engines,
+            "model": c.model.name,
+            "gpu": c.gpu.name,
+            "gpus_per_engine": c.gpus,
+            "kv_capacity_gb_per_engine": round(self.kv_capacity_blocks * self.block_bytes / 1e9, 2),
+            "kv_capacity_blocks": self.kv_capacity_blocks,
+            "block_tokens": BLOCK_TOKENS,
+            "kv_bytes_per_token": c.kv_bytes_per_token,
+            "engines_per_node": self.engines_per_node,
+            "network_gbytes_per_s": self.network_bytes_per_s / 1e9,
+            "nvlink_gbytes_per_s": c.gpu.nvlink_bytes_per_s * c.gpus / 1e9,
+            "link_share_with_serving": self.link_share_with_serving,
+            "tiers": [
+                {"name": t.name, "capacity_blocks": t.capacity_blocks, "gbytes_per_s": t.bytes_per_s / 1e9}
+                for t in self.tiers
+            ],
+            "engine_changes": [
+                {"engine": f"e{c.eid}", "announce_s": c.announce_s, "serve_s": c.serve_s,
+                 "leave_s": None if math.isinf(c.leave_s) else c.leave_s}
+                for c in self.changes
+            ],
+        }
+
+
+@dataclass
+class Replica:
+    rid: int
+    pid: int
+    engine: int
+    speculative: bool
+    placed_at: float
+    nbytes: float
+
+
+@dataclass
+class RunResult:
+    policy: str
+    ttft: np.ndarray
+    cached_tokens: np.ndarray
+    input_tokens: np.ndarray
+    engine_of: np.ndarray
+    bytes_moved: float
+    spec_block_seconds: float
+    replicas: list[Replica]
+    replica_used: dict[int, bool]
+    wall_s: float
+    samples: list[dict] = field(default_factory=list)  # periodic VRAM/load samples
+    forecasts: dict[str, list] = field(default_factory=dict)
+    plan_items: int = 0
+
+
+class Simulation:
+    """Replays ``workload`` on the cluster under ``policy`` (see ``controlplane.sim.policies``)."""
+
+    def __init__(self, config: ClusterConfig, workload: Workload, policy, seed: int = 0) -> None:
+        self.config = config
+        self.workload = workload
+        self.policy = policy
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.cost = config.cost
+        f = self.cost.flops_per_s
+        m = self.cost.model
+        # prefill(new, cached) = over + dense * new + attn * new * (cached + new / 2)
+        self._over = self.cost.batch_overhead_s
+        self._dense = 2.0 * m.params / f
+        self._attn = 4.0 * m.layers * m.d_model / f
+        self.block_bytes = config.block_bytes
+        self.events = EventQueue()
+        self.engines: list[Engine] = []
+        for eid in range(config.engines):
+            tiers = [Tier(t.name, PrefixCache(t.capacity_blocks), t.bytes_per_s) for t in config.tiers]
+            self.engines.append(
+                Engine(eid, eid // max(1, config.engines_per_node),
+                       PrefixCache(config.kv_capacity_blocks), tiers)
+            )
+        for ch in config.changes:
+            if not 0 <= ch.eid < config.engines:
+                raise ValueError(f"engine change for unknown engine {ch.eid}")
+            e = self.engines[ch.eid]
+            if ch.serve_s > 0:
+                e.state = PLANNED
+                self.events.at(ch.announce_s, lambda t, e=e: self._set_state(e, WARMING))
+                self.events.at(ch.serve_s, lambda t, e=e: self._set_state(e, SERVING))
+            if not math.isinf(ch.leave_s):
+                self.events.at(ch.leave_s, lambda t, e=e: self._set_state(e, GONE))
+        self.serving = [e for e in self.engines if e.state == SERVING]
+        if not self.serving:
+            raise ValueError("no engine serves at t=0")
+        self.bytes_moved = 0.0
+        self.replicas: list[Replica] = []
+        self.in_flight: dict[tuple[int, int], float] = {}  # (pid, engine) -> land time
+        self._load_work = 0.0  # exponentially decayed prefill seconds
+        self._load_t = 0.0
+        self.now = 0.0
+
+    # -- cluster state ---------------------------------------------------------------------
+    def _set_state(self, e: Engine, state: str) -> None:
+        e.state = state
+        self.serving = [x for x in self.engines if x.state == SERVING]
+
+    def prefill_s(self, new: float, cached: float) -> float:
+        return self._over + new * (self._dense + self._attn * (cached + 0.5 * new))
+
+    def load(self, now: float) -> float:
+        """Recent utilisation of the serving engines (0..1), a 60 s exponential average."""
+        work = self._load_work * math.exp(-(now - self._load_t) / LOAD_WINDOW_S)
+        return min(1.0, work / (LOAD_WINDOW_S * max(1, len(self.serving))))
+
+    def _add_work(self, now: float, seconds: float) -> None:
+        self._load_work = self._load_work * math.exp(-(now - self._load_t) / LOAD_WINDOW_S) + seconds
+        self._load_t = now
+
+    def link_bytes_per_s(self, src: Engine, dst: Engine, now: float) -> float:
+        if src.node == dst.node:
+            return self.cost.gpu.nvlink_bytes_per_s * self.cost.gpus
+        share = self.config.link_share_with_serving
+        return self.config.network_bytes_per_s * max(0.05, 1.0 - share * self.load(now))
+
+    def copy_eta(self, src: Engine, dst: Engine, nbytes: float, now: float) -> float:
+        """When a copy started now would land (it queues behind copies on either link)."""
+        start = max(now, src.link_free_at, dst.link_free_at)
+        bw = self.link_bytes_per_s(src, dst, start)
+        return start + transfer_seconds(nbytes, bw, self.config.link_latency_s)
+
+    def start_copy(
+        self, pid: int, keys: tuple[int, ...], src: Engine, dst: Engine, now: float,
+        speculative: bool, ttl_s: float = math.inf,
+    ) -> float | None:
+        """Copy ``keys`` from ``src`` to ``dst``; returns the landing time (None: nothing to do)."""
+        missing = [k for k in keys if k not in dst.cache.blocks and k not in dst.pending]
+        if not missing or dst.state == GONE or (pid, dst.eid) in self.in_flight:
+            return None
+        nbytes = len(missing) * self.block_bytes
+        land = self.copy_eta(src, dst, nbytes, now)
+        src.link_free_at = dst.link_free_at = land
+        self.bytes_moved += nbytes
+        rid = len(self.replicas)
+        self.replicas.append(Replica(rid, pid, dst.eid, speculative, land, nbytes))
+        for k in missing:
+            dst.pending[k] = land
+        self.in_flight[(pid, dst.eid)] = land
+
+        def landed(t: float) -> None:
+            for k in missing:
+                dst.pending.pop(k, None)
+            self.in_flight.pop((pid, dst.eid), None)
+            if dst.state != GONE:
+                dst.cache.place(keys, t, rid, speculative, t + ttl_s)
+
+        self.events.at(land, landed)
+        return land
+
+    def promote(self, e: Engine, keys: tuple[int, ...], now: float, ttl_s: float) -> float | None:
+        """Prefetch ``keys`` from e's lower tiers into its HBM (a speculative placement)."""
+        m, lower = e.match(keys, now)
+        if not lower:
+            return None
+        seconds = sum(k * self.block_bytes / tier.bytes_per_s for tier, k in lower)
+        n = m + sum(k for _, k in lower)
+        chain = keys[:n]
+        land = now + seconds
+        rid = len(self.replicas)
+        self.replicas.append(Replica(rid, -1, e.eid, True, land, (n - m) * self.block_bytes))
+        for k in chain[m:]:
+            e.pending[k] = land
+
+        def landed(t: float) -> None:
+            for k in chain[m:]:
+                e.pending.pop(k, None)
+            if e.state != GONE:
+                for tier in e.tiers:
+                    tier.cache.remove(chain[m:], t)
+                e.cache.place(chain, t, rid, True, t + ttl_s)
+
+        self.events.at(land, landed)
+        return land
+
+    # -- the replay ------------------------------------------------------------------------
+    def run(self, progress=None) -> RunResult:
+        wl = self.workload
+        policy = self.policy
+        policy.setup(self)
+        n = len(wl)
+        ttft = np.empty(n)
+        cached_tok = np.empty(n, dtype=np.int64)
+        input_tok = np.empty(n, dtype=np.int64)
+        engine_of = np.empty(n, dtype=np.int32)
+        prefixes = wl.prefixes
+        times = wl.t.tolist()
+        pids = wl.pid.tolist()
+        suffixes = wl.suffix_tokens.tolist()
+        self.suffixes = suffixes
+        route = policy.route
+        before = policy.before_route
+        events = self.events
+        tick = policy.tick_s
+        next_tick = 0.0 if tick else math.inf
+        sample_every = max(1.0, wl.duration_s / 200.0) if wl.duration_s else 10.0
+        next_sample = 0.0
+        samples: list[dict] = []
+        wall0 = time.perf_counter()
+        B = BLOCK_TOKENS
+        suffix_base = 1 << 63
+        for i in range(n):
+            t = times[i]
+            while next_tick <= t or events.next_time() <= t:
+                if next_tick <= events.next_time():
+                    self.now = next_tick
+                    policy.on_tick(self, next_tick)
+                    next_tick += tick
+                else:
+                    events.run_until(min(t, next_tick - 1e-12))
+            self.now = t
+            if t >= next_sample:
+                samples.append(self._sample(t))
+                next_sample = t + sample_every
+            pid = pids[i]
+            keys = prefixes[pid]
+            if before is not None:
+                before(self, i, t, pid, keys)
+            e, m, promo_s, lower = route(self, i, t, keys)
+            total = len(keys) * B + suffixes[i]
+            cached = (m + sum(k for _, k in lower)) * B if lower else m * B
+            wait = e.free_at - t if e.free_at > t else 0.0
+            service = self.prefill_s(total - cached, cached)
+            if promo_s > wait:
+                service += promo_s - wait  # loading from a lower tier overlaps the queue
+            start = t + wait
+            e.free_at = start + service
+            e.busy_s += service
+            e.served += 1
+            self._add_work(t, service)
+            ttft[i] = wait + service
+            cached_tok[i] = cached
+            input_tok[i] = total
+            engine_of[i] = e.eid
+            # Full suffix blocks are the request's own: unique keys, cached like any block.
+            own = (suffixes[i]) // B
+            chain = keys if not own else keys + tuple(suffix_base | (i << 8) | j for j in range(own))
+            if lower:
+                done = m
+                for tier, k in lower:
+                    tier.cache.remove(keys[done : done + k], t)
+                    done += k
+            evicted = policy.use(self, e, chain, t)
+            if evicted and e.tiers:
+                e.demote(evicted, t)
+            if progress is not None and i % 4096 == 0:
+                progress(i, n)
+        end = max(times[-1] if times else 0.0, wl.duration_s)
+        events.run_until(end)
+        samples.append(self._sample(end))
+        spec_bs = 0.0
+        used: dict[int, bool] = {}
+        for e in self.engines:
+            e.cache.finish(end)
+            spec_bs += e.cache.spec_block_seconds
+            used.update(e.cache.replica_used)
+        if progress is not None:
+            progress(n, n)
+        return RunResult(
+            policy.name, ttft, cached_tok, input_tok, engine_of, self.bytes_moved,
+            spec_bs * self.block_bytes, self.replicas, used, time.perf_counter() - wall0,
+            samples, getattr(policy, "forecast_log", {}), getattr(policy, "plan_items", 0),
+        )
+
+    def _sample(self, t: float) -> dict:
+        spec = sum(len(e.cache.spec) for e in self.engines)
+        total = sum(len(e.cache) for e in self.engines if e.state != GONE)
+        return {
+            "t": t,
+            "normal_bytes": (total - spec) * self.block_bytes,
+            "spec_bytes": spec * self.block_bytes,
+            "serving": len(self.serving),
+            "load": self.load(t),
+        }

@@ -1,0 +1,74 @@
+"""One simulated engine: a FIFO prefill queue, a KV cache in tiers, a network link.
+
+Engines are prefill servers (TTFT is what replication changes; decode runs elsewhere, as in
+Mooncake's disaggregated prefill pool). Requests are served in arrival order, so the queue is a
+single number: the time the engine drains (``free_at``). Blocks a request computes are entered
+into the cache when it is routed: any later request on this engine starts after it finishes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controlplane.core.prefix_cache import PrefixCache
+
+PLANNED, WARMING, SERVING, GONE = "planned", "warming", "serving", "gone"
+
+
+@dataclass
+class Tier:
+    """A KV tier below the GPU (CPU DRAM, SSD): capacity and promotion bandwidth to HBM."""
+
+    name: str
+    cache: PrefixCache
+    bytes_per_s: float
+
+
+@dataclass(eq=False)
+class Engine:
+    eid: int
+    node: int
+    cache: PrefixCache
+    tiers: list[Tier] = field(default_factory=list)
+    free_at: float = 0.0
+    link_free_at: float = 0.0
+    state: str = SERVING
+    busy_s: float = 0.0
+    served: int = 0
+    # Keys of copies in flight to this engine -> time they land.
+    pending: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"e{self.eid}"
+
+    def wait(self, now: float) -> float:
+        return self.free_at - now if self.free_at > now else 0.0
+
+    def match(self, keys: tuple[int, ...], start: float) -> tuple[int, list[tuple[Tier, int]]]:
+        """Blocks of ``keys`` on HBM (or landing there by ``start``), then per lower tier."""
+        m = self.cache.match(keys)
+        n = len(keys)
+        if m < n and self.pending:
+            pending = self.pending
+            while m < n and pending.get(keys[m], float("inf")) <= start:
+                m += 1
+        lower: list[tuple[Tier, int]] = []
+        if m < n and self.tiers:
+            pos = m
+            for tier in self.tiers:
+                blocks = tier.cache.blocks
+                k = 0
+                while pos + k < n and keys[pos + k] in blocks:
+                    k += 1
+                if k:
+                    lower.append((tier, k))
+                    pos += k
+        return m, lower
+
+    def demote(self, evicted: list[int], now: float) -> None:
+        """Blocks evicted from HBM go down a tier (and from there to the next one)."""
+        for tier in self.tiers:
+            if not evicted:
+                return
+            evicted = tier.cache.use(evicted, now)

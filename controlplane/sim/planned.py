@@ -1,0 +1,264 @@
+"""``predictive`` and ``oracle``: the planner on top of cache-aware routing.
+
+Every ``tick_s`` the policy describes the cluster to ``controlplane.core.planner.plan`` (the same
+function the Celery task runs) and executes its items as speculative copies with a TTL, or as
+promotions from a lower tier. Both keep the guarded reactive rule as the fallback for prefixes
+the planner has no signal for.
+
+- ``oracle`` feeds the planner the true arrivals of the next horizon (count, 30-second peak,
+  first arrival): the upper bound of any predictor under the same budgets.
+- ``predictive`` uses only the past: per prefix, the recent rate and inter-arrival CV
+  (``BurstTracker``), the ramp of the same windows a day earlier (recent rate x yesterday's
+  next-window / current-window ratio), and the day-scale forecast of the key's history
+  (``forecast_counts``, best model by backtest). Burst risk (``BurstTracker.risk`` against the
+  holders' capacity) weighs a 2x burst, the size ServeGen bursts have.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from controlplane.core.forecast import BurstTracker, forecast_counts
+from controlplane.core.planner import (
+    CPU,
+    GPU,
+    Budgets,
+    Candidate,
+    Demand,
+    EngineState,
+    Holding,
+    Overrides,
+    plan,
+)
+from controlplane.core.policies.reactive import ReactiveRule
+from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING
+from controlplane.sim.policies import Reactive
+from controlplane.sim.workloads.base import BLOCK_TOKENS
+
+DAY_BUCKETS = 144  # 10-minute buckets in a day
+DAY_MODELS = ("last_value", "ewma", "seasonal_naive", "seasonal_blend")
+BURST_FACTOR = 2.0
+MAX_CANDIDATES = 256
+
+
+class PlannedPolicy(Reactive):
+    def __init__(
+        self,
+        name: str,
+        budgets: Budgets | None = None,
+        overrides: Overrides = Overrides(),
+        tick_s: float = 15.0,
+        reactive_rule: ReactiveRule = ReactiveRule(),
+        use_prophet: bool = False,
+    ) -> None:
+        if name not in ("predictive", "oracle"):
+            raise ValueError(name)
+        super().__init__(reactive_rule)
+        self.name = name
+        self.tick_s = tick_s
+        self.budgets = budgets or Budgets(max_spec_vram_fraction=0.25, ttl_s=300.0, horizon_s=120.0)
+        self.overrides = overrides
+        self.use_prophet = use_prophet
+        self.forecast_log: dict[str, list] = {}
+        self.plan_items = 0
+        self.reasons: list[str] = []
+
+    # -- setup -----------------------------------------------------------------------------
+    def setup(self, sim) -> None:
+        wl = sim.workload
+        self.trackers: dict[int, BurstTracker] = {}
+        self.seen: dict[int, int] = {}
+        self.mean_suffix = float(wl.suffix_tokens.mean()) if len(wl) else 0.0
+        self.day: dict[str, np.ndarray] = {}
+        if self.name == "predictive" and wl.history:
+            models = None if self.use_prophet else DAY_MODELS
+            horizon = int(math.ceil(wl.duration_s / wl.history_bucket_s)) + 1
+            for key, hist in wl.history.items():
+                if len(hist) < 2 * DAY_BUCKETS or hist.sum() <= 0:
+                    continue
+                try:
+                    res = forecast_counts(hist, start=0.0, bucket_seconds=int(wl.history_bucket_s),
+                                          horizon=horizon, models=models, backtest_folds=2)
+                except ValueError:
+                    continue  # no model accepts this history: no day-scale signal for it
+                self.day[key] = np.asarray(res.yhat)
+        self.t_idx = wl.t
+        self.pid_arr = wl.pid
+
+    def _observe(self, sim, i, t, pid, keys) -> None:
+        tr = self.trackers.get(pid)
+        if tr is None:
+            tr = self.trackers[pid] = BurstTracker(window_s=120.0, start=0.0)
+        tr.observe(t)
+        self.seen[pid] = self.seen.get(pid, 0) + 1
+
+    def _before(self, sim, i, t, pid, keys) -> None:
+        if self.name == "predictive":
+            self._observe(sim, i, t, pid, keys)
+        self._maybe_copy(sim, i, t, pid, keys)
+
+    @property
+    def before_route(self):  # noqa: D401 - a hook the simulator calls before routing
+        return self._before
+
+    @before_route.setter
+    def before_route(self, value) -> None:
+        pass
+
+    # -- a planning round --------------------------------------------------------------------
+    def on_tick(self, sim, t: float) -> None:
+        for e in sim.engines:
+            e.cache.expire(t)
+        H = self.budgets.horizon_s
+        demand = self._oracle_demand(sim, t, H) if self.name == "oracle" else self._predicted(sim, t, H)
+        if not demand:
+            return
+        wl = sim.workload
+        bb = sim.block_bytes
+        cands = []
+        for pid in demand:
+            keys = wl.prefixes[pid]
+            if len(keys) < self.rule.min_blocks:
+                continue
+            tokens = len(keys) * BLOCK_TOKENS
+            service = sim.prefill_s(self.mean_suffix, tokens)
+            recompute = sim.prefill_s(self.mean_suffix + tokens, 0.0) - service
+            cands.append(Candidate(str(pid), keys, tokens, len(keys) * bb, wl.prefix_wkey[pid],
+                                   service, recompute))
+        holdings = self._holdings(sim, cands, t)
+        engines = self._engine_states(sim, t, H)
+        items = plan(cands, demand.values(), holdings, engines, self.budgets, self.overrides)
+        for it in items:
+            self._execute(sim, it, t)
+
+    def _oracle_demand(self, sim, t, H) -> dict[int, Demand]:
+        lo, hi = np.searchsorted(self.t_idx, [t, t + H])
+        if hi <= lo:
+            return {}
+        pids = self.pid_arr[lo:hi]
+        times = self.t_idx[lo:hi]
+        counts = np.bincount(pids)
+        bucket = ((times - t) // 30.0).astype(np.int64)
+        pairs = pids.astype(np.int64) * 1_000 + bucket
+        uniq, pc = np.unique(pairs, return_counts=True)
+        peak = {}
+        for u, c in zip((uniq // 1_000).tolist(), pc.tolist(), strict=True):
+            peak[u] = max(peak.get(u, 0), c)
+        first: dict[int, float] = {}
+        for p, tt in zip(pids.tolist(), times.tolist(), strict=True):
+            if p not in first:
+                first[p] = tt - t
+        top = np.argsort(-counts)[:MAX_CANDIDATES]
+        out = {}
+        for p in top.tolist():
+            if counts[p] < 2:
+                break
+            out[p] = Demand(str(p), float(counts[p]), 1.0, peak[p] / 30.0, 1.0, first[p])
+            self.forecast_log.setdefault(sim.workload.prefix_wkey[p], []).append(
+                (t, float(counts[p]) / H))
+        return out
+
+    def _predicted(self, sim, t, H) -> dict[int, Demand]:
+        wl = sim.workload
+        rows = []
+        for pid, tr in self.trackers.items():
+            if self.seen.get(pid, 0) < 3:
+                continue  # no signal yet: the reactive rule covers it
+            r = tr.rate(t)
+            if r <= 0:
+                continue
+            key = wl.prefix_wkey[pid]
+            lam, conf = r, 0.6
+            hist = wl.history.get(key)
+            if hist is not None and len(hist) >= DAY_BUCKETS:
+                b0 = len(hist) - DAY_BUCKETS + int(t // wl.history_bucket_s)
+                b1 = len(hist) - DAY_BUCKETS + int((t + H) // wl.history_bucket_s)
+                if 0 <= b0 and b1 < len(hist) and hist[b0] > 0:
+                    ratio = min(3.0, max(0.5, hist[b1] / hist[b0]))
+                    lam = r * (0.5 + 0.5 * ratio)  # recent rate blended with yesterday's ramp
+                    conf = 0.8
+            day = self.day.get(key)
+            if day is not None:
+                b = min(len(day) - 1, int((t + H / 2) // wl.history_bucket_s))
+                level = max(0.0, float(day[b])) / wl.history_bucket_s
+                lam = 0.75 * lam + 0.25 * max(level, 0.0)
+            rows.append((lam, pid, tr, conf))
+        rows.sort(key=lambda x: (-x[0], x[1]))
+        out = {}
+        for lam, pid, tr, conf in rows[:MAX_CANDIDATES]:
+            keys = wl.prefixes[pid]
+            tokens = len(keys) * BLOCK_TOKENS
+            service = sim.prefill_s(self.mean_suffix, tokens)
+            holders = sum(1 for e in sim.serving if e.cache.match(keys) == len(keys))
+            cap = max(1, holders) * (1.0 - sim.load(t)) / service
+            risk = tr.risk(t, cap, H)
+            out[pid] = Demand(str(pid), lam * H, risk, lam * BURST_FACTOR, conf, 0.0)
+            self.forecast_log.setdefault(wl.prefix_wkey[pid], []).append((t, lam))
+        return out
+
+    def _holdings(self, sim, cands, t) -> list[Holding]:
+        rows = []
+        for c in cands:
+            n = len(c.keys)
+            for e in sim.engines:
+                if e.state in (GONE, PLANNED):
+                    continue
+                m, lower = e.match(c.keys, t)
+                if m == n:
+                    rows.append(Holding(c.prefix_id, e.name, GPU))
+                elif lower and m + sum(k for _, k in lower) == n:
+                    rows.append(Holding(c.prefix_id, e.name, lower[-1][0].name))
+        return rows
+
+    def _engine_states(self, sim, t, H) -> list[EngineState]:
+        bb = sim.block_bytes
+        load = sim.load(t)
+        joining = sum(1 for e in sim.engines if e.state == WARMING)
+        out = []
+        for e in sim.engines:
+            if e.state not in (SERVING, WARMING):
+                continue
+            c = e.cache
+            if e.state == SERVING:
+                el = min(1.0, load + e.wait(t) / H)
+                starts = 0.0
+            else:
+                el = load * len(sim.serving) / max(1, len(sim.serving) + joining)
+                starts = self._serve_time(sim, e) - t
+            share = sim.config.link_share_with_serving
+            link = sim.config.network_bytes_per_s * max(0.05, 1.0 - share * load)
+            out.append(EngineState(
+                e.name, f"n{e.node}", c.capacity * bb, (c.free + len(c.spec)) * bb,
+                len(c.spec) * bb, link, el, "serving" if e.state == SERVING else "warming",
+                max(0.0, starts), {tier.name: tier.bytes_per_s for tier in e.tiers},
+            ))
+        return out
+
+    @staticmethod
+    def _serve_time(sim, e) -> float:
+        for ch in sim.config.changes:
+            if ch.eid == e.eid:
+                return ch.serve_s
+        return 0.0
+
+    def _execute(self, sim, it, t) -> None:
+        pid = int(it.prefix_id)
+        dst = sim.engines[int(it.target[1:])]
+        ttl = self.budgets.ttl_s
+        self.plan_items += 1
+        if len(self.reasons) < 50:
+            self.reasons.append(f"t={t:.0f}s {it.prefix_id}->{it.target}: {it.reason}")
+
+        def go(when: float) -> None:
+            if it.tier in (CPU, "ssd"):
+                sim.promote(dst, it.keys, when, ttl)
+            else:
+                src = sim.engines[int(it.source[1:])]
+                sim.start_copy(pid, it.keys, src, dst, when, speculative=True, ttl_s=ttl)
+
+        if it.start_in_s > 0:
+            sim.events.at(t + it.start_in_s, go)
+        else:
+            go(t)

@@ -1,0 +1,170 @@
+"""Scenarios: the cluster shape around a workload (``steady``, ``scaleout``, ``tiered``,
+``slowlink``), and the bundled workloads with their defaults."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from controlplane.core.costmodel import CostModel
+from controlplane.sim.cluster import ClusterConfig, EngineChange, TierSpec
+from controlplane.sim.workloads.azure import load_azure
+from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload, shared_data_dir
+from controlplane.sim.workloads.mooncake import load_mooncake
+from controlplane.sim.workloads import servegen as sg
+
+SCENARIOS = ("steady", "scaleout", "tiered", "slowlink")
+WORKLOADS = ("mooncake", "azure-code", "servegen")
+FORMATS = ("mooncake", "azure", "servegen")
+
+# Stated assumptions of the scenarios (printed in the report).
+STEADY_NETWORK_BPS = 25e9  # 200 Gb/s RDMA NIC per engine
+SLOW_NETWORK_BPS = 12.5e9  # 100 Gb/s
+CPU_TIER_BPS = 32e9  # PCIe 5.0 x16, practical host-to-device
+SSD_TIER_BPS = 6e9  # one NVMe Gen4 x4 drive
+TIERED_GPU_SHARE = 0.5  # share of HBM KV left to cached prefixes when tiers hold the rest
+BOOT_S = 120.0  # an engine joining a scale-out is announced this long before it serves
+
+
+@dataclass
+class Setup:
+    config: ClusterConfig
+    workload: Workload
+    assumptions: dict[str, str] = field(default_factory=dict)
+
+
+def bundled_path(workload: str) -> Path:
+    root = shared_data_dir() / "traces"
+    return {
+        "mooncake": root / "mooncake" / "conversation_trace.jsonl",
+        "azure-code": root / "azure2023" / "AzureLLMInferenceTrace_code.csv",
+        "servegen": root / "servegen-m-large",
+    }[workload]
+
+
+def build(
+    *,
+    workload: str | None = "servegen",
+    trace: str | None = None,
+    fmt: str | None = None,
+    scenario: str = "steady",
+    engines: int = 16,
+    model: str = "llama3-70b",
+    gpu: str = "h100",
+    gpus_per_engine: int | None = None,
+    kv_capacity_gb: float | None = None,
+    start: float | None = None,
+    duration: float | None = None,
+    time_scale: float = 1.0,
+    load: float = 0.55,
+    tenants: int = 30,
+    prefix_tokens: tuple[int, int] | None = None,
+    seed: int = 0,
+) -> Setup:
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+    if engines < 2:
+        raise ValueError("need at least 2 engines")
+    if not 0 < load < 1.5:
+        raise ValueError("load must be in (0, 1.5)")
+    cost = CostModel.preset(model, gpu, gpus_per_engine)
+    block_bytes = BLOCK_TOKENS * cost.kv_bytes_per_token
+    cap_bytes = kv_capacity_gb * 1e9 if kv_capacity_gb else cost.default_kv_capacity_bytes()
+    blocks = int(cap_bytes // block_bytes)
+    if blocks < 8:
+        raise ValueError("KV capacity below 8 blocks per engine")
+    if trace:
+        if fmt not in FORMATS:
+            raise ValueError(f"--format must be one of {', '.join(FORMATS)}")
+        kind, path = fmt, Path(trace)
+        if not path.exists():
+            raise ValueError(f"trace not found: {path}")
+    else:
+        if workload not in WORKLOADS:
+            raise ValueError(f"unknown workload {workload!r}; known: {', '.join(WORKLOADS)}")
+        kind = {"azure-code": "azure"}.get(workload, workload)
+        path = bundled_path(workload)
+    notes: dict[str, str] = {}
+    if kind == "servegen":
+        wl = _servegen(path, scenario, engines, cost, start, duration, load, tenants,
+                       prefix_tokens or _default_prefix_tokens(model), seed)
+    else:
+        wl = load_mooncake(path) if kind == "mooncake" else load_azure(path, seed=seed)
+        if start or duration:
+            wl = wl.window(start or 0.0, duration)
+    if time_scale != 1.0:
+        wl = wl.scaled(time_scale)
+    if len(wl) == 0:
+        raise ValueError("the chosen window holds no requests")
+    per_node = max(1, 8 // cost.gpus)
+    cfg = ClusterConfig(cost, engines, blocks, engines_per_node=per_node, scenario=scenario,
+                        network_bytes_per_s=STEADY_NETWORK_BPS)
+    if scenario == "slowlink":
+        cfg.network_bytes_per_s = SLOW_NETWORK_BPS
+        cfg.link_share_with_serving = 1.0
+        notes["links"] = "cross-node copies at 100 Gb/s, shared with serving traffic in proportion to load"
+    elif scenario == "tiered":
+        gpu_blocks = max(8, int(blocks * TIERED_GPU_SHARE))
+        cfg.kv_capacity_blocks = gpu_blocks
+        cfg.tiers = (TierSpec("cpu", blocks * 4, CPU_TIER_BPS), TierSpec("ssd", blocks * 16, SSD_TIER_BPS))
+        notes["tiers"] = (f"HBM keeps {TIERED_GPU_SHARE:.0%} of the KV capacity for cached prefixes; "
+                          f"CPU DRAM 4x at {CPU_TIER_BPS / 1e9:.0f} GB/s, SSD 16x at "
+                          f"{SSD_TIER_BPS / 1e9:.0f} GB/s; evicted blocks are demoted a tier")
+    elif scenario == "scaleout":
+        cfg.changes = tuple(scaleout_schedule(wl, engines))
+        notes["scaleout"] = (f"{engines // 2} engines at start; the others join cold as the 5-minute "
+                             f"arrival rate reaches their share of the peak, announced {BOOT_S:.0f} s "
+                             "ahead (warming: they can receive copies, not traffic)")
+    else:
+        notes["links"] = f"{STEADY_NETWORK_BPS / 1e9:.0f} GB/s network, NVLink inside a node"
+    notes["engine"] = ("prefill servers (FIFO); TTFT = queueing + prefill of the uncached part "
+                       "+ any tier promotion the queue does not hide")
+    notes["cost_model"] = (f"prefill at {cost.mfu:.0%} MFU of {cost.gpus} x {cost.gpu.name} "
+                           f"+ {cost.batch_overhead_s * 1e3:.0f} ms per batch")
+    return Setup(cfg, wl, {**wl.assumptions, **notes})
+
+
+def _default_prefix_tokens(model: str) -> tuple[int, int]:
+    # 70B-class tenants carry long documents (the case the issue sizes); 8B ones shorter prompts.
+    return (8192, 131072) if "70b" in model else (2048, 32768)
+
+
+def _servegen(path, scenario, engines, cost, start, duration, load, tenants, ptok, seed) -> Workload:
+    duration = duration or 3600.0
+    windows = sg.load_servegen_windows(path)
+    if start is None:
+        start = sg.ramp_start(windows, duration)
+    lo, hi = ptok
+    mean_prefix = (hi - lo) / math.log(hi / lo) if hi > lo else lo
+    service = cost.prefill_seconds(700, mean_prefix)
+    chosen = sg.top_tenants(path, tenants, start, duration)
+    rate = sg.mean_rate(chosen, start, duration)
+    if rate <= 0:
+        raise ValueError("no ServeGen traffic in the chosen window")
+    serving = engines * (0.75 if scenario == "scaleout" else 1.0)
+    scale = load * serving / (service * rate)
+    return sg.load_servegen(path, start=start, duration_s=duration, tenants=tenants,
+                            rate_scale=scale, prefix_tokens=ptok, seed=seed)
+
+
+def scaleout_schedule(wl: Workload, engines: int, bin_s: float = 300.0) -> list[EngineChange]:
+    """Half the engines serve from the start; engine k joins when demand reaches k/engines of
+    the peak 5-minute rate (an autoscaler following the ramp), announced BOOT_S ahead."""
+    first = engines // 2
+    if len(wl) == 0:
+        return []
+    edges = np.arange(0.0, max(wl.duration_s, float(wl.t[-1])) + bin_s, bin_s)
+    counts, _ = np.histogram(wl.t, bins=edges)
+    rate = counts / bin_s
+    peak = rate.max() if len(rate) else 0.0
+    out = []
+    for k in range(first, engines):
+        need = peak * (k + 1) / engines
+        idx = np.nonzero(rate >= need)[0]
+        serve = float(edges[idx[0]]) if len(idx) else float(edges[-1])
+        serve = max(serve, BOOT_S)
+        out.append(EngineChange(k, announce_s=serve - BOOT_S, serve_s=serve))
+    return out
