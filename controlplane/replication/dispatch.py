@@ -168,6 +168,8 @@ def _result(job: ReplicationJob, node_id: int, roles: list[str], msg: dict) -> R
     job.results = results
     job.save(update_fields=["results", "updated_at"])
     if state == "failed":
+        if not any(job.acks.get(r) == job.attempt for r in roles):
+            return job  # the failure of an earlier attempt, reported after its retry was sent
         return fail(job, f"{'/'.join(roles)} on node {node_id}: {msg.get('error') or 'failed'}")
     if TARGET not in roles:
         return job  # the source finished sending; only the target's verified result counts

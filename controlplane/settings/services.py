@@ -2,7 +2,7 @@
 
 import dj_database_url
 
-from .base import DATA_DIR, DATABASE_URL, EMBEDDED, REDIS_URL
+from .base import DATA_DIR, DATABASE_URL, REDIS_URL
 from .env import get_from_env, str_to_bool
 
 if DATABASE_URL:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 from django.http import JsonResponse
