@@ -167,7 +167,11 @@ def test_failed_job_retries_with_backoff_then_expires_when_agent_is_gone(fleet, 
     settings.PREWARM_JOB_BACKOFF_SECONDS = 0.0
     _, plan = run_cycle(fleet, "auto")
     job = ReplicationJob.objects.filter(item__plan=plan).first()
-    job = finish(fleet, job, ok=False)
+    names = {v: k for k, v in fleet.nodes.items()}
+    source = fleet.agents[names[job.source.node_id]]
+    for msg in ({"type": "job.ack"}, {"type": "job.result", "state": "failed", "error": "disk full"}):
+        assert source.post(f"/api/agents/jobs/{job.pk}/events/", msg, format="json").status_code == 200
+    job.refresh_from_db()
     assert job.state == JobState.DISPATCHED and job.attempt == 2  # retried (eager, zero backoff)
     assert "disk full" in job.error
     Node.objects.filter(pk=job.target.node_id).update(state="stale")
