@@ -52,3 +52,6 @@ app.conf.task_routes = {name: {"queue": q.value} for name, q in TASK_QUEUES.item
 app.conf.task_create_missing_queues = True
 app.autodiscover_tasks(["controlplane.forecasting", "controlplane.replication", "controlplane.fleet"])
 
+# Threads that never touched an app (web request threads, the embedded worker) fall back to the
+# default app: make that this one, not an unconfigured Celery().
+app.set_default()
