@@ -36,7 +36,7 @@ def forecast_all(policy_id: int | None = None, then_plan: bool = False) -> int:
             done += services.forecast_key(key_id, horizon) is not None
         except ValueError as exc:  # a history no model accepts: skip the key, keep going
             log.warning("forecast of key %s refused: %s", key_id, exc)
-    if then_plan:
+    if then_plan and done:
         from controlplane.replication.tasks import plan_cycle
 
         plan_cycle.delay(policy_id)
