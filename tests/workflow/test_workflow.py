@@ -8,15 +8,19 @@ from datetime import timedelta
 
 import pytest
 
+from controlplane.audit.models import AuditEvent
 from controlplane.core import blockhash
 from controlplane.fleet.models import Engine, Node
 from controlplane.fleet.residency import get_index
 from controlplane.forecasting.models import Forecast
 from controlplane.forecasting.tasks import forecast_all
 from controlplane.replication.choices import JobState, PlanState
-from controlplane.replication.models import PlanItem, ReplicationJob, ReplicationPlan, SpeculativeReplica
+from controlplane.replication.models import (
+    ReplicationJob,
+    ReplicationPlan,
+    SpeculativeReplica,
+)
 from controlplane.replication.tasks import evict_expired, plan_cycle, score_replicas, sweep_jobs
-from controlplane.audit.models import AuditEvent
 from tests.workflow import burst
 
 
@@ -30,7 +34,7 @@ def run_cycle(fleet, mode, **policy):
 def finish(fleet, job, ok=True):
     """Both agents report the job as a real agent would (ack, then result)."""
     names = {v: k for k, v in fleet.nodes.items()}
-    for role, engine in (("source", job.source), ("target", job.target)):
+    for engine in (job.source, job.target):
         agent = fleet.agents[names[engine.node_id]]
         r = agent.post(f"/api/agents/jobs/{job.pk}/events/", {"type": "job.ack", "job_id": str(job.pk)}, format="json")
         assert r.status_code == 200, r.content
