@@ -45,9 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         _manage("ensure_user", user, "--password", password, "--role", role)
 
     procs: list[subprocess.Popen] = []
+    # The embedded Celery worker and beat run as threads of the web process (embedded_worker.py).
+    env = {**os.environ, "PREWARM_EMBEDDED_WORKER": "true"}
     procs.append(subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port), "controlplane.asgi:application"],
-        cwd=ROOT))
+        cwd=ROOT, env=env))
     url = f"http://{args.host}:{args.port}/"
     print(f"\nPrewarm is running at {url}\n  login: admin / {password}  (also operator, viewer)\n"
           f"  API docs: {url}api/docs/\nCtrl-C stops everything.\n", flush=True)

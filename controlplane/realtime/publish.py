@@ -2,22 +2,45 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
 log = logging.getLogger(__name__)
+_home_loop: asyncio.AbstractEventLoop | None = None
+
+
+def set_home_loop(loop: asyncio.AbstractEventLoop | None) -> None:
+    """The event loop an in-memory channel layer lives on (the embedded web server's)."""
+    global _home_loop
+    _home_loop = loop
+
+
+def _off_home_loop() -> bool:
+    if _home_loop is None or not _home_loop.is_running():
+        return False
+    try:
+        return asyncio.get_running_loop() is not _home_loop
+    except RuntimeError:
+        return threading.current_thread() is not threading.main_thread()
 
 
 def send_now(group: str, message_type: str, payload: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+    message = {"type": message_type.replace(".", "_"), "event": message_type, "payload": payload}
     try:
-        async_to_sync(layer.group_send)(group, {"type": message_type.replace(".", "_"), "event": message_type, "payload": payload})
+        if isinstance(layer, InMemoryChannelLayer) and _off_home_loop():
+            # A thread of the embedded worker: the layer's queues belong to the web server's loop.
+            asyncio.run_coroutine_threadsafe(layer.group_send(group, message), _home_loop).result(5)
+        else:
+            async_to_sync(layer.group_send)(group, message)
     except Exception:  # a realtime hiccup must never fail the write that caused it
         log.exception("publishing %s to %s failed", message_type, group)
 

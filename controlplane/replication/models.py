@@ -133,6 +133,11 @@ class ReplicationJob(models.Model):
     error = models.TextField(blank=True)
     checksum = models.CharField(max_length=64, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True, help_text="last (re)delivery")
+    retry_at = models.DateTimeField(null=True, blank=True, help_text="a failed attempt's retry time")
+    attempt_deadline = models.DateTimeField(null=True, blank=True, help_text="the current attempt fails after")
+    acks = models.JSONField(default=dict, blank=True, help_text="role -> attempt the agent acknowledged")
+    results = models.JSONField(default=dict, blank=True, help_text="role -> the agent's job.result")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
@@ -72,11 +73,16 @@ def refusal_for(item: PlanItem, policy: Policy, extra_bytes: int = 0, extra_on_t
 
 
 def _job_for(item: PlanItem, policy: Policy) -> ReplicationJob:
+    from .tasks import dispatch_job
+
     job = ReplicationJob.objects.create(
         item=item, transport=policy.default_transport, source=item.source, target=item.target,
         prefix_keys=item.prefix_keys, tier=item.tier, bytes=item.bytes,
+        max_attempts=settings.PREWARM_JOB_MAX_ATTEMPTS,
         deadline=timezone.now() + timedelta(seconds=policy.horizon_seconds))
-    return transition(job, JobState.APPROVED, "approved with its plan item")
+    job = transition(job, JobState.APPROVED, "approved with its plan item")
+    transaction.on_commit(lambda: dispatch_job.delay(str(job.pk)))
+    return job
 
 
 @transaction.atomic
@@ -143,11 +149,12 @@ def decide(plan_id: int, who, approve: bool, item_ids: list[int] | None = None, 
 
 @transaction.atomic
 def cancel_job(job: ReplicationJob, who, reason: str = "") -> ReplicationJob:
+    from .dispatch import end
+
     before = {"state": job.state}
-    job = transition(job, JobState.CANCELLED, reason or "cancelled by an operator")
+    job = transition(job, JobState.CANCELLED, reason or "cancelled by an operator")  # raises if illegal
+    end(job, JobState.CANCELLED, "")  # tells both agents; already cancelled, so no second transition
     record(who, "job.cancelled", job, before=before, after={"state": job.state}, reason=reason)
-    publish(groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state})
-    publish(groups.agent(job.target.node_id) if job.target_id else groups.JOBS, "job.cancel", {"job_id": str(job.pk)})
     return job
 
 

@@ -15,3 +15,28 @@ PREWARM_ENROLMENT_TOKEN_TTL_SECONDS = get_from_env(
 )
 # Demand is rolled up into buckets of this many seconds.
 PREWARM_DEMAND_BUCKET_SECONDS = get_from_env("PREWARM_DEMAND_BUCKET_SECONDS", 60, type_cast=int)
+
+# Replication workflow (docs/workflow.md).
+# Job delivery: attempts and the backoff between them (base * 2^(attempt-1), capped).
+PREWARM_JOB_MAX_ATTEMPTS = get_from_env("PREWARM_JOB_MAX_ATTEMPTS", 3, type_cast=int)
+PREWARM_JOB_BACKOFF_SECONDS = get_from_env("PREWARM_JOB_BACKOFF_SECONDS", 2.0, type_cast=float)
+PREWARM_JOB_BACKOFF_MAX_SECONDS = get_from_env("PREWARM_JOB_BACKOFF_MAX_SECONDS", 60.0, type_cast=float)
+# A dispatched job not acknowledged within this many seconds is sent again (same attempt).
+PREWARM_JOB_REDELIVER_SECONDS = get_from_env("PREWARM_JOB_REDELIVER_SECONDS", 10.0, type_cast=float)
+# Seconds an attempt may take once dispatched before it fails (and maybe retries).
+PREWARM_JOB_ATTEMPT_SECONDS = get_from_env("PREWARM_JOB_ATTEMPT_SECONDS", 120.0, type_cast=float)
+# The link speed the planner prices copies with where nothing better is known, bytes/s.
+PREWARM_LINK_BYTES_PER_S = get_from_env("PREWARM_LINK_BYTES_PER_S", 12.5e9, type_cast=float)
+# The load assumed for an engine whose metrics say nothing (0..1).
+PREWARM_DEFAULT_ENGINE_LOAD = get_from_env("PREWARM_DEFAULT_ENGINE_LOAD", 0.5, type_cast=float)
+# Cost-model presets for engines whose model name matches no known preset.
+PREWARM_DEFAULT_MODEL = get_from_env("PREWARM_DEFAULT_MODEL", "llama3-70b")
+PREWARM_DEFAULT_GPU = get_from_env("PREWARM_DEFAULT_GPU", "h100")
+# A warming engine is expected to take traffic this many seconds after it appears.
+PREWARM_WARMING_LEAD_SECONDS = get_from_env("PREWARM_WARMING_LEAD_SECONDS", 120.0, type_cast=float)
+# Where the simulator's sweep map of where speculation pays is read from (JSON).
+PREWARM_SWEEP_MAP = get_from_env("PREWARM_SWEEP_MAP", "")
+# Forecasting: history window, candidate models (empty = all, Prophet included), backtest folds.
+PREWARM_FORECAST_HISTORY_DAYS = get_from_env("PREWARM_FORECAST_HISTORY_DAYS", 14.0, type_cast=float)
+PREWARM_FORECAST_MODELS = get_from_env("PREWARM_FORECAST_MODELS", [], type_cast=lambda v: [m.strip() for m in v.split(",") if m.strip()])
+PREWARM_FORECAST_BACKTEST_FOLDS = get_from_env("PREWARM_FORECAST_BACKTEST_FOLDS", 3, type_cast=int)

@@ -2,8 +2,8 @@
 
 import dj_database_url
 
-from .base import DATA_DIR, DATABASE_URL, EMBEDDED, REDIS_URL
-from .env import get_from_env
+from .base import DATA_DIR, DATABASE_URL, REDIS_URL
+from .env import get_from_env, str_to_bool
 
 if DATABASE_URL:
     try:
@@ -40,12 +40,39 @@ if REDIS_URL:
     RESIDENCY_INDEX = {"backend": "redis", "url": get_from_env("RESIDENCY_REDIS_URL", REDIS_URL)}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    # The embedded default runs Celery in-process: tasks execute where they are sent.
+    # Embedded: the worker and beat are threads of the web process (controlplane.embedded_worker)
+    # on kombu's in-memory transport, so they share its channel layer and residency index.
     CELERY_BROKER_URL = "memory://"
     RESIDENCY_INDEX = {"backend": "inprocess"}
 
-CELERY_TASK_ALWAYS_EAGER = get_from_env("CELERY_TASK_ALWAYS_EAGER", EMBEDDED, type_cast=bool)
+# Tests may run tasks inline; nothing else should (it would run forecasts inside web requests).
+CELERY_TASK_ALWAYS_EAGER = get_from_env("CELERY_TASK_ALWAYS_EAGER", False, type_cast=str_to_bool)
+CELERY_TASK_EAGER_PROPAGATES = CELERY_TASK_ALWAYS_EAGER
 CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Start the in-process worker and beat in the web process (`make demo` sets it; embedded only).
+PREWARM_EMBEDDED_WORKER = get_from_env("PREWARM_EMBEDDED_WORKER", False, type_cast=str_to_bool)
+
+# Fixed cadences of beat, seconds. The policy's forecast/plan cadences are applied by `tick`.
+PREWARM_SCHEDULE = {
+    "tick": get_from_env("PREWARM_TICK_SECONDS", 2.0, type_cast=float),
+    "sweep_jobs": get_from_env("PREWARM_SWEEP_SECONDS", 2.0, type_cast=float),
+    "evict_expired": get_from_env("PREWARM_EVICT_SECONDS", 10.0, type_cast=float),
+    "score": get_from_env("PREWARM_SCORE_SECONDS", 30.0, type_cast=float),
+    "mark_stale": get_from_env("PREWARM_MARK_STALE_SECONDS", 5.0, type_cast=float),
+}
+CELERY_BEAT_SCHEDULE = {
+    "tick": {"task": "controlplane.replication.tasks.tick", "schedule": PREWARM_SCHEDULE["tick"]},
+    "sweep-jobs": {"task": "controlplane.replication.tasks.sweep_jobs",
+                   "schedule": PREWARM_SCHEDULE["sweep_jobs"]},
+    "evict-expired": {"task": "controlplane.replication.tasks.evict_expired",
+                      "schedule": PREWARM_SCHEDULE["evict_expired"]},
+    "score": {"task": "controlplane.replication.tasks.score_replicas",
+              "schedule": PREWARM_SCHEDULE["score"]},
+    "mark-stale": {"task": "controlplane.fleet.tasks.mark_stale",
+                   "schedule": PREWARM_SCHEDULE["mark_stale"]},
+}

@@ -21,7 +21,10 @@ class PolicySerializer(serializers.ModelSerializer):
                   "interval_seconds", "min_confidence", "replica_ttl_seconds", "horizon_seconds",
                   "forecast_every_seconds", "plan_every_seconds", "default_transport", "updated_at"]
         read_only_fields = ["updated_at"]
+        # Activating a policy deactivates the others (PolicyViewSet._save): no uniqueness check.
+        validators: list = []
         extra_kwargs = {
+            "active": {"validators": []},
             "max_spec_vram_fraction": {"min_value": 0.0, "max_value": 0.5},
             "min_confidence": {"min_value": 0.0, "max_value": 1.0},
             "max_bytes_per_interval": {"min_value": 0, "max_value": 2**62},

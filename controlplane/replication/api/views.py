@@ -1,16 +1,21 @@
 """Policies, overrides, plans (approve / reject), jobs, replicas."""
 
+from datetime import UTC, timedelta
+
 from django.db import transaction
-from drf_spectacular.utils import extend_schema
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from controlplane.accounts.choices import Role
 from controlplane.api.exceptions import ApiError
 from controlplane.audit.services import record, snapshot
 
-from .. import services
+from .. import scoring, services
 from ..jobstates import IllegalTransition
 from ..models import Override, Policy, ReplicationJob, ReplicationPlan, SpeculativeReplica
 from . import serializers as s
@@ -121,3 +126,25 @@ class SpeculativeReplicaViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = SpeculativeReplica.objects.all()
     serializer_class = s.SpeculativeReplicaSerializer
     filterset_fields = ["engine", "shadow", "tier", "workload_key"]
+
+
+class ScoreboardView(APIView):
+    """Speculative replicas' scores per policy, forecaster and tenant, with a recommendation."""
+
+    @extend_schema(parameters=[OpenApiParameter("since", str), OpenApiParameter("until", str)],
+                   responses={200: dict})
+    def get(self, request):
+        until = _when(request.query_params.get("until"), "until") or timezone.now()
+        since = _when(request.query_params.get("since"), "since") or until - timedelta(days=1)
+        if since >= until:
+            raise ApiError("invalid", "since must be before until", "since")
+        return Response(scoring.scoreboard(since, until))
+
+
+def _when(value, field):
+    if not value:
+        return None
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise ApiError("invalid", f"{field} is not an ISO 8601 date-time", field)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

@@ -1,0 +1,57 @@
+"""The Celery app: queues, routes and the beat schedule of the replication workflow.
+
+Start it with ``celery -A controlplane.celery worker -Q forecast`` (and ``-Q plan``, ``-Q dispatch``,
+``-Q default``) and ``celery -A controlplane.celery beat`` on the Redis broker. It is not imported
+from ``controlplane/__init__.py``, which stays Django-free for the pure-logic packages.
+
+Embedded default (no ``REDIS_URL``): ``controlplane.embedded_worker`` runs a worker and beat as
+threads of the web process on kombu's in-memory transport (the reasons are in that module).
+
+Tasks take ids, are idempotent and log-and-return on a vanished object. The beat schedule is
+fixed intervals from settings; the policy-driven cadences (``forecast_every_seconds``,
+``plan_every_seconds``) are applied by the ``tick`` task, which reads the active policy every few
+seconds, so a policy change takes effect without restarting beat.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+
+
+class Queue(StrEnum):
+    """Slow work never shares a queue with latency-sensitive work."""
+
+    DEFAULT = "default"  # tick, sweeps, scoring
+    FORECAST = "forecast"  # Prophet and baselines: CPU-heavy
+    PLAN = "plan"
+    DISPATCH = "dispatch"  # approval -> agent: latency-sensitive
+
+
+TASK_QUEUES = {
+    "controlplane.forecasting.tasks.forecast_all": Queue.FORECAST,
+    "controlplane.forecasting.tasks.forecast_key": Queue.FORECAST,
+    "controlplane.replication.tasks.plan_cycle": Queue.PLAN,
+    "controlplane.replication.tasks.dispatch_job": Queue.DISPATCH,
+    "controlplane.replication.tasks.dispatch_approved": Queue.DISPATCH,
+    "controlplane.replication.tasks.sweep_jobs": Queue.DISPATCH,
+    "controlplane.replication.tasks.evict_expired": Queue.DISPATCH,
+    "controlplane.replication.tasks.score_replicas": Queue.DEFAULT,
+    "controlplane.replication.tasks.tick": Queue.DEFAULT,
+    "controlplane.fleet.tasks.mark_stale": Queue.DEFAULT,
+}
+
+app = Celery("prewarm")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.task_default_queue = Queue.DEFAULT.value
+app.conf.task_routes = {name: {"queue": q.value} for name, q in TASK_QUEUES.items()}
+app.conf.task_create_missing_queues = True
+app.autodiscover_tasks(["controlplane.forecasting", "controlplane.replication", "controlplane.fleet"])
+
+# Threads that never touched an app (web request threads, the embedded worker) fall back to the
+# default app: make that this one, not an unconfigured Celery().
+app.set_default()

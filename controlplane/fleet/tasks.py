@@ -1,0 +1,11 @@
+"""Fleet housekeeping on the ``default`` queue."""
+
+from celery import shared_task
+
+from . import services
+
+
+@shared_task
+def mark_stale() -> list[int]:
+    """Nodes silent past PREWARM_NODE_STALE_SECONDS go stale (their jobs then expire)."""
+    return services.mark_stale_nodes()

@@ -1,0 +1,281 @@
+"""Jobs to agents and agents' events back: delivery, acknowledgement, results, retries, expiry.
+
+Every state change goes through ``jobstates.transition``; every push goes through ``publish`` (on
+commit) to the agent's Channels group, which its websocket consumer or long-poll request reads.
+Delivery is idempotent by job id and attempt: an agent that acknowledged an attempt is not sent
+it again; one that did not is sent it again after ``PREWARM_JOB_REDELIVER_SECONDS``.
+
+Roles: a ``replicate`` job goes to the source node (role ``source``) and the target node (role
+``target``); an ``evict`` job to the target only. Only the target's ``succeeded`` (after it
+verified the checksum) makes the job succeed and the replica count.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from controlplane.core import blockhash
+from controlplane.core.residency import Delta
+from controlplane.fleet.choices import NodeState
+from controlplane.fleet.models import Engine
+from controlplane.fleet.residency import get_index
+from controlplane.realtime import groups
+from controlplane.realtime.publish import publish
+
+from .choices import JobAction, JobState
+from .jobstates import IllegalTransition, transition
+from .models import ReplicationJob, SpeculativeReplica
+
+log = logging.getLogger(__name__)
+SOURCE, TARGET = "source", "target"
+DELIVERY_STATES = (JobState.DISPATCHED, JobState.RUNNING)
+
+
+def roles_of(job: ReplicationJob) -> dict[str, Engine]:
+    """role -> engine for the agents a job involves."""
+    if job.action == JobAction.EVICT or job.source_id is None:
+        return {TARGET: job.target} if job.target_id else {}
+    return {SOURCE: job.source, TARGET: job.target}
+
+
+def _endpoint(engine: Engine | None) -> dict:
+    if engine is None:
+        return {}
+    return {"node_id": engine.node_id, "engine_id": engine.engine_id,
+            "transfer": (engine.endpoints or {}).get("transfer", "")}
+
+
+def assign_message(job: ReplicationJob, role: str) -> dict:
+    """The protocol's ``job.assign`` for one role (docs/agent-protocol.md)."""
+    src, tgt = _endpoint(job.source), _endpoint(job.target)
+    bpb = (job.target or job.source).bytes_per_block if (job.target or job.source) else 0
+    master = src.get("transfer", "").rpartition(":")[0] or "127.0.0.1"
+    return {"type": "job.assign", "job": {
+        "id": str(job.pk), "action": job.action, "role": role, "transport": job.transport,
+        "keys": list(job.prefix_keys), "bytes": job.bytes, "bytes_per_block": bpb,
+        "source": src, "target": tgt,
+        # One port per job so concurrent NCCL jobs between the same pair do not collide.
+        "rendezvous": {"master_addr": master, "world_size": 2,
+                       "master_port": 29500 + zlib.crc32(job.pk.bytes) % 2000},
+        "lmcache": {},
+        "deadline": job.deadline.timestamp() if job.deadline else None,
+        "attempt": job.attempt,
+    }}
+
+
+def _node_ok(engine: Engine | None) -> bool:
+    return engine is not None and engine.node.state == NodeState.ACTIVE
+
+
+def dispatch(job_id) -> ReplicationJob | None:
+    """Send an approved job to its agents: approved -> dispatched, attempt + 1."""
+    with transaction.atomic():
+        job = (ReplicationJob.objects.select_for_update().select_related("source__node", "target__node")
+               .filter(pk=job_id).first())
+        if job is None:
+            log.info("dispatch: job %s vanished", job_id)
+            return None
+        if job.state != JobState.APPROVED:
+            return job  # already dispatched, or finished: a duplicate task is harmless
+        if job.retry_at and job.retry_at > timezone.now():
+            return job  # backing off; the sweep dispatches it when the time comes
+        roles = roles_of(job)
+        gone = [r for r, e in roles.items() if not _node_ok(e)] or ([] if roles else ["target"])
+        if gone:
+            return transition(job, JobState.EXPIRED, f"agent of the {', '.join(gone)} is gone")
+        now = timezone.now()
+        attempt_s = settings.PREWARM_JOB_ATTEMPT_SECONDS
+        deadline = min(job.deadline, now + timedelta(seconds=attempt_s)) if job.deadline else \
+            now + timedelta(seconds=attempt_s)
+        job = transition(job, JobState.DISPATCHED, f"attempt {job.attempt + 1} sent to agents",
+                         attempt=job.attempt + 1, dispatched_at=now, acks={}, results={},
+                         bytes_done=0, retry_at=None, attempt_deadline=deadline)
+        _push(job, roles)
+    return job
+
+
+def _push(job: ReplicationJob, roles: dict[str, Engine]) -> None:
+    for role, engine in roles.items():
+        publish(groups.agent(engine.node_id), "job.assign", assign_message(job, role))
+    publish(groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state, "attempt": job.attempt})
+
+
+def pending_for_node(node_id: int) -> list[dict]:
+    """``job.assign`` messages this node has not acknowledged yet (long-poll, websocket connect)."""
+    out = []
+    jobs = ReplicationJob.objects.filter(state__in=DELIVERY_STATES).select_related(
+        "source__node", "target__node").filter(Q(source__node_id=node_id) | Q(target__node_id=node_id))
+    for job in jobs:
+        for role, engine in roles_of(job).items():
+            if engine.node_id == node_id and job.acks.get(role) != job.attempt:
+                out.append(assign_message(job, role))
+    return out
+
+
+class EventError(ValueError):
+    """An agent event that cannot be applied (unknown job, wrong node, malformed)."""
+
+
+def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
+    """Apply one agent event (job.ack / job.progress / job.result) from ``node_id``."""
+    kind = msg.get("type")
+    if kind not in ("job.ack", "job.progress", "job.result"):
+        raise EventError(f"unknown event type {kind!r}")
+    with transaction.atomic():
+        job = (ReplicationJob.objects.select_for_update().select_related("source__node", "target__node")
+               .filter(pk=msg.get("job_id")).first())
+        if job is None:
+            raise EventError(f"unknown job {msg.get('job_id')!r}")
+        roles = [r for r, e in roles_of(job).items() if e.node_id == node_id]
+        if not roles:
+            raise EventError(f"job {job.pk} does not involve this node")
+        if job.state in JobState.TERMINAL:
+            return job  # a late event for a cancelled/expired/finished job changes nothing
+        if kind == "job.ack":
+            acks = dict(job.acks)
+            for r in roles:
+                acks[r] = job.attempt
+            job.acks = acks
+            job.save(update_fields=["acks", "updated_at"])
+            if job.state == JobState.DISPATCHED:
+                job = transition(job, JobState.RUNNING, f"acknowledged by node {node_id}")
+        elif kind == "job.progress":
+            done = int(msg.get("bytes_done") or 0)
+            if TARGET in roles and done > job.bytes_done:
+                job.bytes_done = min(done, job.bytes or done)
+                job.save(update_fields=["bytes_done", "updated_at"])
+        else:
+            job = _result(job, node_id, roles, msg)
+        publish(groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state,
+                                            "bytes_done": job.bytes_done})
+    return job
+
+
+def _result(job: ReplicationJob, node_id: int, roles: list[str], msg: dict) -> ReplicationJob:
+    state = msg.get("state")
+    if state not in ("succeeded", "failed"):
+        raise EventError("job.result state must be succeeded or failed")
+    results = dict(job.results)
+    for r in roles:
+        results[r] = {k: msg.get(k) for k in ("state", "checksum", "bytes", "error")}
+    job.results = results
+    job.save(update_fields=["results", "updated_at"])
+    if state == "failed":
+        if not any(job.acks.get(r) == job.attempt for r in roles):
+            return job  # the failure of an earlier attempt, reported after its retry was sent
+        return fail(job, f"{'/'.join(roles)} on node {node_id}: {msg.get('error') or 'failed'}")
+    if TARGET not in roles:
+        return job  # the source finished sending; only the target's verified result counts
+    src = results.get(SOURCE) or {}
+    if src.get("checksum") and msg.get("checksum") and src["checksum"] != msg["checksum"]:
+        return fail(job, "target checksum differs from the source's")
+    if job.state == JobState.DISPATCHED:
+        job = transition(job, JobState.RUNNING, "result before acknowledgement")
+    job = transition(job, JobState.SUCCEEDED, f"verified by node {node_id}",
+                     checksum=str(msg.get("checksum") or "")[:64],
+                     bytes_done=int(msg.get("bytes") or job.bytes))
+    _on_success(job)
+    return job
+
+
+def _on_success(job: ReplicationJob) -> None:
+    keys = [blockhash.from_hex(k) for k in job.prefix_keys]
+    now = timezone.now()
+    if job.action == JobAction.EVICT:
+        SpeculativeReplica.objects.filter(job__isnull=False, engine_id=job.target_id,
+                                          prefix_keys=job.prefix_keys, evicted_at__isnull=True,
+                                          shadow=False).update(evicted_at=now)
+        removed = [(k, job.tier) for k in keys]
+        transaction.on_commit(lambda: get_index().apply([Delta(job.target_id, removed=removed)]))
+        return
+    item = job.item
+    ttl = item.plan.policy.replica_ttl_seconds if item else 900
+    SpeculativeReplica.objects.get_or_create(job=job, defaults=dict(
+        item=item, engine_id=job.target_id, workload_key=item.workload_key if item else None,
+        prefix_keys=job.prefix_keys, tier=job.tier, bytes=job.bytes, shadow=False,
+        forecaster=(item.plan.summary.get("forecasters", {}).get(str(item.workload_key_id), "")
+                    if item else ""),
+        placed_at=now, expires_at=now + timedelta(seconds=ttl)))
+    # The copy is resident on the target now; the engine's own events confirm or remove it later.
+    stored = [(k, keys[i - 1] if i else None, job.tier) for i, k in enumerate(keys)]
+    transaction.on_commit(lambda: get_index().apply([Delta(job.target_id, stored=stored)]))
+
+
+def backoff_seconds(attempt: int) -> float:
+    base = settings.PREWARM_JOB_BACKOFF_SECONDS
+    return min(settings.PREWARM_JOB_BACKOFF_MAX_SECONDS, base * 2 ** max(0, attempt - 1))
+
+
+def fail(job: ReplicationJob, why: str) -> ReplicationJob:
+    """Fail the current attempt; retry after a backoff while attempts remain."""
+    job = transition(job, JobState.FAILED, why, error=why[:2000])
+    _cancel_on_agents(job)
+    if job.attempt < job.max_attempts and (job.deadline is None or job.deadline > timezone.now()):
+        delay = backoff_seconds(job.attempt)
+        job = transition(job, JobState.APPROVED, f"retry {job.attempt + 1}/{job.max_attempts} in {delay:.1f}s",
+                         retry_at=timezone.now() + timedelta(seconds=delay))
+        from .tasks import dispatch_job
+
+        transaction.on_commit(lambda: dispatch_job.apply_async((str(job.pk),), countdown=delay))
+    return job
+
+
+def _cancel_on_agents(job: ReplicationJob) -> None:
+    for engine in roles_of(job).values():
+        publish(groups.agent(engine.node_id), "job.cancel", {"type": "job.cancel", "job_id": str(job.pk)})
+
+
+def end(job: ReplicationJob, to: str, why: str) -> ReplicationJob | None:
+    """Cancel or expire a job at any step before it finished; tells its agents."""
+    try:
+        job = transition(job, to, why)
+    except IllegalTransition:
+        return None
+    _cancel_on_agents(job)
+    publish(groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state})
+    return job
+
+
+def sweep(now=None) -> dict:
+    """Expire jobs whose agent is gone or whose time ran out; redeliver unacknowledged ones;
+    dispatch approved jobs whose backoff is over."""
+    now = now or timezone.now()
+    expired = failed = redelivered = due = 0
+    live = ReplicationJob.objects.filter(
+        state__in=[JobState.APPROVED, *DELIVERY_STATES]).select_related("source__node", "target__node")
+    redeliver_before = now - timedelta(seconds=settings.PREWARM_JOB_REDELIVER_SECONDS)
+    for job in live:
+        with transaction.atomic():
+            roles = roles_of(job)
+            gone = [r for r, e in roles.items() if not _node_ok(e)]
+            if gone or not roles:
+                expired += bool(end(job, JobState.EXPIRED, f"agent of the {', '.join(gone) or 'target'} is gone"))
+            elif job.deadline and job.deadline <= now:
+                expired += bool(end(job, JobState.EXPIRED, "deadline passed"))
+            elif job.state in DELIVERY_STATES and job.attempt_deadline and job.attempt_deadline <= now:
+                fail(job, f"attempt {job.attempt} took longer than {settings.PREWARM_JOB_ATTEMPT_SECONDS:.0f}s")
+                failed += 1
+            elif job.state == JobState.APPROVED and (job.retry_at is None or job.retry_at <= now):
+                due += 1
+                transaction.on_commit(lambda j=job: _dispatch_later(j.pk))
+            elif (job.state in DELIVERY_STATES and job.dispatched_at and job.dispatched_at < redeliver_before
+                  and any(job.acks.get(r) != job.attempt for r in roles)):
+                ReplicationJob.objects.filter(pk=job.pk).update(dispatched_at=now)
+                for role, engine in roles.items():
+                    if job.acks.get(role) != job.attempt:
+                        publish(groups.agent(engine.node_id), "job.assign", assign_message(job, role))
+                redelivered += 1
+    return {"expired": expired, "failed": failed, "redelivered": redelivered, "dispatched": due}
+
+
+def _dispatch_later(job_id) -> None:
+    from .tasks import dispatch_job
+
+    dispatch_job.delay(str(job_id))

@@ -1,0 +1,279 @@
+"""A planning cycle: the database and residency index in, ``ReplicationPlan`` rows out.
+
+Describes the cluster to the pure planner (``controlplane.core.planner.plan``, the function the
+simulator's predictive policy runs too) and stores its items. Then the policy's mode decides:
+``shadow`` keeps the plan as never executed and records the replicas it would have placed (so
+they are scored as if executed), ``auto`` approves it through ``services.decide`` within budgets,
+``manual`` leaves it for an operator. Overrides are applied here and again at approval.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from controlplane.core import blockhash, planner
+from controlplane.core.costmodel import MODELS, CostModel
+from controlplane.demand.models import WorkloadKey
+from controlplane.fleet.choices import EngineLifecycle, NodeState
+from controlplane.fleet.models import Engine
+from controlplane.fleet.residency import get_index
+from controlplane.forecasting.models import Forecast
+from controlplane.realtime import groups
+from controlplane.realtime.publish import publish
+
+from .choices import JobAction, JobState, OverrideKind, PlanState, PolicyMode
+from .models import PlanItem, Policy, ReplicationJob, ReplicationPlan, SpeculativeReplica
+from .services import OPEN_PLAN_STATES, active_overrides, decide
+
+log = logging.getLogger(__name__)
+TIER_TO_PLANNER = {"GPU": planner.GPU, "CPU": planner.CPU, "DISK": planner.SSD}
+TIER_FROM_PLANNER = {v: k for k, v in TIER_TO_PLANNER.items()}
+# Promotion bandwidth from CPU DRAM (PCIe 5 x16, ~50 GB/s usable) and SSD (NVMe, ~6 GB/s).
+TIER_BYTES_PER_S = {planner.CPU: 50e9, planner.SSD: 6e9}
+BURST_FACTOR = 2.0  # the burst a key's risk is about: twice its recent rate (as the simulator)
+
+
+def cost_model_for(model_name: str) -> CostModel:
+    """The cost-model preset whose name the engine's model mentions, else the configured one."""
+    low = model_name.lower()
+    name = next((n for n in sorted(MODELS, key=len, reverse=True) if n.split("-")[-1] in low),
+                settings.PREWARM_DEFAULT_MODEL)
+    return CostModel.preset(name, settings.PREWARM_DEFAULT_GPU)
+
+
+@dataclass
+class Inputs:
+    candidates: list[planner.Candidate]
+    demand: list[planner.Demand]
+    holdings: list[planner.Holding]
+    engines: list[planner.EngineState]
+    overrides: planner.Overrides
+    keys: dict[str, WorkloadKey]
+    forecasters: dict[str, str]
+
+
+def _latest_forecasts(key_ids) -> dict[int, Forecast]:
+    latest: dict[int, Forecast] = {}
+    for f in Forecast.objects.filter(key_id__in=key_ids).order_by("key_id", "-generated_at", "-id") \
+            .only("key_id", "yhat", "upper", "bucket_seconds", "model", "burst_risk", "backtest_mase",
+                  "start", "generated_at"):
+        latest.setdefault(f.key_id, f)
+    return latest
+
+
+def _engine_states(engines: list[Engine]) -> list[planner.EngineState]:
+    index = get_index()
+    spec = dict(SpeculativeReplica.objects.filter(evicted_at__isnull=True, shadow=False)
+                .values_list("engine_id").annotate(b=Sum("bytes")))
+    coming = dict(ReplicationJob.objects.filter(
+        state__in=[JobState.APPROVED, JobState.DISPATCHED, JobState.RUNNING], action=JobAction.REPLICATE)
+        .values_list("target_id").annotate(b=Sum("bytes")))
+    out = []
+    for e in engines:
+        cap = e.kv_capacity_bytes
+        used = index.usage(e.pk).blocks.get("GPU", 0) * e.bytes_per_block
+        metrics = e.metrics or {}
+        load = metrics.get("kv_usage")
+        load = float(load) if isinstance(load, int | float) else settings.PREWARM_DEFAULT_ENGINE_LOAD
+        out.append(planner.EngineState(
+            engine_id=str(e.pk), node=str(e.node_id), kv_capacity_bytes=float(cap),
+            free_bytes=float(max(0, cap - used)), spec_bytes=float(spec.get(e.pk, 0) + coming.get(e.pk, 0)),
+            link_bytes_per_s=settings.PREWARM_LINK_BYTES_PER_S, load=min(1.0, max(0.0, load)),
+            lifecycle=e.lifecycle,
+            starts_serving_in_s=settings.PREWARM_WARMING_LEAD_SECONDS if e.lifecycle == EngineLifecycle.WARMING else 0.0,
+            tier_bytes_per_s=TIER_BYTES_PER_S))
+    return out
+
+
+def gather(policy: Policy, now=None) -> Inputs:
+    """Everything the planner needs, read once."""
+    now = now or timezone.now()
+    engines = list(Engine.objects.select_related("node").filter(node__state=NodeState.ACTIVE))
+    by_model: dict[str, list[Engine]] = {}
+    for e in engines:
+        by_model.setdefault(e.model, []).append(e)
+    keys = {str(k.pk): k for k in WorkloadKey.objects.exclude(prefix_keys=[])
+            .only("pk", "tenant", "model", "prefix_keys", "prefix_tokens")}
+    forecasts = _latest_forecasts([int(k) for k in keys])
+    horizon = float(policy.horizon_seconds)
+    index = get_index()
+    cands, demand, holdings, forecasters = [], [], [], {}
+    models: dict[str, CostModel] = {}
+    for pid, key in keys.items():
+        peers = by_model.get(key.model)
+        f = forecasts.get(int(pid))
+        if not peers or f is None:
+            continue
+        cm = models.get(key.model) or models.setdefault(key.model, cost_model_for(key.model))
+        chain = tuple(blockhash.from_hex(h) for h in key.prefix_keys)
+        tokens = key.prefix_tokens or len(chain) * peers[0].block_size
+        bpb = peers[0].bytes_per_block or int(cm.kv_bytes_per_token * peers[0].block_size)
+        service = cm.prefill_seconds(256, tokens)  # a typical 256-token suffix after the prefix
+        cands.append(planner.Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, service,
+                                       cm.prefill_seconds(tokens) - cm.batch_overhead_s))
+        expected = _expected(f, now, horizon)
+        rate = expected / horizon
+        demand.append(planner.Demand(
+            pid, expected, burst_probability=f.burst_risk or 0.0, peak_rate=BURST_FACTOR * rate,
+            confidence=_confidence(f)))
+        forecasters[pid] = f.model
+        for h in index.holders(chain, limit=64):
+            if h.depth == len(chain):
+                holdings.append(planner.Holding(pid, str(h.engine), TIER_TO_PLANNER[h.tier]))
+    return Inputs(cands, demand, holdings, _engine_states(engines), _overrides(), keys, forecasters)
+
+
+def _expected(f: Forecast, now, horizon: float) -> float:
+    """Requests the forecast expects in [now, now + horizon) (buckets overlapping it, pro rata)."""
+    t0 = f.start.timestamp()
+    a, b = now.timestamp(), now.timestamp() + horizon
+    total = 0.0
+    for i, y in enumerate(f.yhat):
+        lo, hi = t0 + i * f.bucket_seconds, t0 + (i + 1) * f.bucket_seconds
+        overlap = max(0.0, min(hi, b) - max(lo, a))
+        total += max(0.0, float(y)) * overlap / f.bucket_seconds
+    if total == 0.0 and f.yhat and a >= t0 + len(f.yhat) * f.bucket_seconds:
+        total = max(0.0, float(f.yhat[-1])) * horizon / f.bucket_seconds  # past its horizon: last level
+    return total
+
+
+def _confidence(f: Forecast) -> float:
+    """1 / (1 + MASE): a forecast as good as the naive one scores 0.5; unscored baselines 0.5."""
+    if f.backtest_mase is None:
+        return 0.5
+    return 1.0 / (1.0 + max(0.0, f.backtest_mase))
+
+
+def _overrides() -> planner.Overrides:
+    ov = list(active_overrides())
+    return planner.Overrides(
+        excluded_engines=frozenset(str(o.engine_id) for o in ov if o.kind == OverrideKind.EXCLUDE_ENGINE),
+        excluded_nodes=frozenset(str(o.node_id) for o in ov if o.kind == OverrideKind.EXCLUDE_NODE),
+        frozen=any(o.kind == OverrideKind.FREEZE for o in ov))
+
+
+def _pin_items(inputs: Inputs) -> list[planner.PlanItem]:
+    """Pins: copy the pinned chain to the pinned engine from a holder, whatever the forecast."""
+    if inputs.overrides.frozen:
+        return []
+    index, out = get_index(), []
+    for o in active_overrides().filter(kind=OverrideKind.PIN).select_related("engine"):
+        chain = tuple(blockhash.from_hex(h) for h in o.prefix_keys)
+        holders = {h.engine: h for h in index.holders(chain, limit=64) if h.depth == len(chain)}
+        if o.engine_id in holders or not holders or str(o.engine_id) in inputs.overrides.excluded_engines:
+            continue
+        src = next(iter(holders))
+        nbytes = len(chain) * (o.engine.bytes_per_block or 0)
+        out.append(planner.PlanItem(f"pin:{o.pk}", chain, str(src), str(o.engine_id), planner.GPU, nbytes,
+                                    0.0, 0.0, 0.0, 1.0, f"pinned by override #{o.pk}: {o.reason or 'no reason given'}"))
+    return out
+
+
+def update_readiness(inputs: Inputs, planned: list[planner.PlanItem]) -> dict[int, float]:
+    """Readiness of each warming engine: the share of the bytes of the forecast-hot prefixes it
+    is planned to hold that are already resident there. 1.0 when none are planned for it."""
+    wanted: dict[str, set[str]] = {}
+    for it in planned:
+        wanted.setdefault(it.target, set()).add(it.prefix_id)
+    held = {(h.prefix_id, h.engine_id) for h in inputs.holdings if h.tier == planner.GPU}
+    for it in SpeculativeReplica.objects.filter(evicted_at__isnull=True, shadow=False) \
+            .values_list("workload_key_id", "engine_id"):
+        wanted.setdefault(str(it[1]), set()).add(str(it[0]))
+    sizes = {c.prefix_id: c.nbytes for c in inputs.candidates}
+    out = {}
+    for e in inputs.engines:
+        if e.lifecycle != EngineLifecycle.WARMING:
+            continue
+        need = wanted.get(e.engine_id, set())
+        total = sum(sizes.get(p, 0) for p in need)
+        have = sum(sizes.get(p, 0) for p in need if (p, e.engine_id) in held)
+        out[int(e.engine_id)] = round(have / total, 4) if total else 1.0
+    for pk, r in out.items():
+        Engine.objects.filter(pk=pk).update(readiness=r)
+    if out:
+        publish(groups.CLUSTER, "engine.readiness", {"readiness": {str(k): v for k, v in out.items()}})
+    return out
+
+
+def run_cycle(policy_id: int | None = None, now=None) -> ReplicationPlan | None:
+    """Plan, store, then apply the policy's mode. Returns the stored plan (None: no policy)."""
+    policy = Policy.objects.filter(pk=policy_id).first() if policy_id else \
+        Policy.objects.filter(active=True).first()
+    if policy is None:
+        log.info("plan: no active policy")
+        return None
+    now = now or timezone.now()
+    t0 = time.perf_counter()
+    inputs = gather(policy, now)
+    budgets = planner.Budgets(
+        max_spec_vram_fraction=policy.max_spec_vram_fraction, max_bytes_per_interval=policy.max_bytes_per_interval,
+        min_confidence=policy.min_confidence, ttl_s=policy.replica_ttl_seconds, horizon_s=policy.horizon_seconds)
+    items = planner.plan(inputs.candidates, inputs.demand, inputs.holdings, inputs.engines, budgets,
+                         inputs.overrides)
+    items = _pin_items(inputs) + items
+    planned_s = time.perf_counter() - t0
+    plan = store(policy, inputs, items, planned_s)
+    update_readiness(inputs, items)
+    if policy.mode == PolicyMode.SHADOW:
+        _shadow_replicas(plan, policy, now)
+    elif policy.mode == PolicyMode.AUTO and items:
+        decide(plan.pk, None, True, reason="auto mode: approved within budgets")
+    return plan
+
+
+@transaction.atomic
+def store(policy: Policy, inputs: Inputs, items: list[planner.PlanItem], planned_s: float) -> ReplicationPlan:
+    # A new proposal supersedes the open ones: approving a stale plan would act on old residency.
+    ReplicationPlan.objects.filter(state=PlanState.PROPOSED).update(state=PlanState.SUPERSEDED)
+    plan = ReplicationPlan.objects.create(
+        policy=policy, mode=policy.mode,
+        state=PlanState.SHADOW if policy.mode == PolicyMode.SHADOW else PlanState.PROPOSED,
+        summary={"candidates": len(inputs.candidates), "engines": len(inputs.engines),
+                 "items": len(items), "bytes": sum(i.nbytes for i in items),
+                 "expected_ttft_saved_s": round(sum(i.expected_ttft_saved_s for i in items), 3),
+                 "planner_seconds": round(planned_s, 4), "frozen": inputs.overrides.frozen,
+                 "forecasters": inputs.forecasters})
+    rows = []
+    for it in items:
+        key = inputs.keys.get(it.prefix_id)
+        rows.append(PlanItem(
+            plan=plan, workload_key_id=key.pk if key else None, prefix_keys=[blockhash.to_hex(k) for k in it.keys],
+            prefix_tokens=key.prefix_tokens if key else 0, source_id=int(it.source), target_id=int(it.target),
+            tier=TIER_FROM_PLANNER[it.tier], bytes=it.nbytes, expected_ttft_saved_s=it.expected_ttft_saved_s,
+            cost_s=it.cost_s, confidence=it.confidence, reason=it.reason[:2000]))
+    PlanItem.objects.bulk_create(rows, batch_size=2000)
+    publish(groups.PLANS, "plan.created", {"plan": plan.pk, "mode": plan.mode, "state": plan.state,
+                                           "items": len(rows)})
+    return plan
+
+
+def _shadow_replicas(plan: ReplicationPlan, policy: Policy, now) -> None:
+    """Shadow mode: the replicas the plan would have placed, to be scored as if executed."""
+    ttl = timedelta(seconds=policy.replica_ttl_seconds)
+    forecasters = plan.summary.get("forecasters", {})
+    SpeculativeReplica.objects.bulk_create([
+        SpeculativeReplica(item=i, engine_id=i.target_id, workload_key_id=i.workload_key_id,
+                           prefix_keys=i.prefix_keys, tier=i.tier, bytes=i.bytes, shadow=True,
+                           forecaster=forecasters.get(str(i.workload_key_id), ""),
+                           placed_at=now, expires_at=now + ttl)
+        for i in plan.items.all()], batch_size=2000)
+
+
+def due(policy: Policy, now=None) -> dict[str, bool]:
+    """Whether the policy's forecast and plan cadences say a new cycle is due."""
+    now = now or timezone.now()
+    last_f = Forecast.objects.order_by("-generated_at").values_list("generated_at", flat=True).first()
+    last_p = ReplicationPlan.objects.order_by("-created_at").values_list("created_at", flat=True).first()
+    return {
+        "forecast": last_f is None or (now - last_f).total_seconds() >= policy.forecast_every_seconds,
+        "plan": last_p is None or (now - last_p).total_seconds() >= policy.plan_every_seconds,
+        "open_plan": ReplicationPlan.objects.filter(state__in=OPEN_PLAN_STATES).exists(),
+    }

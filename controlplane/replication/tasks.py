@@ -1,0 +1,93 @@
+"""Workflow tasks: tick (policy cadences), plan, dispatch, sweeps, TTL eviction, scoring.
+
+Each takes ids, is idempotent (a second run finds nothing left to do) and logs and returns when
+its object vanished. Queues: see ``controlplane.celery.TASK_QUEUES``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from celery import shared_task
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from . import dispatch, planning, scoring
+from .choices import JobAction, JobState
+from .jobstates import transition
+from .models import Policy, ReplicationJob, SpeculativeReplica
+
+log = logging.getLogger(__name__)
+
+
+@shared_task
+def tick() -> dict:
+    """Start forecast and plan cycles when the active policy's cadences say they are due."""
+    policy = Policy.objects.filter(active=True).first()
+    if policy is None:
+        return {}
+    due = planning.due(policy)
+    if due["forecast"]:
+        from controlplane.forecasting.tasks import forecast_all
+
+        forecast_all.delay(policy.pk, then_plan=True)
+    elif due["plan"]:
+        plan_cycle.delay(policy.pk)
+    return due
+
+
+@shared_task
+def plan_cycle(policy_id: int | None = None) -> int | None:
+    plan = planning.run_cycle(policy_id)
+    return plan.pk if plan else None
+
+
+@shared_task
+def dispatch_job(job_id: str) -> str | None:
+    job = dispatch.dispatch(job_id)
+    return job.state if job else None
+
+
+@shared_task
+def sweep_jobs() -> dict:
+    return dispatch.sweep()
+
+
+@shared_task
+def evict_expired() -> int:
+    """Replicas past their TTL: shadow ones simply end; real ones are evicted through their agent."""
+    now = timezone.now()
+    expired = SpeculativeReplica.objects.filter(evicted_at__isnull=True, expires_at__lte=now)
+    ended = expired.filter(shadow=True).update(evicted_at=F("expires_at"))
+    pinned = _pinned_chains()
+    for r in expired.filter(shadow=False).select_related("engine"):
+        if tuple(r.prefix_keys) in pinned.get(r.engine_id, set()):
+            continue  # a pin keeps it
+        with transaction.atomic():
+            if ReplicationJob.objects.filter(action=JobAction.EVICT, target_id=r.engine_id, prefix_keys=r.prefix_keys,
+                                             state__in=[JobState.APPROVED, *dispatch.DELIVERY_STATES]).exists():
+                continue  # an eviction is already under way
+            job = ReplicationJob.objects.create(
+                action=JobAction.EVICT, transport=r.job.transport if r.job_id else "tcp", target=r.engine,
+                prefix_keys=r.prefix_keys, tier=r.tier, bytes=0, deadline=now + timedelta(minutes=10))
+            transition(job, JobState.APPROVED, f"replica #{r.pk} passed its TTL")
+            transaction.on_commit(lambda j=job: dispatch_job.delay(str(j.pk)))
+            ended += 1
+    return ended
+
+
+def _pinned_chains() -> dict[int, set[tuple]]:
+    from .choices import OverrideKind
+    from .services import active_overrides
+
+    out: dict[int, set[tuple]] = {}
+    for o in active_overrides().filter(kind=OverrideKind.PIN):
+        out.setdefault(o.engine_id, set()).add(tuple(o.prefix_keys))
+    return out
+
+
+@shared_task
+def score_replicas() -> int:
+    return scoring.score_all()

@@ -1,0 +1,97 @@
+"""The agents' job socket: bearer-token auth, unacknowledged jobs on connect, events applied,
+cancel pushed. Always disconnects."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from controlplane.asgi import application
+from controlplane.forecasting.tasks import forecast_all
+from controlplane.replication.choices import JobState
+from controlplane.replication.models import ReplicationJob, SpeculativeReplica
+from tests.workflow.conftest import Fleet
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def connect(token: str | None, via_query=False):
+    headers = [] if token is None or via_query else [(b"authorization", f"Bearer {token}".encode())]
+    path = f"/ws/agent/?token={token}" if via_query else "/ws/agent/"
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+@database_sync_to_async
+def approved_job():
+    fleet = Fleet()
+    p = fleet.policy("auto")
+    fleet.post_burst(time.time())
+    forecast_all.delay(p.pk, then_plan=True)
+    job = ReplicationJob.objects.select_related("source__node", "target__node").first()
+    names = {v: k for k, v in fleet.nodes.items()}
+    return fleet, job, names[job.source.node_id], names[job.target.node_id]
+
+
+async def test_unauthenticated_socket_is_closed(eager):
+    for token in (None, "pwa_not-a-token"):
+        comm = connect(token)
+        connected, code = await comm.connect()
+        assert not connected and code == 4401
+        await comm.disconnect()
+
+
+async def test_job_assign_on_connect_ack_result_and_cancel(eager):
+    fleet, job, src, dst = await approved_job()
+    target = connect(fleet.tokens[dst])
+    source = connect(fleet.tokens[src], via_query=True)
+    try:
+        assert (await target.connect())[0] and (await source.connect())[0]
+        got = await target.receive_json_from(timeout=5)
+        assert got["type"] == "job.assign" and got["job"]["id"] == str(job.pk)
+        assert got["job"]["role"] == "target" and got["job"]["attempt"] == 1
+        assert got["job"]["source"]["transfer"].startswith("127.0.0.1:")
+        first = await source.receive_json_from(timeout=5)  # node-a is the source of every job
+        assert first["type"] == "job.assign" and first["job"]["role"] == "source"
+        await target.send_json_to({"type": "job.ack", "job_id": str(job.pk)})
+        await target.send_json_to({"type": "job.progress", "job_id": str(job.pk), "bytes_done": 1024})
+        await target.send_json_to({"type": "job.bogus", "job_id": str(job.pk)})
+        err = await target.receive_json_from(timeout=5)
+        assert err["type"] == "error" and "unknown event type" in err["detail"]
+        await job.arefresh_from_db()
+        assert job.state == JobState.RUNNING and job.bytes_done == 1024
+        # The operator cancels: both agents are told, and a late success changes nothing.
+        resp = await database_sync_to_async(fleet.operator.post)(
+            f"/api/replication-jobs/{job.pk}/cancel/", {"reason": "wrong prefix"}, format="json")
+        assert resp.status_code == 200
+        assert await target.receive_json_from(timeout=5) == {"type": "job.cancel", "job_id": str(job.pk)}
+        seen = [await source.receive_json_from(timeout=5)]
+        while seen[-1]["type"] != "job.cancel":
+            seen.append(await source.receive_json_from(timeout=5))
+        assert seen[-1]["job_id"] == str(job.pk)
+        await target.send_json_to({"type": "job.result", "job_id": str(job.pk), "state": "succeeded",
+                                   "checksum": "00", "bytes": job.bytes, "error": None})
+        assert await target.receive_nothing(timeout=0.3)
+        await job.arefresh_from_db()
+        assert job.state == JobState.CANCELLED
+        assert not await SpeculativeReplica.objects.aexists()
+    finally:
+        await target.disconnect()
+        await source.disconnect()
+
+
+async def test_a_node_may_not_report_on_another_nodes_job(eager):
+    fleet, job, src, dst = await approved_job()
+    other = ({"node-a", "node-b", "node-c"} - {src, dst}).pop()
+    comm = connect(fleet.tokens[other])
+    try:
+        assert (await comm.connect())[0]
+        assert await comm.receive_nothing(timeout=0.3)  # nothing assigned to it
+        await comm.send_json_to({"type": "job.result", "job_id": str(job.pk), "state": "succeeded"})
+        assert "does not involve this node" in (await comm.receive_json_from(timeout=5))["detail"]
+        await job.arefresh_from_db()
+        assert job.state == JobState.DISPATCHED
+    finally:
+        await comm.disconnect()

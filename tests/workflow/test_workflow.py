@@ -1,0 +1,214 @@
+"""The workflow in one process (tasks eager, on commit): a recorded burst -> forecast -> plan ->
+approval by policy mode -> jobs -> agents' events -> replica in residency -> score."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+
+from controlplane.audit.models import AuditEvent
+from controlplane.core import blockhash
+from controlplane.fleet.models import Engine, Node
+from controlplane.fleet.residency import get_index
+from controlplane.forecasting.models import Forecast
+from controlplane.forecasting.tasks import forecast_all
+from controlplane.replication.choices import JobState, PlanState
+from controlplane.replication.models import (
+    ReplicationJob,
+    ReplicationPlan,
+    SpeculativeReplica,
+)
+from controlplane.replication.tasks import evict_expired, plan_cycle, score_replicas, sweep_jobs
+from tests.workflow import burst
+
+
+def run_cycle(fleet, mode, **policy):
+    p = fleet.policy(mode, **policy)
+    fleet.post_burst(time.time())
+    forecast_all.delay(p.pk, then_plan=True)
+    return p, ReplicationPlan.objects.filter(policy=p).first()
+
+
+def finish(fleet, job, ok=True):
+    """Both agents report the job as a real agent would (ack, then result)."""
+    names = {v: k for k, v in fleet.nodes.items()}
+    for engine in (job.source, job.target):
+        agent = fleet.agents[names[engine.node_id]]
+        r = agent.post(f"/api/agents/jobs/{job.pk}/events/", {"type": "job.ack", "job_id": str(job.pk)}, format="json")
+        assert r.status_code == 200, r.content
+        r = agent.post(f"/api/agents/jobs/{job.pk}/events/",
+                       {"type": "job.result", "job_id": str(job.pk), "state": "succeeded" if ok else "failed",
+                        "checksum": "ab" * 32, "bytes": job.bytes, "error": None if ok else "disk full"},
+                       format="json")
+        assert r.status_code == 200, r.content
+    job.refresh_from_db()
+    return job
+
+
+def test_auto_mode_burst_to_forecast_plan_job_residency_and_score(fleet):
+    policy, plan = run_cycle(fleet, "auto")
+    f = Forecast.objects.get()
+    assert f.model and len(f.yhat) == 5 and f.burst_risk is not None
+    assert "baseline only" in f.note  # 5 minutes of history: too little to backtest Prophet
+    assert plan is not None and plan.items.exists(), plan.summary
+    item = plan.items.first()
+    assert item.source.node.name == "node-a" and item.target.node.name in ("node-b", "node-c")
+    assert item.reason and item.expected_ttft_saved_s > 0 and item.bytes == len(burst.PREFIX) * 65536
+    job = ReplicationJob.objects.get(item=item)
+    assert job.state == JobState.DISPATCHED and job.attempt == 1
+    # The long-poll gives the target its assignment, as docs/agent-protocol.md says.
+    names = {v: k for k, v in fleet.nodes.items()}
+    got = fleet.agents[names[item.target.node_id]].get("/api/agents/jobs/?wait=0").json()
+    assert [m["job"]["role"] for m in got if m["job"]["id"] == str(job.pk)] == ["target"]
+    job = finish(fleet, job)
+    assert job.state == JobState.SUCCEEDED
+    assert [t.to_state for t in job.transitions.all()] == ["approved", "dispatched", "running", "succeeded"]
+    # The replica is in residency and counts.
+    holders = {h.engine for h in get_index().holders(burst.PREFIX) if h.depth == len(burst.PREFIX)}
+    assert item.target_id in holders
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert not replica.shadow
+    # Demand keeps arriving after placement: the replica's share of it are its hits.
+    fleet.post_burst(time.time() + 120)
+    SpeculativeReplica.objects.filter(pk=replica.pk).update(placed_at=replica.placed_at - timedelta(minutes=10))
+    score_replicas.delay()
+    replica.refresh_from_db()
+    assert replica.hits > 0 and replica.ttft_saved_s > 0 and replica.vram_byte_seconds > 0
+    board = fleet.operator.get("/api/scoreboard/?since=1999-01-01T00:00:00Z").json()
+    assert board["totals"]["replicas"] >= 1 and board["totals"]["hits"] == replica.hits
+    assert board["by_policy"][0]["policy"] == policy.name and board["by_policy"][0]["mode"] == "auto"
+    assert board["by_tenant"][0]["tenant"] == burst.TENANT
+    assert board["recommendation"]["verdict"] == "insufficient_data"
+    assert "sweep map is missing" in board["recommendation"]["text"]
+    assert AuditEvent.objects.filter(action="plan.approved", object_id=str(plan.pk)).exists()
+
+
+def test_shadow_mode_moves_nothing_and_is_scored_as_if_executed(fleet):
+    _, plan = run_cycle(fleet, "shadow")
+    assert plan.state == PlanState.SHADOW and plan.items.exists()
+    assert not ReplicationJob.objects.exists()
+    assert SpeculativeReplica.objects.filter(shadow=True).count() == plan.items.count()
+    r = fleet.operator.post(f"/api/plans/{plan.pk}/approve/", {}, format="json")
+    assert r.status_code == 200 and all("shadow" in v for v in r.json()["refused"].values())
+    assert not ReplicationJob.objects.exists()
+    score_replicas.delay()
+    board = fleet.operator.get("/api/scoreboard/").json()
+    assert board["shadow_totals"]["replicas"] == plan.items.count() and board["totals"]["replicas"] == 0
+
+
+def test_manual_mode_approval_bad_approvals_refused_and_cancel(fleet):
+    policy, plan = run_cycle(fleet, "manual")
+    assert plan.state == PlanState.PROPOSED and not ReplicationJob.objects.exists()
+    items = list(plan.items.all())
+    assert items
+    # A stale target node is refused with the reason, and nothing changes.
+    stale = items[0]
+    Node.objects.filter(pk=stale.target.node_id).update(state="stale")
+    r = fleet.operator.post(f"/api/plans/{plan.pk}/approve/", {"items": [stale.pk]}, format="json")
+    assert r.status_code == 200 and "stale" in r.json()["refused"][str(stale.pk)]
+    assert not ReplicationJob.objects.exists()
+    stale.refresh_from_db()
+    assert stale.decision == "pending"
+    Node.objects.filter(pk=stale.target.node_id).update(state="active")
+    # A budget the item now breaks is refused too.
+    policy.max_bytes_per_interval = 1
+    policy.save()
+    r = fleet.operator.post(f"/api/plans/{plan.pk}/approve/", {"items": [stale.pk]}, format="json")
+    assert "transfer budget" in r.json()["refused"][str(stale.pk)]
+    assert not ReplicationJob.objects.exists()
+    policy.max_bytes_per_interval = 10**15
+    policy.save()
+    # A viewer may not approve at all.
+    viewer = fleet.operator.__class__()
+    from tests.api.conftest import make_user
+
+    viewer.force_authenticate(make_user("viewer", "v"))
+    assert viewer.post(f"/api/plans/{plan.pk}/approve/", {}, format="json").status_code == 403
+    # Approving works, and approving twice is harmless.
+    r = fleet.operator.post(f"/api/plans/{plan.pk}/approve/", {"items": [stale.pk]}, format="json")
+    assert r.json()["refused"] == {}
+    again = fleet.operator.post(f"/api/plans/{plan.pk}/approve/", {"items": [stale.pk]}, format="json")
+    assert again.json()["refused"] == {} and ReplicationJob.objects.count() == 1
+    job = ReplicationJob.objects.get()
+    assert job.state == JobState.DISPATCHED
+    # Cancelling works at any step before success, and late agent events change nothing.
+    r = fleet.operator.post(f"/api/replication-jobs/{job.pk}/cancel/", {"reason": "test"}, format="json")
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    finish(fleet, job)
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED and not SpeculativeReplica.objects.exists()
+
+
+@pytest.mark.parametrize("kind", ["freeze", "exclude_node"])
+def test_overrides_win_over_plans(fleet, kind):
+    body = {"kind": kind, "reason": "maintenance"}
+    if kind == "exclude_node":
+        body["node"] = fleet.nodes["node-b"]
+    assert fleet.operator.post("/api/overrides/", body, format="json").status_code == 201
+    _, plan = run_cycle(fleet, "auto")
+    targets = {i.target.node.name for i in plan.items.all()}
+    if kind == "freeze":
+        assert not plan.items.exists() and plan.summary["frozen"]
+    else:
+        assert targets and "node-b" not in targets
+
+
+def test_pin_override_plans_a_copy_to_the_pinned_engine(fleet):
+    target = Engine.objects.get(node__name="node-c")
+    keys = [blockhash.to_hex(k) for k in burst.PREFIX]
+    r = fleet.operator.post("/api/overrides/", {"kind": "pin", "engine": target.pk, "prefix_keys": keys,
+                                                "reason": "launch day"}, format="json")
+    assert r.status_code == 201
+    fleet.policy("manual")
+    plan_cycle.delay()
+    plan = ReplicationPlan.objects.get()
+    assert plan.items.filter(target=target, reason__startswith="pinned").exists()
+
+
+def test_failed_job_retries_with_backoff_then_expires_when_agent_is_gone(fleet, settings):
+    settings.PREWARM_JOB_BACKOFF_SECONDS = 0.0
+    _, plan = run_cycle(fleet, "auto")
+    job = ReplicationJob.objects.filter(item__plan=plan).first()
+    names = {v: k for k, v in fleet.nodes.items()}
+    source = fleet.agents[names[job.source.node_id]]
+    for msg in ({"type": "job.ack"}, {"type": "job.result", "state": "failed", "error": "disk full"}):
+        assert source.post(f"/api/agents/jobs/{job.pk}/events/", msg, format="json").status_code == 200
+    job.refresh_from_db()
+    assert job.state == JobState.DISPATCHED and job.attempt == 2  # retried (eager, zero backoff)
+    assert "disk full" in job.error
+    Node.objects.filter(pk=job.target.node_id).update(state="stale")
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    assert job.state == JobState.EXPIRED
+
+
+def test_warming_engine_is_prewarmed_and_reports_readiness(fleet):
+    warming = Engine.objects.get(node__name="node-c")
+    r = fleet.operator.post(f"/api/engines/{warming.pk}/lifecycle/", {"lifecycle": "draining"}, format="json")
+    assert r.status_code == 200
+    Engine.objects.filter(pk=warming.pk).update(lifecycle="warming")
+    _, plan = run_cycle(fleet, "manual")
+    warming.refresh_from_db()
+    planned = plan.items.filter(target=warming)
+    assert planned.exists()  # the joining engine gets the hot prefix before it takes traffic
+    assert warming.readiness == 0.0
+
+
+def test_ttl_eviction_goes_through_the_agent(fleet):
+    _, plan = run_cycle(fleet, "auto")
+    job = finish(fleet, ReplicationJob.objects.filter(item__plan=plan).first())
+    replica = SpeculativeReplica.objects.get(job=job)
+    SpeculativeReplica.objects.filter(pk=replica.pk).update(expires_at=replica.placed_at)
+    evict_expired.delay()
+    evict = ReplicationJob.objects.get(action="evict")
+    assert evict.state == JobState.DISPATCHED and evict.target_id == replica.engine_id and evict.source_id is None
+    names = {v: k for k, v in fleet.nodes.items()}
+    agent = fleet.agents[names[evict.target.node_id]]
+    for msg in ({"type": "job.ack"}, {"type": "job.result", "state": "succeeded", "bytes": 0}):
+        assert agent.post(f"/api/agents/jobs/{evict.pk}/events/", msg, format="json").status_code == 200
+    replica.refresh_from_db()
+    assert replica.evicted_at is not None
+    assert replica.engine_id not in {h.engine for h in get_index().holders(burst.PREFIX)
+                                     if h.depth == len(burst.PREFIX)}
