@@ -1,3 +1,9 @@
 """Websocket routes: dashboards and agents."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from . import consumers
+
+websocket_urlpatterns: list = [
+    path("ws/dashboard/", consumers.dashboard_app),
+]

@@ -13,3 +13,5 @@ PREWARM_ENROLMENT_TOKEN_TTL_SECONDS = get_from_env(
 )
 # Demand is rolled up into buckets of this many seconds.
 PREWARM_DEMAND_BUCKET_SECONDS = get_from_env("PREWARM_DEMAND_BUCKET_SECONDS", 60, type_cast=int)
+# A dashboard socket sends at most one merged update per this many seconds.
+PREWARM_DASHBOARD_COALESCE_SECONDS = get_from_env("PREWARM_DASHBOARD_COALESCE_SECONDS", 0.1, type_cast=float)
