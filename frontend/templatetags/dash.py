@@ -21,12 +21,12 @@ def nbytes(value) -> str:
 
 @register.filter
 def pct(value) -> str:
-    return "–" if value is None else f"{float(value) * 100:.0f}%"
+    return "–" if value in (None, "") else f"{float(value) * 100:.0f}%"
 
 
 @register.filter
 def secs(value) -> str:
-    if value is None:
+    if value in (None, ""):
         return "–"
     value = float(value)
     if value >= 3600:
