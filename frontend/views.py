@@ -170,7 +170,7 @@ def forecasts(request):
 
 @needs(Role.VIEWER)
 def plans(request):
-    qs = ReplicationPlan.objects.select_related("policy").annotate(
+    qs = ReplicationPlan.objects.select_related("policy").order_by("-created_at", "-id").annotate(
         saving=Sum("items__expected_ttft_saved_s"), bytes=Sum("items__bytes"), cost=Sum("items__cost_s"))
     state = request.GET.get("state", "")
     if state:
