@@ -197,7 +197,7 @@ def jobs(request):
 
 @needs(Role.VIEWER)
 def policies(request):
-    return page(request, "policies.html", "policies", policies=Policy.objects.all(),
+    return page(request, "policies.html", "policies", policies=Policy.objects.all(), blank=Policy(),
                 modes=PolicyMode.CHOICES, transports=Transport.CHOICES)
 
 

@@ -70,7 +70,7 @@ def _in_flight(engine_ids: list[int]) -> set:
 
 
 def _gpu_split(engines: list[Engine], gpu_blocks: dict[int, int], spec_bytes: dict[int, int]) -> list[dict]:
-    """Per GPU: weights and runtime, KV in use, speculative replicas, free (bytes, None if unknown).
+    """Per GPU: weights and runtime, KV in use, speculative replicas, unused KV pool, free (bytes).
 
     An engine's KV pool, blocks and replicas are spread evenly over its GPUs (tensor parallel).
     """
@@ -89,13 +89,16 @@ def _gpu_split(engines: list[Engine], gpu_blocks: dict[int, int], spec_bytes: di
         spec = row["spec"]
         kv = max(0.0, row["kv"] - spec)  # replicas are resident blocks too: count them once
         known = gpu.memory_total is not None and gpu.memory_used is not None
+        # Engines reserve their KV pool up front: used = weights/runtime + KV pool.
         weights = max(0.0, gpu.memory_used - row["pool"]) if known else None
-        free = max(0.0, gpu.memory_total - weights - kv - spec) if known else None
+        pool_free = max(0.0, row["pool"] - kv - spec)
+        free = max(0.0, gpu.memory_total - gpu.memory_used) if known else None
         out.append({
             "id": gpu.pk, "uuid": gpu.uuid, "node": gpu.node.name, "index": gpu.index,
-            "name": gpu.name, "total": gpu.memory_total, "lost": gpu.lost,
+            "name": gpu.name, "total": gpu.memory_total, "used": gpu.memory_used, "lost": gpu.lost,
             "weights_runtime": None if weights is None else int(weights),
-            "kv": int(kv), "speculative": int(spec), "free": None if free is None else int(free),
+            "kv": int(kv), "speculative": int(spec), "kv_pool_free": int(pool_free),
+            "free": None if free is None else int(free),
         })
     out.sort(key=lambda g: (g["node"], g["index"]))
     return out

@@ -70,7 +70,7 @@ def test_speculative_and_in_flight_cells(two_engines):
 
 def test_vram_split_adds_up_to_the_gpu(two_engines):
     for gpu in viewer().get("/api/cache-map/").json()["gpus"]:
-        parts = gpu["weights_runtime"] + gpu["kv"] + gpu["speculative"] + gpu["free"]
+        parts = gpu["weights_runtime"] + gpu["kv"] + gpu["speculative"] + gpu["kv_pool_free"] + gpu["free"]
         assert parts == pytest.approx(gpu["total"], abs=4)
         # 60 GiB used, 20k blocks x 2 MiB = ~39 GiB KV pool: the rest is weights and runtime
         assert gpu["weights_runtime"] == 60 * cluster.GIB - 20_000 * cluster.BYTES_PER_BLOCK

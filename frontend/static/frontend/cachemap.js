@@ -13,7 +13,10 @@ function stat(name, value) {
   if (node) node.textContent = value;
 }
 
-function prefixLabel(p) { return `${p.tenant} · ${p.group}`; }
+function prefixLabel(p) {
+  const tenant = p.tenant.length > 16 ? `${p.tenant.slice(0, 15)}…` : p.tenant;
+  return `${tenant} · ${p.group.slice(0, 6)}`;
+}
 
 function cellTitle(engine, p, col) {
   const code = engine.cells[col];
@@ -77,14 +80,15 @@ function renderVram(gpus) {
     const total = g.total || 1;
     const bar = el("div", { class: "bar", "data-gpu": g.uuid });
     const parts = [["v-w", g.weights_runtime, "weights + runtime"], ["v-k", g.kv, "KV cache"],
-                   ["v-s", g.speculative, "speculative"], ["v-f", g.free, "free"]];
+                   ["v-s", g.speculative, "speculative"], ["v-p", g.kv_pool_free, "KV pool, unused"],
+                   ["v-f", g.free, "free"]];
     for (const [cls, value, label] of parts) {
       if (!value) continue;
       bar.append(el("span", { class: cls, style: `width:${(100 * value / total).toFixed(2)}%`,
                               title: `${label}: ${fmtBytes(value)}` }));
     }
     const name = el("a", { href: `/gpus/${g.id}/`, text: `${g.node}/gpu${g.index}`, title: g.name });
-    const used = g.total === null ? "unknown" : `${Math.round(100 * (total - (g.free || 0)) / total)}% used`;
+    const used = g.used === null ? "unknown" : `${Math.round((100 * g.used) / total)}% used`;
     vram.append(name, bar, el("span", { class: "muted", text: g.lost ? "lost" : used }));
   }
 }
