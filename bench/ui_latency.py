@@ -123,7 +123,7 @@ async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float)
                 while not done.is_set():
                     try:
                         msg = json.loads(await asyncio.wait_for(ws.recv(), 0.5))
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         continue
                     nodes = set(msg.get("residency", {}).get("nodes", []))
                     arrivals[i].append((time.perf_counter(), nodes))

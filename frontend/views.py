@@ -62,8 +62,10 @@ def needs(role: str):
 
 def page(request, template: str, nav: str, **context):
     role = role_of(request.user)
+    kept = request.GET.copy()  # filters survive paging
+    kept.pop("page", None)
     return render(request, f"frontend/{template}", {
-        "nav": nav, "role": role,
+        "nav": nav, "role": role, "extra_query": f"&{kept.urlencode()}" if kept else "",
         "can_operate": has_role(request.user, Role.OPERATOR),
         "can_admin": has_role(request.user, Role.ADMIN),
         **context,

@@ -71,7 +71,7 @@ def plans() -> dict:
     for state in ("approved", "dispatched", "failed"):
         failed = transition(failed, state, "connection reset by peer" if state == "failed" else "")
     ReplicationJob.objects.filter(pk=failed.pk).update(error="tcp transfer: connection reset by peer after 3 MiB")
-    for i, engine in enumerate(engines):
+    for engine in engines:
         for n in range(6):
             SpeculativeReplica.objects.create(
                 engine=engine, workload_key=keys[TENANTS[n % 4]], prefix_keys=keys[TENANTS[n % 4]].prefix_keys,

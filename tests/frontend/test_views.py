@@ -122,3 +122,12 @@ def test_forecast_page_shows_actual_and_band(world):
                             backtest_mase=0.83, scores={"ewma": 0.83, "last_value": 1.1})
     html = signed_in("viewer").get(f"/forecasts/?key={key.pk}").content.decode()
     assert "0.830" in html and "(chosen)" in html and '"yhat": [5, 6, 7]' in html
+
+
+def test_paging_keeps_the_filter(world):
+    from controlplane.replication.models import ReplicationJob
+
+    for _ in range(60):
+        ReplicationJob.objects.create(target=world["engine"], prefix_keys=["01"], bytes=1, state="failed")
+    html = signed_in("viewer").get("/jobs/?state=failed").content.decode()
+    assert "?page=2&amp;state=failed" in html

@@ -208,7 +208,13 @@ class CacheMapView(APIView):
 
     @extend_schema(responses={200: dict}, tags=["dashboard"])
     def get(self, request):
-        from ..cachemap import DEFAULT_ENGINES_PER_PAGE, DEFAULT_PREFIXES, MAX_ENGINES_PER_PAGE, MAX_PREFIXES, cache_map
+        from ..cachemap import (
+            DEFAULT_ENGINES_PER_PAGE,
+            DEFAULT_PREFIXES,
+            MAX_ENGINES_PER_PAGE,
+            MAX_PREFIXES,
+            cache_map,
+        )
 
         engine_ids = None
         if request.query_params.get("engines"):
