@@ -1,8 +1,11 @@
-"""Websocket routes: dashboards and agents."""
+"""Websocket routes: dashboards (session login) and agents (bearer token)."""
 
 from django.urls import path
 
-from controlplane.realtime.agent_consumer import AgentConsumer
+from . import consumers
+from .agent_consumer import AgentConsumer
 
-websocket_urlpatterns: list = []
-websocket_urlpatterns.append(path("ws/agent/", AgentConsumer.as_asgi()))
+websocket_urlpatterns: list = [
+    path("ws/dashboard/", consumers.dashboard_app),
+    path("ws/agent/", AgentConsumer.as_asgi()),
+]

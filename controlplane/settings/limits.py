@@ -40,3 +40,5 @@ PREWARM_SWEEP_MAP = get_from_env("PREWARM_SWEEP_MAP", "")
 PREWARM_FORECAST_HISTORY_DAYS = get_from_env("PREWARM_FORECAST_HISTORY_DAYS", 14.0, type_cast=float)
 PREWARM_FORECAST_MODELS = get_from_env("PREWARM_FORECAST_MODELS", [], type_cast=lambda v: [m.strip() for m in v.split(",") if m.strip()])
 PREWARM_FORECAST_BACKTEST_FOLDS = get_from_env("PREWARM_FORECAST_BACKTEST_FOLDS", 3, type_cast=int)
+# A dashboard socket sends at most one merged update per this many seconds.
+PREWARM_DASHBOARD_COALESCE_SECONDS = get_from_env("PREWARM_DASHBOARD_COALESCE_SECONDS", 0.1, type_cast=float)

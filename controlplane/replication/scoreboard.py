@@ -1,0 +1,101 @@
+"""The scoreboard: what speculative replicas bought and what they cost, per policy, forecaster, tenant.
+
+The shape is the one `GET /api/scoreboard/` returns, so the dashboard and the API share it:
+``{"window", "totals", "shadow_totals", "by_policy", "by_forecaster", "by_tenant", "recommendation"}``
+with each metric block M = ``{"replicas", "hits", "precision", "bytes_moved", "vram_byte_seconds",
+"ttft_saved_s"}``. Precision is the share of *scored* replicas that were hit at least once (None
+until one is scored).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from .models import SpeculativeReplica
+
+# Below this many scored replicas no verdict is honest.
+MIN_SCORED_FOR_VERDICT = 20
+# Precision under which most replicas are waste, whatever TTFT the few hits saved.
+MIN_USEFUL_PRECISION = 0.2
+
+_AGG = {
+    "replicas": Count("id"),
+    "scored": Count("id", filter=Q(scored_at__isnull=False)),
+    "scored_hit": Count("id", filter=Q(scored_at__isnull=False, hits__gt=0)),
+    "hits": Sum("hits"),
+    "bytes_moved": Sum("bytes"),
+    "vram_byte_seconds": Sum("vram_byte_seconds"),
+    "ttft_saved_s": Sum("ttft_saved_s"),
+}
+
+
+def _metrics(row: dict) -> dict:
+    scored = row.get("scored") or 0
+    return {
+        "replicas": row.get("replicas") or 0,
+        "hits": row.get("hits") or 0,
+        "precision": (row.get("scored_hit") or 0) / scored if scored else None,
+        "bytes_moved": row.get("bytes_moved") or 0,
+        "vram_byte_seconds": float(row.get("vram_byte_seconds") or 0.0),
+        "ttft_saved_s": float(row.get("ttft_saved_s") or 0.0),
+        "scored": scored,
+    }
+
+
+def _public(m: dict) -> dict:
+    return {k: v for k, v in m.items() if k != "scored"}
+
+
+def _grouped(qs, field: str, name: str, extra: str | None = None) -> list[dict]:
+    fields = [field] + ([extra] if extra else [])
+    out = []
+    for row in qs.values(*fields).annotate(**_AGG).order_by(field):
+        entry = {name: row[field] if row[field] not in (None, "") else "(none)"}
+        if extra:
+            entry["mode"] = row[extra]
+        out.append({**entry, **_public(_metrics(row))})
+    return out
+
+
+def recommendation(live: dict, shadow: dict, by_tenant: list[dict]) -> dict:
+    """A plain verdict on whether speculation earns its cost here, from live and shadow scores."""
+    scored = live["scored"] + shadow["scored"]
+    if scored < MIN_SCORED_FOR_VERDICT:
+        return {"verdict": "insufficient_data", "tenants_that_benefit": [],
+                "text": f"Only {scored} speculative replicas have been scored (live and shadow); "
+                        f"at least {MIN_SCORED_FOR_VERDICT} are needed before a verdict means anything. "
+                        "Keep the policy in shadow mode and look again later."}
+    hits = [t["tenant"] for t in by_tenant
+            if t["precision"] is not None and t["precision"] >= MIN_USEFUL_PRECISION and t["ttft_saved_s"] > 0]
+    best = max((m for m in (live, shadow) if m["scored"]), key=lambda m: m["precision"] or 0)
+    if best["precision"] >= MIN_USEFUL_PRECISION and best["ttft_saved_s"] > 0 and hits:
+        return {"verdict": "speculation_pays", "tenants_that_benefit": hits,
+                "text": f"{best['precision']:.0%} of scored replicas were used and they saved "
+                        f"{best['ttft_saved_s']:.1f}s of time to first token. Speculation pays for "
+                        f"{', '.join(hits)}; keep reactive replication for the other tenants."}
+    return {"verdict": "reactive_enough", "tenants_that_benefit": hits,
+            "text": f"Only {best['precision']:.0%} of scored replicas were ever used: most of the VRAM "
+                    "and bandwidth spent on speculation bought nothing. Reactive replication is enough "
+                    "on this cluster."}
+
+
+def scoreboard(since: datetime | None = None, until: datetime | None = None) -> dict:
+    """Scores of replicas placed in [since, until) (default: the last 7 days)."""
+    until = until or timezone.now()
+    since = since or until - timedelta(days=7)
+    window = SpeculativeReplica.objects.filter(placed_at__gte=since, placed_at__lt=until)
+    live_qs, shadow_qs = window.filter(shadow=False), window.filter(shadow=True)
+    live, shadow = _metrics(live_qs.aggregate(**_AGG)), _metrics(shadow_qs.aggregate(**_AGG))
+    by_tenant = _grouped(window, "workload_key__tenant", "tenant")
+    return {
+        "window": {"since": since.isoformat(), "until": until.isoformat()},
+        "totals": _public(live),
+        "shadow_totals": _public(shadow),
+        "by_policy": _grouped(window, "item__plan__policy__name", "policy", "item__plan__mode"),
+        "by_forecaster": _grouped(window, "forecaster", "forecaster"),
+        "by_tenant": by_tenant,
+        "recommendation": recommendation(live, shadow, by_tenant),
+    }

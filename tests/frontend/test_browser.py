@@ -1,0 +1,223 @@
+"""The dashboard in Debian's chromium, against daphne (websockets included) on a file SQLite DB.
+
+Run with `-m browser`. Screenshots of every page (1440x900) go to test-artifacts/screenshots/.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from . import cluster
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(env, *args) -> str:
+    out = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed")
+    tmp = tmp_path_factory.mktemp("dash")
+    env = {**os.environ, "PREWARM_DATA_DIR": str(tmp), "SQLITE_PATH": str(tmp / "db.sqlite3"),
+           "DJANGO_SETTINGS_MODULE": "controlplane.settings", "ALLOWED_HOSTS": "127.0.0.1,localhost",
+           "PREWARM_NODE_STALE_SECONDS": "3600"}
+    _run(env, "manage.py", "migrate", "-v", "0")
+    seed = json.loads(_run(env, "-m", "tests.frontend.browser_seed", "base"))
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                               "controlplane.asgi:application"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("daphne did not start")
+        agents = [httpx.Client(base_url=url, headers={"Authorization": f"Bearer {seed[k]}"})
+                  for k in ("agent_token", "agent_token_2")]
+        chains = seed["chains"]
+        tenants = list(chains)
+        # Node 1: engines hold the two hottest prefixes in part or whole; node 2 starts empty.
+        first = {"vllm-0": cluster.stored(chains[tenants[0]]), "vllm-1": cluster.stored(chains[tenants[1]][:2])}
+        for agent, node, residency in ((agents[0], "gpu-node-01", first), (agents[1], "gpu-node-02", {})):
+            resp = agent.post("/api/agents/report/", json=cluster.report(1, node, engines=2, mode="snapshot",
+                                                                             residency=residency))
+            assert resp.status_code == 200, resp.text
+        seed.update(json.loads(_run(env, "-m", "tests.frontend.browser_seed", "plans")))
+        yield {"url": url, "agents": agents, "seed": seed, "env": env}
+        for agent in agents:
+            agent.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser(live):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def page_as(browser, live, role):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+    page.goto(f"{live['url']}/login/")
+    page.fill("#id_username", role)
+    page.fill("#id_password", cluster.PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live['url']}/")
+    return page
+
+
+def shot(page, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
+def test_sign_in_as_each_role(browser, live, role):
+    page = page_as(browser, live, role)
+    assert page.inner_text("#role") == role
+    page.wait_for_selector('#live[data-state="open"]')
+    assert page.locator('nav a[href="/audit/"]').count() == (0 if role == "viewer" else 1)
+    page.click("text=Sign out")
+    page.wait_for_url(f"{live['url']}/login/")
+    page.goto(f"{live['url']}/plans/")
+    assert "/login/" in page.url  # signed out for real
+    assert page.errors == []
+    page.context.close()
+
+
+def test_cache_map_changes_when_an_agent_reports(browser, live):
+    page = page_as(browser, live, "viewer")
+    page.wait_for_selector('#live[data-state="open"]')
+    page.wait_for_selector("#cmap td")
+    engine = live["seed"]["engines"][2]  # gpu-node-02/vllm-0, empty so far
+    cell = f'tr[data-engine="{engine}"] td[data-col="2"]'
+    assert page.get_attribute(cell, "data-state") == "a"
+    shot(page, "01-cache-map")
+    tenants = list(live["seed"]["chains"])
+    body = cluster.report(2, "gpu-node-02", engines=2,
+                          residency={"vllm-0": cluster.stored(live["seed"]["chains"][tenants[2]])})
+    assert live["agents"][1].post("/api/agents/report/", json=body).status_code == 200
+    page.wait_for_selector(f'{cell}[data-state="r"]', timeout=5000)
+    assert "changed" in page.get_attribute(cell, "class")
+    page.hover(cell)
+    assert "resident" in page.inner_text("#cell-detail")
+    shot(page, "02-cache-map-after-report")
+    assert page.errors == []
+    page.context.close()
+
+
+def test_viewer_cannot_approve_and_operator_can(browser, live):
+    plan, items = live["seed"]["plan"], live["seed"]["items"]
+    viewer = page_as(browser, live, "viewer")
+    viewer.goto(f"{live['url']}/plans/{plan}/")
+    assert viewer.locator("button[data-approve]").count() == 0
+    assert "operators and admins approve" in viewer.inner_text("#cannot-decide")
+    # Even a hand-made request from the viewer's page is refused by the server.
+    status = viewer.evaluate(
+        """async ([plan]) => (await fetch(`/api/plans/${plan}/approve/`, {method: "POST",
+              headers: {"X-CSRFToken": document.querySelector('meta[name="csrf-token"]').content,
+                        "Content-Type": "application/json"}, body: "{}"})).status""", [plan])
+    assert status == 403
+    shot(viewer, "05-plan-viewer")
+    viewer.context.close()
+
+    operator = page_as(browser, live, "operator")
+    operator.goto(f"{live['url']}/plans/{plan}/")
+    assert operator.inner_text(f'tr[data-item="{items[0]}"] [data-field="decision"]') == "pending"
+    operator.check(f'input[name="item"][value="{items[0]}"]')
+    operator.click('button[data-approve="1"][data-scope="selected"]')
+    operator.wait_for_selector(f'tr[data-item="{items[0]}"] .state-approved')
+    assert operator.inner_text("#plan-state") == "partially_approved"
+    operator.click('button[data-approve="0"][data-scope="all"]')
+    operator.wait_for_selector(f'tr[data-item="{items[1]}"] .state-rejected')
+    assert operator.inner_text("#plan-state") == "partially_approved"
+    shot(operator, "06-plan-operator-decided")
+    data = operator.evaluate(f"async () => (await fetch('/api/plans/{plan}/')).json()")
+    assert {i["id"]: i["decision"] for i in data["items"]} == {items[0]: "approved", items[1]: "rejected",
+                                                             items[2]: "rejected"}
+    assert operator.errors == []
+    operator.context.close()
+
+
+def test_invalid_policy_is_refused_and_nothing_saved(browser, live):
+    policy = live["seed"]["policy"]
+    operator = page_as(browser, live, "operator")
+    operator.goto(f"{live['url']}/policies/")
+    assert operator.locator("form[data-api]").count() == 0  # operators only read policies
+    operator.context.close()
+
+    admin = page_as(browser, live, "admin")
+    admin.goto(f"{live['url']}/policies/")
+    before = admin.evaluate(f"async () => (await fetch('/api/policies/{policy}/')).json()")
+    form = f'form[data-policy="{policy}"]'
+    admin.fill(f'{form} input[name="min_confidence"]', "1.5")
+    admin.fill(f'{form} input[name="replica_ttl_seconds"]', "600")
+    admin.click(f"{form} button[type=submit]")
+    admin.wait_for_selector(f"{form} .notice.error")
+    assert "Not saved" in admin.inner_text(f"{form} .result")
+    assert "less than or equal to 1" in admin.inner_text(f'{form} [data-error="min_confidence"]')
+    shot(admin, "08-policy-invalid")
+    after = admin.evaluate(f"async () => (await fetch('/api/policies/{policy}/')).json()")
+    assert after == before  # the valid TTL next to the bad value was not saved either
+    assert admin.errors == []
+    admin.context.close()
+
+
+def test_screenshots_of_every_page(browser, live):
+    seed, url = live["seed"], live["url"]
+    page = page_as(browser, live, "admin")
+    engine = seed["engines"][0]
+    pages = [
+        ("03-node", "/nodes/1/"), ("04-engine", f"/engines/{engine}/"), ("04-gpu", "/gpus/1/"),
+        ("05-plans", "/plans/"), ("07-jobs", "/jobs/"), ("08-policies", "/policies/"),
+        ("09-overrides", "/overrides/"), ("10-forecasts", "/forecasts/"), ("11-scoreboard", "/scoreboard/"),
+        ("12-audit", "/audit/"),
+    ]
+    for name, path in pages:
+        resp = page.goto(url + path)
+        assert resp.status == 200, path
+        page.wait_for_load_state("networkidle")
+        if path.startswith(("/nodes", "/gpus", "/engines", "/forecasts")):
+            page.wait_for_selector(".main-svg")  # Plotly drew the chart
+        shot(page, name)
+    assert page.errors == []
+    page.context.close()
+    login = browser.new_page(viewport={"width": 1440, "height": 900})
+    login.goto(f"{url}/login/")
+    shot(login, "00-login")
+    login.close()
