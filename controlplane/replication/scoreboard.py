@@ -9,8 +9,11 @@ until one is scored).
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
+from pathlib import Path
 
+from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
@@ -60,26 +63,50 @@ def _grouped(qs, field: str, name: str, extra: str | None = None) -> list[dict]:
     return out
 
 
+def load_sweep_map() -> tuple[dict | None, str]:
+    """The simulator's sweep map (where speculation pays), or None and why it is missing."""
+    path = Path(settings.PREWARM_SWEEP_MAP or settings.DATA_DIR / "sim" / "sweep.json")
+    if not path.exists():
+        return None, f"the simulator's sweep map is missing ({path} not found; run prewarm-sim sweep)"
+    try:
+        return json.loads(path.read_text()), f"sweep map from {path}"
+    except (OSError, ValueError) as exc:
+        return None, f"the simulator's sweep map at {path} is unreadable: {exc}"
+
+
 def recommendation(live: dict, shadow: dict, by_tenant: list[dict]) -> dict:
-    """A plain verdict on whether speculation earns its cost here, from live and shadow scores."""
+    """A plain verdict on whether speculation earns its cost here, from live and shadow scores.
+
+    Speculation pays when enough replicas were used (precision) and the prefill time they saved
+    exceeds the link time their copies took (bytes moved / link speed).
+    """
+    sweep, sweep_note = load_sweep_map()
+    if sweep and isinstance(sweep, dict) and sweep.get("summary"):
+        sweep_note += f": {sweep['summary']}"
     scored = live["scored"] + shadow["scored"]
     if scored < MIN_SCORED_FOR_VERDICT:
         return {"verdict": "insufficient_data", "tenants_that_benefit": [],
                 "text": f"Only {scored} speculative replicas have been scored (live and shadow); "
                         f"at least {MIN_SCORED_FOR_VERDICT} are needed before a verdict means anything. "
-                        "Keep the policy in shadow mode and look again later."}
+                        f"Keep the policy in shadow mode and look again later ({sweep_note})."}
+    link = settings.PREWARM_LINK_BYTES_PER_S
     hits = [t["tenant"] for t in by_tenant
-            if t["precision"] is not None and t["precision"] >= MIN_USEFUL_PRECISION and t["ttft_saved_s"] > 0]
+            if t["precision"] is not None and t["precision"] >= MIN_USEFUL_PRECISION
+            and t["ttft_saved_s"] > t["bytes_moved"] / link]
     best = max((m for m in (live, shadow) if m["scored"]), key=lambda m: m["precision"] or 0)
-    if best["precision"] >= MIN_USEFUL_PRECISION and best["ttft_saved_s"] > 0 and hits:
+    copy_s = best["bytes_moved"] / link
+    which = "live" if best is live else "shadow"
+    if best["precision"] >= MIN_USEFUL_PRECISION and best["ttft_saved_s"] > copy_s and hits:
         return {"verdict": "speculation_pays", "tenants_that_benefit": hits,
-                "text": f"{best['precision']:.0%} of scored replicas were used and they saved "
-                        f"{best['ttft_saved_s']:.1f}s of time to first token. Speculation pays for "
-                        f"{', '.join(hits)}; keep reactive replication for the other tenants."}
+                "text": f"{best['precision']:.0%} of scored {which} replicas were used and they saved "
+                        f"{best['ttft_saved_s']:.1f}s of time to first token for {copy_s:.1f}s of link "
+                        f"time. Speculation pays for {', '.join(hits[:8])}; keep reactive replication "
+                        f"for the other tenants ({sweep_note})."}
     return {"verdict": "reactive_enough", "tenants_that_benefit": hits,
-            "text": f"Only {best['precision']:.0%} of scored replicas were ever used: most of the VRAM "
-                    "and bandwidth spent on speculation bought nothing. Reactive replication is enough "
-                    "on this cluster."}
+            "text": f"{best['precision']:.0%} of scored {which} replicas were used, saving "
+                    f"{best['ttft_saved_s']:.1f}s of time to first token for {copy_s:.1f}s of link time: "
+                    "speculation does not earn its VRAM and bandwidth here. Reactive replication is "
+                    f"enough on this cluster ({sweep_note})."}
 
 
 def scoreboard(since: datetime | None = None, until: datetime | None = None) -> dict:

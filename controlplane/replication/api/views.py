@@ -15,9 +15,10 @@ from controlplane.accounts.choices import Role
 from controlplane.api.exceptions import ApiError
 from controlplane.audit.services import record, snapshot
 
-from .. import scoring, services
+from .. import services
 from ..jobstates import IllegalTransition
 from ..models import Override, Policy, ReplicationJob, ReplicationPlan, SpeculativeReplica
+from ..scoreboard import scoreboard
 from . import serializers as s
 
 
@@ -138,7 +139,7 @@ class ScoreboardView(APIView):
         since = _when(request.query_params.get("since"), "since") or until - timedelta(days=1)
         if since >= until:
             raise ApiError("invalid", "since must be before until", "since")
-        return Response(scoring.scoreboard(since, until))
+        return Response(scoreboard(since, until))
 
 
 def _when(value, field):
