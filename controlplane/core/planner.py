@@ -214,6 +214,9 @@ def plan(
     bytes_left, warm = _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets,
                                 eligible, bytes_left)
     items.extend(warm)
+    warmed: dict[str, set[str]] = {}
+    for it in warm:
+        warmed.setdefault(it.prefix_id, set()).add(it.target)
 
     # Replicas: a heap of the next replica of each prefix with overflow.
     heap: list[tuple[float, int, str]] = []
@@ -232,7 +235,7 @@ def plan(
         pinned = c.prefix_id in overrides.pinned
         if overflow <= 0 and not pinned:
             continue
-        state[c.prefix_id] = [max(overflow, 0.0), set(holders), 0]
+        state[c.prefix_id] = [max(overflow, 0.0), set(holders) | warmed.get(c.prefix_id, set()), 0]
         heapq.heappush(heap, (-c.recompute_s * max(overflow, 1e-9), seq, c.prefix_id))
         seq += 1
 
