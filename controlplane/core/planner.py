@@ -18,6 +18,13 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
 - Prefixes held only on a lower tier (CPU, SSD) of an engine get a promotion item on that engine
   when demand is expected there: the benefit is the promotion time a request would otherwise
   wait, for up to one request per horizon.
+- Engines warming up (joining a scale-out, ``lifecycle="warming"``) will take their share
+  (1/number of serving+warming engines) of every prefix's traffic once they serve, and the
+  first request of a prefix there pays its full ``recompute_s``. A warm-up copy saves that with
+  the probability that at least one such request arrives in the horizon after the engine
+  starts: ``recompute_s * (1 - exp(-share * lam * H)) * confidence``, against the copy time.
+  Warm-up copies may fill ``Budgets.max_warming_fraction`` of a joining engine (nothing else
+  lives there yet; they turn into ordinary cache on first use).
 Greedy by net benefit; each chosen replica reduces the prefix's overflow and the target's spare
 capacity, and re-enters the queue for a further replica. Budgets and overrides are hard limits.
 """
@@ -25,6 +32,7 @@ capacity, and re-enters the queue for a further replica. Budgets and overrides a
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -86,10 +94,13 @@ class Budgets:
     target_utilisation: float = 0.8
     copy_cost_weight: float = 1.0
     max_replicas_per_prefix: int = 64
+    max_warming_fraction: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_spec_vram_fraction <= 1.0:
             raise ValueError("max_spec_vram_fraction must be in [0, 1]")
+        if not 0.0 <= self.max_warming_fraction <= 1.0:
+            raise ValueError("max_warming_fraction must be in [0, 1]")
         if self.horizon_s <= 0 or self.ttl_s <= 0:
             raise ValueError("horizon_s and ttl_s must be > 0")
         if self.max_bytes_per_interval < 0:
@@ -200,6 +211,13 @@ def plan(
                          f"expected requests ({promo_s:.2f} s at tier bandwidth)")
             )
 
+    bytes_left, warm = _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets,
+                                eligible, bytes_left)
+    items.extend(warm)
+    warmed: dict[str, set[str]] = {}
+    for it in warm:
+        warmed.setdefault(it.prefix_id, set()).add(it.target)
+
     # Replicas: a heap of the next replica of each prefix with overflow.
     heap: list[tuple[float, int, str]] = []
     state: dict[str, list] = {}
@@ -217,7 +235,7 @@ def plan(
         pinned = c.prefix_id in overrides.pinned
         if overflow <= 0 and not pinned:
             continue
-        state[c.prefix_id] = [max(overflow, 0.0), set(holders), 0]
+        state[c.prefix_id] = [max(overflow, 0.0), set(holders) | warmed.get(c.prefix_id, set()), 0]
         heapq.heappush(heap, (-c.recompute_s * max(overflow, 1e-9), seq, c.prefix_id))
         seq += 1
 
@@ -265,6 +283,44 @@ def plan(
             heapq.heappush(heap, (-c.recompute_s * state[pid][0], seq, pid))
             seq += 1
     return items
+
+
+def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, eligible, bytes_left):
+    """Warm-up copies to engines that start serving within the horizon (see module doc)."""
+    H = budgets.horizon_s
+    active = sum(1 for e in by_engine.values() if e.lifecycle in ("serving", "warming"))
+    items: list[PlanItem] = []
+    for e in by_engine.values():
+        if e.lifecycle != "warming" or e.engine_id not in allowed or e.starts_serving_in_s > H:
+            continue
+        cap = budgets.max_warming_fraction * e.kv_capacity_bytes - e.spec_bytes
+        left = max(0.0, min(e.free_bytes, cap))
+        rows = []
+        for c in candidates:
+            d = dem.get(c.prefix_id)
+            holders = gpu_holders.get(c.prefix_id)
+            if d is None or not holders or not eligible(c, d) or e.engine_id in holders:
+                continue
+            src = by_engine[_best_source([h for h in holders if h in by_engine], by_engine, e)]
+            copy_s = c.nbytes / max(1.0, min(e.link_bytes_per_s, src.link_bytes_per_s))
+            x = _rate(d, H) * H / max(1, active)
+            benefit = c.recompute_s * (1.0 - math.exp(-x)) * d.confidence
+            net = benefit - copy_s * budgets.copy_cost_weight
+            if net > 0:
+                rows.append((net, c.prefix_id, c, d, src, copy_s, benefit, x))
+        rows.sort(key=lambda r: (-r[0], r[1]))
+        for _, pid, c, d, src, copy_s, benefit, x in rows:
+            if c.nbytes > left or c.nbytes > bytes_left:
+                continue
+            left -= c.nbytes
+            bytes_left -= c.nbytes
+            room[e.engine_id] = max(0.0, room[e.engine_id] - c.nbytes)
+            why = (f"warm {e.engine_id} before it serves (in {e.starts_serving_in_s:.0f} s): "
+                   f"~{x:.1f} requests of it expected there in {H:.0f} s, the first would "
+                   f"recompute {c.recompute_s:.2f} s; copy {copy_s:.2f} s")
+            items.append(PlanItem(pid, c.keys, src.engine_id, e.engine_id, GPU, c.nbytes, 0.0,
+                                  benefit, copy_s, d.confidence, why))
+    return bytes_left, items
 
 
 def _rate(d: Demand, horizon: float) -> float:

@@ -39,10 +39,13 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--start", type=float, default=None, help="seconds into the trace")
     run.add_argument("--duration", type=float, default=None, help="seconds")
     run.add_argument("--time-scale", type=float, default=1.0)
+    run.add_argument("--prophet", action="store_true",
+                     help="let predictive's day-scale forecast choose Prophet too (slower)")
     _common(run)
     sw = sub.add_parser("sweep", help="map where speculation pays (heatmap)")
     sw.add_argument("--quick", action="store_true")
     sw.add_argument("--duration", type=float, default=1800.0)
+    sw.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed)")
     _common(sw)
     return ap
 
@@ -77,7 +80,12 @@ def _run(args) -> int:
         start=args.start, duration=args.duration, time_scale=args.time_scale, load=args.load,
         tenants=args.tenants, seed=args.seed,
     )
-    doc, results = run_policies(setup, policies, seed=args.seed, progress=sys.stderr.isatty())
+    options = {"predictive": {"use_prophet": True}} if args.prophet else {}
+    setup.assumptions["predictive_day_forecast"] = (
+        "per key, the best of last value, EWMA, seasonal naive, seasonal blend"
+        + (" and Prophet" if args.prophet else "") + " by rolling-origin backtest (MASE)")
+    doc, results = run_policies(setup, policies, seed=args.seed, progress=sys.stderr.isatty(),
+                                options=options)
     print(table(doc))
     if args.json_path:
         write_json(doc, args.json_path)

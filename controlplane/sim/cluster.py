@@ -7,6 +7,11 @@ Links: each engine has one network link. A copy occupies the source's and the ta
 for ``bytes / bandwidth``; links between engines of one node use NVLink, others the network.
 With ``link_share_with_serving`` > 0 the network also carries serving traffic in proportion to
 the cluster's recent load, so a copy made during a burst is slower than one made before it.
+
+Copies have two priorities on a link, as a transfer engine with priority queues gives them:
+on-demand copies (the reactive rule's) queue only behind other on-demand copies; a speculative
+copy in flight on either link is paused while an on-demand copy passes, so its landing moves
+back by the on-demand copy's duration. Speculation therefore never delays an on-demand copy.
 """
 
 from __future__ import annotations
@@ -53,6 +58,13 @@ class ClusterConfig:
     network_bytes_per_s: float = 25e9  # 200 Gb/s RDMA per engine
     link_latency_s: float = 0.005
     link_share_with_serving: float = 0.0
+    # Ramp-in of joining engines (what an autoscaler's load balancer does with a new replica):
+    # for ``join_ramp_s`` after an engine starts serving, a request goes to it whenever the
+    # cache-aware choice's queue is longer than its queue by more than ``balance_wait_s``.
+    # Off by default (Mooncake's Algorithm 1 is pure cost); ``scaleout`` turns it on so engines
+    # that join take traffic as load rises instead of idling until warm queues exceed a recompute.
+    balance_wait_s: float = math.inf
+    join_ramp_s: float = 600.0
     tiers: tuple[TierSpec, ...] = ()
     changes: tuple[EngineChange, ...] = ()
     scenario: str = "steady"
@@ -77,6 +89,8 @@ class ClusterConfig:
             "network_gbytes_per_s": self.network_bytes_per_s / 1e9,
             "nvlink_gbytes_per_s": c.gpu.nvlink_bytes_per_s * c.gpus / 1e9,
             "link_share_with_serving": self.link_share_with_serving,
+            "balance_wait_s": None if math.isinf(self.balance_wait_s) else self.balance_wait_s,
+            "join_ramp_s": self.join_ramp_s,
             "tiers": [
                 {"name": t.name, "capacity_blocks": t.capacity_blocks, "gbytes_per_s": t.bytes_per_s / 1e9}
                 for t in self.tiers
@@ -148,22 +162,28 @@ class Simulation:
             if ch.serve_s > 0:
                 e.state = PLANNED
                 self.events.at(ch.announce_s, lambda t, e=e: self._set_state(e, WARMING))
-                self.events.at(ch.serve_s, lambda t, e=e: self._set_state(e, SERVING))
+                self.events.at(ch.serve_s, lambda t, e=e: self._set_state(e, SERVING, t))
             if not math.isinf(ch.leave_s):
                 self.events.at(ch.leave_s, lambda t, e=e: self._set_state(e, GONE))
         self.serving = [e for e in self.engines if e.state == SERVING]
+        for e in self.serving:
+            e.serving_since = -math.inf  # serving from the start: not ramping in
         if not self.serving:
             raise ValueError("no engine serves at t=0")
         self.bytes_moved = 0.0
         self.replicas: list[Replica] = []
         self.in_flight: dict[tuple[int, int], float] = {}  # (pid, engine) -> land time
+        self.spec_lands: dict[int, float] = {}  # speculative copy in flight -> land time
+        self.spec_links: dict[int, tuple[Engine, Engine, list[int]]] = {}
         self._load_work = 0.0  # exponentially decayed prefill seconds
         self._load_t = 0.0
         self.now = 0.0
 
     # -- cluster state ---------------------------------------------------------------------
-    def _set_state(self, e: Engine, state: str) -> None:
+    def _set_state(self, e: Engine, state: str, now: float = 0.0) -> None:
         e.state = state
+        if state == SERVING:
+            e.serving_since = now
         self.serving = [x for x in self.engines if x.state == SERVING]
 
     def prefill_s(self, new: float, cached: float) -> float:
@@ -184,9 +204,15 @@ class Simulation:
         share = self.config.link_share_with_serving
         return self.config.network_bytes_per_s * max(0.05, 1.0 - share * self.load(now))
 
-    def copy_eta(self, src: Engine, dst: Engine, nbytes: float, now: float) -> float:
-        """When a copy started now would land (it queues behind copies on either link)."""
-        start = max(now, src.link_free_at, dst.link_free_at)
+    def copy_eta(
+        self, src: Engine, dst: Engine, nbytes: float, now: float, speculative: bool = True
+    ) -> float:
+        """When a copy started now would land. A speculative copy queues behind every copy on
+        either link; an on-demand one only behind on-demand copies (it pauses speculation)."""
+        if speculative:
+            start = max(now, src.link_free_at, dst.link_free_at)
+        else:
+            start = max(now, src.demand_free_at, dst.demand_free_at)
         bw = self.link_bytes_per_s(src, dst, start)
         return start + transfer_seconds(nbytes, bw, self.config.link_latency_s)
 
@@ -199,16 +225,32 @@ class Simulation:
         if not missing or dst.state == GONE or (pid, dst.eid) in self.in_flight:
             return None
         nbytes = len(missing) * self.block_bytes
-        land = self.copy_eta(src, dst, nbytes, now)
-        src.link_free_at = dst.link_free_at = land
-        self.bytes_moved += nbytes
+        land = self.copy_eta(src, dst, nbytes, now, speculative)
         rid = len(self.replicas)
+        if speculative:
+            src.link_free_at = dst.link_free_at = land
+        else:
+            start = max(now, src.demand_free_at, dst.demand_free_at)
+            src.demand_free_at = dst.demand_free_at = land
+            self._pause_speculation((src, dst), start, land - start)
+            for e in (src, dst):
+                e.link_free_at = max(e.link_free_at, land)
+        self.bytes_moved += nbytes
         self.replicas.append(Replica(rid, pid, dst.eid, speculative, land, nbytes))
         for k in missing:
             dst.pending[k] = land
         self.in_flight[(pid, dst.eid)] = land
+        if speculative:
+            self.spec_lands[rid] = land
+            self.spec_links[rid] = (src, dst, missing)
 
         def landed(t: float) -> None:
+            later = self.spec_lands.get(rid, t)
+            if later > t:  # paused by on-demand copies: lands later
+                self.events.at(later, landed)
+                return
+            self.spec_lands.pop(rid, None)
+            self.spec_links.pop(rid, None)
             for k in missing:
                 dst.pending.pop(k, None)
             self.in_flight.pop((pid, dst.eid), None)
@@ -217,6 +259,22 @@ class Simulation:
 
         self.events.at(land, landed)
         return land
+
+    def _pause_speculation(self, links, start: float, seconds: float) -> None:
+        """Speculative copies in flight on ``links`` after ``start`` yield ``seconds``."""
+        if not self.spec_lands or seconds <= 0:
+            return
+        busy = set(links)
+        for rid, (a, b, keys) in self.spec_links.items():
+            land = self.spec_lands[rid]
+            if land > start and (a in busy or b in busy):
+                land += seconds
+                self.spec_lands[rid] = land
+                for k in keys:
+                    b.pending[k] = land
+                self.in_flight[(self.replicas[rid].pid, b.eid)] = land
+                for e in (a, b):
+                    e.link_free_at = max(e.link_free_at, land)
 
     def promote(self, e: Engine, keys: tuple[int, ...], now: float, ttl_s: float) -> float | None:
         """Prefetch ``keys`` from e's lower tiers into its HBM (a speculative placement)."""

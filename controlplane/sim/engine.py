@@ -31,8 +31,10 @@ class Engine:
     cache: PrefixCache
     tiers: list[Tier] = field(default_factory=list)
     free_at: float = 0.0
-    link_free_at: float = 0.0
+    link_free_at: float = 0.0  # the link drains all copies
+    demand_free_at: float = 0.0  # the link drains on-demand copies (they go first)
     state: str = SERVING
+    serving_since: float = 0.0
     busy_s: float = 0.0
     served: int = 0
     # Keys of copies in flight to this engine -> time they land.

@@ -63,6 +63,7 @@ class PlannedPolicy(Reactive):
         self.use_prophet = use_prophet
         self.forecast_log: dict[str, list] = {}
         self.plan_items = 0
+        self.skipped = 0
         self.reasons: list[str] = []
 
     # -- setup -----------------------------------------------------------------------------
@@ -254,9 +255,15 @@ class PlannedPolicy(Reactive):
         def go(when: float) -> None:
             if it.tier in (CPU, "ssd"):
                 sim.promote(dst, it.keys, when, ttl)
-            else:
-                src = sim.engines[int(it.source[1:])]
-                sim.start_copy(pid, it.keys, src, dst, when, speculative=True, ttl_s=ttl)
+                return
+            src = sim.engines[int(it.source[1:])]
+            # A copy that would land after the horizon (the link is busy with earlier copies)
+            # serves a forecast that is stale by then: skip it rather than queue on the link.
+            eta = sim.copy_eta(src, dst, it.nbytes, when)
+            if eta - when > self.budgets.horizon_s:
+                self.skipped += 1
+                return
+            sim.start_copy(pid, it.keys, src, dst, when, speculative=True, ttl_s=ttl)
 
         if it.start_in_s > 0:
             sim.events.at(t + it.start_in_s, go)

@@ -77,7 +77,7 @@ class Reactive(Policy):
             return
         chain = keys[:best_m]
         missing = best_m - target.cache.match(chain)
-        land = sim.copy_eta(holder, target, missing * sim.block_bytes, t)
+        land = sim.copy_eta(holder, target, missing * sim.block_bytes, t, speculative=False)
         in_flight = any(k[0] == pid for k in sim.in_flight) if sim.in_flight else False
         # Copy only if it lands before the holder frees up (land - t < hwait, implied by 2x).
         if rule.should_copy(hwait, land - t, in_flight):

@@ -49,7 +49,9 @@ class RoundRobin:
 
 
 def cache_aware(sim, i, t, keys, matcher=None):
-    """argmin over serving engines of wait + prefill(uncached) + unhidden promotion."""
+    """argmin over serving engines of wait + prefill(uncached) + unhidden promotion; engines
+    ramping in after joining (``ClusterConfig.join_ramp_s``) win when the choice's queue is
+    longer than theirs by more than ``ClusterConfig.balance_wait_s``."""
     B = BLOCK_TOKENS
     total = len(keys) * B + sim.suffixes[i]
     prefill = sim.prefill_s
@@ -75,4 +77,13 @@ def cache_aware(sim, i, t, keys, matcher=None):
         if cost < best_cost:
             best_cost = cost
             best = (e, m, promo, lower)
+    guard = sim.config.balance_wait_s
+    if guard != float("inf"):
+        ramp = t - sim.config.join_ramp_s
+        new = [e for e in sim.serving if e.serving_since > ramp]
+        short = min(new, key=_free_at) if new else best[0]
+        if best[0].free_at - max(short.free_at, t) > guard:
+            if matcher is None:
+                return _at(sim, short, t, keys)
+            return short, matcher(keys), 0.0, []
     return best

@@ -10,13 +10,18 @@ from controlplane.sim.policies import make_policy
 from controlplane.sim.scenarios import Setup
 
 
-def run_policies(setup: Setup, policies: list[str], seed: int = 0, progress: bool = False):
+def run_policies(
+    setup: Setup, policies: list[str], seed: int = 0, progress: bool = False,
+    options: dict[str, dict] | None = None,
+):
+    """Run each policy (``options``: per-policy keyword arguments for ``make_policy``)."""
+    options = options or {}
     cfg, wl = setup.config, setup.workload
     cap = cfg.kv_capacity_blocks * cfg.block_bytes * cfg.engines
     results, summary = {}, {}
     for name in policies:
         bar = _bar(name) if progress and len(wl) > 20_000 else None
-        r = Simulation(cfg, wl, make_policy(name), seed=seed).run(progress=bar)
+        r = Simulation(cfg, wl, make_policy(name, **options.get(name, {})), seed=seed).run(progress=bar)
         results[name] = r
         summary[name] = summarize(r, cap, wl.duration_s)
     doc = {

@@ -28,6 +28,9 @@ CPU_TIER_BPS = 32e9  # PCIe 5.0 x16, practical host-to-device
 SSD_TIER_BPS = 6e9  # one NVMe Gen4 x4 drive
 TIERED_GPU_SHARE = 0.5  # share of HBM KV left to cached prefixes when tiers hold the rest
 BOOT_S = 120.0  # an engine joining a scale-out is announced this long before it serves
+# Routers that balance load (SGLang's cache-aware router, llm-d's load scorer) send a request to
+# the shortest queue when the cache-aware choice is this much longer: new engines take traffic.
+BALANCE_WAIT_S = 0.5
 
 
 @dataclass
@@ -116,9 +119,12 @@ def build(
                           f"{SSD_TIER_BPS / 1e9:.0f} GB/s; evicted blocks are demoted a tier")
     elif scenario == "scaleout":
         cfg.changes = tuple(scaleout_schedule(wl, engines))
+        cfg.balance_wait_s = BALANCE_WAIT_S
         notes["scaleout"] = (f"{engines // 2} engines at start; the others join cold as the 5-minute "
                              f"arrival rate reaches their share of the peak, announced {BOOT_S:.0f} s "
-                             "ahead (warming: they can receive copies, not traffic)")
+                             "ahead (warming: they can receive copies, not traffic); for "
+                             f"{cfg.join_ramp_s:.0f} s after joining an engine takes any request "
+                             f"whose cache-aware choice queues > {BALANCE_WAIT_S} s longer than it")
     else:
         notes["links"] = f"{STEADY_NETWORK_BPS / 1e9:.0f} GB/s network, NVLink inside a node"
     notes["engine"] = ("prefill servers (FIFO); TTFT = queueing + prefill of the uncached part "

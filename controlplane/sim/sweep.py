@@ -10,6 +10,7 @@ take to build: the 1-minute rate crossing 2x the usual).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -30,45 +31,75 @@ def grid(quick: bool):
     )
 
 
+def _cell(args, lo, hi, bw, load, duration, seeds):
+    runs = []
+    for seed in seeds:
+        setup = build(workload="servegen", scenario="slowlink", engines=args.engines,
+                      model=args.model, gpu=args.gpu, gpus_per_engine=args.gpus_per_engine,
+                      duration=duration, load=load, tenants=args.tenants,
+                      prefix_tokens=(lo, hi), seed=seed)
+        setup.config.network_bytes_per_s = bw
+        doc, _ = run_policies(setup, ["reactive", "predictive", "oracle"], seed=seed)
+        runs.append(doc["policies"])
+    kv = setup.config.cost.kv_bytes_per_token
+    mean_tokens = (hi - lo) / math.log(hi / lo)
+    copy_s = mean_tokens * kv / (bw * (1 - load))
+    cell = {"prefix_tokens": [lo, hi], "link_gbytes_per_s": bw / 1e9, "load": load,
+            "copy_s": copy_s, "copy_to_onset": copy_s / BURST_ONSET_S}
+    for name in ("predictive", "oracle"):
+        for stat in ("p99", "mean"):
+            gains = [(r["reactive"][f"ttft_{stat}_s"] - r[name][f"ttft_{stat}_s"])
+                     / r["reactive"][f"ttft_{stat}_s"] for r in runs]
+            cell[f"{name}_gain_{stat}"] = sum(gains) / len(gains)
+            cell[f"{name}_gain_{stat}_spread"] = max(gains) - min(gains)
+    cell["ttft_s"] = {name: {stat: sum(r[name][f"ttft_{stat}_s"] for r in runs) / len(runs)
+                             for stat in ("mean", "p99")}
+                      for name in ("reactive", "predictive", "oracle")}
+    pred = [r["predictive"] for r in runs]
+    cell["spec_vram_fraction_mean"] = sum(r["spec_vram_fraction_mean"] for r in pred) / len(pred)
+    prec = [r["replica_precision"] for r in pred if r["replica_precision"] is not None]
+    cell["replica_precision"] = sum(prec) / len(prec) if prec else None
+    # Seed noise of the baseline itself: spread of reactive's TTFT across seeds over its mean.
+    for stat in ("mean", "p99"):
+        xs = [r["reactive"][f"ttft_{stat}_s"] for r in runs]
+        cell[f"reactive_{stat}_noise"] = (max(xs) - min(xs)) / (sum(xs) / len(xs))
+    return cell
+
+
 def main_sweep(args) -> int:
     contexts, loads = grid(args.quick)
     duration = 600.0 if args.quick else args.duration
+    seeds = [int(x) for x in str(args.seeds).split(",")] if args.seeds else [args.seed]
     cells = []
     for lo, hi, bw in contexts:
         for load in loads:
-            setup = build(workload="servegen", scenario="slowlink", engines=args.engines,
-                          model=args.model, gpu=args.gpu, gpus_per_engine=args.gpus_per_engine,
-                          duration=duration, load=load, tenants=args.tenants,
-                          prefix_tokens=(lo, hi), seed=args.seed)
-            setup.config.network_bytes_per_s = bw
-            mean_tokens = (hi - lo) / __import__("math").log(hi / lo)
-            copy_s = mean_tokens * setup.config.cost.kv_bytes_per_token / (bw * (1 - load))
-            doc, _ = run_policies(setup, ["reactive", "predictive", "oracle"], seed=args.seed)
-            p = doc["policies"]
-            cell = {"prefix_tokens": [lo, hi], "link_gbytes_per_s": bw / 1e9, "load": load,
-                    "copy_s": copy_s, "copy_to_onset": copy_s / BURST_ONSET_S}
-            for name in ("predictive", "oracle"):
-                for stat in ("ttft_p99_s", "ttft_mean_s"):
-                    base = p["reactive"][stat]
-                    cell[f"{name}_gain_{stat[5:-2]}"] = (base - p[name][stat]) / base if base else 0.0
-            cell["policies"] = p
+            cell = _cell(args, lo, hi, bw, load, duration, seeds)
             cells.append(cell)
             print(f"copy/onset {cell['copy_to_onset']:.3f} load {load:.2f}: p99 gain predictive "
-                  f"{cell['predictive_gain_p99']:+.1%} oracle {cell['oracle_gain_p99']:+.1%}")
-    doc = {"burst_onset_s": BURST_ONSET_S, "model": args.model, "cells": cells}
+                  f"{cell['predictive_gain_p99']:+.1%} oracle {cell['oracle_gain_p99']:+.1%}; "
+                  f"mean gain predictive {cell['predictive_gain_mean']:+.1%}", flush=True)
+    noise = {stat: max(c[f"reactive_{stat}_noise"] for c in cells) for stat in ("p99", "mean")}
+    doc = {"burst_onset_s": BURST_ONSET_S, "model": args.model, "gpu": args.gpu,
+           "engines": args.engines, "duration_s": duration, "seeds": seeds, "noise": noise,
+           "cells": cells}
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps(doc, indent=2) + "\n")
+        Path(args.json_path).write_text(json.dumps(doc, indent=1) + "\n")
     if args.html_path:
-        xs = sorted({round(c["copy_to_onset"], 4) for c in cells})
-        figs = []
-        for key in ("predictive_gain_p99", "oracle_gain_p99", "predictive_gain_mean"):
-            z = [[next((100 * c[key] for c in cells if c["load"] == ld
-                        and round(c["copy_to_onset"], 4) == x), None) for x in xs] for ld in loads]
-            fig = go.Figure(go.Heatmap(x=[f"{x:.3f}" for x in xs], y=loads, z=z, colorbar={"title": "%"}))
-            fig.update_layout(title=f"{key} over reactive (%)", xaxis_title="copy time / burst onset",
-                              yaxis_title="load")
-            figs.append(fig.to_html(full_html=False, include_plotlyjs=False))
-        Path(args.html_path).write_text(
-            f"<!doctype html><html><head><meta charset='utf-8'><script>{get_plotlyjs()}</script>"
-            "</head><body><h1>Where speculation pays</h1>" + "".join(figs) + "</body></html>")
+        _html(cells, loads, args.html_path)
     return 0
+
+
+def _html(cells, loads, path) -> None:
+    xs = sorted({round(c["copy_to_onset"], 4) for c in cells})
+    figs = []
+    for key in ("predictive_gain_p99", "oracle_gain_p99", "predictive_gain_mean"):
+        z = [[next((100 * c[key] for c in cells if c["load"] == ld
+                    and round(c["copy_to_onset"], 4) == x), None) for x in xs] for ld in loads]
+        fig = go.Figure(go.Heatmap(x=[f"{x:.3f}" for x in xs], y=loads, z=z,
+                                   colorbar={"title": "%"}))
+        fig.update_layout(title=f"{key} over reactive (%)", xaxis_title="copy time / burst onset",
+                          yaxis_title="load")
+        figs.append(fig.to_html(full_html=False, include_plotlyjs=False))
+    Path(path).write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><script>{get_plotlyjs()}</script>"
+        "</head><body><h1>Where speculation pays</h1>" + "".join(figs) + "</body></html>")

@@ -74,3 +74,19 @@ def test_budget_validation():
         Budgets(max_spec_vram_fraction=1.5)
     with pytest.raises(ValueError):
         Budgets(ttl_s=0)
+
+
+def test_joining_engine_is_warmed_before_it_serves():
+    c, _ = hot()
+    d = Demand("p", 60.0, 0.0, 0.0, 0.9)  # 1/s: no overflow on the holder, no ordinary replica
+    es = engines(3, load=0.1)
+    es[2] = EngineState("e2", "n1", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.1, "warming", 30.0)
+    items = plan([c], [d], [Holding("p", "e0")], es, Budgets(horizon_s=60))
+    assert [(i.source, i.target) for i in items] == [("e0", "e2")]
+    assert "warm e2" in items[0].reason and items[0].expected_ttft_saved_s > items[0].cost_s
+    later = EngineState("e2", "n1", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.1, "warming", 600.0)
+    assert plan([c], [d], [Holding("p", "e0")], es[:2] + [later], Budgets(horizon_s=60)) == []
+    tight = Budgets(horizon_s=60, max_warming_fraction=0.01)  # 1 GB: 5 GB never fits
+    assert plan([c], [d], [Holding("p", "e0")], es, tight) == []
+    with pytest.raises(ValueError):
+        Budgets(max_warming_fraction=1.5)
