@@ -45,6 +45,17 @@ def send_now(group: str, message_type: str, payload: dict[str, Any]) -> None:
         log.exception("publishing %s to %s failed", message_type, group)
 
 
+def _string_keys(value: Any) -> Any:
+    # The Redis channel layer's msgpack refuses non-string map keys; the in-memory one does not,
+    # so normalise here and both backends carry the same message.
+    if isinstance(value, dict):
+        return {str(k): _string_keys(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_string_keys(v) for v in value]
+    return value
+
+
 def publish(group: str, message_type: str, payload: dict[str, Any]) -> None:
     """Send ``payload`` to a Channels group once the current transaction commits."""
+    payload = _string_keys(payload)
     transaction.on_commit(lambda: send_now(group, message_type, payload))

@@ -18,10 +18,22 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def api_schema(db):
+def api_schema(credentials, monkeypatch):
+    # After `credentials`: Django's test client reconnects close_old_connections when it is done.
+    import channels.db
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
     from controlplane.wsgi import application
 
-    return schemathesis.openapi.from_wsgi("/api/schema/", application)
+    # As Django's test client does: neither the WSGI handler nor channels' database_sync_to_async
+    # (the long-poll view uses it) may close the connection that holds the test's transaction.
+    monkeypatch.setattr(channels.db, "close_old_connections", lambda: None)
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield schemathesis.openapi.from_wsgi("/api/schema/", application)
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
 
 
 @pytest.fixture
