@@ -34,8 +34,6 @@ PREWARM_DEFAULT_MODEL = get_from_env("PREWARM_DEFAULT_MODEL", "llama3-70b")
 PREWARM_DEFAULT_GPU = get_from_env("PREWARM_DEFAULT_GPU", "h100")
 # A warming engine is expected to take traffic this many seconds after it appears.
 PREWARM_WARMING_LEAD_SECONDS = get_from_env("PREWARM_WARMING_LEAD_SECONDS", 120.0, type_cast=float)
-# Where the simulator's sweep map of where speculation pays is read from (JSON).
-PREWARM_SWEEP_MAP = get_from_env("PREWARM_SWEEP_MAP", "")
 # Forecasting: history window, candidate models (empty = all, Prophet included), backtest folds.
 PREWARM_FORECAST_HISTORY_DAYS = get_from_env("PREWARM_FORECAST_HISTORY_DAYS", 14.0, type_cast=float)
 PREWARM_FORECAST_MODELS = get_from_env("PREWARM_FORECAST_MODELS", [], type_cast=lambda v: [m.strip() for m in v.split(",") if m.strip()])

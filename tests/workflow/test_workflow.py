@@ -81,7 +81,7 @@ def test_auto_mode_burst_to_forecast_plan_job_residency_and_score(fleet):
     assert board["by_policy"][0]["policy"] == policy.name and board["by_policy"][0]["mode"] == "auto"
     assert board["by_tenant"][0]["tenant"] == burst.TENANT
     assert board["recommendation"]["verdict"] == "insufficient_data"
-    assert "sweep map is missing" in board["recommendation"]["text"]
+    assert "simulator's map says" in board["recommendation"]["text"]
     assert AuditEvent.objects.filter(action="plan.approved", object_id=str(plan.pk)).exists()
 
 
