@@ -50,6 +50,23 @@ def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
     return node, raw
 
 
+@transaction.atomic
+def rotate_agent_token(node: Node, current: ApiToken | None, who=None) -> str:
+    """A new agent token for ``node``; ``current`` (or, from an admin, every token of the node)
+    stops working in the same transaction. Returns the raw token, shown once."""
+    now = timezone.now()
+    old = ApiToken.objects.select_for_update().filter(node=node, kind=TokenKind.AGENT,
+                                                      revoked_at__isnull=True)
+    if current is not None:
+        old = old.filter(pk=current.pk)
+    prefixes = [t.prefix for t in old]
+    old.update(revoked_at=now)
+    token, raw = ApiToken.issue(TokenKind.AGENT, f"agent:{node.name}", node=node)
+    record(who, "node.token_rotated", node, after={"prefix": token.prefix},
+           reason=f"revoked {', '.join(p + '…' for p in prefixes) or 'none'}")
+    return raw
+
+
 def _mark_lost(node: Node, gpus: list[dict]) -> None:
     for data in gpus:
         Gpu.objects.filter(node=node, index=data["index"]).update(lost=True, errors=data["errors"])

@@ -30,6 +30,9 @@ else:
     }
 
 if REDIS_URL:
+    # Shared by every web process, so rate limits (DRF throttles) hold across the fleet of them.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": get_from_env("CACHE_REDIS_URL", REDIS_URL)}}
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",

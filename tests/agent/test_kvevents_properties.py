@@ -6,7 +6,14 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeagent.kvevents import CLEARED, REMOVED, STORED, EventDecodeError, decode_payload, decode_seq
+from nodeagent.kvevents import (
+    CLEARED,
+    REMOVED,
+    STORED,
+    EventDecodeError,
+    decode_payload,
+    decode_seq,
+)
 from nodeagent.residency import EngineResidency
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

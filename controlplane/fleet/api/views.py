@@ -88,6 +88,15 @@ class HeartbeatView(AgentView):
         return Response({"server_time": timezone.now().timestamp()})
 
 
+class RotateTokenView(AgentView):
+    """Trade this agent token for a new one; the old one stops working at once."""
+
+    @extend_schema(request=None, responses={201: s.RotateTokenResponseSerializer}, tags=["agents"])
+    def post(self, request):
+        raw = services.rotate_agent_token(self.node(request), request.auth, request)
+        return Response({"agent_token": raw}, status=status.HTTP_201_CREATED)
+
+
 class NodeFilter(filters.FilterSet):
     class Meta:
         model = Node
