@@ -58,16 +58,23 @@ def tight_rates(monkeypatch):
 
 
 def test_agent_reports_are_rate_limited(enrol, tight_rates):
-    _, agent = enrol("node-a")  # enrolment is in the agent scope: 1 of 3
-    codes = [agent.post("/api/agents/report/", report(seq), format="json").status_code for seq in (1, 2, 3)]
-    assert codes == [200, 200, 429]
-    assert Node.objects.get(name="node-a").reports_applied == 2  # the throttled one changed nothing
+    _, agent = enrol("node-a")  # enrolment counts against the address, reports against the token
+    codes = [agent.post("/api/agents/report/", report(seq), format="json").status_code for seq in (1, 2, 3, 4)]
+    assert codes == [200, 200, 200, 429]
+    assert Node.objects.get(name="node-a").reports_applied == 3  # the throttled one changed nothing
 
 
-def test_gateway_request_records_are_rate_limited(gateway, tight_rates):
+def test_gateway_request_records_are_rate_limited_per_token(gateway, tight_rates):
+    from controlplane.accounts.choices import TokenKind
+    from controlplane.accounts.models import ApiToken
+    from tests.api.conftest import bearer
+
     body = {"records": [{"time": 1764540000, "model": "m", "tenant": "t", "keys": ["01"]}]}
     codes = [gateway.post("/api/request-records/", body, format="json").status_code for _ in range(3)]
     assert codes == [200, 200, 429]
+    # Another gateway on the same address has its own budget.
+    other = bearer(ApiToken.issue(TokenKind.GATEWAY, "gw-2")[1])
+    assert other.post("/api/request-records/", body, format="json").status_code == 200
 
 
 def test_read_only_node_fields_cannot_be_written(db, enrol):

@@ -10,7 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
+from controlplane.api.throttling import TokenScopedRateThrottle
 from rest_framework.views import APIView
 
 from controlplane.accounts.choices import Role
@@ -33,7 +33,7 @@ class AgentView(APIView):
 
     token_kinds = {"agent"}
     token_kinds_only = True
-    throttle_classes = [ScopedRateThrottle]
+    throttle_classes = [TokenScopedRateThrottle]
     throttle_scope = "agent"
     parser_classes = [JSONParser, MsgpackParser]
 
@@ -46,7 +46,7 @@ class EnrolView(APIView):
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
-    throttle_classes = [ScopedRateThrottle]
+    throttle_classes = [TokenScopedRateThrottle]
     throttle_scope = "agent"
 
     @extend_schema(request=s.EnrolSerializer, responses={201: s.EnrolResponseSerializer}, tags=["agents"])
