@@ -37,7 +37,7 @@ RECORDS_PER_BATCH = 50
 
 def seed(env: dict, agents: int) -> dict:
     """Schema, a viewer session and enrolment tokens, written into the servers' database."""
-    os.environ.update(env)
+    os.environ.update({**env, "DJANGO_SETTINGS_MODULE": "controlplane.settings"})
     import django
 
     django.setup()
@@ -207,13 +207,13 @@ def run_backend(name: str, quick: bool, web: int) -> dict:
                     [sys.executable, "-m", "celery", "-A", "controlplane.celery", "worker", "-c", "1",
                      "-Q", "default,forecast,plan,dispatch", "--loglevel", "WARNING"],
                     env={**os.environ, **env}, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            agents, names = [], []
+            agents, names, results = [], [], []
             for i, tok in enumerate(data["enrol"]):
                 names.append(f"load-{i}")
                 resp = httpx.post(f"{servers[0].url}/api/agents/enrol/",
                                   json={"enrolment_token": tok, "hostname": names[-1]}, timeout=30)
                 agents.append(Agent(resp.json()["agent_token"], random.Random(i)))
-            results, first_break, sustained = [], None, None
+            first_break, sustained = None, None
             for n in steps:
                 r = asyncio.run(step([s.url for s in servers], agents[:n], max(1, n // 16), max(1, n // 4),
                                      seconds, data["session"], data["gateway"]))
@@ -225,9 +225,13 @@ def run_backend(name: str, quick: bool, web: int) -> dict:
                     first_break = f"at {n} agents: {first_break}"
                     break
                 sustained = r
-            sent_ok = sum(r["reports_ok"] for r in results) + len(agents)  # + each agent's snapshot
+            sent_ok = sum(r["reports_ok"] for r in results)  # each agent's first report is its snapshot
             applied = reports_applied(names)
         finally:
+            if any(r["errors"] for r in results or []):
+                log_text = (Path(tmp) / "daphne.log").read_text()
+                at = log_text.find("Traceback")
+                print(f"--- first server error:\n{log_text[at:at + 2500] if at >= 0 else log_text[-1500:]}")
             for w in workers:
                 w.terminate()
                 w.wait(20)
@@ -249,8 +253,9 @@ def main() -> int:
             with TemporaryDirectory() as tmp:
                 cmd = [sys.executable, __file__, "--backend", b, "--web", str(args.web),
                        "--json", f"{tmp}/r.json"] + (["--quick"] if args.quick else [])
-                if subprocess.run(cmd, cwd=REPO).returncode != 0 or not Path(f"{tmp}/r.json").exists():
-                    out[b] = {"error": "run failed (PostgreSQL/Redis missing?)"}
+                subprocess.run(cmd, cwd=REPO)  # a non-zero exit (lost reports) is reported below
+                if not Path(f"{tmp}/r.json").exists():
+                    out[b] = {"error": "run failed (see above; PostgreSQL/Redis missing?)"}
                     continue
                 out[b] = json.loads(Path(f"{tmp}/r.json").read_text())[b]
     else:

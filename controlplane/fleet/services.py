@@ -175,7 +175,8 @@ def apply_report(node: Node, report: Report) -> dict:
         if changes or report.gpus:
             publish(groups.CLUSTER, "residency.delta", {
                 "node": node.pk,
-                "engines": {engines[r.engine_id].pk: {"stored": len(r.stored), "removed": len(r.removed),
+                # String keys: the Redis channel layer's msgpack refuses integer map keys.
+                "engines": {str(engines[r.engine_id].pk): {"stored": len(r.stored), "removed": len(r.removed),
                                                        "mode": r.mode} for r in report.residency},
                 "gpus": [{"uuid": g["uuid"], "memory_used": g["memory_used"],
                           "memory_total": g["memory_total"]} for g in report.gpus],

@@ -8,11 +8,10 @@ import hashlib
 
 import pytest
 import schemathesis
+from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
-
-from django.db import connection
 
 from controlplane.accounts.choices import TokenKind
 from controlplane.accounts.models import ApiToken

@@ -3,11 +3,11 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
-from controlplane.api.throttling import TokenScopedRateThrottle
 from rest_framework.views import APIView
 
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
+from controlplane.api.throttling import TokenScopedRateThrottle
 
 from .. import services
 from ..models import WorkloadKey

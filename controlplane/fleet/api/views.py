@@ -10,13 +10,13 @@ from rest_framework.decorators import action
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
-from controlplane.api.throttling import TokenScopedRateThrottle
 from rest_framework.views import APIView
 
 from controlplane.accounts.choices import Role
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 from controlplane.api.parsers import MsgpackParser
+from controlplane.api.throttling import TokenScopedRateThrottle
 from controlplane.audit.services import record, snapshot
 from controlplane.core import blockhash
 from controlplane.core.agent_report import ReportError, parse_report
