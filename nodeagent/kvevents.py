@@ -63,8 +63,35 @@ def engine_hash(value: Any) -> int:
     raise EventDecodeError(f"block hash must be int or bytes, got {type(value).__name__}")
 
 
+def _checked(event: tuple) -> tuple:
+    """Shape checks (O(1) per event) so residency code meets only the types it expects."""
+    tag = event[0]
+    if tag == CLEARED:
+        return event
+    if not isinstance(event[1], list):
+        raise EventDecodeError(f"{tag}: block_hashes is not an array")
+    medium = event[-1] if tag == REMOVED else event[6]
+    if not isinstance(medium, str):
+        raise EventDecodeError(f"{tag}: medium is not a string")
+    if tag == STORED:
+        _, _, parent, token_ids, block_size, _, _, lora_name = event
+        if parent is not None and not isinstance(parent, int | bytes):
+            raise EventDecodeError("BlockStored: parent_block_hash is not an int or bytes")
+        if token_ids is not None and not isinstance(token_ids, list):
+            raise EventDecodeError("BlockStored: token_ids is not an array")
+        if block_size is not None and (type(block_size) is not int or block_size <= 0):
+            raise EventDecodeError("BlockStored: block_size is not a positive integer")
+        if lora_name is not None and not isinstance(lora_name, str):
+            raise EventDecodeError("BlockStored: lora_name is not a string")
+    return event
+
+
 def normalise(event: Any) -> tuple:
     """One raw event (either encoding) as a normalised tuple (see module docstring)."""
+    return _checked(_normalise(event))
+
+
+def _normalise(event: Any) -> tuple:
     if isinstance(event, dict):
         tag = event.get("type")
         if tag == STORED:
@@ -100,6 +127,8 @@ def normalise(event: Any) -> tuple:
                 event[7] if n > 7 else None,
             )
         if tag == REMOVED:
+            if n < 2:
+                raise EventDecodeError("positional BlockRemoved has no block hashes")
             return (REMOVED, event[1] or [], (event[2] if n > 2 else None) or DEFAULT_MEDIUM)
         if tag == CLEARED:
             return (CLEARED,)

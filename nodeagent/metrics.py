@@ -44,6 +44,11 @@ class AgentMetrics:
             "Reports dropped at the spool bound",
             registry=r,
         )
+        self.spool_corrupt = Counter(
+            "prewarm_agent_spool_corrupt_reports_total",
+            "Spooled reports skipped because the file was truncated or corrupt",
+            registry=r,
+        )
         self.gpus = Gauge("prewarm_agent_gpus", "GPUs readable in the last collection", registry=r)
         self.transfers = Counter(
             "prewarm_agent_transfers_total",

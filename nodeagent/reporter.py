@@ -119,6 +119,8 @@ class Reporter:
         self.pending_drop_note = 0
         self.last_applied_seq: int | None = None
         self.stop_event = asyncio.Event()
+        if metrics and self.spool.corrupt_reports:
+            metrics.spool_corrupt.inc(self.spool.corrupt_reports)
 
     # -- identity --------------------------------------------------------------------------
     def _auth(self) -> dict[str, str]:
@@ -215,6 +217,11 @@ class Reporter:
         ctype = "application/msgpack" if self.encoding == "msgpack" else "application/json"
         for seq in self.spool.seqs():
             body = self.spool.read(seq)
+            if body is None:  # corrupted on disk since start: skipped, a snapshot repairs it
+                self.force_snapshot = True
+                if self.metrics:
+                    self.metrics.spool_corrupt.inc()
+                continue
             t0 = time.perf_counter()
             try:
                 resp = await self.client.post(

@@ -28,7 +28,7 @@ from controlplane.core.blockhash import (
     extra_for,
     to_hex,
 )
-from nodeagent.kvevents import CLEARED, REMOVED, STORED, engine_hash, normalise
+from nodeagent.kvevents import CLEARED, REMOVED, STORED, EventDecodeError, engine_hash, normalise
 
 FLAG_ENGINE_SCOPED = 1
 CANON_MAP_LIMIT = 1_000_000
@@ -85,7 +85,8 @@ class EngineResidency:
         if not hashes:
             return 0
         bs = block_size or self.block_size
-        hashes = [engine_hash(h) for h in hashes] if not isinstance(hashes[0], int) else hashes
+        if not all(type(h) is int for h in hashes):
+            hashes = [engine_hash(h) for h in hashes]
         canon = self.canon
         resident = self.blocks.get(medium)
         if resident is None:
@@ -118,7 +119,10 @@ class EngineResidency:
                 key = engine_scoped_key(self.engine_id, h)
                 row: Row = (key, report_parent, FLAG_ENGINE_SCOPED)
             else:
-                key = block_key(parent, token_ids[i * bs : (i + 1) * bs], extra)  # type: ignore[arg-type]
+                try:
+                    key = block_key(parent, token_ids[i * bs : (i + 1) * bs], extra)  # type: ignore[index]
+                except ValueError as exc:  # token ids outside [0, 2**32) or not integers
+                    raise EventDecodeError(f"BlockStored: {exc}") from None
                 row = (key, report_parent, 0)
                 canon[h] = key
             resident[h] = row

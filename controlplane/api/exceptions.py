@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
+from rest_framework.views import set_rollback
 
 
 class ApiError(exceptions.APIException):
@@ -41,6 +42,8 @@ def _first_field_error(data, path=""):
 
 def exception_handler(exc, context):
     if isinstance(exc, ApiError):
+        # A refused request changes nothing, even what the view wrote before it refused.
+        set_rollback()
         body = {"error": exc.error_code, "detail": str(exc.detail), "field": exc.field, **exc.extra}
         return Response(body, status=exc.status_code)
     response = drf_handler(exc, context)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import models
+from django.db import models, transaction
 from django.forms.models import model_to_dict
 
 from .models import AuditEvent
@@ -66,3 +66,22 @@ def record(
         after=after,
         reason=reason,
     )
+
+
+@transaction.atomic
+def prune_audit(now=None) -> dict:
+    """Events older than the admin-set horizon (PREWARM_AUDIT_KEEP_DAYS; 0 keeps everything)."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.utils import timezone
+
+    days = settings.PREWARM_AUDIT_KEEP_DAYS
+    if days <= 0:
+        return {"audit_events_deleted": 0}
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    deleted, _ = AuditEvent.objects.filter(at__lt=cutoff).delete()
+    if deleted:  # the trail says it was trimmed, and by which rule
+        record(None, "audit.pruned", object_type="audit.auditevent",
+               reason=f"{deleted} events older than {days:g} days (PREWARM_AUDIT_KEEP_DAYS)")
+    return {"audit_events_deleted": deleted}

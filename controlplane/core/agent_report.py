@@ -6,6 +6,7 @@ field, e.g. ``residency[0].stored[12][0]``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ from .residency import TIER_RANK
 
 MAX_ID_LEN = 100
 _MAX_KEY = 2**64 - 1
+_MAX_BYTES = 2**63 - 1  # a signed 64-bit database column
 FLAG_ENGINE_SCOPED = 1
 
 
@@ -62,8 +64,8 @@ def _int(value: Any, where: str, lo: int = 0, hi: int = 2**63 - 1) -> int:
 def _num(value: Any, where: str, optional: bool = True) -> float | None:
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise ReportError(where, "expected a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ReportError(where, "expected a finite number")
     return float(value)
 
 
@@ -125,8 +127,8 @@ def _gpu(raw: Any, where: str) -> dict[str, Any]:
     for name in GPU_INT_FIELDS:
         value = g.get(name)
         out[name] = None if value is None else int(_num(value, f"{where}.{name}") or 0)
-        if out[name] is not None and out[name] < 0:
-            raise ReportError(f"{where}.{name}", "must not be negative")
+        if out[name] is not None and not 0 <= out[name] <= _MAX_BYTES:
+            raise ReportError(f"{where}.{name}", f"expected bytes in [0, {_MAX_BYTES}]")
     out["utilization_gpu"] = _num(g.get("utilization_gpu"), f"{where}.utilization_gpu")
     out["nvlink_peers"] = [
         _str(p, f"{where}.nvlink_peers[{i}]") for i, p in enumerate(_list(g.get("nvlink_peers", []), f"{where}.nvlink_peers", 64))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Sum
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from controlplane.core import blockhash
@@ -17,6 +18,7 @@ from .models import DemandBucket, WorkloadKey
 
 MAX_GROUPS_PER_TENANT_MODEL = 64
 GROUP_TOKENS = 1024
+HOUR = 3600
 
 
 def _keys_of(record: dict) -> list[int]:
@@ -84,3 +86,28 @@ def ingest_records(records: list[dict]) -> dict:
                 requests=F("requests") + n, prompt_tokens=F("prompt_tokens") + toks,
                 cached_tokens=F("cached_tokens") + cached)
     return {"accepted": len(records), "buckets_touched": len(counts), "workload_keys_created": created}
+
+
+@transaction.atomic
+def downsample_demand(now=None) -> dict:
+    """Fine buckets past the forecaster's window are summed into hourly ones; past the last
+    horizon, buckets are deleted. Request counts are preserved by the roll-up."""
+    now = now or timezone.now()
+    fine_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
+    cutoff = (now - timedelta(days=settings.PREWARM_DEMAND_FINE_DAYS)).replace(minute=0, second=0, microsecond=0)
+    deleted, _ = DemandBucket.objects.filter(start__lt=now - timedelta(days=settings.PREWARM_DEMAND_DAYS)).delete()
+    if fine_s >= HOUR:
+        return {"demand_buckets_deleted": deleted, "demand_buckets_merged": 0}
+    fine = DemandBucket.objects.filter(seconds=fine_s, start__lt=cutoff)
+    sums = (fine.annotate(hour=TruncHour("start")).values("key_id", "hour")
+            .annotate(n=Sum("requests"), toks=Sum("prompt_tokens"), cached=Sum("cached_tokens")))
+    for row in sums:
+        bucket, made = DemandBucket.objects.get_or_create(
+            key_id=row["key_id"], start=row["hour"], seconds=HOUR,
+            defaults={"requests": row["n"], "prompt_tokens": row["toks"], "cached_tokens": row["cached"]})
+        if not made:
+            DemandBucket.objects.filter(pk=bucket.pk).update(
+                requests=F("requests") + row["n"], prompt_tokens=F("prompt_tokens") + row["toks"],
+                cached_tokens=F("cached_tokens") + row["cached"])
+    merged, _ = fine.delete()
+    return {"demand_buckets_deleted": deleted, "demand_buckets_merged": merged}

@@ -6,6 +6,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Avg, Count
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from controlplane.accounts.choices import TokenKind
@@ -48,6 +50,23 @@ def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
     record(None, "node.enrolled", node, after={"name": node.name, "labels": node.labels},
            reason=f"enrolment token {token.prefix}…")
     return node, raw
+
+
+@transaction.atomic
+def rotate_agent_token(node: Node, current: ApiToken | None, who=None) -> str:
+    """A new agent token for ``node``; ``current`` (or, from an admin, every token of the node)
+    stops working in the same transaction. Returns the raw token, shown once."""
+    now = timezone.now()
+    old = ApiToken.objects.select_for_update().filter(node=node, kind=TokenKind.AGENT,
+                                                      revoked_at__isnull=True)
+    if current is not None:
+        old = old.filter(pk=current.pk)
+    prefixes = [t.prefix for t in old]
+    old.update(revoked_at=now)
+    token, raw = ApiToken.issue(TokenKind.AGENT, f"agent:{node.name}", node=node)
+    record(who, "node.token_rotated", node, after={"prefix": token.prefix},
+           reason=f"revoked {', '.join(p + '…' for p in prefixes) or 'none'}")
+    return raw
 
 
 def _mark_lost(node: Node, gpus: list[dict]) -> None:
@@ -187,3 +206,30 @@ def mark_stale_nodes() -> list[int]:
                    reason=f"no report for {settings.PREWARM_NODE_STALE_SECONDS:.0f}s")
             publish(groups.CLUSTER, "node.stale", {"node": node_id})
     return stale
+
+
+@transaction.atomic
+def downsample_gpu_samples(now=None) -> dict:
+    """Past the fine horizon, each GPU keeps one averaged sample an hour; past the last, none."""
+    now = now or timezone.now()
+    fine_cutoff = now - timedelta(hours=settings.PREWARM_GPU_SAMPLE_FINE_HOURS)
+    # Only whole hours are rolled up, so a later run never re-averages a partial hour.
+    fine_cutoff = fine_cutoff.replace(minute=0, second=0, microsecond=0)
+    deleted, _ = GpuSample.objects.filter(at__lt=now - timedelta(days=settings.PREWARM_GPU_SAMPLE_DAYS)).delete()
+    hours = (GpuSample.objects.filter(at__lt=fine_cutoff).annotate(hour=TruncHour("at"))
+             .values("gpu_id", "hour").annotate(n=Count("id"), mem=Avg("memory_used"), kv=Avg("kv_bytes"),
+                                                 spec=Avg("speculative_bytes"), util=Avg("utilization_gpu"))
+             .filter(n__gt=1))
+    rolled = [GpuSample(gpu_id=h["gpu_id"], at=h["hour"], memory_used=_int_or_none(h["mem"]),
+                        kv_bytes=_int_or_none(h["kv"]), speculative_bytes=_int_or_none(h["spec"]),
+                        utilization_gpu=h["util"]) for h in hours]
+    merged = 0
+    for row in rolled:
+        end = row.at + timedelta(hours=1)
+        merged += GpuSample.objects.filter(gpu_id=row.gpu_id, at__gte=row.at, at__lt=end).delete()[0]
+    GpuSample.objects.bulk_create(rolled)
+    return {"gpu_samples_deleted": deleted, "gpu_samples_merged": merged, "gpu_samples_hourly": len(rolled)}
+
+
+def _int_or_none(value) -> int | None:
+    return None if value is None else int(value)

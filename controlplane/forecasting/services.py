@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 from django.conf import settings
+from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from controlplane.core.forecast import burst_risk, forecast_counts
@@ -94,3 +96,13 @@ def keys_to_forecast(now=None) -> list[int]:
     now = now or timezone.now()
     since = now - timedelta(days=settings.PREWARM_FORECAST_HISTORY_DAYS)
     return list(WorkloadKey.objects.filter(last_seen__gte=since).values_list("pk", flat=True))
+
+
+@transaction.atomic
+def prune_forecasts(now=None) -> dict:
+    """Forecasts older than the keep window go, except each key's latest."""
+    now = now or timezone.now()
+    latest = Forecast.objects.filter(key_id=OuterRef("key_id")).order_by("-generated_at", "-id").values("id")[:1]
+    old = Forecast.objects.filter(generated_at__lt=now - timedelta(hours=settings.PREWARM_FORECAST_KEEP_HOURS))
+    deleted, _ = old.exclude(id=Subquery(latest)).delete()
+    return {"forecasts_deleted": deleted}

@@ -41,3 +41,9 @@ def forecast_all(policy_id: int | None = None, then_plan: bool = False) -> int:
 
         plan_cycle.delay(policy_id)
     return done
+
+
+@shared_task
+def retention() -> dict:
+    """Old forecasts go; each key's latest stays (docs/reliability.md)."""
+    return services.prune_forecasts()

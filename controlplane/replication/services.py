@@ -165,3 +165,14 @@ def audited_save(serializer, who, action: str):
         obj = serializer.save()
         record(who, action, obj, before=before, after=snapshot(obj))
     return obj
+
+
+@transaction.atomic
+def prune_finished(now=None) -> dict:
+    """Finished jobs (their transitions cascade) and decided plans (their items cascade) older
+    than PREWARM_JOB_KEEP_DAYS. Replicas stay (they hold the scores) and lose the link."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.PREWARM_JOB_KEEP_DAYS)
+    jobs, by_model = ReplicationJob.objects.filter(state__in=JobState.TERMINAL, updated_at__lt=cutoff).delete()
+    plans, _ = ReplicationPlan.objects.filter(created_at__lt=cutoff).exclude(state=PlanState.PROPOSED).delete()
+    return {"jobs_deleted": by_model.get("replication.ReplicationJob", 0),
+            "job_transitions_deleted": by_model.get("replication.JobTransition", 0), "plans_deleted": plans}

@@ -91,3 +91,11 @@ def _pinned_chains() -> dict[int, set[tuple]]:
 @shared_task
 def score_replicas() -> int:
     return scoring.score_all()
+
+
+@shared_task
+def retention() -> dict:
+    """Finished jobs with their transitions and decided plans past PREWARM_JOB_KEEP_DAYS."""
+    from .services import prune_finished
+
+    return prune_finished()

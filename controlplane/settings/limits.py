@@ -40,3 +40,19 @@ PREWARM_FORECAST_MODELS = get_from_env("PREWARM_FORECAST_MODELS", [], type_cast=
 PREWARM_FORECAST_BACKTEST_FOLDS = get_from_env("PREWARM_FORECAST_BACKTEST_FOLDS", 3, type_cast=int)
 # A dashboard socket sends at most one merged update per this many seconds.
 PREWARM_DASHBOARD_COALESCE_SECONDS = get_from_env("PREWARM_DASHBOARD_COALESCE_SECONDS", 0.1, type_cast=float)
+
+# Retention (docs/reliability.md): the database stays bounded. The hourly `retention` tasks
+# roll fine rows up into hourly ones past the fine horizon and delete rows past the last one.
+PREWARM_RETENTION_SECONDS = get_from_env("PREWARM_RETENTION_SECONDS", 3600.0, type_cast=float)
+# GPU memory samples: one a minute for this long, then one an hour (averaged), then gone.
+PREWARM_GPU_SAMPLE_FINE_HOURS = get_from_env("PREWARM_GPU_SAMPLE_FINE_HOURS", 24.0, type_cast=float)
+PREWARM_GPU_SAMPLE_DAYS = get_from_env("PREWARM_GPU_SAMPLE_DAYS", 30.0, type_cast=float)
+# Demand buckets: fine for as long as the forecaster reads them, hourly (summed) after, then gone.
+PREWARM_DEMAND_FINE_DAYS = get_from_env("PREWARM_DEMAND_FINE_DAYS", PREWARM_FORECAST_HISTORY_DAYS, type_cast=float)
+PREWARM_DEMAND_DAYS = get_from_env("PREWARM_DEMAND_DAYS", 90.0, type_cast=float)
+# Forecasts: the latest per key always stays; older ones this long (the dashboard's band history).
+PREWARM_FORECAST_KEEP_HOURS = get_from_env("PREWARM_FORECAST_KEEP_HOURS", 24.0, type_cast=float)
+# Finished jobs (with their transitions) and decided plans (with their items).
+PREWARM_JOB_KEEP_DAYS = get_from_env("PREWARM_JOB_KEEP_DAYS", 30.0, type_cast=float)
+# The audit trail is kept, but not forever: an admin sets the horizon (days; 0 = keep all).
+PREWARM_AUDIT_KEEP_DAYS = get_from_env("PREWARM_AUDIT_KEEP_DAYS", 365.0, type_cast=float)

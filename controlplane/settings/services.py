@@ -30,6 +30,9 @@ else:
     }
 
 if REDIS_URL:
+    # Shared by every web process, so rate limits (DRF throttles) hold across the fleet of them.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": get_from_env("CACHE_REDIS_URL", REDIS_URL)}}
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -75,4 +78,8 @@ CELERY_BEAT_SCHEDULE = {
               "schedule": PREWARM_SCHEDULE["score"]},
     "mark-stale": {"task": "controlplane.fleet.tasks.mark_stale",
                    "schedule": PREWARM_SCHEDULE["mark_stale"]},
+    # Retention keeps the database bounded (docs/reliability.md): one task per app that owns data.
+    **{f"retention-{app}": {"task": f"controlplane.{app}.tasks.retention",
+                            "schedule": get_from_env("PREWARM_RETENTION_SECONDS", 3600.0, type_cast=float)}
+       for app in ("fleet", "demand", "forecasting", "replication", "audit")},
 }

@@ -140,3 +140,56 @@ async def test_spool_bound_drops_and_forces_a_snapshot(control_plane, tmp_path):
     assert await rep.flush()
     assert server_view(control_plane) == agent_view(res)
     await rep.aclose()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage", "misnamed", "empty"])
+async def test_corrupted_or_truncated_spool_file_is_reported_and_skipped_on_start(
+    control_plane, tmp_path, damage, caplog
+):
+    frames, _ = load_messages("0.33.0")
+    res = EngineResidency("vllm-0", 16)
+    rep = make_reporter(control_plane, tmp_path, res)
+    control_plane.stop()  # the agent spools while the control plane is away, then stops
+    for _t, _s, p in frames[:6]:
+        res.apply_events(decode_payload(p)[1])
+        rep.build_report()
+    await rep.aclose()
+    files = sorted((tmp_path / "spool").glob("*.rep"))
+    assert len(files) == 6
+    victim = files[2]
+    data = victim.read_bytes()
+    if damage == "truncate":
+        victim.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":
+        victim.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    elif damage == "garbage":
+        victim.write_bytes(b"\x00not a report")
+    elif damage == "misnamed":
+        victim.rename(victim.with_name("junk.rep"))
+    else:
+        victim.write_bytes(b"")
+
+    # Agent start: the bad file is logged and skipped, the good ones stay queued in order.
+    res2 = EngineResidency("vllm-0", 16)
+    for _t, _s, p in frames[:6]:
+        res2.apply_events(decode_payload(p)[1])
+    rep2 = make_reporter(control_plane, tmp_path, res2)
+    assert rep2.spool.corrupt_reports == 1 and len(rep2.spool) == 5
+    assert "skipped" in caplog.text
+    control_plane.start()
+    rep2.build_report()  # the first report after start is a snapshot: it repairs the lost deltas
+    assert await rep2.flush()
+    assert len(rep2.spool) == 0
+    assert server_view(control_plane) == agent_view(res2)
+    await rep2.aclose()
+
+
+def test_a_spool_file_damaged_after_start_is_skipped_when_read(tmp_path):
+    from nodeagent.spool import Spool
+
+    spool = Spool(tmp_path, 1 << 20)
+    spool.append(1, b"one")
+    spool.append(2, b"two")
+    (tmp_path / f"{1:020d}.rep").write_bytes(b"PWS1")
+    assert spool.read(1) is None and spool.read(2) == b"two"
+    assert spool.corrupt_reports == 1 and spool.seqs() == [2]

@@ -143,3 +143,26 @@ def test_gpu_without_uuid_marks_the_known_gpu_at_that_index_lost(enrol):
     assert resp.status_code == 200, resp.content
     gpu = Gpu.objects.get()
     assert gpu.lost and gpu.errors == {"device": "GPU is lost"}
+
+
+def test_published_residency_delta_survives_the_redis_layer_serializer(enrol, settings):
+    # channels_redis packs messages with msgpack and unpacks with strict_map_key: an integer map
+    # key closed every dashboard socket with 1011 under PostgreSQL + Redis (found by bench/load.py).
+    import msgpack
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from controlplane.realtime import groups
+
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(groups.CLUSTER, channel)
+    _, agent = enrol("node-a")
+    from django.test import TestCase
+
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        assert agent.post("/api/agents/report/", report(1, stored=[(1, None, "GPU", 0)], mode="snapshot"),
+                          format="json").status_code == 200
+    message = async_to_sync(layer.receive)(channel)
+    assert message["event"] == "residency.delta"
+    assert msgpack.unpackb(msgpack.packb(message), strict_map_key=True) == message

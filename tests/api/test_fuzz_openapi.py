@@ -1,10 +1,14 @@
-"""Schemathesis over the whole OpenAPI schema, with every kind of credential: never a 5xx.
+"""Schemathesis over the whole OpenAPI schema, with every kind of credential: never a 5xx, and a
+refused request (any 4xx) changes nothing in the database.
 
 Every generated request runs inside the test's transaction, so nothing it writes survives.
 """
 
+import hashlib
+
 import pytest
 import schemathesis
+from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
@@ -50,6 +54,26 @@ def credentials(enrol, db):
     }
 
 
+# Written by authentication itself (at most once a minute), not by the request's effect.
+IGNORED_COLUMNS = {"last_used_at", "last_login"}
+
+
+def database_fingerprint() -> str:
+    """A digest of every row of every table (the fuzz world is small)."""
+    digest = hashlib.sha256()
+    with connection.cursor() as cur:
+        for table in sorted(connection.introspection.table_names(cur)):
+            if table.startswith("django_session"):
+                continue
+            cur.execute(f'SELECT * FROM "{table}" ORDER BY 1')  # noqa: S608 - names from introspection
+            columns = [c[0] for c in cur.description]
+            keep = [i for i, c in enumerate(columns) if c not in IGNORED_COLUMNS]
+            digest.update(table.encode())
+            for row in cur.fetchall():
+                digest.update(repr([row[i] for i in keep]).encode())
+    return digest.hexdigest()
+
+
 def test_no_server_errors_with_any_credentials(api_schema, credentials):
     # schemathesis' own pytest plugin does not load under pytest 9, so drive hypothesis here:
     # every operation, every credential kind.
@@ -62,9 +86,24 @@ def test_no_server_errors_with_any_credentials(api_schema, credentials):
         @settings(max_examples=8, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         def fuzz(case):
             for name, header in credentials.items():
+                before = database_fingerprint() if case.method.upper() != "GET" else None
                 response = case.call(headers={"Authorization": header} if header else {})
                 case.validate_response(response, checks=[not_a_server_error])
+                if before is not None and 400 <= response.status_code < 500:
+                    assert database_fingerprint() == before, (
+                        f"refused {case.method} {case.formatted_path} as {name} "
+                        f"({response.status_code}) changed the database")
                 if response.status_code < 300 and name == "admin":
                     case.validate_response(response, checks=[response_schema_conformance])
 
         fuzz()
+
+
+def test_the_fingerprint_sees_an_update_and_ignores_token_use(db, credentials):
+    from controlplane.replication.models import Policy
+
+    before = database_fingerprint()
+    ApiToken.objects.update(last_used_at="2026-01-01T00:00:00Z")
+    assert database_fingerprint() == before
+    Policy.objects.update(min_confidence=0.123)
+    assert database_fingerprint() != before

@@ -41,6 +41,7 @@ MATRIX = [
     ("post", "/api/request-records/", {"records": [{"time": 1764540000, "model": "m", "tenant": "t", "keys": ["01"]}]}, {"gateway"}),
     ("post", "/api/agents/report/", None, {"agent"}),
     ("post", "/api/agents/heartbeat/", {}, {"agent"}),
+    ("post", "/api/agents/rotate-token/", {}, {"agent"}),
     ("get", "/api/api-tokens/", None, ADMIN),
     ("post", "/api/api-tokens/", {"kind": "gateway", "name": "gw"}, ADMIN),
     ("post", "/api/enrolment-tokens/", {"labels": {}}, ADMIN),

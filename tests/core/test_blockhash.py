@@ -59,3 +59,22 @@ def test_token_out_of_range_is_a_clear_error():
         assert "token ids" in str(exc)
     else:
         raise AssertionError("negative token accepted")
+
+
+@given(st.lists(st.integers(min_value=-(2**40), max_value=2**40), max_size=48),
+       st.integers(min_value=-3, max_value=20), st.text(max_size=6))
+def test_any_input_gives_64_bit_keys_or_a_value_error(toks, block_size, lora):
+    # Gateways send arbitrary token ids: the hash answers or refuses clearly, never anything else.
+    try:
+        keys = bh.chain_keys(toks, block_size, bh.extra_for(lora))
+    except ValueError:
+        assert block_size <= 0 or any(not 0 <= t < 2**32 for t in toks)
+        return
+    assert len(keys) == (len(toks) // block_size)
+    assert all(0 <= k < 2**64 and bh.from_hex(bh.to_hex(k)) == k for k in keys)
+
+
+@given(tokens, st.text(min_size=1, max_size=8))
+def test_a_lora_name_changes_every_key(toks, lora):
+    assert all(a != b for a, b in zip(bh.chain_keys(toks, 16), bh.chain_keys(toks, 16, bh.extra_for(lora)),
+                                      strict=True))

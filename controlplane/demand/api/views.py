@@ -3,11 +3,11 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
+from controlplane.api.throttling import TokenScopedRateThrottle
 
 from .. import services
 from ..models import WorkloadKey
@@ -19,7 +19,7 @@ class RequestRecordsView(APIView):
 
     token_kinds = {"gateway"}
     token_kinds_only = True
-    throttle_classes = [ScopedRateThrottle]
+    throttle_classes = [TokenScopedRateThrottle]
     throttle_scope = "gateway"
 
     @extend_schema(request=s.RequestBatchSerializer, responses={200: s.RequestBatchResponseSerializer}, tags=["gateways"])

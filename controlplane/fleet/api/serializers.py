@@ -58,6 +58,10 @@ class EnrolResponseSerializer(serializers.Serializer):
     report_interval_s = serializers.FloatField()
 
 
+class RotateTokenResponseSerializer(serializers.Serializer):
+    agent_token = serializers.CharField()
+
+
 class ReportDocSerializer(serializers.Serializer):
     """Documentation of the report body (docs/agent-protocol.md); parsed by core.agent_report."""
 

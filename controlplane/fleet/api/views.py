@@ -10,13 +10,13 @@ from rest_framework.decorators import action
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from controlplane.accounts.choices import Role
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 from controlplane.api.parsers import MsgpackParser
+from controlplane.api.throttling import TokenScopedRateThrottle
 from controlplane.audit.services import record, snapshot
 from controlplane.core import blockhash
 from controlplane.core.agent_report import ReportError, parse_report
@@ -33,7 +33,7 @@ class AgentView(APIView):
 
     token_kinds = {"agent"}
     token_kinds_only = True
-    throttle_classes = [ScopedRateThrottle]
+    throttle_classes = [TokenScopedRateThrottle]
     throttle_scope = "agent"
     parser_classes = [JSONParser, MsgpackParser]
 
@@ -46,7 +46,7 @@ class EnrolView(APIView):
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
-    throttle_classes = [ScopedRateThrottle]
+    throttle_classes = [TokenScopedRateThrottle]
     throttle_scope = "agent"
 
     @extend_schema(request=s.EnrolSerializer, responses={201: s.EnrolResponseSerializer}, tags=["agents"])
@@ -86,6 +86,15 @@ class HeartbeatView(AgentView):
         from django.utils import timezone
 
         return Response({"server_time": timezone.now().timestamp()})
+
+
+class RotateTokenView(AgentView):
+    """Trade this agent token for a new one; the old one stops working at once."""
+
+    @extend_schema(request=None, responses={201: s.RotateTokenResponseSerializer}, tags=["agents"])
+    def post(self, request):
+        raw = services.rotate_agent_token(self.node(request), request.auth, request)
+        return Response({"agent_token": raw}, status=status.HTTP_201_CREATED)
 
 
 class NodeFilter(filters.FilterSet):
