@@ -1,6 +1,6 @@
 """The agents' job socket, ``/ws/agent/``: jobs pushed to the agent, its events read back.
 
-Authenticated by the agent's bearer token (``Authorization: Bearer pwa_...`` or ``?token=``);
+Authenticated by the agent's bearer token (``Authorization: Bearer pwa_...``; never the URL);
 anything else is closed with code 4401. On connect the agent joins its node's group and is sent
 every job it has not acknowledged yet (the snapshot); then ``job.assign`` / ``job.cancel``
 messages as the dispatch service publishes them. ``job.ack`` / ``job.progress`` / ``job.result``
@@ -10,7 +10,6 @@ from the agent go through the same service as the long-poll events endpoint.
 from __future__ import annotations
 
 import logging
-from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -26,10 +25,8 @@ CLOSE_UNAUTHENTICATED = 4401
 
 def raw_token(scope) -> str | None:
     headers = dict(scope.get("headers") or [])
-    raw = token_from_header(headers.get(b"authorization", b"").decode("latin-1") or None)
-    if raw is None:
-        raw = (parse_qs((scope.get("query_string") or b"").decode()).get("token") or [None])[0]
-    return raw
+    # Header only: a token in the query string would end up in proxy and access logs.
+    return token_from_header(headers.get(b"authorization", b"").decode("latin-1") or None)
 
 
 @database_sync_to_async
