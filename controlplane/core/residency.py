@@ -94,6 +94,12 @@ class ResidencyIndex(Protocol):
 
     def clear(self) -> None: ...
 
+    def mark_live(self) -> bool:
+        """Mark the index as holding the cluster's residency. True when it was not marked: the
+        index is new or lost its contents (a Redis restarted empty), so every engine's residency
+        must be sent again as a snapshot."""
+        ...
+
 
 def longest_prefix(
     keys: Sequence[int], engines_of: callable, limit: int  # type: ignore[valid-type]
@@ -133,6 +139,7 @@ class InProcessResidencyIndex:
         self._by_key: dict[int, dict[int, int]] = {}
         self._by_engine: dict[int, dict[int, int]] = {}
         self._parent: dict[int, int | None] = {}
+        self._live = False
 
     def apply(self, deltas: Iterable[Delta]) -> int:
         deltas = list(deltas)
@@ -213,3 +220,8 @@ class InProcessResidencyIndex:
         self._by_key.clear()
         self._by_engine.clear()
         self._parent.clear()
+        self._live = False
+
+    def mark_live(self) -> bool:
+        was, self._live = self._live, True
+        return not was

@@ -5,6 +5,8 @@ Layout (all under one hash tag so a Redis Cluster keeps them in one slot and scr
   {ns}:e:<engine>    hash key hex -> media bitmask
   {ns}:p             hash key hex -> parent key hex
   {ns}:engines       set of engine ids
+  {ns}:live          set once the index holds the cluster's residency (gone after a restart
+                     without persistence: the control plane then asks every engine for a snapshot)
 A whole report is applied by one Lua script call (msgpack argument), so it is atomic and costs one
 round trip however many deltas it carries. Keys travel as hex strings because Lua numbers are
 doubles and would lose the low bits of a 64-bit key.
@@ -135,6 +137,9 @@ class RedisResidencyIndex:
 
     def drop_engine(self, engine: int) -> None:
         self._apply(keys=[self.ns], args=[msgpack.packb([[engine, 1, [], []]])])
+
+    def mark_live(self) -> bool:
+        return bool(self.r.set(f"{self.ns}:live", 1, nx=True))
 
     def clear(self) -> None:
         cursor = 0

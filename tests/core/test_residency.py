@@ -77,3 +77,11 @@ def test_drop_engine_forgets_it(index):
     index.drop_engine(1)
     assert index.engines_of(A) == {2: "GPU"}
     assert index.engines() == [2]
+
+
+def test_mark_live_says_once_that_the_index_is_new_or_was_lost(index):
+    assert index.mark_live() is True  # new: every engine must send a snapshot
+    assert index.mark_live() is False
+    index.apply([Delta(1, stored=[(A, None, "GPU")])])
+    index.clear()  # what a Redis restarted without persistence looks like
+    assert index.mark_live() is True

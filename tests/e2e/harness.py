@@ -13,8 +13,8 @@ bytes), so a plan copies it from there. Everything it starts is stopped by ``clo
 from __future__ import annotations
 
 import asyncio
-import logging
 import json
+import logging
 import os
 import re
 import signal
@@ -23,8 +23,8 @@ import sys
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -218,12 +218,11 @@ class Cluster:
     def _engines_store_their_blocks(self) -> None:
         """Each engine publishes what it holds once its agent listens (a PUB socket drops what
         nobody subscribed to yet, so publish again until the control plane has it)."""
-        chains = {n.name: burst.PREFIX_TOKENS if i == 0 else [(i * 1000 + t) % 32000 for t in range(64)]
-                  for i, n in enumerate(self.nodes)}
+        chains = self.chains
 
         def reported() -> bool:
             for node in self.nodes:
-                node.publish_stored(chains[node.name])
+                self.republish(node)
             time.sleep(1.0)
             blocks = {e["node_name"]: sum(e["blocks"].values()) for e in self.engines().values()}
             return all(blocks.get(n.name, 0) >= len(chains[n.name]) // burst.BLOCK for n in self.nodes)
@@ -303,8 +302,22 @@ class Cluster:
         node.proc = Proc(f"agent-{name}", argv, self.env, self.dir).start()
         return node
 
+    @property
+    def chains(self) -> dict[str, list[int]]:
+        """The tokens each engine holds from the start: the first the burst's prefix."""
+        return {n.name: burst.PREFIX_TOKENS if i == 0 else [(i * 1000 + t) % 32000 for t in range(64)]
+                for i, n in enumerate(self.nodes)}
+
+    def republish(self, node: Node) -> None:
+        """The engine says again what it holds (after its agent restarted and lost the events)."""
+        node.publish_stored(self.chains[node.name])
+
     def restart_agent(self, node: Node) -> None:
         node.proc.start()
+
+    def node_of_engine(self, engine_pk: int) -> Node:
+        engine = next(e for e in self.engines().values() if e["id"] == engine_pk)
+        return self.node_of(int(engine["endpoints"]["transfer"].rpartition(":")[2]))
 
     # -- control plane access -----------------------------------------------------------------
     def manage(self, *args: str) -> str:
