@@ -74,6 +74,11 @@ class ResidencyIndex(Protocol):
         """Engines holding the longest prefix of ``keys`` (root first), deepest first."""
         ...
 
+    def holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
+        """``holders`` for many chains at once (a plan cycle asks for every prefix): one pass,
+        batched round trips, instead of one call per chain."""
+        ...
+
     def engines_of(self, key: int) -> dict[int, str]:
         """Engine -> fastest medium for one block."""
         ...
@@ -190,6 +195,9 @@ class InProcessResidencyIndex:
 
     def holders(self, keys: Sequence[int], limit: int = 16) -> list[Holder]:
         return longest_prefix(keys, self.engines_of, limit)
+
+    def holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
+        return [longest_prefix(keys, self.engines_of, limit) for keys in chains]
 
     def usage(self, engine: int) -> EngineUsage:
         counts: dict[str, int] = {}
