@@ -6,6 +6,7 @@ planner; store the plan and its items) for 256 engines x 100k prefixes (``--quic
 target < 5 s. Baseline in the same run: the pure planner alone on the same inputs, so the
 table shows what the database and index add. Uses a throw-away SQLite database and the in-process
 residency index (the embedded default). ``approve_to_ack_p99_ms`` is not measured here yet.
+``BENCH_PROFILE=PATH`` writes a cProfile of the measured cycle.
 
     python bench/workflow.py [--quick] [--json PATH]
 """
@@ -91,6 +92,10 @@ def main(argv=None) -> int:
         policy = populate(engines, prefixes)
         setup_s = time.perf_counter() - t0
         t0 = time.perf_counter()
+        if os.environ.get("BENCH_PROFILE"):
+            import cProfile
+
+            cProfile.runctx("planning.run_cycle(policy.pk)", globals(), locals(), os.environ["BENCH_PROFILE"])
         plan = planning.run_cycle(policy.pk)
         cycle_s = time.perf_counter() - t0
         inputs = planning.gather(policy)

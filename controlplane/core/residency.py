@@ -74,6 +74,11 @@ class ResidencyIndex(Protocol):
         """Engines holding the longest prefix of ``keys`` (root first), deepest first."""
         ...
 
+    def holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
+        """``holders`` for many chains at once (a plan cycle asks for every prefix): one pass,
+        batched round trips, instead of one call per chain."""
+        ...
+
     def engines_of(self, key: int) -> dict[int, str]:
         """Engine -> fastest medium for one block."""
         ...
@@ -93,6 +98,12 @@ class ResidencyIndex(Protocol):
         ...
 
     def clear(self) -> None: ...
+
+    def mark_live(self) -> bool:
+        """Mark the index as holding the cluster's residency. True when it was not marked: the
+        index is new or lost its contents (a Redis restarted empty), so every engine's residency
+        must be sent again as a snapshot."""
+        ...
 
 
 def longest_prefix(
@@ -133,6 +144,7 @@ class InProcessResidencyIndex:
         self._by_key: dict[int, dict[int, int]] = {}
         self._by_engine: dict[int, dict[int, int]] = {}
         self._parent: dict[int, int | None] = {}
+        self._live = False
 
     def apply(self, deltas: Iterable[Delta]) -> int:
         deltas = list(deltas)
@@ -184,6 +196,9 @@ class InProcessResidencyIndex:
     def holders(self, keys: Sequence[int], limit: int = 16) -> list[Holder]:
         return longest_prefix(keys, self.engines_of, limit)
 
+    def holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
+        return [longest_prefix(keys, self.engines_of, limit) for keys in chains]
+
     def usage(self, engine: int) -> EngineUsage:
         counts: dict[str, int] = {}
         for mask in self._by_engine.get(engine, {}).values():
@@ -213,3 +228,8 @@ class InProcessResidencyIndex:
         self._by_key.clear()
         self._by_engine.clear()
         self._parent.clear()
+        self._live = False
+
+    def mark_live(self) -> bool:
+        was, self._live = self._live, True
+        return not was

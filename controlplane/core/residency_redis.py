@@ -5,6 +5,8 @@ Layout (all under one hash tag so a Redis Cluster keeps them in one slot and scr
   {ns}:e:<engine>    hash key hex -> media bitmask
   {ns}:p             hash key hex -> parent key hex
   {ns}:engines       set of engine ids
+  {ns}:live          set once the index holds the cluster's residency (gone after a restart
+                     without persistence: the control plane then asks every engine for a snapshot)
 A whole report is applied by one Lua script call (msgpack argument), so it is atomic and costs one
 round trip however many deltas it carries. Keys travel as hex strings because Lua numbers are
 doubles and would lose the low bits of a 64-bit key.
@@ -19,6 +21,7 @@ import redis
 
 from .residency import BIT, MEDIA, Delta, EngineUsage, Holder, longest_prefix, validate_medium
 
+PIPELINE_KEYS = 5000  # keys per pipelined round trip: bounded memory on both ends
 _APPLY = r"""
 local ns = KEYS[1]
 local batch = cmsgpack.unpack(ARGV[1])
@@ -100,17 +103,27 @@ class RedisResidencyIndex:
         raw = self.r.hgetall(f"{self.ns}:k:{key:016x}")
         return {int(e): _fastest(int(m)) for e, m in raw.items() if int(m)}
 
+    def _engines_of_many(self, keys: Iterable[int]) -> dict[int, dict[int, str]]:
+        """engines_of for many distinct keys: pipelined, PIPELINE_KEYS per round trip."""
+        keys = list(dict.fromkeys(keys))
+        table: dict[int, dict[int, str]] = {}
+        for i in range(0, len(keys), PIPELINE_KEYS):
+            part = keys[i : i + PIPELINE_KEYS]
+            pipe = self.r.pipeline(transaction=False)
+            for key in part:
+                pipe.hgetall(f"{self.ns}:k:{key:016x}")
+            for key, row in zip(part, pipe.execute(), strict=True):
+                table[key] = {int(e): _fastest(int(m)) for e, m in row.items() if int(m)}
+        return table
+
     def holders(self, keys: Sequence[int], limit: int = 16) -> list[Holder]:
         # One pipelined round trip for the whole chain, then the same walk as in-process.
-        pipe = self.r.pipeline(transaction=False)
-        for key in keys:
-            pipe.hgetall(f"{self.ns}:k:{key:016x}")
-        rows = pipe.execute()
-        table = {
-            key: {int(e): _fastest(int(m)) for e, m in row.items() if int(m)}
-            for key, row in zip(keys, rows, strict=True)
-        }
-        return longest_prefix(keys, table.__getitem__, limit)
+        return longest_prefix(keys, self._engines_of_many(keys).__getitem__, limit)
+
+    def holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
+        # Shared leading blocks are fetched once; 100k chains cost len(keys) / PIPELINE_KEYS trips.
+        table = self._engines_of_many(k for chain in chains for k in chain)
+        return [longest_prefix(chain, table.__getitem__, limit) for chain in chains]
 
     def usage(self, engine: int) -> EngineUsage:
         counts: dict[str, int] = {}
@@ -135,6 +148,9 @@ class RedisResidencyIndex:
 
     def drop_engine(self, engine: int) -> None:
         self._apply(keys=[self.ns], args=[msgpack.packb([[engine, 1, [], []]])])
+
+    def mark_live(self) -> bool:
+        return bool(self.r.set(f"{self.ns}:live", 1, nx=True))
 
     def clear(self) -> None:
         cursor = 0

@@ -142,6 +142,10 @@ def apply_report(node: Node, report: Report) -> dict:
         if report.seq <= node.last_seq and not (new_boot and report.snapshot_only):
             raise ApiError("stale_seq", f"seq {report.seq} is not after {node.last_seq}", "seq",
                            status_code=409, last_seq=node.last_seq)
+        if get_index().mark_live():
+            # The index is new or lost everything (Redis restarted empty): what it held must be
+            # reported again, so every engine of every node sends a snapshot next.
+            Engine.objects.update(residency_synced=False)
         gpus = _upsert_gpus(node, report.gpus, now) if report.gpus else {}
         engines = _upsert_engines(node, report.engines, gpus, now)
         deltas, requested, synced = [], [], []

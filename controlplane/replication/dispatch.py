@@ -77,8 +77,9 @@ def _node_ok(engine: Engine | None) -> bool:
 def dispatch(job_id) -> ReplicationJob | None:
     """Send an approved job to its agents: approved -> dispatched, attempt + 1."""
     with transaction.atomic():
-        job = (ReplicationJob.objects.select_for_update(of=("self",)).select_related("source__node", "target__node")
-               .filter(pk=job_id).first())
+        # of=self: PostgreSQL cannot lock the nullable side of the outer join to an evict job's source.
+        job = (ReplicationJob.objects.select_for_update(of=("self",))
+               .select_related("source__node", "target__node").filter(pk=job_id).first())
         if job is None:
             log.info("dispatch: job %s vanished", job_id)
             return None
@@ -129,8 +130,9 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
     if kind not in ("job.ack", "job.progress", "job.result"):
         raise EventError(f"unknown event type {kind!r}")
     with transaction.atomic():
-        job = (ReplicationJob.objects.select_for_update(of=("self",)).select_related("source__node", "target__node")
-               .filter(pk=msg.get("job_id")).first())
+        # of=self: PostgreSQL cannot lock the nullable side of the outer join to an evict job's source.
+        job = (ReplicationJob.objects.select_for_update(of=("self",))
+               .select_related("source__node", "target__node").filter(pk=msg.get("job_id")).first())
         if job is None:
             raise EventError(f"unknown job {msg.get('job_id')!r}")
         roles = [r for r, e in roles_of(job).items() if e.node_id == node_id]

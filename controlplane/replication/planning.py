@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import namedtuple
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -56,16 +57,31 @@ class Inputs:
     holdings: list[planner.Holding]
     engines: list[planner.EngineState]
     overrides: planner.Overrides
-    keys: dict[str, WorkloadKey]
+    keys: dict[str, KeyRow]
     forecasters: dict[str, str]
 
 
-def _latest_forecasts(key_ids) -> dict[int, Forecast]:
-    latest: dict[int, Forecast] = {}
-    for f in Forecast.objects.filter(key_id__in=key_ids).order_by("key_id", "-generated_at", "-id") \
-            .only("key_id", "yhat", "upper", "bucket_seconds", "model", "burst_risk", "backtest_mase",
-                  "start", "generated_at"):
-        latest.setdefault(f.key_id, f)
+# Plain rows instead of model instances: a cycle reads 100k keys and forecasts, and building
+# model objects was most of its time.
+KeyRow = namedtuple("KeyRow", "pk tenant model prefix_keys prefix_tokens")
+ForecastRow = namedtuple("ForecastRow", "key_id yhat upper bucket_seconds model burst_risk backtest_mase "
+                                        "start generated_at")
+
+
+def _workload_keys() -> dict[str, KeyRow]:
+    rows = WorkloadKey.objects.exclude(prefix_keys=[]).values_list(*KeyRow._fields)
+    return {str(r[0]): KeyRow(*r) for r in rows.iterator(chunk_size=5000)}
+
+
+def _latest_forecasts() -> dict[int, ForecastRow]:
+    """The newest forecast per key in one query (DISTINCT ON where the database has it)."""
+    rows = Forecast.objects.order_by("key_id", "-generated_at", "-id")
+    if connection.features.can_distinct_on_fields:
+        rows = rows.distinct("key_id")
+    latest: dict[int, ForecastRow] = {}
+    for r in rows.values_list(*ForecastRow._fields).iterator(chunk_size=5000):
+        if r[0] not in latest:
+            latest[r[0]] = ForecastRow(*r)
     return latest
 
 
@@ -100,13 +116,13 @@ def gather(policy: Policy, now=None) -> Inputs:
     by_model: dict[str, list[Engine]] = {}
     for e in engines:
         by_model.setdefault(e.model, []).append(e)
-    keys = {str(k.pk): k for k in WorkloadKey.objects.exclude(prefix_keys=[])
-            .only("pk", "tenant", "model", "prefix_keys", "prefix_tokens")}
-    forecasts = _latest_forecasts([int(k) for k in keys])
+    keys = _workload_keys()
+    forecasts = _latest_forecasts()
     horizon = float(policy.horizon_seconds)
     index = get_index()
     cands, demand, holdings, forecasters = [], [], [], {}
     models: dict[str, CostModel] = {}
+    chains: list[tuple[str, tuple[int, ...]]] = []
     for pid, key in keys.items():
         peers = by_model.get(key.model)
         f = forecasts.get(int(pid))
@@ -125,13 +141,16 @@ def gather(policy: Policy, now=None) -> Inputs:
             pid, expected, burst_probability=f.burst_risk or 0.0, peak_rate=BURST_FACTOR * rate,
             confidence=_confidence(f)))
         forecasters[pid] = f.model
-        for h in index.holders(chain, limit=64):
-            if h.depth == len(chain):
-                holdings.append(planner.Holding(pid, str(h.engine), TIER_TO_PLANNER[h.tier]))
+        chains.append((pid, chain))
+    # One batched residency read for every prefix (100k holders() calls were 100k round trips).
+    for (pid, chain), found in zip(chains, index.holders_many([c for _, c in chains], limit=64),
+                                   strict=True):
+        holdings.extend(planner.Holding(pid, str(h.engine), TIER_TO_PLANNER[h.tier])
+                        for h in found if h.depth == len(chain))
     return Inputs(cands, demand, holdings, _engine_states(engines), _overrides(), keys, forecasters)
 
 
-def _expected(f: Forecast, now, horizon: float) -> float:
+def _expected(f: ForecastRow, now, horizon: float) -> float:
     """Requests the forecast expects in [now, now + horizon) (buckets overlapping it, pro rata)."""
     t0 = f.start.timestamp()
     a, b = now.timestamp(), now.timestamp() + horizon
@@ -145,7 +164,7 @@ def _expected(f: Forecast, now, horizon: float) -> float:
     return total
 
 
-def _confidence(f: Forecast) -> float:
+def _confidence(f: ForecastRow) -> float:
     """1 / (1 + MASE): a forecast as good as the naive one scores 0.5; unscored baselines 0.5."""
     if f.backtest_mase is None:
         return 0.5

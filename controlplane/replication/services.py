@@ -88,7 +88,7 @@ def _job_for(item: PlanItem, policy: Policy) -> ReplicationJob:
 @transaction.atomic
 def decide(plan_id: int, who, approve: bool, item_ids: list[int] | None = None, reason: str = "") -> tuple[ReplicationPlan, dict[int, str]]:
     """Approve or reject a plan or some of its items. Refused items say why and change nothing."""
-    plan = ReplicationPlan.objects.select_for_update().select_related("policy").get(pk=plan_id)
+    plan = ReplicationPlan.objects.select_for_update(of=("self",)).select_related("policy").get(pk=plan_id)
     items = plan.items.select_related("target__node", "source")
     if item_ids:
         found = {i.pk: i for i in items.filter(pk__in=item_ids)}

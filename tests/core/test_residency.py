@@ -77,3 +77,20 @@ def test_drop_engine_forgets_it(index):
     index.drop_engine(1)
     assert index.engines_of(A) == {2: "GPU"}
     assert index.engines() == [2]
+
+
+def test_mark_live_says_once_that_the_index_is_new_or_was_lost(index):
+    assert index.mark_live() is True  # new: every engine must send a snapshot
+    assert index.mark_live() is False
+    index.apply([Delta(1, stored=[(A, None, "GPU")])])
+    index.clear()  # what a Redis restarted without persistence looks like
+    assert index.mark_live() is True
+
+
+def test_holders_many_answers_like_holders_for_each_chain(index):
+    index.apply([Delta(1, stored=[(A, None, "GPU"), (B, A, "GPU")]), Delta(2, stored=[(A, None, "CPU")]),
+                 Delta(3, stored=[(C, None, "GPU")])])
+    chains = [[A, B], [A], [C, A], [B], []]
+    assert index.holders_many(chains, limit=4) == [index.holders(c, limit=4) for c in chains]
+    assert [[(h.engine, h.depth) for h in hs] for hs in index.holders_many(chains)][:2] == [
+        [(1, 2), (2, 1)], [(1, 1), (2, 1)]]

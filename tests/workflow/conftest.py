@@ -52,24 +52,27 @@ class Fleet:
     def __init__(self):
         for role in ("viewer", "operator", "admin"):  # a transactional test flushes the migrations' rows
             Group.objects.get_or_create(name=role)
-        self.agents, self.nodes = {}, {}
+        self.agents, self.nodes, self.tokens = {}, {}, {}
         for i, name in enumerate(("node-a", "node-b", "node-c")):
-            _, raw = EnrolmentToken.issue()
-            resp = APIClient().post("/api/agents/enrol/", {"enrolment_token": raw, "hostname": name}, format="json")
-            assert resp.status_code == 201, resp.content
-            self.nodes[name] = resp.json()["node_id"]
-            self.agents[name] = bearer(resp.json()["agent_token"])
-            self.tokens = getattr(self, "tokens", {}) | {name: resp.json()["agent_token"]}
-            keys = burst.PREFIX if name == "node-a" else ()
-            r = self.agents[name].post("/api/agents/report/", engine_report(1, name, keys, f"127.0.0.1:{7701 + i}"),
-                                       format="json")
-            assert r.status_code == 200, r.content
+            self.enrol(name, burst.PREFIX if name == "node-a" else (), f"127.0.0.1:{7701 + i}")
         _, graw = ApiToken.issue(TokenKind.GATEWAY, "gw")
         self.gateway = bearer(graw)
         self.operator = APIClient()
         self.operator.force_authenticate(make_user("operator", "op"))
         self.admin = APIClient()
         self.admin.force_authenticate(make_user("admin", "adm"))
+
+    def enrol(self, name: str, keys=(), transfer="127.0.0.1:7799") -> int:
+        """Enrol a node with one engine holding ``keys``, as its agent would; returns its id."""
+        _, raw = EnrolmentToken.issue()
+        resp = APIClient().post("/api/agents/enrol/", {"enrolment_token": raw, "hostname": name}, format="json")
+        assert resp.status_code == 201, resp.content
+        self.nodes[name] = resp.json()["node_id"]
+        self.tokens[name] = resp.json()["agent_token"]
+        self.agents[name] = bearer(self.tokens[name])
+        r = self.agents[name].post("/api/agents/report/", engine_report(1, name, keys, transfer), format="json")
+        assert r.status_code == 200, r.content
+        return self.nodes[name]
 
     def post_burst(self, end: float):
         # The burst ends in the bucket before ``end``'s; a forecast that runs after the next

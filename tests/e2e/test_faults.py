@@ -1,0 +1,132 @@
+"""Faults in the end-to-end setup: a worker killed mid-task, an agent killed mid-transfer, Redis
+restarted empty, the control plane restarted. The system recovers by itself; no agent report is
+lost; every job ends in a defined state; each recovery time is printed and bounded."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from tests.e2e.harness import DashboardClient
+from tests.e2e.test_end_to_end import holders, jobs
+from tests.live import wait_for
+from tests.workflow import burst
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+TERMINAL = {"succeeded", "failed", "cancelled", "expired"}
+RECOVERY_LIMIT_S = 60
+
+
+def agent_seq(cluster, node) -> int:
+    return json.loads((cluster.dir / node.name / "state" / "state.json").read_text())["seq"]
+
+
+def reports_in(cluster, node) -> bool:
+    """Every report the agent has built so far has reached the control plane, none waits."""
+    seq = agent_seq(cluster, node)
+    server = {n["name"]: n for n in cluster.results("/api/nodes/")}.get(node.name)
+    spooled = node.metrics().get("prewarm_agent_spool_reports")
+    return bool(server) and server["state"] == "active" and server["last_seq"] >= seq and spooled == 0
+
+
+def healthy(cluster, engines_with_prefix: int) -> bool:
+    try:
+        return (all(reports_in(cluster, n) for n in cluster.nodes)
+                and len(holders(cluster)) >= engines_with_prefix
+                and all(j["state"] in TERMINAL for j in jobs(cluster)))
+    except Exception:  # the control plane is still coming back
+        return False
+
+
+def health(cluster) -> dict:
+    """What ``healthy`` looks at, for a failure message."""
+    try:
+        return {"nodes": cluster.results("/api/nodes/"), "seqs": [agent_seq(cluster, n) for n in cluster.nodes],
+                "spools": [n.metrics().get("prewarm_agent_spool_reports") for n in cluster.nodes],
+                "holders": sorted(holders(cluster)), "jobs": [j["state"] for j in jobs(cluster)]}
+    except Exception as exc:
+        return {"error": repr(exc)}
+
+
+def recover(cluster, what: str, t0: float, engines_with_prefix: int, timings: dict) -> None:
+    try:
+        wait_for(lambda: healthy(cluster, engines_with_prefix), RECOVERY_LIMIT_S, interval=0.3,
+                 what=f"recovery from {what}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {json.dumps(health(cluster), default=str)[:3000]}") from None
+    timings[what] = round(time.time() - t0, 2)
+    print(f"recovered from {what} in {timings[what]}s")
+
+
+@pytest.mark.parametrize("services_cluster", [3], indirect=True)
+def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_cluster):
+    cluster, timings = services_cluster, {}
+    src, *targets = cluster.nodes
+    # Slow the source's sends so that a transfer is long enough to be cut (8 MiB at 2 MiB/s).
+    src.proc.stop()
+    src.proc.argv[src.proc.argv.index("--transfer-rate-limit-bytes-per-s") + 1] = str(2 << 20)
+    cluster.restart_agent(src)
+    wait_for(lambda: reports_in(cluster, src), 30, what="the source agent back")
+    cluster.republish(src)
+    dash = DashboardClient(cluster)
+    try:
+        wait_for(lambda: len(holders(cluster)) == 1, 30, what="the source's prefix in residency")
+        # 1. The worker is killed (SIGKILL, pool and all) while the burst's cycle runs.
+        cluster.post_burst()
+        cluster.activate_policy("auto")
+        wait_for(lambda: "forecast_all" in cluster.worker.tail(20000), 30, what="the forecast task received")
+        t0 = time.time()
+        cluster.worker.kill(signal.SIGKILL)
+        time.sleep(1)
+        cluster.worker.start()
+        wait_for(lambda: jobs(cluster), RECOVERY_LIMIT_S, what="jobs after the worker's restart")
+        timings["worker killed: jobs dispatched"] = round(time.time() - t0, 2)
+        # 2. A target agent is killed mid-transfer, and comes back.
+        running = wait_for(lambda: [j for j in jobs(cluster) if j["state"] == "running"], 60,
+                           interval=0.05, what="a running job")[0]
+        victim = cluster.node_of_engine(running["target"])
+        t0 = time.time()
+        victim.proc.kill(signal.SIGKILL)
+        time.sleep(2)
+        cluster.restart_agent(victim)
+        wait_for(lambda: all(j["state"] in TERMINAL for j in jobs(cluster)), RECOVERY_LIMIT_S,
+                 what="every job in a terminal state after the agent kill")
+        finished = jobs(cluster)
+        assert {j["state"] for j in finished} == {"succeeded"}, finished
+        assert max(j["attempt"] for j in finished if j["target"] == running["target"]) >= 2
+        for node in targets:  # the engines load the copied KV: their own events now say so
+            node.publish_stored(burst.PREFIX_TOKENS)
+        recover(cluster, "agent killed mid-transfer", t0, 3, timings)
+        # 3. Redis restarts empty (broker, channel layer, residency index all gone).
+        t0 = time.time()
+        cluster.redis.kill(signal.SIGKILL)
+        time.sleep(1)
+        cluster.start_redis()
+        recover(cluster, "Redis restarted empty", t0, 3, timings)
+        # 4. The control plane (web) restarts.
+        stopping = time.time()
+        cluster.web.stop()
+        t0 = time.time()  # from the moment it is gone (daphne's graceful stop is not recovery)
+        timings["control plane graceful stop"] = round(t0 - stopping, 2)
+        time.sleep(1)
+        cluster.start_web()
+        recover(cluster, "control plane restarted", t0, 3, timings)
+        wait_for(lambda: dash.connects >= 2, 30, what="the dashboard reconnected")
+        # No report lost: what agents that never died counted as applied, the server applied.
+        for node in targets:
+            if node is victim:
+                continue
+            before = node.metrics()
+            applied = {n["name"]: n["reports_applied"] for n in cluster.results("/api/nodes/")}[node.name]
+            after = node.metrics()
+            sent = lambda m: (m.get('prewarm_agent_reports_total{outcome="applied"}', 0)  # noqa: E731
+                              + m.get('prewarm_agent_reports_total{outcome="stale"}', 0))
+            assert sent(before) <= applied <= sent(after) + 1, (node.name, before, applied, after)
+            assert after.get('prewarm_agent_reports_total{outcome="rejected"}', 0) == 0
+            assert after.get("prewarm_agent_spool_dropped_reports_total", 0) == 0
+        print("recovery times (s):", json.dumps(timings))
+    finally:
+        dash.close()
