@@ -117,13 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[subprocess.Popen] = []
 
     def stop(*_: object) -> None:
-        for p in reversed(procs):  # the virtual cluster (and its agents) first, then the web
+        # The virtual cluster (and its agents) first, so its last records reach the web.
+        for p in reversed(procs):
             if p.poll() is None:
                 p.terminate()
-        deadline = time.monotonic() + 15
-        for p in reversed(procs):
             try:
-                p.wait(max(0.1, deadline - time.monotonic()))
+                p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
         sys.exit(0)

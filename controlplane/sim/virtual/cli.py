@@ -12,7 +12,6 @@ the agents' configurations (``<dir>/<node>/agent.toml``) and waits for agents st
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -59,6 +58,7 @@ def main_cluster(args) -> int:
         raise ValueError("--gateway-token (or PREWARM_GATEWAY_TOKEN) is required")
     tokens = [t for t in args.enrolment_tokens.split(",") if t]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s vcluster %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per posted batch is noise
     setup, preset = build_preset(args.preset, engines=args.engines, seed=args.seed)
     workdir = Path(args.dir)
     vc = VirtualCluster(setup, Options(
@@ -83,7 +83,11 @@ def main_cluster(args) -> int:
         print(f"virtual cluster: preset {preset.name}, {len(vc.engines)} engines of {vc.model}, "
               f"{len(setup.workload)} requests over {setup.workload.duration_s:.0f} trace seconds "
               f"at {vc.opt.time_scale:g}x", flush=True)
-        vc.run(duration_s=args.duration, wait_for_agents_s=args.wait_for_agents)
+        try:
+            vc.run(duration_s=args.duration, wait_for_agents_s=args.wait_for_agents)
+        except TimeoutError as exc:
+            print(f"prewarm-sim: error: {exc} (agent logs: {workdir}/*.log)", file=sys.stderr)
+            return 1
         summary = vc.summary()
         print(json.dumps(summary), flush=True)
         if args.json_path:

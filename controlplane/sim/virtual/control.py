@@ -51,7 +51,9 @@ class RecordPoster:
 
     def flush(self) -> bool:
         """Send what is pending; False if the control plane did not take it (kept for later)."""
-        while True:
+        with self._lock:
+            rounds = len(self._pending) // MAX_BATCH + 1  # what is pending now, not what comes
+        for _ in range(rounds):
             with self._lock:
                 batch = self._pending[:MAX_BATCH]
             if not batch:
@@ -73,6 +75,7 @@ class RecordPoster:
                 self.dropped += len(batch)
             self._failed(f"HTTP {resp.status_code}: {resp.text[:300]}")
             return False
+        return True
 
     def _failed(self, why: str) -> None:
         self.failures += 1

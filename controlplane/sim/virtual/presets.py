@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from controlplane.sim.cluster import EngineChange
 from controlplane.sim.scenarios import Setup, build, bundled_path
 from controlplane.sim.workloads import servegen as sg
 
@@ -37,11 +38,17 @@ class Preset:
     time_scale: float
     steady_window: bool = False
     description: str = ""
+    # Engines that join: (engine, announced at, serves from), trace seconds. Replaces the
+    # scenario's own schedule so that the joins fall in the ramp of the replayed window.
+    joins: tuple[tuple[int, float, float], ...] = ()
 
 
 PRESETS = {
+    # The window's demand more than quadruples between trace minutes 8 and 11; engines 3 and 4
+    # are announced as it starts and serve two minutes (cold boot) later.
     "burst": Preset("burst", "scaleout", "llama3-70b", 5, 12, 0.25, 1800.0, 10.0,
-                    description="70B, long tenant prefixes, demand ramp, engines joining"),
+                    description="70B, long tenant prefixes, demand ramp, engines joining",
+                    joins=((3, 420.0, 540.0), (4, 480.0, 600.0))),
     "steady": Preset("steady", "steady", "llama3-8b", 4, 12, 0.25, 1800.0, 10.0, True,
                      description="8B, short prefixes, flat demand, fixed fleet"),
 }
@@ -73,5 +80,10 @@ def build_preset(name: str, *, engines: int | None = None, seed: int = 0) -> tup
     setup = build(workload="servegen", scenario=p.scenario, engines=engines or p.engines,
                   model=p.model, start=start, duration=p.duration_s, load=p.load,
                   tenants=p.tenants, seed=seed)
+    if p.joins:
+        setup.config.changes = tuple(EngineChange(e, a, s) for e, a, s in p.joins
+                                     if e < setup.config.engines)
+        setup.assumptions["scaleout"] = "; ".join(
+            f"e{e} announced at {a:.0f} s, serves from {s:.0f} s" for e, a, s in p.joins)
     setup.assumptions["preset"] = f"{p.name}: {p.description}"
     return setup, p
