@@ -30,10 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / "var" / "demo"
 
 # The policy each preset runs: auto approval, cadences fit for a time-compressed trace (the
-# virtual cluster replays 10 trace seconds per wall second), budgets sized for 70B prefixes.
+# virtual cluster replays 10 trace seconds per wall second, so a 60 s TTL is 10 trace minutes),
+# the largest speculative VRAM share the API allows, a byte budget sized for 70B prefixes.
 POLICY = {"mode": "auto", "forecast_every_seconds": 10, "plan_every_seconds": 10,
-          "horizon_seconds": 60, "replica_ttl_seconds": 240, "min_confidence": 0.3,
-          "max_spec_vram_fraction": 0.4, "interval_seconds": 60,
+          "horizon_seconds": 60, "replica_ttl_seconds": 60, "min_confidence": 0.3,
+          "max_spec_vram_fraction": 0.5, "interval_seconds": 60,
           "max_bytes_per_interval": 2 * 1024**4}
 # Control-plane settings for the demo: demand in 5-second buckets (30 trace seconds), scores
 # every 10 seconds, agents' nodes marked stale after 15 seconds.
@@ -50,31 +51,18 @@ def _password() -> str:
     return path.read_text().strip()
 
 
-def _setup(engines: int, password: str) -> dict[str, str]:
-    """Migrate, users, tokens and the policy, in this process; returns the tokens."""
+def _setup(engines: int, password: str, credentials: Path) -> None:
+    """Migrate, users, the policy and the virtual cluster's tokens, in this process."""
     import django
     from django.core.management import call_command
 
     django.setup()
-
-    def call(*args: str) -> str:
-        out = StringIO()
-        call_command(*args, stdout=out)
-        return out.getvalue().strip()
-
-    call("migrate", "-v0")
-    for user, role in (("admin", "admin"), ("operator", "operator"), ("viewer", "viewer"),
-                       ("virtual-cluster", "operator")):
-        call("ensure_user", user, "--password", password, "--role", role)
-    call("ensure_policy", "demo", "--fields", json.dumps(POLICY))
-    return {
-        "PREWARM_GATEWAY_TOKEN": call("create_api_token", "--kind", "gateway", "--name", "virtual-cluster"),
-        "PREWARM_OPERATOR_TOKEN": call("create_api_token", "--kind", "user", "--name", "virtual-cluster",
-                                       "--user", "virtual-cluster"),
-        "PREWARM_ENROLMENT_TOKENS": ",".join(call("create_enrolment_token", "--ttl", "3600",
-                                                  "--labels", '{"virtual": "true"}')
-                                             for _ in range(engines)),
-    }
+    call_command("migrate", verbosity=0)
+    for user, role in (("admin", "admin"), ("operator", "operator"), ("viewer", "viewer")):
+        call_command("ensure_user", user, "--password", password, "--role", role, stdout=StringIO())
+    call_command("ensure_policy", "demo", "--fields", json.dumps(POLICY), stdout=StringIO())
+    call_command("virtual_cluster_credentials", "--agents", str(engines), "--out", str(credentials),
+                 stdout=StringIO())
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
@@ -111,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
            "PREWARM_DATA_DIR": str(data), "PYTHONUNBUFFERED": "1", **SETTINGS}
     os.environ.update(env)
     print(f"preparing the demo ({preset.name}: {preset.description}) ...", flush=True)
-    tokens = _setup(preset.engines, password)
+    credentials = data / "credentials.json"
+    _setup(preset.engines, password, credentials)
     url = f"http://{args.host}:{args.port}/"
 
     procs: list[subprocess.Popen] = []
@@ -138,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     procs.append(subprocess.Popen(
         [sys.executable, "-m", "controlplane.sim.cli", "cluster", "--preset", preset.name,
          "--control-plane", url.rstrip("/"), "--dir", str(data / "cluster"), "--spawn-agents",
-         "--loop", "--json", str(data / "cluster-summary.json")],
-        cwd=ROOT, env={**env, **tokens}))
+         "--loop", "--credentials", str(credentials), "--json", str(data / "cluster-summary.json")],
+        cwd=ROOT, env=env))
     print(f"\nPrewarm is running at {url}\n"
           f"  login: admin / {password}  (also operator, viewer)\n"
           f"  preset {preset.name}: {preset.description}; {preset.engines} real agents\n"

@@ -42,7 +42,10 @@ def add_parser(sub) -> None:
     p.add_argument("--agent-advertise", default="127.0.0.1", help='transfer host; "{node}" allowed')
     p.add_argument("--agent-base-port", type=int, default=0)
     p.add_argument("--spawn-agents", action="store_true", help="start one prewarm-agent per node")
-    p.add_argument("--enrolment-tokens", default=os.environ.get("PREWARM_ENROLMENT_TOKENS", ""))
+    p.add_argument("--enrolment-tokens", default=os.environ.get("PREWARM_ENROLMENT_TOKENS", ""),
+                   help="comma-separated, one per agent")
+    p.add_argument("--credentials", help="JSON file from `manage.py virtual_cluster_credentials` "
+                   "(gateway_token, operator_token, enrolment_tokens)")
     p.add_argument("--wait-for-agents", type=float, default=180.0, help="seconds")
     p.add_argument("--json", dest="json_path", help="write the run's summary here")
 
@@ -52,6 +55,8 @@ def main_cluster(args) -> int:
     from controlplane.sim.virtual.cluster import Options, VirtualCluster
     from controlplane.sim.virtual.presets import build_preset
 
+    if args.credentials:
+        _read_credentials(args)
     if not args.control_plane.startswith(("http://", "https://")):
         raise ValueError("--control-plane must be the control plane's http(s) URL")
     if not args.gateway_token:
@@ -71,13 +76,14 @@ def main_cluster(args) -> int:
         loop=args.loop))
     procs = []
     try:
-        configs = vc.agent_configs()
+        configs = vc.agent_configs([] if args.spawn_agents else tokens)
         if args.spawn_agents:
             procs = spawn_agents(configs, tokens, workdir)
         (workdir / "ready.json").write_text(json.dumps({
             "agent_configs": [str(c) for c in configs], "http_port": vc.http.port,
             "engines": [ve.engine_id for ve in vc.engines], "preset": preset.name,
             "assumptions": setup.assumptions}, indent=1))
+        vc.http.ready = True
         signal.signal(signal.SIGTERM, lambda *_: vc.stop())
         signal.signal(signal.SIGINT, lambda *_: vc.stop())
         print(f"virtual cluster: preset {preset.name}, {len(vc.engines)} engines of {vc.model}, "
@@ -96,3 +102,13 @@ def main_cluster(args) -> int:
         vc.close()
         stop_agents(procs)
     return 0
+
+
+def _read_credentials(args) -> None:
+    try:
+        doc = json.loads(Path(args.credentials).read_text())
+        args.gateway_token = args.gateway_token or doc["gateway_token"]
+        args.operator_token = args.operator_token or doc["operator_token"]
+        args.enrolment_tokens = args.enrolment_tokens or ",".join(doc["enrolment_tokens"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--credentials {args.credentials}: unreadable ({exc})") from None

@@ -147,9 +147,9 @@ class VirtualCluster:
     def _adv(self, endpoint: str) -> str:
         return endpoint.replace(f"//{self.opt.bind_host}:", f"//{self.opt.advertise_host}:")
 
-    def agent_configs(self) -> list[Path]:
-        """Write one agent TOML per node (enrolment tokens come from the environment) and
-        return their paths."""
+    def agent_configs(self, enrolment_tokens: list[str] | None = None) -> list[Path]:
+        """Write one agent TOML per node and return their paths. With ``enrolment_tokens`` each
+        file carries its node's token (mode 0600); otherwise the agent's environment must."""
         import socket
 
         paths = []
@@ -169,6 +169,8 @@ class VirtualCluster:
             text = "\n".join([
                 f'control_plane_url = "{self.opt.control_plane_url}"',
                 f'hostname = "{node}"',
+                *([f'enrolment_token = "{enrolment_tokens[i]}"']
+                  if enrolment_tokens and i < len(enrolment_tokens) else []),
                 f'state_dir = "{self.node_dir(i) / "state"}"',
                 'labels = { virtual = "true" }',
                 "report_interval_s = 1.0",
@@ -198,6 +200,7 @@ class VirtualCluster:
             ])
             path = self.node_dir(i) / "agent.toml"
             path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
             path.write_text(text)
             paths.append(path)
         return paths

@@ -17,6 +17,7 @@ class Endpoints:
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
         self.gpus: dict[str, bytes] = {}
         self.metrics: dict[str, bytes] = {}
+        self.ready = False  # /healthz answers 200 once the agents' configurations are written
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -27,7 +28,7 @@ class Endpoints:
                     body = outer.gpus.get(parts[1])
                 elif len(parts) == 3 and parts[0] == "engines" and parts[2] == "metrics":
                     body, kind = outer.metrics.get(parts[1]), "text/plain; version=0.0.4"
-                elif parts == ["healthz"]:
+                elif parts == ["healthz"] and outer.ready:
                     body = b'{"ok": true}'
                 if body is None:
                     self.send_error(404)
