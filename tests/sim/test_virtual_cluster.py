@@ -100,8 +100,11 @@ def test_a_copy_moved_by_agents_joins_the_target_and_is_published(cluster):
     server = TcpTransferServer("127.0.0.1:0", FileBlockStore(dst.store)).start()
     transport = TcpTransport(server)
     deadline = time.time() + 10
-    mk = lambda role: Job("job-1", "replicate", role, "tcp", list(chain), target={"transfer": server.address},
-                          deadline=deadline)  # noqa: E731
+
+    def mk(role):
+        return Job("job-1", "replicate", role, "tcp", list(chain), target={"transfer": server.address},
+                   deadline=deadline)
+
     got = {}
     t = threading.Thread(target=lambda: got.setdefault("r", transport.receive(mk("target"), None, lambda n: None)))
     t.start()
