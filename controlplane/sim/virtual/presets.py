@@ -46,7 +46,7 @@ class Preset:
 PRESETS = {
     # The window's demand more than quadruples between trace minutes 8 and 11; engines 4 and 5
     # (of 6) are announced as it starts and serve two minutes (cold boot) later.
-    "burst": Preset("burst", "scaleout", "llama3-70b", 6, 12, 0.6, 1800.0, 10.0,
+    "burst": Preset("burst", "scaleout", "llama3-70b", 6, 12, 0.25, 1800.0, 10.0,
                     description="70B, long tenant prefixes, demand ramp, engines joining",
                     joins=((4, 420.0, 540.0), (5, 480.0, 600.0))),
     "steady": Preset("steady", "steady", "llama3-8b", 4, 12, 0.25, 1800.0, 10.0, True,
