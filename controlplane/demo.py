@@ -1,73 +1,140 @@
-"""`make demo`: migrate, create the demo users, serve the control plane on the embedded default.
+"""`make demo`: the whole system on one machine, one command.
 
-Everything it starts is a child of this process; Ctrl-C stops them all.
+Migrates, creates the demo users (the login is printed), starts the control plane on the embedded
+default (daphne, with the Celery worker and beat as threads of the web process), then the virtual
+cluster (`prewarm-sim cluster`), which starts one real `prewarm-agent` per virtual node and
+replays the ServeGen multi-tenant workload in scaled real time. Every process is a child of this
+one; Ctrl-C stops them all.
+
+Each run starts from an empty database under `var/demo/<preset>/` so that the scoreboard is about
+this run's preset; the demo password is kept in `var/demo/password`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from io import StringIO
 from pathlib import Path
 
+import httpx
+
 ROOT = Path(__file__).resolve().parent.parent
+DEMO_DIR = ROOT / "var" / "demo"
+
+# The policy each preset runs: auto approval, cadences fit for a time-compressed trace (the
+# virtual cluster replays 10 trace seconds per wall second, so a 60 s TTL is 10 trace minutes),
+# the largest speculative VRAM share the API allows, a byte budget sized for 70B prefixes.
+POLICY = {"mode": "auto", "forecast_every_seconds": 10, "plan_every_seconds": 10,
+          "horizon_seconds": 60, "replica_ttl_seconds": 60, "min_confidence": 0.3,
+          "max_spec_vram_fraction": 0.5, "interval_seconds": 60,
+          "max_bytes_per_interval": 2 * 1024**4}
+# Control-plane settings for the demo: demand in 5-second buckets (30 trace seconds), scores
+# every 10 seconds, agents' nodes marked stale after 15 seconds.
+SETTINGS = {"PREWARM_DEMAND_BUCKET_SECONDS": "5", "PREWARM_SCORE_SECONDS": "10",
+            "PREWARM_NODE_STALE_SECONDS": "15", "PREWARM_WARMING_LEAD_SECONDS": "30"}
 
 
-def _manage(*args: str) -> None:
-    subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], check=True, cwd=ROOT)
-
-
-def _password(data_dir: Path) -> str:
-    path = data_dir / "demo-password"
+def _password() -> str:
+    path = DEMO_DIR / "password"
     if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
+        DEMO_DIR.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_urlsafe(9))
         path.chmod(0o600)
     return path.read_text().strip()
 
 
+def _setup(engines: int, password: str, credentials: Path) -> None:
+    """Migrate, users, the policy and the virtual cluster's tokens, in this process."""
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    for user, role in (("admin", "admin"), ("operator", "operator"), ("viewer", "viewer")):
+        call_command("ensure_user", user, "--password", password, "--role", role, stdout=StringIO())
+    call_command("ensure_policy", "demo", "--fields", json.dumps(POLICY), stdout=StringIO())
+    call_command("virtual_cluster_credentials", "--agents", str(engines), "--out", str(credentials),
+                 stdout=StringIO())
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the control plane exited with code {proc.returncode}")
+        try:
+            if httpx.get(url + "healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise SystemExit("the control plane did not answer /healthz within a minute")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--preset", default="burst", help="virtual-cluster preset (burst or steady)")
+    parser.add_argument("--preset", default="burst", help="virtual-cluster preset: burst or steady")
     args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from controlplane.sim.virtual.presets import PRESETS
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-    data_dir = Path(os.environ.get("PREWARM_DATA_DIR", ROOT / "var"))
-    _manage("migrate", "-v0")
-    password = _password(data_dir)
-    for user, role in (("admin", "admin"), ("operator", "operator"), ("viewer", "viewer")):
-        _manage("ensure_user", user, "--password", password, "--role", role)
+    if args.preset not in PRESETS:
+        parser.error(f"unknown preset {args.preset!r}; known: {', '.join(PRESETS)}")
+    preset = PRESETS[args.preset]
+    data = DEMO_DIR / args.preset
+    shutil.rmtree(data, ignore_errors=True)  # each run starts empty: the scoreboard is this run's
+    data.mkdir(parents=True)
+    password = _password()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+           "PREWARM_DATA_DIR": str(data), "PYTHONUNBUFFERED": "1", **SETTINGS}
+    os.environ.update(env)
+    print(f"preparing the demo ({preset.name}: {preset.description}) ...", flush=True)
+    credentials = data / "credentials.json"
+    _setup(preset.engines, password, credentials)
+    url = f"http://{args.host}:{args.port}/"
 
     procs: list[subprocess.Popen] = []
-    # The embedded Celery worker and beat run as threads of the web process (embedded_worker.py).
-    env = {**os.environ, "PREWARM_EMBEDDED_WORKER": "true"}
-    procs.append(subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port), "controlplane.asgi:application"],
-        cwd=ROOT, env=env))
-    url = f"http://{args.host}:{args.port}/"
-    print(f"\nPrewarm is running at {url}\n  login: admin / {password}  (also operator, viewer)\n"
-          f"  API docs: {url}api/docs/\nCtrl-C stops everything.\n", flush=True)
 
-    def stop(*_):
-        for p in procs:
+    def stop(*_: object) -> None:
+        # The virtual cluster (and its agents) first, so its last records reach the web.
+        for p in reversed(procs):
             if p.poll() is None:
                 p.terminate()
-        deadline = time.monotonic() + 10
-        for p in procs:
             try:
-                p.wait(max(0.1, deadline - time.monotonic()))
+                p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
         sys.exit(0)
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    web_log = open(data / "web.log", "ab")  # noqa: SIM115 - the child keeps it
+    procs.append(subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port),
+         "controlplane.asgi:application"],
+        cwd=ROOT, env={**env, "PREWARM_EMBEDDED_WORKER": "true"}, stdout=web_log, stderr=subprocess.STDOUT))
+    _wait_healthy(url, procs[0])
+    procs.append(subprocess.Popen(
+        [sys.executable, "-m", "controlplane.sim.cli", "cluster", "--preset", preset.name,
+         "--control-plane", url.rstrip("/"), "--dir", str(data / "cluster"), "--spawn-agents",
+         "--loop", "--credentials", str(credentials), "--json", str(data / "cluster-summary.json")],
+        cwd=ROOT, env=env))
+    print(f"\nPrewarm is running at {url}\n"
+          f"  login: admin / {password}  (also operator, viewer)\n"
+          f"  preset {preset.name}: {preset.description}; {preset.engines} real agents\n"
+          f"  look at: {url} (cache map), {url}plans/, {url}jobs/, {url}scoreboard/\n"
+          f"  API docs: {url}api/docs/   logs: {data}/\n"
+          "Ctrl-C stops everything.\n", flush=True)
     while True:
         for p in procs:
             if p.poll() is not None:

@@ -41,6 +41,10 @@ def start() -> None:
         queues=[q.value for q in Queue], without_mingle=True, without_gossip=True,
         without_heartbeat=True, loglevel="INFO")
     threading.Thread(target=worker.start, name="celery-worker", daemon=True).start()
-    beat = EmbeddedService(app, thread=True)
+    from django.conf import settings
+
+    # Beat's schedule state belongs with the rest of the instance's data, not in the checkout.
+    beat = EmbeddedService(app, thread=True,
+                           schedule_filename=str(settings.DATA_DIR / "celerybeat-schedule"))
     beat.start()
     log.info("embedded Celery worker and beat started (in-memory broker)")

@@ -13,8 +13,9 @@ class EngineLifecycle:
     SERVING = "serving"
     DRAINING = "draining"
     CHOICES = [(WARMING, "Warming (joining, not yet taking traffic)"), (SERVING, "Serving"), (DRAINING, "Draining")]
-    # Who may move an engine where: anything may go to draining; warming -> serving when ready.
-    ALLOWED = {WARMING: {SERVING, DRAINING}, SERVING: {DRAINING}, DRAINING: {SERVING}}
+    # Who may move an engine where: anything may go to draining; warming -> serving when ready;
+    # a drained (or not yet started) engine warms up again before it takes traffic.
+    ALLOWED = {WARMING: {SERVING, DRAINING}, SERVING: {DRAINING}, DRAINING: {SERVING, WARMING}}
 
 
 class EngineKind:

@@ -95,9 +95,14 @@ def _engine_states(engines: list[Engine]) -> list[planner.EngineState]:
     out = []
     for e in engines:
         cap = e.kv_capacity_bytes
-        used = index.usage(e.pk).blocks.get("GPU", 0) * e.bytes_per_block
         metrics = e.metrics or {}
         load = metrics.get("kv_usage")
+        if isinstance(load, int | float):
+            # vLLM's KV usage counts blocks held by running requests; the rest of a full prefix
+            # cache is evictable, so a replica can take it (the engine evicts LRU to make room).
+            used = min(1.0, max(0.0, float(load))) * cap
+        else:
+            used = index.usage(e.pk).blocks.get("GPU", 0) * e.bytes_per_block
         load = float(load) if isinstance(load, int | float) else settings.PREWARM_DEFAULT_ENGINE_LOAD
         out.append(planner.EngineState(
             engine_id=str(e.pk), node=str(e.node_id), kv_capacity_bytes=float(cap),

@@ -2,6 +2,7 @@
 
     prewarm-sim run --workload servegen --scenario slowlink --json out.json --html out.html
     prewarm-sim sweep --json sweep.json --html sweep.html
+    prewarm-sim cluster --preset burst --control-plane URL --gateway-token ...  (virtual cluster)
 """
 
 from __future__ import annotations
@@ -47,12 +48,19 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("--duration", type=float, default=1800.0)
     sw.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed)")
     _common(sw)
+    from controlplane.sim.virtual.cli import add_parser
+
+    add_parser(sub)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.cmd == "cluster":
+            from controlplane.sim.virtual.cli import main_cluster
+
+            return main_cluster(args)
         if args.cmd == "sweep":
             from controlplane.sim.sweep import main_sweep
 

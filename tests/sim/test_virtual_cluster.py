@@ -1,0 +1,151 @@
+"""The virtual cluster against the agent's own code: its KV events decode to the simulator's
+canonical keys in an agent's residency (real ZMQ sockets, vLLM's wire format and replay), its
+block files are what an agent's TCP transfer moves, and a copy landing in a target's store
+joins that engine's cache and is published. No control plane: ``serve`` and
+``apply_store_changes`` are driven directly, on a small ServeGen workload."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from controlplane.sim.scenarios import build
+from controlplane.sim.virtual import Options, VirtualCluster
+from controlplane.sim.virtual.engine import block_file
+from controlplane.sim.virtual.publisher import KvEventPublisher, block_stored
+from controlplane.sim.virtual.tokens import TokenBook
+from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
+from nodeagent.blockstore import FileBlockStore
+from nodeagent.kvevents import decode_payload
+from nodeagent.residency import EngineResidency
+from nodeagent.subscriber import EngineSubscriber, ReplayClient
+from nodeagent.transfers.base import Job
+from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport
+
+
+def wait_for(pred, timeout=5.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def setup():
+    # Loading ServeGen's windows takes seconds: build once; each cluster gets fresh engines.
+    return build(workload="servegen", scenario="steady", engines=2, model="llama3-8b",
+                 duration=120.0, load=0.3, tenants=3, prefix_tokens=(1024, 4096), seed=1)
+
+
+@pytest.fixture
+def cluster(tmp_path, setup):
+    vc = VirtualCluster(setup, Options(control_plane_url="http://127.0.0.1:9", gateway_token="unused",
+                                       workdir=tmp_path, payload_bytes=2048, time_scale=50.0))
+    vc.started_at = time.time()
+    subs = []
+    for ve in vc.engines:
+        res = EngineResidency(ve.engine_id, BLOCK_TOKENS)
+        sub = EngineSubscriber(res, ve.publisher.endpoint, ve.publisher.replay_endpoint, "kv")
+        sub.start()
+        sub.connected.wait(2)
+        subs.append(sub)
+    time.sleep(0.3)  # ZMQ slow joiner: the SUB's subscription must reach the PUB first
+    yield vc, subs
+    for s in subs:
+        s.stop()
+    vc.close()
+
+
+def canonical(sub: EngineSubscriber) -> set[int]:
+    with sub.tracker.residency.lock:
+        return {row[0] for row in sub.tracker.residency.blocks.get("GPU", {}).values()}
+
+
+@pytest.mark.slow  # the module's ServeGen setup takes seconds
+def test_agents_see_exactly_the_simulated_caches(cluster):
+    vc, subs = cluster
+    records = [vc.serve(i, float(vc.workload.t[i])) for i in range(40)]
+    for ve, sub in zip(vc.engines, subs, strict=True):
+        wait_for(lambda ve=ve, sub=sub: canonical(sub) == set(ve.sim.cache.blocks), what=ve.engine_id)
+        assert sub.tracker.stats.gaps == 0 and sub.tracker.residency.stats.engine_scoped == 0
+        on_disk = {int(p.stem, 16) for p in ve.store.glob("*.blk")}
+        assert on_disk == set(ve.sim.cache.blocks)
+    assert sum(len(ve.sim.cache) for ve in vc.engines) > 0
+    r = records[0]
+    assert r["block_size"] == BLOCK_TOKENS and r["model"] == vc.model
+    prefix = vc.workload.prefixes[int(vc.workload.pid[0])]
+    assert [int(k, 16) for k in r["keys"][: len(prefix)]] == list(prefix)
+    assert r["prompt_tokens"] == len(prefix) * BLOCK_TOKENS + int(vc.workload.suffix_tokens[0])
+    times = [rec["time"] for rec in records]
+    assert times == sorted(times) and times[-1] - times[0] < 120.0 / 50.0 + 1e-6
+
+
+@pytest.mark.slow
+def test_a_copy_moved_by_agents_joins_the_target_and_is_published(cluster):
+    vc, subs = cluster
+    i = 0
+    while not vc.engines[0].sim.cache.blocks or vc.engines[1].sim.cache.match(
+            vc.workload.prefixes[int(vc.workload.pid[i])]) == len(vc.workload.prefixes[int(vc.workload.pid[i])]):
+        vc.serve(i, float(vc.workload.t[i]))
+        i += 1
+    src, dst = vc.engines
+    chain = next(p for p in vc.workload.prefixes if p and src.sim.cache.match(p) == len(p)
+                 and dst.sim.cache.match(p) < len(p))
+    # Real agent transfer: the source agent's file store is the source engine's block files.
+    server = TcpTransferServer("127.0.0.1:0", FileBlockStore(dst.store)).start()
+    transport = TcpTransport(server)
+    deadline = time.time() + 10
+
+    def mk(role):
+        return Job("job-1", "replicate", role, "tcp", list(chain), target={"transfer": server.address},
+                   deadline=deadline)
+
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("r", transport.receive(mk("target"), None, lambda n: None)))
+    t.start()
+    sent = transport.send(mk("source"), FileBlockStore(src.store), lambda n: None)
+    t.join(10)
+    server.close()
+    assert sent.ok and got["r"].ok and sent.bytes == len(chain) * 2048
+    vc.apply_store_changes(float(vc.workload.t[i]))
+    assert dst.sim.cache.match(chain) == len(chain)
+    wait_for(lambda: set(chain) <= canonical(subs[1]), what="the copied chain in the agent's residency")
+    assert vc.stats.copies_in_blocks >= 1 and vc.stats.copies_in_bytes >= 2048
+    # A stray file that is not the block's bytes is refused.
+    block_file(dst.store, 0x1234).write_bytes(b"not a block")
+    vc.apply_store_changes(float(vc.workload.t[i]))
+    assert dst.engine_hash(0x1234) and 0x1234 not in dst.sim.cache and vc.engines[1].bad_copies == 1
+    # An evict job deletes the files: the engine drops the blocks and says so.
+    for k in chain:
+        block_file(dst.store, k).unlink()
+    vc.apply_store_changes(float(vc.workload.t[i]))
+    assert not set(chain) & set(dst.sim.cache.blocks)
+    wait_for(lambda: not set(chain) & canonical(subs[1]), what="removal in the agent's residency")
+
+
+def test_publisher_speaks_the_replay_protocol(tmp_path):
+    pub = KvEventPublisher("kv@e@m", buffer_size=3)
+    try:
+        for n in range(5):
+            pub.publish([block_stored([n], None, list(range(16)), 16)], ts=float(n))
+        import zmq
+
+        got = ReplayClient(zmq.Context.instance(), pub.replay_endpoint)(1)
+        assert [s for s, _ in got] == [2, 3, 4]  # buffer of 3; start 1 is no longer held
+        ts, events, rank = decode_payload(got[-1][1])
+        assert ts == 4.0 and rank == 0 and events[0]["type"] == "BlockStored"
+        assert events[0]["block_hashes"] == [4] and events[0]["medium"] == "GPU"
+    finally:
+        pub.close()
+
+
+def test_token_book_refuses_prefixes_without_synthetic_tokens():
+    wl = Workload("other", np.zeros(1), np.zeros(1, dtype=np.int32), np.zeros(1, dtype=np.int32),
+                  np.zeros(1, dtype=np.int32), [(123, 456)], ["t0"])
+    with pytest.raises(ValueError, match="synthetic token ids"):
+        TokenBook(wl)
