@@ -26,6 +26,8 @@ from pathlib import Path
 
 import httpx
 
+from controlplane.sim.scenarios import link_bytes_per_s
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / "var" / "demo"
 
@@ -39,6 +41,8 @@ POLICY = {"mode": "auto", "forecast_every_seconds": 10, "plan_every_seconds": 10
 # Control-plane settings for the demo: demand in 5-second buckets (30 trace seconds), scores
 # every 10 seconds, agents' nodes marked stale after 15 seconds.
 SETTINGS = {"PREWARM_DEMAND_BUCKET_SECONDS": "5", "PREWARM_SCORE_SECONDS": "10",
+            # A demo lasts minutes, not days: a verdict after 5 scored replicas, said on the page.
+            "PREWARM_SCOREBOARD_MIN_REPLICAS": "5",
             "PREWARM_NODE_STALE_SECONDS": "15", "PREWARM_WARMING_LEAD_SECONDS": "30"}
 
 
@@ -96,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     data.mkdir(parents=True)
     password = _password()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-           "PREWARM_DATA_DIR": str(data), "PYTHONUNBUFFERED": "1", **SETTINGS}
+           "PREWARM_DATA_DIR": str(data), "PYTHONUNBUFFERED": "1", **SETTINGS,
+           # The scoreboard prices copies at the virtual cluster's own link speed.
+           "PREWARM_LINK_BYTES_PER_S": str(link_bytes_per_s(preset.scenario))}
     os.environ.update(env)
     print(f"preparing the demo ({preset.name}: {preset.description}) ...", flush=True)
     credentials = data / "credentials.json"

@@ -21,7 +21,7 @@ from controlplane.sim.speculation_map import advice, load_map
 
 from .models import SpeculativeReplica
 
-# Below this many scored replicas no verdict is honest.
+# Below this many scored replicas no verdict is honest (PREWARM_SCOREBOARD_MIN_REPLICAS).
 MIN_SCORED_FOR_VERDICT = 20
 # Precision under which most replicas are waste, whatever TTFT the few hits saved.
 MIN_USEFUL_PRECISION = 0.2
@@ -98,15 +98,18 @@ def where_on_the_map() -> tuple[str, dict | None]:
 def recommendation(live: dict, shadow: dict, by_tenant: list[dict]) -> dict:
     """A plain verdict on whether speculation earns its cost here, from live and shadow scores.
 
-    Speculation pays when enough replicas were used (precision) and the prefill time they saved
-    exceeds the link time their copies took (bytes moved / link speed).
+    Speculation pays when enough replicas were used (precision), the prefill time they saved
+    exceeds the link time their copies took (bytes moved / link speed), and the simulator's map
+    says that at this cluster's copy speed and load a reactive copy would not have done as well
+    (a used replica whose reactive copy lands in a fraction of a second bought little).
     """
-    sweep_note, _tip = where_on_the_map()
+    sweep_note, tip = where_on_the_map()
     scored = live["scored"] + shadow["scored"]
-    if scored < MIN_SCORED_FOR_VERDICT:
+    needed = getattr(settings, "PREWARM_SCOREBOARD_MIN_REPLICAS", MIN_SCORED_FOR_VERDICT)
+    if scored < needed:
         return {"verdict": "insufficient_data", "tenants_that_benefit": [],
                 "text": f"Only {scored} speculative replicas have been scored (live and shadow); "
-                        f"at least {MIN_SCORED_FOR_VERDICT} are needed before a verdict means anything. "
+                        f"at least {needed} are needed before a verdict means anything. "
                         f"Keep the policy in shadow mode and look again later ({sweep_note})."}
     link = settings.PREWARM_LINK_BYTES_PER_S
     hits = [t["tenant"] for t in by_tenant
@@ -115,7 +118,14 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict]) -> dict:
     best = max((m for m in (live, shadow) if m["scored"]), key=lambda m: m["precision"] or 0)
     copy_s = best["bytes_moved"] / link
     which = "live" if best is live else "shadow"
-    if best["precision"] >= MIN_USEFUL_PRECISION and best["ttft_saved_s"] > copy_s and hits:
+    used = best["precision"] >= MIN_USEFUL_PRECISION and best["ttft_saved_s"] > copy_s and hits
+    if used and tip is not None and tip["verdict"] != "speculate":
+        return {"verdict": "reactive_enough", "tenants_that_benefit": [],
+                "text": f"{best['precision']:.0%} of scored {which} replicas were used, but copies are "
+                        "fast next to a burst's onset here, so a reactive copy made after demand turns "
+                        f"hot would have served nearly as well: {sweep_note}. Reactive replication is "
+                        "enough on this cluster; keep speculation off or in shadow mode."}
+    if used:
         return {"verdict": "speculation_pays", "tenants_that_benefit": hits,
                 "text": f"{best['precision']:.0%} of scored {which} replicas were used and they saved "
                         f"{best['ttft_saved_s']:.1f}s of time to first token for {copy_s:.1f}s of link "

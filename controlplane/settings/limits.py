@@ -56,3 +56,5 @@ PREWARM_FORECAST_KEEP_HOURS = get_from_env("PREWARM_FORECAST_KEEP_HOURS", 24.0, 
 PREWARM_JOB_KEEP_DAYS = get_from_env("PREWARM_JOB_KEEP_DAYS", 30.0, type_cast=float)
 # The audit trail is kept, but not forever: an admin sets the horizon (days; 0 = keep all).
 PREWARM_AUDIT_KEEP_DAYS = get_from_env("PREWARM_AUDIT_KEEP_DAYS", 365.0, type_cast=float)
+# The scoreboard gives no verdict before this many speculative replicas have been scored.
+PREWARM_SCOREBOARD_MIN_REPLICAS = get_from_env("PREWARM_SCOREBOARD_MIN_REPLICAS", 20, type_cast=int)

@@ -24,6 +24,11 @@ FORMATS = ("mooncake", "azure", "servegen")
 # Stated assumptions of the scenarios (printed in the report).
 STEADY_NETWORK_BPS = 25e9  # 200 Gb/s RDMA NIC per engine
 SLOW_NETWORK_BPS = 12.5e9  # 100 Gb/s
+
+
+def link_bytes_per_s(scenario: str) -> float:
+    """Cross-node copy bandwidth a scenario assumes (what the control plane should price copies at)."""
+    return SLOW_NETWORK_BPS if scenario == "slowlink" else STEADY_NETWORK_BPS
 CPU_TIER_BPS = 32e9  # PCIe 5.0 x16, practical host-to-device
 SSD_TIER_BPS = 6e9  # one NVMe Gen4 x4 drive
 TIERED_GPU_SHARE = 0.5  # share of HBM KV left to cached prefixes when tiers hold the rest
