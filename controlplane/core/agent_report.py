@@ -89,7 +89,7 @@ def _key(value: Any, where: str) -> int:
 
 
 def _medium(value: Any, where: str) -> str:
-    if value not in TIER_RANK:
+    if not isinstance(value, str) or value not in TIER_RANK:
         raise ReportError(where, f"unknown medium {value!r}; expected GPU, CPU or DISK")
     return value
 
@@ -173,7 +173,8 @@ def _residency(raw: Any, where: str, budget: list[int]) -> EngineResidency:
         # the checked path below, which also produces the error message.
         if type(row) is list and len(row) == 4:
             key, parent, medium, flags = row
-            if (type(key) is int and 0 <= key <= _MAX_KEY and medium in TIER_RANK
+            if (type(key) is int and 0 <= key <= _MAX_KEY and type(medium) is str
+                    and medium in TIER_RANK
                     and (parent is None or (type(parent) is int and 0 <= parent <= _MAX_KEY))
                     and type(flags) is int and 0 <= flags <= 255):
                 append((key, parent, medium))
@@ -192,7 +193,7 @@ def _residency(raw: Any, where: str, budget: list[int]) -> EngineResidency:
     for i, row in enumerate(removed_raw):
         if type(row) is list and len(row) == 2:
             key, medium = row
-            if type(key) is int and 0 <= key <= _MAX_KEY and medium in TIER_RANK:
+            if type(key) is int and 0 <= key <= _MAX_KEY and type(medium) is str and medium in TIER_RANK:
                 removed.append((key, medium))
                 continue
         at = f"{where}.removed[{i}]"
