@@ -95,11 +95,40 @@ def _ack_and_success(plan_id: int) -> tuple[float, float] | None:
     return None
 
 
-def run_setup(setup: str, engines: int, iterations: int) -> dict:
-    """One cluster, ``iterations`` report and copy rounds; per-stage samples in ms."""
+def _one_round(cluster, dash, policy_id: int, source_node, source: dict, target: dict, i: int) -> dict:
+    """Engine 0 stores a new chain; a one-item plan copies it to ``target``. Stage times in ms."""
     from controlplane.core import blockhash
     from nodeagent.blockstore import FileBlockStore
-    from tests.e2e.harness import BYTES_PER_BLOCK, Cluster, DashboardClient
+    from tests.e2e.harness import BYTES_PER_BLOCK
+
+    out = {}
+    tokens = [(104_729 * (i + 1) + 31 * t) % 32000 for t in range(BLOCKS * 16)]
+    keys = blockhash.chain_keys(tokens, 16)
+    store = FileBlockStore(source_node.store_dir)
+    for k in keys:
+        store.write(k, os.urandom(BYTES_PER_BLOCK))
+    hexes = [blockhash.to_hex(k) for k in keys]
+    t0 = time.time()
+    source_node.publish_stored(tokens, 16)
+    _wait(lambda: _holds(cluster, source["id"], hexes), 30, "the source in residency")
+    out["report_to_residency"] = (time.time() - t0) * 1e3
+    t_dash = _wait(lambda: _dashboard_delta_at(dash, source["id"], t0), 30, "the dashboard delta")
+    out["report_to_dashboard"] = (t_dash - t0) * 1e3
+    plan_id = _one_plan(policy_id, source["id"], target["id"], hexes, BLOCKS * BYTES_PER_BLOCK)
+    t1 = time.time()
+    resp = cluster.api("POST", f"/api/plans/{plan_id}/approve/", json={})
+    out["approve_post"] = (time.time() - t1) * 1e3
+    assert resp.status_code == 200 and not resp.json().get("refused"), resp.text
+    ack, _done = _wait(lambda: _ack_and_success(plan_id), 60, "the job to succeed", 0.02)
+    out["approve_to_ack"] = (ack - t1) * 1e3
+    _wait(lambda: _holds(cluster, target["id"], hexes), 30, "the replica in residency")
+    out["approve_to_replica"] = (time.time() - t1) * 1e3
+    return out
+
+
+def run_setup(setup: str, engines: int, iterations: int) -> dict:
+    """One cluster, ``iterations`` report and copy rounds; per-stage samples in ms."""
+    from tests.e2e.harness import Cluster, DashboardClient
 
     t_start = time.time()
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
@@ -116,31 +145,11 @@ def run_setup(setup: str, engines: int, iterations: int) -> dict:
             by_node = {e["node_name"]: e for e in cluster.engines().values()}
             source_node = cluster.nodes[0]
             source = by_node[source_node.name]
-            store = FileBlockStore(source_node.store_dir)
             samples: dict[str, list[float]] = {s: [] for s in STAGES}
             for i in range(iterations):
-                tokens = [(104_729 * (i + 1) + 31 * t) % 32000 for t in range(BLOCKS * 16)]
-                keys = blockhash.chain_keys(tokens, 16)
-                for k in keys:
-                    store.write(k, os.urandom(BYTES_PER_BLOCK))
-                hexes = [blockhash.to_hex(k) for k in keys]
-                t0 = time.time()
-                source_node.publish_stored(tokens, 16)
-                _wait(lambda: _holds(cluster, source["id"], hexes), 30, "the source in residency")
-                samples["report_to_residency"].append((time.time() - t0) * 1e3)
-                t_dash = _wait(lambda: _dashboard_delta_at(dash, source["id"], t0), 30,
-                               "the dashboard delta")
-                samples["report_to_dashboard"].append((t_dash - t0) * 1e3)
                 target = by_node[cluster.nodes[1 + i % (engines - 1)].name]
-                plan_id = _one_plan(policy["id"], source["id"], target["id"], hexes, BLOCKS * BYTES_PER_BLOCK)
-                t1 = time.time()
-                resp = cluster.api("POST", f"/api/plans/{plan_id}/approve/", json={})
-                samples["approve_post"].append((time.time() - t1) * 1e3)
-                assert resp.status_code == 200 and not resp.json().get("refused"), resp.text
-                ack, _done = _wait(lambda: _ack_and_success(plan_id), 60, "the job to succeed", 0.02)
-                samples["approve_to_ack"].append((ack - t1) * 1e3)
-                _wait(lambda: _holds(cluster, target["id"], hexes), 30, "the replica in residency")
-                samples["approve_to_replica"].append((time.time() - t1) * 1e3)
+                for stage, ms in _one_round(cluster, dash, policy["id"], source_node, source, target, i).items():
+                    samples[stage].append(ms)
             return {"setup": setup, "engines": engines, "iterations": iterations,
                     "cluster_start_s": round(started_s, 1), "samples_ms": samples}
         finally:

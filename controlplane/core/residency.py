@@ -152,22 +152,20 @@ def full_holders(keys: Sequence[int], lookup: callable, rank: dict, limit: int) 
     leaf = lookup(keys[-1])
     if not leaf:
         return []
-    worst = {e: rank[m] for e, m in leaf.items() if m}
-    for key in keys[:-1]:
-        here = lookup(key)
-        if not here:
-            return []
-        for engine in list(worst):
+    # The leaf has few holders (usually one or two): check each one's path up to the root.
+    ancestors = [lookup(key) or {} for key in keys[:-1]]
+    worst = []
+    for engine, medium in leaf.items():
+        r = rank[medium] if medium else None
+        for here in ancestors:
+            if r is None:
+                break
             medium = here.get(engine)
-            if not medium:
-                del worst[engine]
-            elif rank[medium] > worst[engine]:
-                worst[engine] = rank[medium]
-        if not worst:
-            return []
-    depth = len(keys)
-    ranked = sorted(worst.items(), key=lambda item: (item[1], item[0]))
-    return [Holder(engine, depth, MEDIA[r]) for engine, r in ranked[:limit]]
+            r = (max(r, rank[medium]) if medium else None)
+        if r is not None:
+            worst.append((r, engine))
+    worst.sort()
+    return [Holder(engine, len(keys), MEDIA[r]) for r, engine in worst[:limit]]
 
 
 class InProcessResidencyIndex:

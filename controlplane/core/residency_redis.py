@@ -20,7 +20,15 @@ import msgpack
 import redis
 
 from .residency import (
-    BIT, MEDIA, TIER_RANK, Delta, EngineUsage, Holder, full_holders, longest_prefix, validate_medium,
+    BIT,
+    MEDIA,
+    TIER_RANK,
+    Delta,
+    EngineUsage,
+    Holder,
+    full_holders,
+    longest_prefix,
+    validate_medium,
 )
 
 PIPELINE_KEYS = 5000  # keys per pipelined round trip: bounded memory on both ends

@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from datetime import UTC, timedelta
 
 import numpy as np
-
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Sum, TextField
 from django.db.models.functions import Cast
-from django.utils.dateparse import parse_datetime
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from controlplane.core import blockhash, planner
 from controlplane.core.costmodel import MODELS, CostModel
