@@ -11,6 +11,7 @@ process). Engines are identified by an int (the control plane's Engine id).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -79,6 +80,12 @@ class ResidencyIndex(Protocol):
         batched round trips, instead of one call per chain."""
         ...
 
+    def full_holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
+        """For each chain, only the engines holding all of it (``holders`` filtered to
+        ``depth == len(chain)``, same order): what a planner copies from. Walks from the leaf, so
+        a chain costs one lookup per block for its few full holders."""
+        ...
+
     def engines_of(self, key: int) -> dict[int, str]:
         """Engine -> fastest medium for one block."""
         ...
@@ -130,6 +137,35 @@ def longest_prefix(
             depth_of[engine] = (depth, tier)
     ranked = sorted(depth_of.items(), key=lambda item: (-item[1][0], TIER_RANK[item[1][1]], item[0]))
     return [Holder(engine, depth, tier) for engine, (depth, tier) in ranked[:limit]]
+
+
+# Rank of the fastest medium in each mask (the in-process index stores masks).
+MASK_RANK = {mask: TIER_RANK[m] for mask, m in FASTEST.items()}
+
+
+def full_holders(keys: Sequence[int], lookup: callable, rank: dict, limit: int) -> list[Holder]:  # type: ignore[valid-type]
+    """Engines holding every block of ``keys``, at their slowest tier, ranked as
+    ``longest_prefix`` ranks them. ``lookup(key)`` gives engine -> medium value (or None) and
+    ``rank`` maps a medium value to its tier rank."""
+    if not keys:
+        return []
+    leaf = lookup(keys[-1])
+    if not leaf:
+        return []
+    # The leaf has few holders (usually one or two): check each one's path up to the root.
+    ancestors = [lookup(key) or {} for key in keys[:-1]]
+    worst = []
+    for engine, medium in leaf.items():
+        r = rank[medium] if medium else None
+        for here in ancestors:
+            if r is None:
+                break
+            medium = here.get(engine)
+            r = (max(r, rank[medium]) if medium else None)
+        if r is not None:
+            worst.append((r, engine))
+    worst.sort()
+    return [Holder(engine, len(keys), MEDIA[r]) for r, engine in worst[:limit]]
 
 
 class InProcessResidencyIndex:
@@ -199,12 +235,17 @@ class InProcessResidencyIndex:
     def holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
         return [longest_prefix(keys, self.engines_of, limit) for keys in chains]
 
+    def full_holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
+        lookup = self._by_key.get
+        return [full_holders(keys, lookup, MASK_RANK, limit) for keys in chains]
+
     def usage(self, engine: int) -> EngineUsage:
+        # Count the (at most 7) distinct masks in C, then split them into media.
         counts: dict[str, int] = {}
-        for mask in self._by_engine.get(engine, {}).values():
+        for mask, n in Counter(self._by_engine.get(engine, {}).values()).items():
             for medium, bit in BIT.items():
                 if mask & bit:
-                    counts[medium] = counts.get(medium, 0) + 1
+                    counts[medium] = counts.get(medium, 0) + n
         return EngineUsage(counts)
 
     def engines(self) -> list[int]:

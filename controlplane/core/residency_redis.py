@@ -19,7 +19,17 @@ from collections.abc import Iterable, Sequence
 import msgpack
 import redis
 
-from .residency import BIT, MEDIA, Delta, EngineUsage, Holder, longest_prefix, validate_medium
+from .residency import (
+    BIT,
+    MEDIA,
+    TIER_RANK,
+    Delta,
+    EngineUsage,
+    Holder,
+    full_holders,
+    longest_prefix,
+    validate_medium,
+)
 
 PIPELINE_KEYS = 5000  # keys per pipelined round trip: bounded memory on both ends
 _APPLY = r"""
@@ -124,6 +134,10 @@ class RedisResidencyIndex:
         # Shared leading blocks are fetched once; 100k chains cost len(keys) / PIPELINE_KEYS trips.
         table = self._engines_of_many(k for chain in chains for k in chain)
         return [longest_prefix(chain, table.__getitem__, limit) for chain in chains]
+
+    def full_holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
+        table = self._engines_of_many(k for chain in chains for k in chain)
+        return [full_holders(chain, table.get, TIER_RANK, limit) for chain in chains]
 
     def usage(self, engine: int) -> EngineUsage:
         counts: dict[str, int] = {}

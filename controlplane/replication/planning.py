@@ -9,16 +9,20 @@ they are scored as if executed), ``auto`` approves it through ``services.decide`
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import namedtuple
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta
 
+import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Sum
+from django.db.models import Sum, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from controlplane.core import blockhash, planner
 from controlplane.core.costmodel import MODELS, CostModel
@@ -62,15 +66,25 @@ class Inputs:
 
 
 # Plain rows instead of model instances: a cycle reads 100k keys and forecasts, and building
-# model objects was most of its time.
-KeyRow = namedtuple("KeyRow", "pk tenant model prefix_keys prefix_tokens")
-ForecastRow = namedtuple("ForecastRow", "key_id yhat upper bucket_seconds model burst_risk backtest_mase "
-                                        "start generated_at")
+# model objects was most of its time. JSON columns are read as text and decoded in one
+# ``json.loads`` per query (Django's per-row JSON and datetime converters were the rest).
+KeyRow = namedtuple("KeyRow", "pk tenant model chain prefix_tokens")
+ForecastRow = namedtuple("ForecastRow", "key_id yhat bucket_seconds model burst_risk backtest_mase start")
+
+
+def _decode_json_texts(texts: list[str]) -> list:
+    """Many JSON documents (as the database returned them) decoded in a single call."""
+    return json.loads("[" + ",".join(texts) + "]") if texts else []
 
 
 def _workload_keys() -> dict[str, KeyRow]:
-    rows = WorkloadKey.objects.exclude(prefix_keys=[]).values_list(*KeyRow._fields)
-    return {str(r[0]): KeyRow(*r) for r in rows.iterator(chunk_size=5000)}
+    rows = list(WorkloadKey.objects.exclude(prefix_keys=[])
+                .annotate(raw=Cast("prefix_keys", TextField()))
+                .values_list("pk", "tenant", "model", "raw", "prefix_tokens").iterator(chunk_size=5000))
+    chains = _decode_json_texts([r[3] for r in rows])
+    from_hex = blockhash.from_hex
+    return {str(r[0]): KeyRow(r[0], r[1], r[2], tuple(map(from_hex, chain)), r[4])
+            for r, chain in zip(rows, chains, strict=True)}
 
 
 def _latest_forecasts() -> dict[int, ForecastRow]:
@@ -78,11 +92,26 @@ def _latest_forecasts() -> dict[int, ForecastRow]:
     rows = Forecast.objects.order_by("key_id", "-generated_at", "-id")
     if connection.features.can_distinct_on_fields:
         rows = rows.distinct("key_id")
-    latest: dict[int, ForecastRow] = {}
-    for r in rows.values_list(*ForecastRow._fields).iterator(chunk_size=5000):
+    rows = rows.annotate(raw_yhat=Cast("yhat", TextField()), raw_start=Cast("start", TextField()))
+    latest: dict[int, tuple] = {}
+    for r in rows.values_list("key_id", "raw_yhat", "bucket_seconds", "model", "burst_risk",
+                              "backtest_mase", "raw_start").iterator(chunk_size=5000):
         if r[0] not in latest:
-            latest[r[0]] = ForecastRow(*r)
-    return latest
+            latest[r[0]] = r
+    yhats = _decode_json_texts([r[1] for r in latest.values()])
+    starts: dict[str, object] = {}  # a cycle's forecasts share a few start times: parse each once
+    out = {}
+    for r, yhat in zip(latest.values(), yhats, strict=True):
+        start = starts.get(r[6]) or starts.setdefault(r[6], _parse_datetime(r[6]))
+        out[r[0]] = ForecastRow(r[0], yhat, r[2], r[3], r[4], r[5], start)
+    return out
+
+
+def _parse_datetime(text: str):
+    value = parse_datetime(text)
+    if value is None:
+        raise ValueError(f"forecast start is not a timestamp: {text!r}")
+    return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
 
 
 def _engine_states(engines: list[Engine]) -> list[planner.EngineState]:
@@ -124,34 +153,34 @@ def gather(policy: Policy, now=None) -> Inputs:
     keys = _workload_keys()
     forecasts = _latest_forecasts()
     horizon = float(policy.horizon_seconds)
-    index = get_index()
-    cands, demand, holdings, forecasters = [], [], [], {}
-    models: dict[str, CostModel] = {}
-    chains: list[tuple[str, tuple[int, ...]]] = []
-    for pid, key in keys.items():
-        peers = by_model.get(key.model)
-        f = forecasts.get(int(pid))
-        if not peers or f is None:
-            continue
-        cm = models.get(key.model) or models.setdefault(key.model, cost_model_for(key.model))
-        chain = tuple(blockhash.from_hex(h) for h in key.prefix_keys)
+    rows = [(pid, key, forecasts[key.pk]) for pid, key in keys.items()
+            if by_model.get(key.model) and key.pk in forecasts]
+    expected = expected_many([f for _, _, f in rows], now, horizon)
+    cands, demand, forecasters = [], [], {}
+    models = {m: cost_model_for(m) for m in {key.model for _, key, _ in rows}}
+    # Service and recompute times depend only on (model, prefix tokens): a few distinct values.
+    times: dict[tuple[str, int], tuple[float, float]] = {}
+    for (pid, key, f), exp in zip(rows, expected.tolist(), strict=True):
+        peers, cm, chain = by_model[key.model], models[key.model], key.chain
         tokens = key.prefix_tokens or len(chain) * peers[0].block_size
+        t = times.get((key.model, tokens))
+        if t is None:  # a typical 256-token suffix after the prefix
+            t = times[(key.model, tokens)] = (cm.prefill_seconds(256, tokens),
+                                              cm.prefill_seconds(tokens) - cm.batch_overhead_s)
         bpb = peers[0].bytes_per_block or int(cm.kv_bytes_per_token * peers[0].block_size)
-        service = cm.prefill_seconds(256, tokens)  # a typical 256-token suffix after the prefix
-        cands.append(planner.Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, service,
-                                       cm.prefill_seconds(tokens) - cm.batch_overhead_s))
-        expected = _expected(f, now, horizon)
-        rate = expected / horizon
+        cands.append(planner.Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, t[0], t[1]))
+        rate = exp / horizon
         demand.append(planner.Demand(
-            pid, expected, burst_probability=f.burst_risk or 0.0, peak_rate=BURST_FACTOR * rate,
+            pid, exp, burst_probability=f.burst_risk or 0.0, peak_rate=BURST_FACTOR * rate,
             confidence=_confidence(f)))
         forecasters[pid] = f.model
-        chains.append((pid, chain))
-    # One batched residency read for every prefix (100k holders() calls were 100k round trips).
-    for (pid, chain), found in zip(chains, index.holders_many([c for _, c in chains], limit=64),
-                                   strict=True):
-        holdings.extend(planner.Holding(pid, str(h.engine), TIER_TO_PLANNER[h.tier])
-                        for h in found if h.depth == len(chain))
+    # One batched residency read for every prefix (100k holders() calls were 100k round trips);
+    # the planner copies only from engines holding the whole chain.
+    index = get_index()
+    holdings = [planner.Holding(c.prefix_id, str(h.engine), TIER_TO_PLANNER[h.tier])
+                for c, found in zip(cands, index.full_holders_many([c.keys for c in cands], limit=64),
+                                    strict=True)
+                for h in found]
     return Inputs(cands, demand, holdings, _engine_states(engines), _overrides(), keys, forecasters)
 
 
@@ -167,6 +196,29 @@ def _expected(f: ForecastRow, now, horizon: float) -> float:
     if total == 0.0 and f.yhat and a >= t0 + len(f.yhat) * f.bucket_seconds:
         total = max(0.0, float(f.yhat[-1])) * horizon / f.bucket_seconds  # past its horizon: last level
     return total
+
+
+def expected_many(rows: list[ForecastRow], now, horizon: float) -> np.ndarray:
+    """``_expected`` of many forecasts: the forecasts of one cycle share start, bucket and
+    length, so each such group is one matrix-vector product of its yhat rows with the overlap
+    weights of its buckets."""
+    groups: dict[tuple, list[int]] = {}
+    for i, f in enumerate(rows):
+        groups.setdefault((f.start, f.bucket_seconds, len(f.yhat)), []).append(i)
+    out = np.zeros(len(rows))
+    a = now.timestamp()
+    for (start, bucket, n), idx in groups.items():
+        if n == 0:
+            continue
+        t0 = start.timestamp()
+        lo = t0 + bucket * np.arange(n, dtype=float)
+        overlap = np.clip(np.minimum(lo + bucket, a + horizon) - np.maximum(lo, a), 0.0, None)
+        y = np.clip(np.array([rows[i].yhat for i in idx], dtype=float), 0.0, None)
+        total = y @ (overlap / bucket)
+        if a >= t0 + n * bucket:  # past its horizon: the last level
+            total = np.where(total == 0.0, y[:, -1] * horizon / bucket, total)
+        out[idx] = total
+    return out
 
 
 def _confidence(f: ForecastRow) -> float:
@@ -264,12 +316,14 @@ def store(policy: Policy, inputs: Inputs, items: list[planner.PlanItem], planned
                  "items": len(items), "bytes": sum(i.nbytes for i in items),
                  "expected_ttft_saved_s": round(sum(i.expected_ttft_saved_s for i in items), 3),
                  "planner_seconds": round(planned_s, 4), "frozen": inputs.overrides.frozen,
-                 "forecasters": inputs.forecasters})
+                 # the forecaster behind each planned key (scoring credits it), not all 100k
+                 "forecasters": {it.prefix_id: inputs.forecasters[it.prefix_id] for it in items
+                                 if it.prefix_id in inputs.forecasters}})
     rows = []
     for it in items:
         key = inputs.keys.get(it.prefix_id)
         rows.append(PlanItem(
-            plan=plan, workload_key_id=key.pk if key else None, prefix_keys=[blockhash.to_hex(k) for k in it.keys],
+            plan=plan, workload_key_id=key.pk if key else None, prefix_keys=list(map(blockhash.to_hex, it.keys)),
             prefix_tokens=key.prefix_tokens if key else 0, source_id=int(it.source), target_id=int(it.target),
             tier=TIER_FROM_PLANNER[it.tier], bytes=it.nbytes, expected_ttft_saved_s=it.expected_ttft_saved_s,
             cost_s=it.cost_s, confidence=it.confidence, reason=it.reason[:2000]))

@@ -94,3 +94,16 @@ def test_holders_many_answers_like_holders_for_each_chain(index):
     assert index.holders_many(chains, limit=4) == [index.holders(c, limit=4) for c in chains]
     assert [[(h.engine, h.depth) for h in hs] for hs in index.holders_many(chains)][:2] == [
         [(1, 2), (2, 1)], [(1, 1), (2, 1)]]
+
+
+def test_full_holders_many_is_holders_at_full_depth(index):
+    index.apply([Delta(1, stored=[(A, None, "GPU"), (B, A, "CPU"), (C, B, "GPU")]),
+                 Delta(2, stored=[(A, None, "GPU"), (B, A, "GPU"), (C, B, "DISK")]),
+                 Delta(3, stored=[(B, A, "GPU"), (C, B, "GPU")]),  # lacks the root
+                 Delta(4, stored=[(A, None, "GPU"), (B, A, "GPU"), (C, B, "GPU")]),
+                 Delta(5, stored=[(A, None, "GPU"), (C, B, "GPU")])])  # a hole in the middle
+    chains = [[A, B, C], [A, B], [A], [B, C], [C], [D], []]
+    expected = [[h for h in index.holders(c, limit=8) if h.depth == len(c)] for c in chains]
+    assert index.full_holders_many(chains, limit=8) == expected
+    assert expected[0] == [Holder(4, 3, "GPU"), Holder(1, 3, "CPU"), Holder(2, 3, "DISK")]
+    assert index.full_holders_many(chains, limit=2)[0] == expected[0][:2]

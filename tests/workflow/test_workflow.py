@@ -212,3 +212,20 @@ def test_ttl_eviction_goes_through_the_agent(fleet):
     assert replica.evicted_at is not None
     assert replica.engine_id not in {h.engine for h in get_index().holders(burst.PREFIX)
                                      if h.depth == len(burst.PREFIX)}
+
+
+def test_expected_many_matches_the_scalar_sum_for_every_shape():
+    """The vectorised expectation equals ``_expected`` bucket by bucket, across groups of
+    different start, bucket size and length, negative forecasts, and a forecast in the past."""
+    from datetime import UTC, datetime, timedelta
+
+    from controlplane.replication.planning import ForecastRow, _expected, expected_many
+
+    now = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
+    rows = [ForecastRow(1, y, b, "ewma", 0.1, 0.5, now + timedelta(seconds=dt)) for y, b, dt in [
+        ([1.0, 2.0, 3.0], 60, -45), ([4.0, -1.0, 6.0], 60, -45), ([5.0] * 12, 30, 10),
+        ([2.0, 7.0], 60, -3600), ([0.0, 0.0], 60, -3600), ([], 60, 0), ([9.0], 600, 5)]]
+    got = expected_many(rows, now, 600.0)
+    want = [_expected(f, now, 600.0) for f in rows]
+    assert got.tolist() == pytest.approx(want)
+    assert want[3] == pytest.approx(70.0) and want[5] == 0.0  # past its horizon: the last level
