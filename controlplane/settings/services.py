@@ -7,7 +7,10 @@ from .env import get_from_env, str_to_bool
 
 if DATABASE_URL:
     try:
-        DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+        # Under ASGI every request may run in its own thread, so persistent per-thread
+        # connections pile up until PostgreSQL refuses clients (seen in bench/ingest.py): use
+        # psycopg's pool instead, bounded per process (Django's documented advice for ASGI).
+        DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
     except Exception as exc:  # dj_database_url raises several types for a bad URL
         from django.core.exceptions import ImproperlyConfigured
 
@@ -16,6 +19,12 @@ if DATABASE_URL:
         ) from None
     # Every API request that changes state is one transaction: nothing half-written.
     DATABASES["default"]["ATOMIC_REQUESTS"] = True
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": get_from_env("PREWARM_DB_POOL_MAX", 16, type_cast=int),
+            "timeout": get_from_env("PREWARM_DB_POOL_TIMEOUT_SECONDS", 10.0, type_cast=float),
+        }
 else:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
