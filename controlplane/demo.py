@@ -63,7 +63,7 @@ def _setup(engines: int, password: str, credentials: Path) -> None:
     django.setup()
     call_command("migrate", verbosity=0)
     for user, role in (("admin", "admin"), ("operator", "operator"), ("viewer", "viewer")):
-        call_command("ensure_user", user, "--password", password, "--role", role, stdout=StringIO())
+        call_command("ensure_user", user, f"--password={password}", "--role", role, stdout=StringIO())  # "=": a password may start with "-"
     call_command("ensure_policy", "demo", "--fields", json.dumps(POLICY), stdout=StringIO())
     call_command("virtual_cluster_credentials", "--agents", str(engines), "--out", str(credentials),
                  stdout=StringIO())
