@@ -40,14 +40,16 @@ def gain_stats(base: list[float], other: list[float]) -> dict:
         se = statistics.stdev(gains) / math.sqrt(len(gains))
         noise = T95.get(len(gains) - 1, 1.96) * se
     else:
-        noise = math.nan  # one seed: no noise estimate
+        noise = None  # one seed: no noise estimate
     return {"mean": mean, "noise": noise, "per_seed": gains,
-            "beyond_noise": bool(len(gains) > 1 and abs(mean) > noise)}
+            "beyond_noise": noise is not None and abs(mean) > noise}
 
 
 def run_one(job: dict) -> dict:
     """One seed of one cell: every policy's summary (picklable, for worker processes)."""
     setup = build(workload="servegen", scenario=job["scenario"], model=job["model"],
+                  gpu=job.get("gpu", "h100"), gpus_per_engine=job.get("gpus_per_engine"),
+                  engines=job.get("engines", 16), tenants=job.get("tenants", 30),
                   duration=job.get("duration"), load=job.get("load", 0.55),
                   prefix_tokens=job.get("prefix_tokens"), seed=job["seed"])
     if job.get("link_bytes_per_s"):
@@ -122,10 +124,14 @@ def main_seeds(args) -> int:
     return 0
 
 
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
 def _line(c: dict) -> str:
     t = c["ttft_s"]
     return (f"{c['model']:<11} {c['scenario']:<9} reactive {t['reactive']['mean']:.3f}/"
             f"{t['reactive']['p99']:.3f}  predictive gain mean {c['predictive_gain_mean']:+.1%}"
-            f"±{c['predictive_gain_mean_noise']:.1%} p99 {c['predictive_gain_p99']:+.1%}"
-            f"±{c['predictive_gain_p99_noise']:.1%}  oracle p99 {c['oracle_gain_p99']:+.1%}"
-            f"±{c['oracle_gain_p99_noise']:.1%}")
+            f"±{pct(c['predictive_gain_mean_noise'])} p99 {c['predictive_gain_p99']:+.1%}"
+            f"±{pct(c['predictive_gain_p99_noise'])}  oracle p99 {c['oracle_gain_p99']:+.1%}"
+            f"±{pct(c['oracle_gain_p99_noise'])}")
