@@ -121,7 +121,29 @@ def main_seeds(args) -> int:
         print(_line(cell), flush=True)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(doc, indent=1) + "\n")
+    print(markdown(doc))
     return 0
+
+
+def markdown(doc: dict) -> str:
+    """The per-cell table of ``docs/simulator.md`` (means over seeds; gains ± 95% noise)."""
+    head = ("| model | scenario | seeds | cache-aware mean / p99 | reactive mean / p99 | "
+            "predictive mean / p99 | oracle mean / p99 | predictive gain mean | "
+            "predictive gain p99 | oracle gain mean | oracle gain p99 | gap closed p99 | "
+            "spec VRAM % | precision |")
+    rows = [head, "|" + "---|" * 14]
+    for c in doc["cells"]:
+        closed = c.get("gap_closed_p99")
+        prec = c.get("replica_precision")
+        rows.append(
+            f"| {c['model']} | {c['scenario']} | {len(c['seeds'])} | {_mp(c, 'cache-aware')} | "
+            f"{_mp(c, 'reactive')} | {_mp(c, 'predictive')} | {_mp(c, 'oracle')} | "
+            f"{_g(c, 'predictive', 'mean')} | {_g(c, 'predictive', 'p99')} | "
+            f"{_g(c, 'oracle', 'mean')} | {_g(c, 'oracle', 'p99')} | "
+            f"{'no gap' if closed is None else f'{closed:.0%}'} | "
+            f"{100 * c['spec_vram_fraction_mean']:.2f} | "
+            f"{'-' if prec is None else f'{prec:.2f}'} |")
+    return "\n".join(rows)
 
 
 def pct(x: float | None) -> str:
@@ -135,3 +157,13 @@ def _line(c: dict) -> str:
             f"±{pct(c['predictive_gain_mean_noise'])} p99 {c['predictive_gain_p99']:+.1%}"
             f"±{pct(c['predictive_gain_p99_noise'])}  oracle p99 {c['oracle_gain_p99']:+.1%}"
             f"±{pct(c['oracle_gain_p99_noise'])}")
+
+
+def _mp(c: dict, name: str) -> str:
+    t = c["ttft_s"]
+    return f"{t[name]['mean']:.3f} / {t[name]['p99']:.3f}" if name in t else "-"
+
+
+def _g(c: dict, name: str, stat: str) -> str:
+    mark = "**" if c[f"{name}_gain_{stat}_beyond_noise"] else ""
+    return f"{mark}{c[f'{name}_gain_{stat}']:+.1%}{mark} ± {pct(c[f'{name}_gain_{stat}_noise'])}"
