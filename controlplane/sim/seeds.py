@@ -73,6 +73,9 @@ def summarize_cell(runs: list[dict]) -> dict:
         out["ttft_s"][name] = {
             stat: sum(r["policies"][name][f"ttft_{stat}_s"] for r in runs) / len(runs)
             for stat in ("mean", "p99")}
+    out["per_seed_ttft_s"] = {name: [{stat: r["policies"][name][f"ttft_{stat}_s"]
+                                      for stat in ("mean", "p99")} for r in runs]
+                              for name in pols}
     for name in ("predictive", "oracle"):
         if name not in pols:
             continue
