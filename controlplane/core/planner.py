@@ -25,6 +25,11 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
   starts: ``recompute_s * (1 - exp(-share * lam * H)) * confidence``, against the copy time.
   Warm-up copies may fill ``Budgets.max_warming_fraction`` of a joining engine (nothing else
   lives there yet; they turn into ordinary cache on first use).
+- Speculation only where it is cheap and there is room to use it: no item targets an engine
+  whose load exceeds ``Budgets.max_load`` (a busy engine has no spare capacity for the spilled
+  requests, and at that load the serving traffic slows every copy), and no copy whose links are
+  already busy (queued copies + this one) for more than half the horizon (it would land after
+  the demand it is for). Where the planner plans nothing, the caller's reactive rule serves.
 Greedy by net benefit; each chosen replica reduces the prefix's overflow and the target's spare
 capacity, and re-enters the queue for a further replica. Budgets and overrides are hard limits.
 """
@@ -82,6 +87,7 @@ class EngineState:
     lifecycle: str = "serving"
     starts_serving_in_s: float = 0.0
     tier_bytes_per_s: dict[str, float] = field(default_factory=dict)  # promotion bandwidth
+    link_queue_s: float = 0.0  # seconds of copies already queued on this engine's link
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,7 @@ class Budgets:
     copy_cost_weight: float = 1.0
     max_replicas_per_prefix: int = 64
     max_warming_fraction: float = 0.5
+    max_load: float = 0.7  # no speculative item targets an engine busier than this
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_spec_vram_fraction <= 1.0:
@@ -105,6 +112,8 @@ class Budgets:
             raise ValueError("horizon_s and ttl_s must be > 0")
         if self.max_bytes_per_interval < 0:
             raise ValueError("max_bytes_per_interval must be >= 0")
+        if not 0.0 < self.max_load <= 1.0:
+            raise ValueError("max_load must be in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -165,6 +174,7 @@ def plan(
         if e.engine_id not in overrides.excluded_engines
         and e.node not in overrides.excluded_nodes
         and e.lifecycle != "draining"
+        and e.load <= budgets.max_load
     }
     spare = {e.engine_id: max(0.0, 1.0 - e.load) for e in engines}
     room = {
@@ -261,6 +271,8 @@ def plan(
         cost = copy_s * budgets.copy_cost_weight
         if benefit - cost <= 0 and pid not in overrides.pinned:
             continue
+        if _link_busy(by_engine[src], tgt, copy_s, H) and pid not in overrides.pinned:
+            continue
         room[best] -= c.nbytes
         bytes_left -= c.nbytes
         spare[best] = max(0.0, spare[best] - served / H * c.service_s)
@@ -306,7 +318,7 @@ def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, el
             x = _rate(d, H) * H / max(1, active)
             benefit = c.recompute_s * (1.0 - math.exp(-x)) * d.confidence
             net = benefit - copy_s * budgets.copy_cost_weight
-            if net > 0:
+            if net > 0 and not _link_busy(src, e, copy_s, H):
                 rows.append((net, c.prefix_id, c, d, src, copy_s, benefit, x))
         rows.sort(key=lambda r: (-r[0], r[1]))
         for _, pid, c, d, src, copy_s, benefit, x in rows:
@@ -321,6 +333,11 @@ def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, el
             items.append(PlanItem(pid, c.keys, src.engine_id, e.engine_id, GPU, c.nbytes, 0.0,
                                   benefit, copy_s, d.confidence, why))
     return bytes_left, items
+
+
+def _link_busy(src: EngineState, dst: EngineState, copy_s: float, horizon: float) -> bool:
+    """The copy would land more than half a horizon from now: its links are busy."""
+    return max(src.link_queue_s, dst.link_queue_s) + copy_s > 0.5 * horizon
 
 
 def _rate(d: Demand, horizon: float) -> float:

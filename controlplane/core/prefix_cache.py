@@ -12,9 +12,12 @@ root ends up most recent and eviction takes leaves before the blocks they hang f
 block never loses its parent first), as vLLM's free-block queue does.
 
 Blocks are *normal* (computed here, or copied on demand) or *speculative* (placed by a plan and
-not yet used). Speculative blocks count against the speculative VRAM budget until a request uses
-them; placing them never evicts normal blocks. Every placed replica is tracked until its first
-use, so precision (replicas used at least once / replicas placed) can be scored.
+not yet used). Speculative blocks live in a bounded slice (``spec_limit`` blocks) and count
+against VRAM until a request uses them (then they are ordinary cache). Placing them never evicts
+normal blocks: they take free blocks, or the oldest speculative ones. When a request (or an
+on-demand copy) needs room, unused speculative blocks are evicted before any normal block.
+Every placed replica is tracked until its first use, so precision (replicas used at least once
+/ replicas placed) can be scored.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class PrefixCache:
 
     __slots__ = (
         "capacity",
+        "spec_limit",
         "blocks",
         "spec",
         "owner",
@@ -40,6 +44,7 @@ class PrefixCache:
         if capacity_blocks < 1:
             raise ValueError("capacity_blocks must be >= 1")
         self.capacity = int(capacity_blocks)
+        self.spec_limit = self.capacity  # most speculative blocks held at once (the slice)
         self.blocks: OrderedDict[int, None] = OrderedDict()  # LRU first
         self.spec: dict[int, float] = {}  # speculative key -> expiry time
         self.owner: dict[int, int] = {}  # placed (unused) key -> replica id
@@ -56,6 +61,11 @@ class PrefixCache:
     @property
     def free(self) -> int:
         return self.capacity - len(self.blocks)
+
+    def spec_room(self) -> int:
+        """Blocks a speculative placement could take now: free blocks plus older speculative
+        ones, within the speculative slice."""
+        return max(0, min(self.free + len(self.spec), self.spec_limit))
 
     def match(self, keys: Sequence[int]) -> int:
         """Number of leading ``keys`` held here (the cached prefix length in blocks)."""
@@ -99,7 +109,11 @@ class PrefixCache:
         return evicted
 
     def _evict(self, n: int, now: float) -> list[int]:
+        # Unused speculative blocks go first (oldest placed first): the engine needs its own.
         out = []
+        if self.spec:
+            out = self._drop_spec(min(n, len(self.spec)), now)
+            n -= len(out)
         popitem = self.blocks.popitem
         for _ in range(n):
             k, _v = popitem(last=False)
@@ -121,18 +135,18 @@ class PrefixCache:
     ) -> int:
         """Land a copied replica of ``keys``; returns the number of blocks added.
 
-        A speculative placement only uses free blocks and other speculative blocks, never normal
-        ones (the engine needs those); if it does not fit it adds nothing. A demand copy
-        (``speculative=False``) is placed like computed blocks, evicting LRU.
+        A speculative placement only uses free blocks and older speculative blocks within the
+        slice (``spec_limit``), never normal ones (the engine needs those); if it does not fit it
+        adds nothing. A demand copy (``speculative=False``) is placed like computed blocks,
+        evicting unused speculative blocks first, then LRU.
         """
         missing = [k for k in keys if k not in self.blocks]
         if not missing:
             return 0
         if speculative:
-            room = self.free + len(self.spec)
-            if len(missing) > room:
+            if len(missing) > self.spec_room():
                 return 0
-            need = len(missing) - self.free
+            need = max(len(missing) - self.free, len(self.spec) + len(missing) - self.spec_limit)
             if need > 0:
                 self._drop_spec(need, now)
             self._account(now)
@@ -150,13 +164,15 @@ class PrefixCache:
             self._evict(len(self.blocks) - self.capacity, now)
         return len(missing)
 
-    def _drop_spec(self, n: int, now: float) -> None:
-        # Oldest speculative blocks first (dict order is placement order).
+    def _drop_spec(self, n: int, now: float) -> list[int]:
+        # Oldest speculative blocks first (dict order is placement order; a replica's leaf first).
         self._account(now)
-        for k in list(self.spec)[:n]:
+        gone = list(self.spec)[:n]
+        for k in gone:
             del self.spec[k]
             self.owner.pop(k, None)
             del self.blocks[k]
+        return gone
 
     def expire(self, now: float) -> int:
         """Drop speculative blocks whose TTL has passed; returns how many."""

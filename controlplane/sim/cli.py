@@ -3,6 +3,7 @@
     prewarm-sim run --workload servegen --scenario slowlink --json out.json --html out.html
     prewarm-sim sweep --json sweep.json --html sweep.html
     prewarm-sim cluster --preset burst --control-plane URL --gateway-token ...  (virtual cluster)
+    prewarm-sim seeds --seeds 0,1,2,3,4 --json seeds.json
 """
 
 from __future__ import annotations
@@ -47,7 +48,17 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("--quick", action="store_true")
     sw.add_argument("--duration", type=float, default=1800.0)
     sw.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed)")
+    sw.add_argument("--workers", type=int, default=1, help="worker processes")
     _common(sw)
+    sd = sub.add_parser("seeds", help="predictive vs reactive vs oracle over seeds, with noise")
+    sd.add_argument("--seeds", default="0,1,2,3,4")
+    sd.add_argument("--cells", default=None,
+                    help="model:scenario,... (default: the key ServeGen cells)")
+    sd.add_argument("--policies", default="cache-aware,reactive,predictive,oracle")
+    sd.add_argument("--duration", type=float, default=None, help="seconds (default 3600)")
+    sd.add_argument("--load", type=float, default=0.55)
+    sd.add_argument("--workers", type=int, default=1, help="worker processes")
+    sd.add_argument("--json", dest="json_path")
     from controlplane.sim.virtual.cli import add_parser
 
     add_parser(sub)
@@ -65,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             from controlplane.sim.sweep import main_sweep
 
             return main_sweep(args)
+        if args.cmd == "seeds":
+            from controlplane.sim.seeds import main_seeds
+
+            return main_seeds(args)
         return _run(args)
     except ValueError as exc:
         print(f"prewarm-sim: error: {exc}", file=sys.stderr)

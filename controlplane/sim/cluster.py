@@ -12,6 +12,12 @@ Copies have two priorities on a link, as a transfer engine with priority queues 
 on-demand copies (the reactive rule's) queue only behind other on-demand copies; a speculative
 copy in flight on either link is paused while an on-demand copy passes, so its landing moves
 back by the on-demand copy's duration. Speculation therefore never delays an on-demand copy.
+
+Speculative VRAM: each engine's cache holds speculative blocks in a bounded slice
+(``spec_fraction`` of its KV capacity; ``warming_spec_fraction`` while it is joining and holds
+nothing else). A speculative copy is not started when the target has no room in its slice, and
+on landing it never displaces the engine's own (non-speculative) blocks; unused speculative
+blocks are evicted before any normal block (``controlplane.core.prefix_cache``).
 """
 
 from __future__ import annotations
@@ -68,6 +74,13 @@ class ClusterConfig:
     tiers: tuple[TierSpec, ...] = ()
     changes: tuple[EngineChange, ...] = ()
     scenario: str = "steady"
+    spec_fraction: float = 0.25  # speculative slice of a serving engine's KV cache
+    warming_spec_fraction: float = 0.5  # of a joining engine's (warm-up copies)
+
+    def __post_init__(self) -> None:
+        for f in (self.spec_fraction, self.warming_spec_fraction):
+            if not 0.0 <= f <= 1.0:
+                raise ValueError("speculative fractions must be in [0, 1]")
 
     @property
     def block_bytes(self) -> int:
@@ -91,6 +104,8 @@ class ClusterConfig:
             "link_share_with_serving": self.link_share_with_serving,
             "balance_wait_s": None if math.isinf(self.balance_wait_s) else self.balance_wait_s,
             "join_ramp_s": self.join_ramp_s,
+            "spec_fraction": self.spec_fraction,
+            "warming_spec_fraction": self.warming_spec_fraction,
             "tiers": [
                 {"name": t.name, "capacity_blocks": t.capacity_blocks, "gbytes_per_s": t.bytes_per_s / 1e9}
                 for t in self.tiers
@@ -165,6 +180,8 @@ class Simulation:
                 self.events.at(ch.serve_s, lambda t, e=e: self._set_state(e, SERVING, t))
             if not math.isinf(ch.leave_s):
                 self.events.at(ch.leave_s, lambda t, e=e: self._set_state(e, GONE))
+        for e in self.engines:
+            self._spec_slice(e)
         self.serving = [e for e in self.engines if e.state == SERVING]
         for e in self.serving:
             e.serving_since = -math.inf  # serving from the start: not ramping in
@@ -173,6 +190,7 @@ class Simulation:
         self.bytes_moved = 0.0
         self.replicas: list[Replica] = []
         self.in_flight: dict[tuple[int, int], float] = {}  # (pid, engine) -> land time
+        self.demand_in_flight: set[tuple[int, int]] = set()  # the on-demand ones among them
         self.spec_lands: dict[int, float] = {}  # speculative copy in flight -> land time
         self.spec_links: dict[int, tuple[Engine, Engine, list[int]]] = {}
         self._load_work = 0.0  # exponentially decayed prefill seconds
@@ -184,7 +202,14 @@ class Simulation:
         e.state = state
         if state == SERVING:
             e.serving_since = now
+        self._spec_slice(e)
         self.serving = [x for x in self.engines if x.state == SERVING]
+
+    def _spec_slice(self, e: Engine) -> None:
+        # Warm-up copies already on a joining engine stay when it starts serving (they are
+        # evicted first); the smaller slice only bounds new speculative placements.
+        frac = self.config.spec_fraction if e.state == SERVING else self.config.warming_spec_fraction
+        e.cache.spec_limit = int(frac * e.cache.capacity)
 
     def prefill_s(self, new: float, cached: float) -> float:
         return self._over + new * (self._dense + self._attn * (cached + 0.5 * new))
@@ -224,6 +249,8 @@ class Simulation:
         missing = [k for k in keys if k not in dst.cache.blocks and k not in dst.pending]
         if not missing or dst.state == GONE or (pid, dst.eid) in self.in_flight:
             return None
+        if speculative and len(missing) > dst.cache.spec_room():
+            return None  # no room in the target's speculative slice: do not move the bytes
         nbytes = len(missing) * self.block_bytes
         land = self.copy_eta(src, dst, nbytes, now, speculative)
         rid = len(self.replicas)
@@ -240,6 +267,8 @@ class Simulation:
         for k in missing:
             dst.pending[k] = land
         self.in_flight[(pid, dst.eid)] = land
+        if not speculative:
+            self.demand_in_flight.add((pid, dst.eid))
         if speculative:
             self.spec_lands[rid] = land
             self.spec_links[rid] = (src, dst, missing)
@@ -254,6 +283,7 @@ class Simulation:
             for k in missing:
                 dst.pending.pop(k, None)
             self.in_flight.pop((pid, dst.eid), None)
+            self.demand_in_flight.discard((pid, dst.eid))
             if dst.state != GONE:
                 dst.cache.place(keys, t, rid, speculative, t + ttl_s)
 
@@ -284,6 +314,8 @@ class Simulation:
         seconds = sum(k * self.block_bytes / tier.bytes_per_s for tier, k in lower)
         n = m + sum(k for _, k in lower)
         chain = keys[:n]
+        if n - m > e.cache.spec_room():
+            return None  # the speculative slice is full: leave it on the lower tier
         land = now + seconds
         rid = len(self.replicas)
         self.replicas.append(Replica(rid, -1, e.eid, True, land, (n - m) * self.block_bytes))
@@ -293,10 +325,9 @@ class Simulation:
         def landed(t: float) -> None:
             for k in chain[m:]:
                 e.pending.pop(k, None)
-            if e.state != GONE:
+            if e.state != GONE and e.cache.place(chain, t, rid, True, t + ttl_s):
                 for tier in e.tiers:
                     tier.cache.remove(chain[m:], t)
-                e.cache.place(chain, t, rid, True, t + ttl_s)
 
         self.events.at(land, landed)
         return land

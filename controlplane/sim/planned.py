@@ -11,12 +11,15 @@ the planner has no signal for.
   (``BurstTracker``), the ramp of the same windows a day earlier (recent rate x yesterday's
   next-window / current-window ratio), and the day-scale forecast of the key's history
   (``forecast_counts``, best model by backtest). Burst risk (``BurstTracker.risk`` against the
-  holders' capacity) weighs a 2x burst, the size ServeGen bursts have.
+  holders' capacity) weighs a 2x burst, the size ServeGen bursts have. While engines are joining
+  a scale-out, prefixes with no recent traffic but a day-scale forecast level are candidates
+  for their warm-up too.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -69,6 +72,12 @@ class PlannedPolicy(Reactive):
     # -- setup -----------------------------------------------------------------------------
     def setup(self, sim) -> None:
         wl = sim.workload
+        # The planner's budgets never exceed the slices the engines enforce.
+        cfg = sim.config
+        b = self.budgets
+        self.budgets = replace(
+            b, max_spec_vram_fraction=min(b.max_spec_vram_fraction, cfg.spec_fraction),
+            max_warming_fraction=min(b.max_warming_fraction, cfg.warming_spec_fraction))
         self.trackers: dict[int, BurstTracker] = {}
         self.seen: dict[int, int] = {}
         self.mean_suffix = float(wl.suffix_tokens.mean()) if len(wl) else 0.0
@@ -186,6 +195,18 @@ class PlannedPolicy(Reactive):
                 level = max(0.0, float(day[b])) / wl.history_bucket_s
                 lam = 0.75 * lam + 0.25 * max(level, 0.0)
             rows.append((lam, pid, tr, conf))
+        if any(e.state == WARMING for e in sim.engines):
+            # Engines joining a scale-out are warmed from the day-scale forecast too: a prefix
+            # with no recent traffic yet but a forecast level for the coming window.
+            have = {pid for _, pid, _, _ in rows}
+            for pid, key in enumerate(wl.prefix_wkey):
+                day = self.day.get(key)
+                if pid in have or day is None:
+                    continue
+                b = min(len(day) - 1, int((t + H / 2) // wl.history_bucket_s))
+                level = max(0.0, float(day[b])) / wl.history_bucket_s
+                if level > 0:
+                    rows.append((level, pid, None, 0.6))
         rows.sort(key=lambda x: (-x[0], x[1]))
         out = {}
         for lam, pid, tr, conf in rows[:MAX_CANDIDATES]:
@@ -194,7 +215,7 @@ class PlannedPolicy(Reactive):
             service = sim.prefill_s(self.mean_suffix, tokens)
             holders = sum(1 for e in sim.serving if e.cache.match(keys) == len(keys))
             cap = max(1, holders) * (1.0 - sim.load(t)) / service
-            risk = tr.risk(t, cap, H)
+            risk = tr.risk(t, cap, H) if tr is not None else 0.0
             out[pid] = Demand(str(pid), lam * H, risk, lam * BURST_FACTOR, conf, 0.0)
             self.forecast_log.setdefault(wl.prefix_wkey[pid], []).append((t, lam))
         return out
@@ -231,9 +252,10 @@ class PlannedPolicy(Reactive):
             share = sim.config.link_share_with_serving
             link = sim.config.network_bytes_per_s * max(0.05, 1.0 - share * load)
             out.append(EngineState(
-                e.name, f"n{e.node}", c.capacity * bb, (c.free + len(c.spec)) * bb,
+                e.name, f"n{e.node}", c.capacity * bb, c.spec_room() * bb,
                 len(c.spec) * bb, link, el, "serving" if e.state == SERVING else "warming",
                 max(0.0, starts), {tier.name: tier.bytes_per_s for tier in e.tiers},
+                max(0.0, e.link_free_at - t),
             ))
         return out
 

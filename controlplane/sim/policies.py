@@ -78,7 +78,10 @@ class Reactive(Policy):
         chain = keys[:best_m]
         missing = best_m - target.cache.match(chain)
         land = sim.copy_eta(holder, target, missing * sim.block_bytes, t, speculative=False)
-        in_flight = any(k[0] == pid for k in sim.in_flight) if sim.in_flight else False
+        # The loop guard counts this rule's own copies: a planned copy of the prefix to another
+        # engine must not hold back the fallback (it may be slow, or paused behind demand).
+        busy = sim.demand_in_flight
+        in_flight = any(k[0] == pid for k in busy) if busy else False
         # Copy only if it lands before the holder frees up (land - t < hwait, implied by 2x).
         if rule.should_copy(hwait, land - t, in_flight):
             sim.start_copy(pid, chain, holder, target, t, speculative=False)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,13 +148,16 @@ def _servegen(path, scenario, engines, cost, start, duration, load, tenants, pto
     windows = sg.load_servegen_windows(path)
     if start is None:
         start = sg.ramp_start(windows, duration)
-    lo, hi = ptok
-    mean_prefix = (hi - lo) / math.log(hi / lo) if hi > lo else lo
-    service = cost.prefill_seconds(700, mean_prefix)
     chosen = sg.top_tenants(path, tenants, start, duration)
     rate = sg.mean_rate(chosen, start, duration)
     if rate <= 0:
         raise ValueError("no ServeGen traffic in the chosen window")
+    # Service time per request weighted by each tenant's traffic, with the prefix lengths this
+    # seed draws: the target load then holds for every seed (a seed that gives the busiest
+    # tenant a 128k-token prefix would otherwise run the cluster far above it).
+    lengths = sg.prefix_lengths(list(chosen), ptok, seed)
+    rates = {n: sg.mean_rate({n: t}, start, duration) for n, t in chosen.items()}
+    service = sum(rates[n] * cost.prefill_seconds(700, lengths[n]) for n in chosen) / rate
     serving = engines * (0.75 if scenario == "scaleout" else 1.0)
     scale = load * serving / (service * rate)
     return sg.load_servegen(path, start=start, duration_s=duration, tenants=tenants,

@@ -21,9 +21,9 @@ def load_map(path: str | Path | None = None) -> dict:
         {
           "burst_onset_s": 60.0,          # onset a copy time is compared with
           "model": "llama3-70b", "gpu": "h100", "engines": 16, "duration_s": 1800.0,
-          "seeds": [0, 1],                # every cell is the mean over these seeds
-          "noise": {"p99": x, "mean": x}, # seed noise: largest spread (max - min) across seeds
-                                          # of reactive's TTFT, relative to its mean, over cells
+          "seeds": [0, 1, 2],             # every cell is the mean over these seeds
+          "noise": {"p99": x, "mean": x}, # fallback noise: the largest per-cell noise below
+          "noise_kind": "...",            # how the noise was measured
           "cells": [
             {"prefix_tokens": [lo, hi],   # tenant prefixes, log-uniform in [lo, hi] tokens
              "link_gbytes_per_s": x,      # cross-node link, shared with serving traffic
@@ -32,6 +32,9 @@ def load_map(path: str | Path | None = None) -> dict:
              "copy_to_onset": x,          # copy_s / burst_onset_s
              "predictive_gain_p99": x, "predictive_gain_mean": x,   # (reactive - p) / reactive
              "oracle_gain_p99": x, "oracle_gain_mean": x,           # means over seeds
+             "predictive_gain_p99_noise": x,    # per cell: 95% CI half-width of the mean
+             "predictive_gain_mean_noise": x,   # paired gain over seeds (Student t)
+             "predictive_gain_p99_per_seed": [x, ...],   # the paired gains themselves
              "predictive_gain_p99_spread": x,   # max - min over seeds
              "ttft_s": {"reactive": {"mean": x, "p99": x}, "predictive": {...}, "oracle": {...}},
              "spec_vram_fraction_mean": x, "replica_precision": x or null}   # predictive's
@@ -61,11 +64,14 @@ def advice(copy_time_over_onset: float, load: float, doc: dict | None = None) ->
     utilisation ``load``: the nearest measured cell (log distance in the ratio, linear in load)
     and its verdict.
 
-    ``speculate``: predictive beats reactive on p99 by more than the seed noise and is not
-    worse on the mean beyond it; ``avoid``: predictive is worse than reactive beyond the noise
-    (turn speculation off); ``reactive-enough``: anything else (nothing to gain beyond noise).
+    ``speculate``: predictive beats reactive on p99 by more than the cell's seed noise and is
+    not worse on the mean beyond it; ``avoid``: predictive is worse than reactive beyond the
+    noise on p99 or mean (turn speculation off); ``reactive-enough``: anything else (nothing to
+    gain beyond noise). The noise is the cell's own (``predictive_gain_*_noise``) where the map
+    has it, else the map-wide ``noise``.
     Returns ``{"verdict", "expected_gain_p99", "expected_gain_mean", "oracle_gain_p99",
-    "noise_p99", "cell": {"copy_to_onset", "load", "prefix_tokens", "link_gbytes_per_s"}}``.
+    "noise_p99", "noise_mean", "cell": {"copy_to_onset", "load", "prefix_tokens",
+    "link_gbytes_per_s"}}``.
     """
     if not (copy_time_over_onset > 0 and math.isfinite(copy_time_over_onset)):
         raise ValueError("copy_time_over_onset must be a positive number")
@@ -79,8 +85,8 @@ def advice(copy_time_over_onset: float, load: float, doc: dict | None = None) ->
 
     cell = min(doc["cells"], key=dist)
     noise = doc.get("noise", {})
-    n99 = float(noise.get("p99", 0.0))
-    nmean = float(noise.get("mean", 0.0))
+    n99 = _noise(cell.get("predictive_gain_p99_noise"), noise.get("p99", 0.0))
+    nmean = _noise(cell.get("predictive_gain_mean_noise"), noise.get("mean", 0.0))
     g99, gmean = float(cell["predictive_gain_p99"]), float(cell["predictive_gain_mean"])
     if g99 > n99 and gmean >= -nmean:
         verdict = "speculate"
@@ -94,6 +100,14 @@ def advice(copy_time_over_onset: float, load: float, doc: dict | None = None) ->
         "expected_gain_mean": gmean,
         "oracle_gain_p99": float(cell["oracle_gain_p99"]),
         "noise_p99": n99,
+        "noise_mean": nmean,
         "cell": {k: cell.get(k) for k in ("copy_to_onset", "load", "prefix_tokens",
                                           "link_gbytes_per_s")},
     }
+
+
+def _noise(cell_noise, fallback) -> float:
+    """The cell's own noise when it is a finite number, else the map-wide figure."""
+    if isinstance(cell_noise, (int, float)) and math.isfinite(cell_noise):
+        return float(cell_noise)
+    return float(fallback or 0.0)

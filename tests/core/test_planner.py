@@ -90,3 +90,21 @@ def test_joining_engine_is_warmed_before_it_serves():
     assert plan([c], [d], [Holding("p", "e0")], es, tight) == []
     with pytest.raises(ValueError):
         Budgets(max_warming_fraction=1.5)
+
+
+def test_no_speculation_on_busy_targets_or_links():
+    c, d = hot()
+    h = [Holding("p", "e0")]
+    busy = [EngineState(f"e{i}", f"n{i // 2}", 100 * GB, 100 * GB, 0.0, 12.5e9,
+                        0.2 if i == 0 else 0.75) for i in range(4)]
+    assert plan([c], [d], h, busy, Budgets(horizon_s=60)) == []  # every target above 0.7
+    assert plan([c], [d], h, busy, Budgets(horizon_s=60, max_load=0.8))
+    # 5 GB at 12.5 GB/s is 0.4 s; 29.7 s already queued on the source's link lands it after
+    # half the 60 s horizon: skipped. 29.5 s does not.
+    for queued, planned in ((29.7, False), (29.5, True)):
+        es = engines()
+        es[0] = EngineState("e0", "n0", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.2,
+                            link_queue_s=queued)
+        assert bool(plan([c], [d], h, es, Budgets(horizon_s=60))) is planned
+    with pytest.raises(ValueError):
+        Budgets(max_load=0.0)

@@ -45,3 +45,20 @@ def test_speculative_use_counts_as_hit_and_ttl_expires():
 def test_bad_capacity():
     with pytest.raises(ValueError):
         PrefixCache(0)
+
+
+def test_speculative_slice_is_bounded_and_evicted_first():
+    c = PrefixCache(10)
+    c.spec_limit = 3
+    assert c.spec_room() == 3
+    assert c.place([10, 11, 12, 13], 0.0, replica_id=1, speculative=True) == 0  # over the slice
+    assert c.place([10, 11], 0.0, replica_id=1, speculative=True) == 2
+    assert c.place([20, 21], 1.0, replica_id=2, speculative=True) == 2  # drops replica 1's leaf
+    assert len(c.spec) == 3 and 11 not in c and 10 in c
+    c.use([1, 2, 3, 4, 5, 6], 2.0)  # fills the free blocks: 9 of 10 used
+    evicted = c.use([7, 8], 3.0)  # one over: a speculative block goes, not block 1 (LRU)
+    assert evicted == [10] and c.match([1, 2, 3, 4, 5, 6]) == 6
+    # An on-demand copy also takes speculative blocks before normal ones.
+    c.place([30, 31], 4.0, replica_id=3, speculative=False)
+    assert 20 not in c and 21 not in c and c.match([1, 2, 3, 4, 5, 6, 7, 8]) == 8
+    assert c.spec_room() == 0  # full of normal blocks: no room to speculate

@@ -66,3 +66,48 @@ def test_bundled_map_loads():
     doc = load_map()
     assert doc["cells"] and advice(0.1, 0.5, doc)["verdict"] in ("speculate", "reactive-enough",
                                                                   "avoid")
+
+
+def test_speculative_copy_needs_room_in_the_slice():
+    sim = _sim()
+    a, b, _ = sim.engines
+    assert b.cache.spec_limit == 250  # 25% of 1000 blocks on a serving engine
+    b.cache.use(list(range(1000, 1999)), 0.0)  # 999 of 1000 blocks are the engine's own
+    assert sim.start_copy(1, (11, 12), a, b, 0.0, speculative=True) is None
+    assert sim.bytes_moved == 0 and not b.pending
+    assert sim.start_copy(1, (11,), a, b, 0.0, speculative=True) is not None
+
+
+def test_planned_copy_in_flight_does_not_hold_back_the_reactive_rule():
+    sim = _sim()
+    a, b, c = sim.engines
+    keys = (1, 2, 3, 4)
+    a.cache.use(keys, 0.0)
+    sim.start_copy(7, keys, a, b, 0.0, speculative=True)  # a planned copy of prefix 7 to b
+    a.free_at = 100.0  # the holder is swamped
+    sim.policy._maybe_copy(sim, 0, 0.0, 7, keys)
+    assert (7, c.eid) in sim.demand_in_flight  # the fallback still copies it to c
+    sim.policy._maybe_copy(sim, 0, 0.0, 7, keys)
+    assert len(sim.replicas) == 2  # and does not loop on its own copy
+
+
+def test_gain_stats_and_per_cell_noise():
+    from controlplane.sim.seeds import gain_stats
+
+    g = gain_stats([1.0, 1.0, 1.0], [0.9, 0.8, 0.7])
+    assert g["per_seed"] == pytest.approx([0.1, 0.2, 0.3])
+    # mean 0.2, stdev 0.1, se 0.1/sqrt(3), t(2) = 4.303
+    assert g["mean"] == pytest.approx(0.2) and g["noise"] == pytest.approx(4.303 * 0.1 / 3**0.5)
+    assert not g["beyond_noise"]
+    assert gain_stats([2.0, 2.0], [1.0, 1.0])["beyond_noise"]  # no spread at all
+    assert gain_stats([1.0], [0.5])["noise"] is None
+    with pytest.raises(ValueError):
+        gain_stats([1.0], [])
+    cell = {"copy_to_onset": 0.1, "load": 0.8, "predictive_gain_p99": -0.05,
+            "predictive_gain_mean": 0.0, "oracle_gain_p99": 0.0, "oracle_gain_mean": 0.0,
+            "predictive_gain_p99_noise": 0.10, "predictive_gain_mean_noise": 0.02}
+    doc = {"noise": {"p99": 0.01, "mean": 0.01}, "cells": [cell]}
+    a = advice(0.1, 0.8, doc)
+    assert a["verdict"] == "reactive-enough" and a["noise_p99"] == 0.10  # the cell's own noise
+    cell["predictive_gain_p99_noise"] = 0.02
+    assert advice(0.1, 0.8, doc)["verdict"] == "avoid"

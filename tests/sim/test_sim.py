@@ -113,3 +113,17 @@ def test_scaleout_and_tiered_setups_build():
     assert len(s.config.changes) == 2 and all(c.serve_s > c.announce_s for c in s.config.changes)
     t = build(trace=str(FIX / "mooncake_head300.jsonl"), fmt="mooncake", scenario="tiered", engines=4)
     assert [x.name for x in t.config.tiers] == ["cpu", "ssd"]
+
+
+def test_servegen_load_holds_for_every_seed():
+    # The rate is scaled with the prefix lengths each seed draws, so the offered prefill work
+    # (every request with its prefix cached) matches the target load whatever the draw.
+    from controlplane.sim.workloads.base import BLOCK_TOKENS
+
+    for seed in (0, 1, 2):
+        s = build(trace=str(FIX / "servegen"), fmt="servegen", engines=4, start=86400 * 2 + 7200,
+                  duration=1800, tenants=2, load=0.5, prefix_tokens=(8192, 131072), seed=seed)
+        wl, cost = s.workload, s.config.cost
+        work = sum(cost.prefill_seconds(700, len(wl.prefixes[p]) * BLOCK_TOKENS)
+                   for p in wl.pid.tolist())
+        assert work / (1800 * 4) == pytest.approx(0.5, rel=0.3)

@@ -62,6 +62,17 @@ def mean_rate(tenants: dict[str, ServegenTenant], start: float, duration_s: floa
     return float(total[sel].mean()) if sel.any() else 0.0
 
 
+def _draw_lengths(rng, n: int, lo: int, hi: int) -> np.ndarray:
+    return np.exp(rng.uniform(math.log(lo), math.log(hi), size=n)).astype(int)
+
+
+def prefix_lengths(names: list[str], prefix_tokens: tuple[int, int], seed: int) -> dict[str, int]:
+    """The prefix length each tenant gets in ``load_servegen`` for this seed (same draw)."""
+    lo, hi = prefix_tokens
+    lengths = _draw_lengths(np.random.default_rng(seed), len(names), lo, hi)
+    return {name: int(x) for name, x in zip(names, lengths, strict=True)}
+
+
 def top_tenants(path: str | Path | None, count: int, start: float, duration_s: float) -> dict[str, ServegenTenant]:
     tenants = load_servegen_windows(path)
     vol = {}
@@ -92,7 +103,7 @@ def load_servegen(
         raise ValueError("no ServeGen tenants found")
     rng = np.random.default_rng(seed)
     names = list(chosen)
-    lengths = np.exp(rng.uniform(math.log(lo), math.log(hi), size=len(names))).astype(int)
+    lengths = _draw_lengths(rng, len(names), lo, hi)
     prefixes = [synthetic_prefix(10_000 + j, int(lengths[j])) for j in range(len(names))]
     times: list[np.ndarray] = []
     pids: list[np.ndarray] = []

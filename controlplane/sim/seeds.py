@@ -1,0 +1,172 @@
+"""``prewarm-sim seeds``: predictive vs reactive vs oracle over seeds, with the noise per cell.
+
+A *cell* is one (model, scenario, load, prefix lengths, link) setting. Each seed draws a new
+ServeGen workload (arrival times from the windows' fitted processes, tenant prefix lengths), and
+every policy runs on the same draw, so the comparison is paired: per seed, the gain of a policy
+over ``reactive`` is ``(reactive - policy) / reactive`` of mean or p99 TTFT. A cell reports the
+mean gain over seeds and its noise, the half-width of a 95% confidence interval of that mean
+(Student t over the per-seed gains); a gain is *beyond noise* when ``|mean| > noise``. The
+same statistics serve the sweep's map (``controlplane/sim/sweep.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from controlplane.sim.runner import run_policies
+from controlplane.sim.scenarios import build
+
+# Two-sided 95% Student t quantiles by degrees of freedom (seeds - 1).
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+KEY_CELLS = (
+    ("llama3-70b", "steady"), ("llama3-70b", "scaleout"), ("llama3-70b", "slowlink"),
+    ("llama3-70b", "tiered"), ("llama3-8b", "steady"), ("llama3-8b", "slowlink"),
+)
+COMPARED = ("reactive", "predictive", "oracle")
+
+
+def gain_stats(base: list[float], other: list[float]) -> dict:
+    """Paired relative gains of ``other`` over ``base`` (lower is better): mean, 95% CI
+    half-width (``noise``), per-seed values, and whether the mean is beyond the noise."""
+    if len(base) != len(other) or not base:
+        raise ValueError("need the same, non-zero number of runs on both sides")
+    gains = [(b - o) / b if b > 0 else 0.0 for b, o in zip(base, other, strict=True)]
+    mean = sum(gains) / len(gains)
+    if len(gains) > 1:
+        se = statistics.stdev(gains) / math.sqrt(len(gains))
+        noise = T95.get(len(gains) - 1, 1.96) * se
+    else:
+        noise = None  # one seed: no noise estimate
+    return {"mean": mean, "noise": noise, "per_seed": gains,
+            "beyond_noise": noise is not None and abs(mean) > noise}
+
+
+def run_one(job: dict) -> dict:
+    """One seed of one cell: every policy's summary (picklable, for worker processes)."""
+    setup = build(workload="servegen", scenario=job["scenario"], model=job["model"],
+                  gpu=job.get("gpu", "h100"), gpus_per_engine=job.get("gpus_per_engine"),
+                  engines=job.get("engines", 16), tenants=job.get("tenants", 30),
+                  duration=job.get("duration"), load=job.get("load", 0.55),
+                  prefix_tokens=job.get("prefix_tokens"), seed=job["seed"])
+    if job.get("link_bytes_per_s"):
+        setup.config.network_bytes_per_s = job["link_bytes_per_s"]
+    doc, _ = run_policies(setup, job["policies"], seed=job["seed"])
+    return {**job, "policies": doc["policies"]}
+
+
+def run_jobs(jobs: list[dict], workers: int = 1) -> list[dict]:
+    if workers <= 1:
+        return [run_one(j) for j in jobs]
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(run_one, jobs))
+
+
+def summarize_cell(runs: list[dict]) -> dict:
+    """Per-policy means over seeds, paired gains over reactive, predictive's VRAM/precision."""
+    pols = runs[0]["policies"]
+    out: dict = {"seeds": [r["seed"] for r in runs], "ttft_s": {}}
+    for name in pols:
+        out["ttft_s"][name] = {
+            stat: sum(r["policies"][name][f"ttft_{stat}_s"] for r in runs) / len(runs)
+            for stat in ("mean", "p99")}
+    out["per_seed_ttft_s"] = {name: [{stat: r["policies"][name][f"ttft_{stat}_s"]
+                                      for stat in ("mean", "p99")} for r in runs]
+                              for name in pols}
+    for name in ("predictive", "oracle"):
+        if name not in pols:
+            continue
+        for stat in ("mean", "p99"):
+            g = gain_stats([r["policies"]["reactive"][f"ttft_{stat}_s"] for r in runs],
+                           [r["policies"][name][f"ttft_{stat}_s"] for r in runs])
+            out[f"{name}_gain_{stat}"] = g["mean"]
+            out[f"{name}_gain_{stat}_noise"] = g["noise"]
+            out[f"{name}_gain_{stat}_per_seed"] = g["per_seed"]
+            out[f"{name}_gain_{stat}_beyond_noise"] = g["beyond_noise"]
+    for stat in ("mean", "p99"):
+        xs = [r["policies"]["reactive"][f"ttft_{stat}_s"] for r in runs]
+        out[f"reactive_{stat}_spread"] = (max(xs) - min(xs)) / (sum(xs) / len(xs))
+    if "predictive" in pols:
+        pred = [r["policies"]["predictive"] for r in runs]
+        out["spec_vram_fraction_mean"] = sum(p["spec_vram_fraction_mean"] for p in pred) / len(pred)
+        prec = [p["replica_precision"] for p in pred if p["replica_precision"] is not None]
+        out["replica_precision"] = sum(prec) / len(prec) if prec else None
+        out["speculative_replicas"] = sum(p["speculative_replicas"] for p in pred) / len(pred)
+    return out
+
+
+def gap_closed(cell: dict, stat: str = "p99") -> float | None:
+    """Share of the reactive -> oracle gap that predictive closes (None: no gap beyond noise)."""
+    if not cell.get(f"oracle_gain_{stat}_beyond_noise") or cell[f"oracle_gain_{stat}"] <= 0:
+        return None
+    return cell[f"predictive_gain_{stat}"] / cell[f"oracle_gain_{stat}"]
+
+
+def main_seeds(args) -> int:
+    seeds = [int(x) for x in str(args.seeds).split(",")]
+    cells = KEY_CELLS if not args.cells else [tuple(c.split(":")) for c in args.cells.split(",")]
+    policies = args.policies.split(",")
+    if "reactive" not in policies:
+        raise SystemExit("--policies must include reactive (the baseline of every gain)")
+    jobs = [{"model": m, "scenario": s, "seed": seed, "policies": policies,
+             "duration": args.duration, "load": args.load}
+            for m, s in cells for seed in seeds]
+    results = run_jobs(jobs, args.workers)
+    doc = {"duration_s": args.duration, "load": args.load, "seeds": seeds, "cells": []}
+    for m, s in cells:
+        runs = [r for r in results if r["model"] == m and r["scenario"] == s]
+        cell = {"model": m, "scenario": s, **summarize_cell(runs)}
+        cell["gap_closed_p99"] = gap_closed(cell)
+        doc["cells"].append(cell)
+        print(_line(cell), flush=True)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(doc, indent=1) + "\n")
+    print(markdown(doc))
+    return 0
+
+
+def markdown(doc: dict) -> str:
+    """The per-cell table of ``docs/simulator.md`` (means over seeds; gains ± 95% noise)."""
+    head = ("| model | scenario | seeds | cache-aware mean / p99 | reactive mean / p99 | "
+            "predictive mean / p99 | oracle mean / p99 | predictive gain mean | "
+            "predictive gain p99 | oracle gain mean | oracle gain p99 | gap closed p99 | "
+            "spec VRAM % | precision |")
+    rows = [head, "|" + "---|" * 14]
+    for c in doc["cells"]:
+        closed = c.get("gap_closed_p99")
+        prec = c.get("replica_precision")
+        rows.append(
+            f"| {c['model']} | {c['scenario']} | {len(c['seeds'])} | {_mp(c, 'cache-aware')} | "
+            f"{_mp(c, 'reactive')} | {_mp(c, 'predictive')} | {_mp(c, 'oracle')} | "
+            f"{_g(c, 'predictive', 'mean')} | {_g(c, 'predictive', 'p99')} | "
+            f"{_g(c, 'oracle', 'mean')} | {_g(c, 'oracle', 'p99')} | "
+            f"{'no gap' if closed is None else f'{closed:.0%}'} | "
+            f"{100 * c['spec_vram_fraction_mean']:.2f} | "
+            f"{'-' if prec is None else f'{prec:.2f}'} |")
+    return "\n".join(rows)
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _line(c: dict) -> str:
+    t = c["ttft_s"]
+    return (f"{c['model']:<11} {c['scenario']:<9} reactive {t['reactive']['mean']:.3f}/"
+            f"{t['reactive']['p99']:.3f}  predictive gain mean {c['predictive_gain_mean']:+.1%}"
+            f"±{pct(c['predictive_gain_mean_noise'])} p99 {c['predictive_gain_p99']:+.1%}"
+            f"±{pct(c['predictive_gain_p99_noise'])}  oracle p99 {c['oracle_gain_p99']:+.1%}"
+            f"±{pct(c['oracle_gain_p99_noise'])}")
+
+
+def _mp(c: dict, name: str) -> str:
+    t = c["ttft_s"]
+    return f"{t[name]['mean']:.3f} / {t[name]['p99']:.3f}" if name in t else "-"
+
+
+def _g(c: dict, name: str, stat: str) -> str:
+    mark = "**" if c[f"{name}_gain_{stat}_beyond_noise"] else ""
+    return f"{mark}{c[f'{name}_gain_{stat}']:+.1%}{mark} ± {pct(c[f'{name}_gain_{stat}_noise'])}"
