@@ -112,6 +112,11 @@ class NcclTransport:
                 timeout=timedelta(seconds=left),
             )
         except (RuntimeError, ValueError) as exc:  # DistStoreError / DistNetworkError included
+            # init_process_group names the default group from a process-wide counter before the
+            # rendezvous and does not undo that on failure; left as is, this agent's next group
+            # would look for its peer under another store key and never meet it.
+            if not dist.is_initialized():
+                dist.distributed_c10d._world.group_count = 0
             raise RendezvousError(
                 f"peer did not join {addr}:{port} within {left:.1f}s ({_first_line(exc)})"
             ) from None

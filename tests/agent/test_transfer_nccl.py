@@ -89,3 +89,29 @@ def test_source_never_joins_fails_target_by_deadline_with_nothing_stored(agents)
     assert failed["bytes"] == 0 and failed["checksum"] is None
     assert not any(got.contains(k) for k in fresh)
     assert not list(got.dir.glob("*.tmp"))
+
+
+def test_bytes_that_do_not_match_the_checksum_are_not_stored(agents):
+    cp, store, _, got = agents
+    s, d = cp.node_id("src"), cp.node_id("dst")
+    keys = [0x4000 + i for i in range(4)]
+    for k in keys:
+        store.write(k, os.urandom(BLOCK))
+
+    def replicate():
+        spec = nccl_job(keys, free_port(), deadline_s=30)
+        cp.assign(s, {**spec, "role": "source"})
+        cp.assign(d, {**spec, "role": "target"})
+        return wait_result(cp, spec["id"], d), wait_result(cp, spec["id"], s)
+
+    target, _ = replicate()  # the source agent now holds these blocks' digests
+    assert target["state"] == "succeeded", target["error"]
+    before = {k: bytes(got.read(k)) for k in keys}
+    # Rot one block on the source's disk behind its back: the bytes sent no longer match the
+    # digest the source announces, as if they were corrupted on the way.
+    path = store.dir / f"{keys[2]:016x}.blk"
+    path.write_bytes(os.urandom(BLOCK))
+    target, source = replicate()
+    assert target["state"] == "failed" and "checksum mismatch" in target["error"]
+    assert source["state"] == "failed" and "checksum mismatch" in source["error"]
+    assert {k: bytes(got.read(k)) for k in keys} == before
