@@ -139,11 +139,11 @@ class RedisResidencyIndex:
     def apply(self, deltas: Iterable[Delta]) -> int:
         batch = []
         for d in deltas:
-            stored = [
-                [f"{k:016x}", "" if p is None else f"{p:016x}", BIT[validate_medium(m)]]
-                for k, p, m in d.stored
-            ]
-            removed = [[f"{k:016x}", BIT[validate_medium(m)]] for k, m in d.removed]
+            # Each distinct medium checked once, not once per key; raises naming a bad one.
+            for medium in {m for _, _, m in d.stored} | {m for _, m in d.removed}:
+                validate_medium(medium)
+            stored = [["%016x" % k, "" if p is None else "%016x" % p, BIT[m]] for k, p, m in d.stored]
+            removed = [["%016x" % k, BIT[m]] for k, m in d.removed]
             batch.append([d.engine, 1 if (d.snapshot or d.cleared) else 0, stored, removed])
         if not batch:
             return 0
