@@ -35,6 +35,7 @@ PIPELINE_KEYS = 5000  # keys per pipelined round trip: bounded memory on both en
 _APPLY = r"""
 local ns = KEYS[1]
 local batch = cmsgpack.unpack(ARGV[1])
+local CHUNK = 1000  -- fields per multi-field call: far below Lua's unpack() limit
 local changes = 0
 local function drop(engine)
   local ekey = ns .. ':e:' .. engine
@@ -43,36 +44,75 @@ local function drop(engine)
   redis.call('DEL', ekey)
   redis.call('SREM', ns .. ':engines', engine)
 end
+-- HMGET a list of fields in chunks into a table field -> value (false when absent)
+local function hmget(key, fields, into)
+  for i = 1, #fields, CHUNK do
+    local part = {unpack(fields, i, math.min(i + CHUNK - 1, #fields))}
+    local vals = redis.call('HMGET', key, unpack(part))
+    for j, f in ipairs(part) do into[f] = vals[j] end
+  end
+end
+-- one command per CHUNK items: cmd key a1 b1 a2 b2 ... (flat list of arguments)
+local function chunked(cmd, key, flat, per)
+  local step = CHUNK * per
+  for i = 1, #flat, step do
+    redis.call(cmd, key, unpack(flat, i, math.min(i + step - 1, #flat)))
+  end
+end
 for _, d in ipairs(batch) do
   local engine = tostring(d[1])
   if d[2] == 1 then drop(engine) end
   local ekey = ns .. ':e:' .. engine
-  local stored = d[3]
+  local stored, removed = d[3], d[4]
   if #stored > 0 then redis.call('SADD', ns .. ':engines', engine) end
+  -- Read every touched key's mask once, work in memory, write each key's final state once.
+  local fields, seen = {}, {}
   for _, s in ipairs(stored) do
-    local k, parent, mb = s[1], s[2], s[3]
-    local cur = tonumber(redis.call('HGET', ekey, k) or '0')
-    local new = bit.bor(cur, mb)
-    redis.call('HSET', ekey, k, new)
-    redis.call('HSET', ns .. ':k:' .. k, engine, new)
-    if parent ~= '' then redis.call('HSET', ns .. ':p', k, parent)
-    else redis.call('HSETNX', ns .. ':p', k, '') end
+    if not seen[s[1]] then seen[s[1]] = true; fields[#fields + 1] = s[1] end
+  end
+  for _, r in ipairs(removed) do
+    if not seen[r[1]] then seen[r[1]] = true; fields[#fields + 1] = r[1] end
+  end
+  local cur, orig = {}, {}
+  hmget(ekey, fields, orig)
+  for _, k in ipairs(fields) do orig[k] = tonumber(orig[k] or '0'); cur[k] = orig[k] end
+  local parents, roots = {}, {}
+  for _, s in ipairs(stored) do
+    local k, parent = s[1], s[2]
+    cur[k] = bit.bor(cur[k], s[3])
+    if parent ~= '' then parents[#parents + 1] = k; parents[#parents + 1] = parent
+    else roots[#roots + 1] = k end
     changes = changes + 1
   end
-  for _, r in ipairs(d[4]) do
+  for _, r in ipairs(removed) do
     local k, mb = r[1], r[2]
-    local cur = tonumber(redis.call('HGET', ekey, k) or '0')
-    if bit.band(cur, mb) ~= 0 then
-      local new = bit.band(cur, bit.bnot(mb))
-      if new == 0 then
-        redis.call('HDEL', ekey, k)
-        redis.call('HDEL', ns .. ':k:' .. k, engine)
-      else
-        redis.call('HSET', ekey, k, new)
-        redis.call('HSET', ns .. ':k:' .. k, engine, new)
-      end
+    if bit.band(cur[k], mb) ~= 0 then
+      cur[k] = bit.band(cur[k], bit.bnot(mb))
       changes = changes + 1
     end
+  end
+  local set, gone = {}, {}
+  for _, k in ipairs(fields) do
+    if cur[k] == orig[k] then  -- unchanged (e.g. removing what it never held): nothing to write
+    elseif cur[k] ~= 0 then
+      set[#set + 1] = k; set[#set + 1] = cur[k]
+      redis.call('HSET', ns .. ':k:' .. k, engine, cur[k])
+    else
+      gone[#gone + 1] = k
+      redis.call('HDEL', ns .. ':k:' .. k, engine)
+    end
+  end
+  chunked('HSET', ekey, set, 2)
+  chunked('HDEL', ekey, gone, 1)
+  chunked('HSET', ns .. ':p', parents, 2)
+  if #roots > 0 then  -- a root key is recorded once, never over a known parent (HSETNX)
+    local known = {}
+    hmget(ns .. ':p', roots, known)
+    local fresh, added = {}, {}
+    for _, k in ipairs(roots) do
+      if not known[k] and not added[k] then added[k] = true; fresh[#fresh + 1] = k; fresh[#fresh + 1] = '' end
+    end
+    chunked('HSET', ns .. ':p', fresh, 2)
   end
 end
 return changes
@@ -99,11 +139,13 @@ class RedisResidencyIndex:
     def apply(self, deltas: Iterable[Delta]) -> int:
         batch = []
         for d in deltas:
-            stored = [
-                [f"{k:016x}", "" if p is None else f"{p:016x}", BIT[validate_medium(m)]]
-                for k, p, m in d.stored
-            ]
-            removed = [[f"{k:016x}", BIT[validate_medium(m)]] for k, m in d.removed]
+            # Each distinct medium checked once, not once per key; raises naming a bad one.
+            for medium in {m for _, _, m in d.stored} | {m for _, m in d.removed}:
+                validate_medium(medium)
+            # %-formatting: ~1/3 faster than f-strings for 5,000 keys a report.
+            stored = [["%016x" % k, "" if p is None else "%016x" % p, BIT[m]]  # noqa: UP031
+                      for k, p, m in d.stored]
+            removed = [["%016x" % k, BIT[m]] for k, m in d.removed]  # noqa: UP031
             batch.append([d.engine, 1 if (d.snapshot or d.cleared) else 0, stored, removed])
         if not batch:
             return 0

@@ -24,6 +24,12 @@ from .models import Engine, Gpu, GpuSample, Node
 from .residency import get_index
 
 GPU_SAMPLE_SECONDS = 60
+GPU_REFRESH_SECONDS = 60  # an unchanged GPU row is rewritten (updated_at) at most this often
+ENGINE_SEEN_SECONDS = 10  # an unchanged engine's last_seen is written at most this often
+GPU_FIELDS = ("index", "name", "memory_total", "memory_used", "memory_free", "utilization_gpu",
+              "nvlink_peers", "pcie", "processes", "errors", "lost")
+ENGINE_FIELDS = ("kind", "model", "block_size", "bytes_per_block", "kv_capacity_blocks", "endpoints",
+                 "metrics")
 
 
 @transaction.atomic
@@ -74,60 +80,84 @@ def _mark_lost(node: Node, gpus: list[dict]) -> None:
         Gpu.objects.filter(node=node, index=data["index"]).update(lost=True, errors=data["errors"])
 
 
+# Per-process memory of what this process last wrote, so an unchanged report writes nothing.
+# Only ever a shortcut: a process without an entry (new, or another process wrote) reads the
+# database, and entries are set on commit, so a rolled-back report leaves nothing behind.
+# Keys carry a creation time besides the pk, so a reused pk (database reset) never hits.
+_last_sample_at: dict[tuple, float] = {}  # (gpu pk, uuid, node created) -> last GpuSample time
+_engine_gpus: dict[tuple, frozenset[int]] = {}  # (engine pk, created) -> its GPU pks as written
+
+
+def _on_commit_set(cache: dict, key, value) -> None:
+    transaction.on_commit(lambda: cache.__setitem__(key, value))
+
+
+def _gpu_key(node: Node, gpu: Gpu) -> tuple:
+    return (gpu.pk, gpu.uuid, node.created_at)
+
+
 def _upsert_gpus(node: Node, gpus: list[dict], now) -> dict[str, Gpu]:
     _mark_lost(node, [g for g in gpus if g["uuid"] is None])
     gpus = [g for g in gpus if g["uuid"] is not None]
     existing = {g.uuid: g for g in Gpu.objects.filter(uuid__in=[g["uuid"] for g in gpus])}
-    fields = ["index", "name", "memory_total", "memory_used", "memory_free", "utilization_gpu",
-              "nvlink_peers", "pcie", "processes", "errors", "lost"]
     changed, samples = [], []
     for data in gpus:
         gpu = existing.get(data["uuid"])
         if gpu is None:
-            gpu = Gpu.objects.create(node=node, uuid=data["uuid"], **{f: data[f] for f in fields})
+            gpu = Gpu.objects.create(node=node, uuid=data["uuid"], **{f: data[f] for f in GPU_FIELDS})
             existing[gpu.uuid] = gpu
         else:
             if gpu.node_id != node.pk:
                 raise ApiError("gpu_owned_elsewhere", "this GPU belongs to another node",
                                "gpus.uuid", status_code=409)
-            for f in fields:
-                setattr(gpu, f, data[f])
-            changed.append(gpu)
-        samples.append(GpuSample(gpu=gpu, at=now, memory_used=data["memory_used"],
-                                 utilization_gpu=data["utilization_gpu"]))
-    if changed:
-        Gpu.objects.bulk_update(changed, fields)
-        Gpu.objects.filter(pk__in=[g.pk for g in changed]).update(updated_at=now)
+            # Unchanged values are not rewritten (live values reach browsers through publish
+            # anyway); updated_at is still refreshed every GPU_REFRESH_SECONDS.
+            differs = [f for f in GPU_FIELDS if getattr(gpu, f) != data[f]]
+            stale = gpu.updated_at is None or (now - gpu.updated_at).total_seconds() >= GPU_REFRESH_SECONDS
+            if differs or stale:
+                for f in differs:
+                    setattr(gpu, f, data[f])
+                changed.append((gpu, differs))
+        if now.timestamp() - _last_sample_at.get(_gpu_key(node, gpu), 0.0) >= GPU_SAMPLE_SECONDS:
+            samples.append(GpuSample(gpu=gpu, at=now, memory_used=data["memory_used"],
+                                     utilization_gpu=data["utilization_gpu"]))
+    for gpu, differs in changed:  # usually one GPU row or none: plain UPDATEs beat bulk_update's CASE
+        Gpu.objects.filter(pk=gpu.pk).update(updated_at=now, **{f: getattr(gpu, f) for f in differs})
+        gpu.updated_at = now
     if samples:  # at most one history point per GPU per GPU_SAMPLE_SECONDS
-        recent = set(
+        recent = dict(
             GpuSample.objects.filter(gpu__in=[s.gpu for s in samples],
                                      at__gt=now - timedelta(seconds=GPU_SAMPLE_SECONDS))
-            .values_list("gpu_id", flat=True)
+            .values_list("gpu_id", "at")
         )
+        for sample in samples:
+            at = recent.get(sample.gpu.pk)
+            _on_commit_set(_last_sample_at, _gpu_key(node, sample.gpu), (at or now).timestamp())
         GpuSample.objects.bulk_create([s for s in samples if s.gpu.pk not in recent])
     return existing
 
 
 def _upsert_engines(node: Node, engines: list[dict], gpus: dict[str, Gpu], now) -> dict[str, Engine]:
     existing = {e.engine_id: e for e in node.engines.all()}
-    fields = ["kind", "model", "block_size", "bytes_per_block", "kv_capacity_blocks", "endpoints", "metrics"]
-    changed = []
     for data in engines:
         engine = existing.get(data["engine_id"])
         if engine is None:
             engine = Engine.objects.create(node=node, engine_id=data["engine_id"], last_seen=now,
-                                           **{f: data[f] for f in fields})
+                                           **{f: data[f] for f in ENGINE_FIELDS})
             existing[engine.engine_id] = engine
         else:
-            for f in fields:
-                setattr(engine, f, data[f])
-            engine.last_seen = now
-            changed.append(engine)
-        wanted = [gpus[u].pk for u in data["gpu_uuids"] if u in gpus]
-        if wanted and sorted(wanted) != sorted(g.pk for g in engine.gpus.all()):
-            engine.gpus.set(wanted)
-    if changed:
-        Engine.objects.bulk_update(changed, fields + ["last_seen"])
+            differs = [f for f in ENGINE_FIELDS if getattr(engine, f) != data[f]]
+            stale = engine.last_seen is None or (now - engine.last_seen).total_seconds() >= ENGINE_SEEN_SECONDS
+            if differs or stale:
+                for f in differs:
+                    setattr(engine, f, data[f])
+                engine.last_seen = now
+                Engine.objects.filter(pk=engine.pk).update(last_seen=now, **{f: data[f] for f in differs})
+        wanted = frozenset(gpus[u].pk for u in data["gpu_uuids"] if u in gpus)
+        if wanted and wanted != _engine_gpus.get((engine.pk, engine.created_at)):
+            if wanted != {g.pk for g in engine.gpus.all()}:
+                engine.gpus.set(wanted)
+            _on_commit_set(_engine_gpus, (engine.pk, engine.created_at), wanted)
     return existing
 
 
@@ -148,6 +178,7 @@ def apply_report(node: Node, report: Report) -> dict:
             Engine.objects.update(residency_synced=False)
         gpus = _upsert_gpus(node, report.gpus, now) if report.gpus else {}
         engines = _upsert_engines(node, report.engines, gpus, now)
+        engines_by_pk = {e.pk: e for e in engines.values()}
         deltas, requested, synced = [], [], []
         for res in report.residency:
             engine = engines[res.engine_id]
@@ -165,10 +196,12 @@ def apply_report(node: Node, report: Report) -> dict:
         for engine in engines.values():
             if not engine.residency_synced and engine.engine_id not in requested and engine.pk not in synced:
                 requested.append(engine.engine_id)
-        if synced:
-            Engine.objects.filter(pk__in=synced).update(residency_synced=True)
-        if requested:
-            Engine.objects.filter(node=node, engine_id__in=requested).update(residency_synced=False)
+        synced_now = [pk for pk in synced if not engines_by_pk[pk].residency_synced]
+        if synced_now:
+            Engine.objects.filter(pk__in=synced_now).update(residency_synced=True)
+        unsynced_now = [e for e in requested if engines[e].residency_synced]
+        if unsynced_now:
+            Engine.objects.filter(node=node, engine_id__in=unsynced_now).update(residency_synced=False)
         node.last_seq, node.boot_id, node.last_seen = report.seq, report.boot_id, now
         if node.state == NodeState.STALE:
             node.state = NodeState.ACTIVE

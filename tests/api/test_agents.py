@@ -166,3 +166,20 @@ def test_published_residency_delta_survives_the_redis_layer_serializer(enrol, se
     message = async_to_sync(layer.receive)(channel)
     assert message["event"] == "residency.delta"
     assert msgpack.unpackb(msgpack.packb(message), strict_map_key=True) == message
+
+
+def test_unchanged_gpu_and_engine_rows_are_not_rewritten_but_changes_land_at_once(enrol):
+    _, agent = enrol()
+    assert agent.post("/api/agents/report/", report(1, mode="snapshot"), format="json").status_code == 200
+    gpu, engine = Gpu.objects.get(), Engine.objects.get()
+    assert agent.post("/api/agents/report/", report(2), format="json").status_code == 200
+    assert Gpu.objects.get().updated_at == gpu.updated_at  # same values: no write
+    assert Engine.objects.get().last_seen == engine.last_seen  # within ENGINE_SEEN_SECONDS
+    changed = report(3)
+    changed["gpus"][0]["memory_used"] = 71 * 2**30
+    changed["engines"][0]["kv_capacity_blocks"] = 12_000
+    assert agent.post("/api/agents/report/", changed, format="json").status_code == 200
+    gpu_after, engine_after = Gpu.objects.get(), Engine.objects.get()
+    assert gpu_after.memory_used == 71 * 2**30 and gpu_after.updated_at > gpu.updated_at
+    assert engine_after.kv_capacity_blocks == 12_000 and engine_after.last_seen > engine.last_seen
+    assert list(engine_after.gpus.values_list("uuid", flat=True)) == ["GPU-aaa"]

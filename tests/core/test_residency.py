@@ -107,3 +107,32 @@ def test_full_holders_many_is_holders_at_full_depth(index):
     assert index.full_holders_many(chains, limit=8) == expected
     assert expected[0] == [Holder(4, 3, "GPU"), Holder(1, 3, "CPU"), Holder(2, 3, "DISK")]
     assert index.full_holders_many(chains, limit=2)[0] == expected[0][:2]
+
+
+@pytest.mark.services
+def test_redis_matches_inprocess_under_random_churn():
+    """Duplicated keys, store and remove of one key in the same delta, parents set after a root
+    and more keys than one multi-field call carries: Redis ends where the in-process index does."""
+    import random
+
+    redis_idx, ref = _redis_index(), InProcessResidencyIndex()
+    rng = random.Random(3)
+    pool = [rng.getrandbits(64) for _ in range(1500)]
+    media = ["GPU", "CPU", "DISK"]
+    for step in range(6):
+        deltas = []
+        for engine in (1, 2, 3):
+            stored = [(rng.choice(pool), rng.choice([None, rng.choice(pool)]), rng.choice(media))
+                      for _ in range(rng.randrange(0, 2500))]
+            removed = [(rng.choice(pool), rng.choice(media)) for _ in range(rng.randrange(0, 2500))]
+            deltas.append(Delta(engine, stored=stored, removed=removed, snapshot=step == 3 and engine == 2))
+        assert redis_idx.apply(deltas) == ref.apply(deltas)
+    try:
+        for engine in (1, 2, 3):
+            assert redis_idx.blocks_of(engine) == ref.blocks_of(engine)
+            assert redis_idx.usage(engine) == ref.usage(engine)
+        for key in pool[:300]:
+            assert redis_idx.engines_of(key) == ref.engines_of(key)
+            assert redis_idx.parent_of(key) == ref.parent_of(key)
+    finally:
+        redis_idx.clear()
