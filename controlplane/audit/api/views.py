@@ -2,13 +2,14 @@ from django_filters import rest_framework as filters
 from rest_framework import viewsets
 
 from controlplane.accounts.choices import Role
+from controlplane.api.filters import BoundedIsoDateTimeFilter
 
 from ..models import AuditEvent
 from .serializers import AuditEventSerializer
 
 
 class AuditEventFilter(filters.FilterSet):
-    since = filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
+    since = BoundedIsoDateTimeFilter(field_name="at", lookup_expr="gte")
 
     class Meta:
         model = AuditEvent

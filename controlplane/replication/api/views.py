@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from controlplane.accounts.choices import Role
 from controlplane.api.exceptions import ApiError
+from controlplane.api.filters import in_range
 from controlplane.audit.services import record, snapshot
 
 from .. import services
@@ -145,7 +146,10 @@ class ScoreboardView(APIView):
 def _when(value, field):
     if not value:
         return None
-    parsed = parse_datetime(value)
-    if parsed is None:
-        raise ApiError("invalid", f"{field} is not an ISO 8601 date-time", field)
+    try:
+        parsed = parse_datetime(value)
+    except ValueError:
+        parsed = None
+    if parsed is None or not in_range(parsed):
+        raise ApiError("invalid", f"{field} is not an ISO 8601 date-time between 1970 and 9000", field)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
