@@ -90,7 +90,7 @@ def pg_admin(sql: str) -> None:
 class EngineMetricsServer:
     """The engine's vLLM ``/metrics``: a busy engine (KV 80% used), as a burst finds it."""
 
-    def __init__(self, kv_usage: float = 0.8):
+    def __init__(self, kv_usage: float = 0.5):
         self.kv_usage = kv_usage
         outer = self
 
@@ -272,8 +272,10 @@ class Cluster:
     # -- nodes --------------------------------------------------------------------------------
     def _start_node(self, i: int) -> Node:
         name = f"node-{i}"
+        # The source (node-0, holding the burst's prefix) is busy, the others have room: where a
+        # replica pays, and the planner targets no engine above its max_load (0.7).
         node = Node(name, TestPublisher(), self.dir / name / "blocks", free_port(), free_port(),
-                    EngineMetricsServer())
+                    EngineMetricsServer(0.85 if i == 0 else 0.3))
         node.store_dir.mkdir(parents=True, exist_ok=True)
         gpus = self.dir / name / "gpus.json"
         gpus.write_text(json.dumps({"gpus": [{"index": 0, "uuid": f"GPU-sim-{i}", "name": "Virtual H100",

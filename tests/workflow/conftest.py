@@ -41,7 +41,9 @@ def engine_report(seq: int, name: str, keys=(), transfer="127.0.0.1:7701", kv_bl
     return {"seq": seq, "boot_id": f"boot-{name}", "sent_at": 1764540000.0 + seq, "gpus": [],
             "engines": [{"engine_id": "vllm-0", "kind": "vllm", "model": burst.MODEL, "block_size": 16,
                          "bytes_per_block": BYTES_PER_BLOCK, "kv_capacity_blocks": kv_blocks, "gpu_uuids": [],
-                         "endpoints": {"transfer": transfer}, "metrics": {"kv_usage": 0.8}}],
+                         "endpoints": {"transfer": transfer},
+                         # The holder is busy, the others have room: where a replica pays.
+                         "metrics": {"kv_usage": 0.85 if keys else 0.3}}],
             "residency": [{"engine_id": "vllm-0", "mode": "snapshot", "stored": stored, "removed": [],
                            "cleared": False}]}
 
