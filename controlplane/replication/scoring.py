@@ -71,9 +71,9 @@ def score_all(now=None) -> int:
     """Score every replica whose score can still change; returns how many were scored."""
     now = now or timezone.now()
     final_after = timedelta(seconds=settings.PREWARM_DEMAND_BUCKET_SECONDS)
-    todo = SpeculativeReplica.objects.select_related("engine").filter(placed_at__gte=now - LOOKBACK)
+    unscored = SpeculativeReplica.objects.select_related("engine").filter(placed_at__gte=now - LOOKBACK)
     changed = []
-    for r in todo:
+    for r in unscored:
         end = min(x for x in (r.evicted_at, r.expires_at) if x is not None)
         if r.scored_at is not None and r.scored_at >= end + final_after:
             continue  # final
