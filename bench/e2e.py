@@ -50,13 +50,10 @@ def _configure_django(env: dict[str, str]) -> None:
 
 
 def _wait(pred, timeout: float, what: str, interval: float = 0.01):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out waiting for {what}")
+    # tests/live.py's poller, at a finer interval: the waits here are the measured latencies.
+    from tests.live import wait_for
+
+    return wait_for(pred, timeout, interval=interval, what=what)
 
 
 def _holds(cluster, engine: int, hexes: list[str]) -> bool:

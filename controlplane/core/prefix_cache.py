@@ -23,8 +23,17 @@ Every placed replica is tracked until its first use, so precision (replicas used
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
+
+def leading_match(keys: Sequence[int], blocks: Container[int]) -> int:
+    """How many of ``keys``, root first, are in ``blocks`` before the first one that is not."""
+    n = 0
+    for k in keys:
+        if k not in blocks:
+            break
+        n += 1
+    return n
 
 class PrefixCache:
     """LRU cache of canonical block keys for one engine (or one tier of one engine)."""
@@ -69,13 +78,7 @@ class PrefixCache:
 
     def match(self, keys: Sequence[int]) -> int:
         """Number of leading ``keys`` held here (the cached prefix length in blocks)."""
-        blocks = self.blocks
-        n = 0
-        for k in keys:
-            if k not in blocks:
-                break
-            n += 1
-        return n
+        return leading_match(keys, self.blocks)
 
     def _account(self, now: float) -> None:
         # Integrate speculative blocks over time before their count changes.

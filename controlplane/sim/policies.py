@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from controlplane.core.policies.reactive import ReactiveRule
+from controlplane.core.prefix_cache import leading_match
 from controlplane.sim import routers
 from controlplane.sim.engine import GONE
 
@@ -96,13 +97,7 @@ class Everywhere(Policy):
         self.blocks: set[int] = set()
 
     def _match(self, keys) -> int:
-        blocks = self.blocks
-        n = 0
-        for k in keys:
-            if k not in blocks:
-                break
-            n += 1
-        return n
+        return leading_match(keys, self.blocks)
 
     def route(self, sim, i, t, keys):
         return routers.cache_aware(sim, i, t, keys, matcher=self._match)
