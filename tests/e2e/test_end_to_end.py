@@ -52,12 +52,15 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
         wait_for(lambda: dash.seen('"snapshot"'), 30, what="the dashboard snapshot")
         source = next(e for e in cluster.engines().values() if e["node_name"] == "node-0")
         wait_for(lambda: holders(cluster) == {source["id"]}, 30, what="the source's prefix in residency")
+        # Auto mode before the burst: otherwise beat may plan it under the default shadow policy.
+        cluster.activate_policy("auto")
         cluster.post_burst()
         t0 = time.time()
-        cluster.activate_policy("auto")
         wait_for(lambda: cluster.results("/api/forecasts/"), 60, what="a forecast")
-        plan = wait_for(lambda: next((p for p in cluster.results("/api/plans/") if p["item_count"]), None),
-                        60, what="a plan with items")
+        # Auto approval follows the plan's own commit: wait for the decision, then check it.
+        plan = wait_for(lambda: next((p for p in cluster.results("/api/plans/")
+                                      if p["item_count"] and p["state"] != "proposed"), None),
+                        60, what="a decided plan with items")
         assert plan["mode"] == "auto" and plan["state"] in ("approved", "executing", "done"), plan
         done = wait_for(lambda: (js := jobs(cluster)) and all(j["state"] in TERMINAL for j in js) and js,
                         90, what="every job finished")
