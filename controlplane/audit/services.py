@@ -53,9 +53,12 @@ def record(
     reason: str = "",
     object_type: str | None = None,
     object_id: str | None = None,
+    actor_label: str | None = None,
 ) -> AuditEvent:
-    """Write one AuditEvent inside the caller's transaction."""
+    """Write one AuditEvent inside the caller's transaction (``actor_label`` names an actor
+    without an account, e.g. ``anonymous@10.0.0.5`` for a failed sign-in)."""
     user, label = actor_of(who)
+    label = actor_label or label
     return AuditEvent.objects.create(
         actor=user,
         actor_label=label,

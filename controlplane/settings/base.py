@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "channels",
+    "axes",  # before controlplane.accounts, whose admin replaces axes' AccessAttempt admin
     "controlplane.api",
     "controlplane.accounts",
     "controlplane.audit",
@@ -47,6 +48,14 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "controlplane.middleware.SecurityHeadersMiddleware",
+    # Last, as django-axes asks: turns a locked-out sign-in into the lockout page (429).
+    "axes.middleware.AxesMiddleware",
+]
+
+# django-axes first: it refuses a locked-out user name or address before a password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "controlplane.urls"

@@ -1,6 +1,7 @@
 """Secrets, hosts, cookies and headers. Outside the embedded default every secret is required."""
 
 import secrets
+from datetime import timedelta
 
 from .base import DATA_DIR, DEBUG, EMBEDDED
 from .env import get_from_env, str_to_bool, str_to_list
@@ -51,3 +52,24 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data:; connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'self'"
 )
+
+# Sign-in throttling (django-axes; controlplane/accounts/lockout.py, docs/security.md). Failed
+# sign-ins are counted per user name and per client address; at the limit, that name or address
+# is locked for the cool-off. Attempts while locked do not extend it (an attacker gets at most
+# LIMIT guesses per cool-off either way, and the user's wait stays what the page says).
+PREWARM_LOGIN_FAILURE_LIMIT = get_from_env("PREWARM_LOGIN_FAILURE_LIMIT", 5, type_cast=int)
+PREWARM_LOGIN_COOLOFF_SECONDS = get_from_env("PREWARM_LOGIN_COOLOFF_SECONDS", 900.0, type_cast=float)
+# Proxies in front of the web processes that append to X-Forwarded-For (0: use REMOTE_ADDR).
+# Behind a load balancer set it, or every client shares the balancer's address and its lockout.
+PREWARM_TRUSTED_PROXY_COUNT = get_from_env("PREWARM_TRUSTED_PROXY_COUNT", 0, type_cast=int)
+AXES_ENABLED = True
+AXES_FAILURE_LIMIT = PREWARM_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(seconds=PREWARM_LOGIN_COOLOFF_SECONDS)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_HANDLER = "controlplane.accounts.lockout.AuditingAxesHandler"
+AXES_LOCKOUT_CALLABLE = "controlplane.accounts.lockout.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "controlplane.accounts.lockout.client_ip"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_VERBOSE = False
