@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ import httpx
 import zmq
 
 from nodeagent.blockstore import BlockStore, FileBlockStore, MemoryBlockStore
-from nodeagent.config import AgentConfig
+from nodeagent.config import NEEDS_LISTEN, AgentConfig, enabled_transports, listens_everywhere
+from nodeagent.config import transport_names as configured_transports
 from nodeagent.engine_metrics import scrape
 from nodeagent.gpu import GpuSource, make_gpu_source
 from nodeagent.jobs import JobChannel, JobRunner, Journal
@@ -62,24 +64,28 @@ class Agent:
             )
             for e in cfg.engines
         ]
-        self.server: TcpTransferServer | None = None
-        if cfg.transfer.listen:
-            self.server = TcpTransferServer(
-                cfg.transfer.listen, self.store, cfg.transfer.hash_threads
-            )
-        self.transfer_address = cfg.transfer.advertise or (
-            f"{socket.gethostname()}:{self.server.address.rpartition(':')[2]}"
-            if self.server
-            else ""
-        )
         t = cfg.transfer
-        transports: dict[str, Transport] = {
-            "tcp": TcpTransport(
+        self.enabled_transports = enabled_transports(t)
+        # The transfer server runs only for tcp, on the address the operator named.
+        self.server: TcpTransferServer | None = None
+        if "tcp" in self.enabled_transports:
+            self.server = TcpTransferServer(t.listen, self.store, t.hash_threads)
+        self.transfer_address = ""
+        if any(n in NEEDS_LISTEN for n in self.enabled_transports):
+            port = self.server.address.rpartition(":")[2] if self.server else ""
+            port = port or t.listen.rpartition(":")[2]
+            host = t.listen.rpartition(":")[0]
+            self.transfer_address = t.advertise or (
+                f"{socket.gethostname()}:{port}" if listens_everywhere(t) else f"{host}:{port}"
+            )
+        available: dict[str, Callable[[], Transport]] = {
+            "tcp": lambda: TcpTransport(
                 self.server, t.rate_limit_bytes_per_s, t.chunk_bytes, t.connect_timeout_s, t.retries
             ),
-            "nccl": NcclTransport(),
-            "lmcache": LmcacheTransport(),
+            "nccl": NcclTransport,
+            "lmcache": LmcacheTransport,
         }
+        transports = {n: available[n]() for n in self.enabled_transports}
         self.reporter = Reporter(
             cfg.control_plane_url,
             state,
@@ -166,8 +172,19 @@ class Agent:
             self.metrics.serve(self.cfg.metrics_listen)
         for sub in self.subscribers:
             sub.start()
+        off = [n for n in configured_transports(self.cfg.transfer) if n not in self.enabled_transports]
+        if off:
+            log.warning(
+                "transports %s are off: transfer.listen is not set (name this node's private "
+                "address, docs/security.md)", ", ".join(off)
+            )
         if self.server:
             self.server.start()
+            if listens_everywhere(self.cfg.transfer):
+                log.warning(
+                    "transfer server listens on every interface (%s): bind it to the private "
+                    "network's address instead (docs/security.md)", self.cfg.transfer.listen
+                )
             log.info(
                 "transfer server on %s (advertised %s)", self.server.address, self.transfer_address
             )

@@ -51,8 +51,12 @@ class EngineConfig:
 class TransferConfig:
     """Agent-to-agent transfers."""
 
-    listen: str = "0.0.0.0:7701"  # TCP transfer server; "" disables it
-    advertise: str = ""  # host:port peers use; defaults to hostname:port of listen
+    # Transports this agent executes. tcp and nccl need ``listen``: without it they are off.
+    transports: str = "tcp,nccl,lmcache"
+    # host:port of the TCP transfer server (and the host of the nccl rendezvous). No default:
+    # the operator names the private address peers reach; "" runs no server (docs/security.md).
+    listen: str = ""
+    advertise: str = ""  # host:port peers use; defaults to listen (hostname:port if a wildcard)
     rate_limit_bytes_per_s: int = 0  # 0 = unlimited
     chunk_bytes: int = 4 << 20
     hash_threads: int = 2
@@ -270,6 +274,24 @@ def load_config(argv: list[str] | None = None, env: Mapping[str, str] | None = N
     return cfg
 
 
+TRANSPORTS = ("tcp", "nccl", "lmcache")
+NEEDS_LISTEN = ("tcp", "nccl")  # agent to agent: a peer connects to an address of this agent
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]", "*")
+
+
+def transport_names(t: TransferConfig) -> list[str]:
+    return [n.strip() for n in t.transports.split(",") if n.strip()]
+
+
+def enabled_transports(t: TransferConfig) -> list[str]:
+    """The configured transports that can run: tcp and nccl only with a listen address."""
+    return [n for n in transport_names(t) if t.listen or n not in NEEDS_LISTEN]
+
+
+def listens_everywhere(t: TransferConfig) -> bool:
+    return bool(t.listen) and t.listen.rpartition(":")[0] in WILDCARD_HOSTS
+
+
 def _host_port(name: str, value: str) -> None:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
@@ -309,6 +331,11 @@ def validate(cfg: AgentConfig) -> None:
     if cfg.metrics_listen:
         _host_port("metrics_listen", cfg.metrics_listen)
     t = cfg.transfer
+    unknown = [n for n in transport_names(t) if n not in TRANSPORTS]
+    if unknown:
+        raise ConfigError(
+            f"transfer.transports: {unknown[0]!r} is not one of {', '.join(TRANSPORTS)}"
+        )
     if t.listen:
         _host_port("transfer.listen", t.listen)
     if t.advertise:

@@ -150,7 +150,11 @@ class JobRunner:
             return TransferResult(True)
         transport = self.transports.get(job.transport)
         if transport is None:
-            return TransferResult(False, error=f"transport {job.transport!r} not available here")
+            return TransferResult(
+                False,
+                error=f"transport {job.transport!r} is not enabled on this agent "
+                "(transfer.transports, and transfer.listen for tcp and nccl)",
+            )
         if job.role == "source":
             return transport.send(job, self.store, progress)
         return transport.receive(job, self.store, progress)

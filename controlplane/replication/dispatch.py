@@ -32,6 +32,7 @@ from controlplane.realtime.publish import publish
 from .choices import JobAction, JobState
 from .jobstates import IllegalTransition, transition
 from .models import ReplicationJob, SpeculativeReplica
+from .transfer_auth import transfer_secret
 
 log = logging.getLogger(__name__)
 SOURCE, TARGET = "source", "target"
@@ -65,6 +66,8 @@ def assign_message(job: ReplicationJob, role: str) -> dict:
         "rendezvous": {"master_addr": master, "world_size": 2,
                        "master_port": 29500 + zlib.crc32(job.pk.bytes) % 2000},
         "lmcache": {},
+        # The source signs its transfer header with it; the target refuses any other sender.
+        "secret": transfer_secret(job),
         "deadline": job.deadline.timestamp() if job.deadline else None,
         "attempt": job.attempt,
     }}

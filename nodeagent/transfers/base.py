@@ -19,6 +19,8 @@ class JobError(ValueError):
 
 @dataclass
 class Job:
+    """One role's share of a replication job, as ``job.assign`` describes it."""
+
     id: str
     action: str
     role: str
@@ -30,6 +32,7 @@ class Job:
     target: dict[str, Any] = field(default_factory=dict)
     rendezvous: dict[str, Any] = field(default_factory=dict)
     lmcache: dict[str, Any] = field(default_factory=dict)
+    secret: str = field(default="", repr=False)  # per-job transfer secret from the control plane (transfers/auth.py)
     deadline: float = 0.0
     attempt: int = 1
 
@@ -49,6 +52,7 @@ class Job:
                 target=msg.get("target") or {},
                 rendezvous=msg.get("rendezvous") or {},
                 lmcache=msg.get("lmcache") or {},
+                secret=str(msg.get("secret") or ""),
                 deadline=float(msg.get("deadline") or time.time() + 300),
                 attempt=int(msg.get("attempt") or 1),
             )

@@ -4,9 +4,10 @@ The source is rank 0 and the target rank 1, meeting at the job's ``rendezvous``
 (``master_addr``, ``master_port``; rank 0 hosts the store there). Backend ``nccl`` when CUDA is
 available, else ``gloo`` (how the tests run it on CPU). Wire order, all from rank 0 unless said:
 
-1. header length (int64), then the header: JSON ``{"job", "keys", "sizes", "checksum"}`` bytes;
-   the target refuses a header naming another job or other keys by leaving the group, which
-   breaks the source's next send;
+1. header length (int64), then the header: JSON ``{"job", "attempt", "keys", "sizes",
+   "checksum", "mac"}`` bytes, ``mac`` the HMAC of the rest under the job's secret
+   (``transfers/auth.py``); the target refuses a header without a valid mac, naming another job
+   or other keys by leaving the group (before any block), which breaks the source's next send;
 2. each block (uint8);
 3. from rank 1, one int64 flag: 1 stored, 0 checksum mismatch, 2 could not store.
 
@@ -28,6 +29,7 @@ from typing import Any
 
 from controlplane.core.blockhash import to_hex
 from nodeagent.blockstore import BlockStore, BlockStoreFull, block_digest, transfer_checksum
+from nodeagent.transfers.auth import MAC_FIELD, AuthError, sign, verify
 from nodeagent.transfers.base import Job, Progress, TransferResult
 
 _GROUP_LOCK = threading.Lock()
@@ -63,6 +65,8 @@ class NcclTransport:
         side = "send" if rank == 0 else "receive"
         if not torch_available():
             return TransferResult(False, error="nccl transport needs torch (the nccl extra)")
+        if not job.secret:
+            return TransferResult(False, error="job carries no transfer secret: refused")
         if rank == 0:
             missing = [k for k in job.keys if not store.contains(k)]
             if missing:
@@ -156,14 +160,15 @@ class _Wire:
 def _send_blocks(io: _Wire, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
     views = [store.read(k) for k in job.keys]
     checksum = transfer_checksum(store.digest(k) for k in job.keys)
-    header = json.dumps(
-        {
-            "job": job.id,
-            "keys": [to_hex(k) for k in job.keys],
-            "sizes": [v.nbytes for v in views],
-            "checksum": checksum,
-        }
-    ).encode()
+    fields: dict[str, Any] = {
+        "job": job.id,
+        "attempt": job.attempt,
+        "keys": [to_hex(k) for k in job.keys],
+        "sizes": [v.nbytes for v in views],
+        "checksum": checksum,
+    }
+    fields[MAC_FIELD] = sign(job.secret, fields)
+    header = json.dumps(fields).encode()
     io.send_int(len(header))
     io.send_bytes(header)
     sent = 0
@@ -182,6 +187,12 @@ def _send_blocks(io: _Wire, job: Job, store: BlockStore, progress: Progress) -> 
 
 def _receive_blocks(io: _Wire, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
     header = json.loads(io.recv_bytes(io.recv_int()))
+    if not isinstance(header, dict):
+        raise ValueError("peer sent a malformed header")
+    try:
+        verify(job.secret, header)
+    except AuthError as exc:
+        raise ValueError(f"refused the peer: {exc}") from None
     if header.get("job") != job.id or header.get("keys") != [to_hex(k) for k in job.keys]:
         raise ValueError(f"peer sent job {header.get('job')!r} with other keys: refused")
     sizes = [int(n) for n in header["sizes"]]

@@ -3,15 +3,21 @@
 Wire protocol (one connection per attempt, source -> target)::
 
     source: b"PWX1" + u32 length + JSON header
-            {"job_id", "attempt", "keys": [hex], "sizes": [bytes per block], "checksum": hex}
+            {"job_id", "attempt", "keys": [hex], "sizes": [bytes per block], "checksum": hex,
+             "mac": hex}
     target: u32 length + JSON {"ok": true} | {"ok": false, "error": "..."}   (accept / refuse)
     source: the blocks' bytes, concatenated in header order
     target: u32 length + JSON {"ok": true, "checksum": hex} | {"ok": false, "error": "..."}
 
-The target hashes each block as it lands (a thread pool: hashlib releases the GIL), compares
-the transfer checksum with the header's and only then writes the blocks into its store. It
-accepts only job ids it has been assigned (``TcpTransferServer.expect``); a source that connects
-before the target has its assignment is told ``unknown job`` and tries again until the deadline.
+``mac`` is the HMAC of the rest of the header under the job's secret (``transfers/auth.py``): the
+target refuses a header without a valid one, or naming other keys than its job's, before it reads
+any block, and notes the refusal; if the genuine source never delivers, the target's job result
+says whom it refused and why. A refusal does not fail the target's job, so a stranger who learns
+a job id cannot cancel the copy either. The target hashes each block as it lands (a thread pool:
+hashlib releases the GIL), compares the transfer checksum with the header's and only then writes
+the blocks into its store. It accepts only job ids it has been assigned
+(``TcpTransferServer.expect``); a source that connects before the target has its assignment is
+told ``unknown job`` and tries again until the deadline.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 
 from controlplane.core.blockhash import from_hex, to_hex
 from nodeagent.blockstore import BlockStore, BlockStoreFull, block_digest, transfer_checksum
+from nodeagent.transfers.auth import MAC_FIELD, AuthError, sign, verify
 from nodeagent.transfers.base import Job, Progress, TransferResult
 
 log = logging.getLogger(__name__)
@@ -86,8 +93,15 @@ class Expected:
 
     job_id: str
     progress: Progress | None = None
+    secret: str = field(default="", repr=False)
+    keys: list[int] | None = None  # the job's keys; a header naming others is refused
     done: threading.Event = field(default_factory=threading.Event)
     result: TransferResult | None = None
+    refused: list[str] = field(default_factory=list)  # "peer: why", for the job's result
+
+    def refuse(self, peer: str, why: str) -> None:
+        if len(self.refused) < 20:  # bounded: a flood of strangers must not grow it forever
+            self.refused.append(f"{peer}: {why}")
 
 
 class TcpTransferServer:
@@ -116,11 +130,17 @@ class TcpTransferServer:
         finally:
             self.pool.shutdown(wait=False, cancel_futures=True)
 
-    def expect(self, job_id: str, progress: Progress | None = None) -> Expected:
+    def expect(
+        self,
+        job_id: str,
+        progress: Progress | None = None,
+        secret: str = "",
+        keys: list[int] | None = None,
+    ) -> Expected:
         with self._lock:
             exp = self._expected.get(job_id)
             if exp is None or exp.done.is_set():
-                exp = self._expected[job_id] = Expected(job_id, progress)
+                exp = self._expected[job_id] = Expected(job_id, progress, secret, keys)
             return exp
 
     def forget(self, job_id: str) -> None:
@@ -130,13 +150,14 @@ class TcpTransferServer:
     def _serve(self) -> None:
         while not self._closed:
             try:
-                conn, _ = self.sock.accept()
+                conn, peer = self.sock.accept()
             except OSError:
                 return  # closed
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._handle, args=(conn, peer), daemon=True).start()
 
-    def _handle(self, conn: socket.socket) -> None:
+    def _handle(self, conn: socket.socket, peer: Any = None) -> None:
         exp: Expected | None = None
+        who = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "peer"
         try:
             _tune(conn)
             conn.settimeout(60)
@@ -150,10 +171,21 @@ class TcpTransferServer:
             if exp is None or exp.done.is_set():
                 _send_msg(conn, {"ok": False, "error": UNKNOWN_JOB})
                 return
+            try:
+                verify(exp.secret, header)
+            except AuthError as exc:
+                exp.refuse(who, str(exc))
+                log.warning("job %s: refused a transfer from %s: %s", exp.job_id, who, exc)
+                _send_msg(conn, {"ok": False, "error": f"not authenticated: {exc}"})
+                return
             keys = [from_hex(k) for k in header["keys"]]
             sizes = [int(s) for s in header["sizes"]]
             if len(keys) != len(sizes) or any(s < 0 for s in sizes):
                 _send_msg(conn, {"ok": False, "error": "keys and sizes disagree"})
+                return
+            if exp.keys is not None and keys != exp.keys:
+                exp.refuse(who, "header names other blocks than the job's")
+                _send_msg(conn, {"ok": False, "error": "keys differ from the job's"})
                 return
             _send_msg(conn, {"ok": True})
             result = self._receive_blocks(conn, exp, keys, sizes, str(header["checksum"]))
@@ -213,10 +245,15 @@ class TcpTransport:
     def receive(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
         if self.server is None:
             return TransferResult(False, error="this agent runs no transfer server")
-        exp = self.server.expect(job.id, progress)
+        exp = self.server.expect(job.id, progress, job.secret, job.keys)
         try:
             if not exp.done.wait(timeout=max(job.seconds_left(), 0)):
-                return TransferResult(False, error="deadline passed before the source delivered")
+                why = "deadline passed before the source delivered"
+                if exp.refused:
+                    why += f"; refused {len(exp.refused)} unauthenticated sender(s): " + "; ".join(
+                        exp.refused[:3]
+                    )
+                return TransferResult(False, error=why)
             assert exp.result is not None
             return exp.result
         finally:
@@ -227,6 +264,8 @@ class TcpTransport:
         addr = job.target.get("transfer")
         if not addr:
             return TransferResult(False, error="job has no target transfer address")
+        if not job.secret:
+            return TransferResult(False, error="job carries no transfer secret: refusing to send")
         missing = [to_hex(k) for k in job.keys if not store.contains(k)]
         if missing:
             return TransferResult(
@@ -262,6 +301,7 @@ class TcpTransport:
             "sizes": sizes,
             "checksum": checksum,
         }
+        header[MAC_FIELD] = sign(job.secret, header)
         with socket.create_connection(split_addr(addr), timeout=self.connect_timeout_s) as sock:
             _tune(sock)
             sock.settimeout(max(job.seconds_left(), 1.0))

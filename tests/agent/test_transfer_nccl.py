@@ -22,8 +22,10 @@ pytestmark = pytest.mark.slow  # two agent processes importing torch: a few seco
 
 
 def nccl_job(keys, master_port, deadline_s):
+    job_id = str(uuid.uuid4())
     return {
-        "id": str(uuid.uuid4()),
+        "id": job_id,
+        "secret": f"secret-{job_id}",
         "action": "replicate",
         "transport": "nccl",
         "keys": [to_hex(k) for k in keys],
