@@ -5,6 +5,8 @@ from django.http import JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from controlplane.metrics import MetricsView
+
 
 def healthz(request):
     return JsonResponse({"ok": True})
@@ -17,6 +19,7 @@ api = [
     path("", include("controlplane.replication.api.urls")),
     path("", include("controlplane.audit.api.urls")),
     path("", include("controlplane.accounts.api.urls")),
+    path("metrics/", MetricsView.as_view(), name="metrics"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]

@@ -16,6 +16,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from controlplane.accounts.authentication import resolve_token, token_from_header
 from controlplane.accounts.choices import TokenKind
+from controlplane.metrics import AGENT_SOCKETS
 
 from . import groups
 
@@ -67,11 +68,13 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             return
         await self.channel_layer.group_add(groups.agent(self.node_id), self.channel_name)
         await self.accept()
+        AGENT_SOCKETS.inc()
         for msg in await _pending(self.node_id):
             await self.send_json(msg)
 
     async def disconnect(self, code):
         if self.node_id is not None:
+            AGENT_SOCKETS.dec()
             await self.channel_layer.group_discard(groups.agent(self.node_id), self.channel_name)
 
     async def receive_json(self, content, **kwargs):

@@ -46,6 +46,7 @@ MATRIX = [
     ("post", "/api/api-tokens/", {"kind": "gateway", "name": "gw"}, ADMIN),
     ("post", "/api/enrolment-tokens/", {"labels": {}}, ADMIN),
     ("get", "/api/me/", None, PEOPLE_READ),
+    ("get", "/api/metrics/", None, PEOPLE_READ),  # Prometheus scrapes with a viewer's pwu_ token
 ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from django.conf import settings
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
@@ -12,6 +14,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane import metrics
 from controlplane.accounts.choices import Role
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
@@ -65,6 +68,7 @@ class ReportView(AgentView):
 
     @extend_schema(request=s.ReportDocSerializer, responses={200: s.ReportResponseSerializer}, tags=["agents"])
     def post(self, request):
+        t0 = time.perf_counter()
         check_body_size(request)
         try:
             report = parse_report(request.data, settings.PREWARM_MAX_DELTAS_PER_REPORT)
@@ -72,7 +76,16 @@ class ReportView(AgentView):
             raise ApiError("invalid_report", exc.detail, exc.field) from None
         except ValueError as exc:  # e.g. keys outside 64 bits
             raise ApiError("invalid_report", str(exc)) from None
-        return Response(services.apply_report(self.node(request), report))
+        body = services.apply_report(self.node(request), report)
+        metrics.report_applied(time.perf_counter() - t0,
+                               sum(len(r.stored) + len(r.removed) for r in report.residency))
+        return Response(body)
+
+    def handle_exception(self, exc):
+        # Every refusal, whatever raised it (auth, throttle, size, validation, stale seq).
+        metrics.report_rejected(getattr(exc, "error_code", None) or getattr(exc, "default_code", "")
+                                or type(exc).__name__)
+        return super().handle_exception(exc)
 
 
 class HeartbeatView(AgentView):
