@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.core import blockhash
 from nodeagent.blockstore import FileBlockStore, block_digest, transfer_checksum
@@ -39,6 +40,18 @@ def check_bytes_moved(cluster, job: dict) -> None:
     assert job["checksum"] == want
 
 
+def scrape(cluster) -> dict[tuple, float]:
+    """``/api/metrics/`` as Prometheus reads it: (sample name, sorted labels) -> value."""
+    resp = cluster.api("GET", "/api/metrics/")
+    resp.raise_for_status()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(resp.text) for s in fam.samples}
+
+
+def metric(samples: dict, name: str, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
 def holders(cluster) -> set[int]:
     resp = cluster.api("POST", "/api/residency/lookup/", json={"keys": [blockhash.to_hex(k) for k in burst.PREFIX]})
     resp.raise_for_status()
@@ -52,6 +65,8 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
         wait_for(lambda: dash.seen('"snapshot"'), 30, what="the dashboard snapshot")
         source = next(e for e in cluster.engines().values() if e["node_name"] == "node-0")
         wait_for(lambda: holders(cluster) == {source["id"]}, 30, what="the source's prefix in residency")
+        before = scrape(cluster)
+        assert metric(before, "prewarm_agents", state="active") == cluster.n_nodes
         # Auto mode before the burst: otherwise beat may plan it under the default shadow policy.
         cluster.activate_policy("auto")
         cluster.post_burst()
@@ -71,11 +86,43 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
             check_bytes_moved(cluster, job)
         targets = {j["target"] for j in done}
         assert targets <= holders(cluster) and source["id"] in holders(cluster)
+        # The scrape saw it all move: reports applied by the web process, the plan, the jobs
+        # and their bytes, the replicas (the worker's doing, read from the database).
+        moved = sum(j["bytes_done"] for j in done)
+
+        seen: dict[str, float] = {}
+
+        def metrics_moved():
+            m = scrape(cluster)
+            seen.update(
+                reports=metric(m, "prewarm_reports_applied_total") - metric(before, "prewarm_reports_applied_total"),
+                latencies=metric(m, "prewarm_report_apply_seconds_count")
+                - metric(before, "prewarm_report_apply_seconds_count"),
+                jobs=metric(m, "prewarm_jobs", state="succeeded", transport="tcp"),
+                bytes=metric(m, "prewarm_moved_bytes", transport="tcp"),
+                approved=metric(m, "prewarm_plan_items", decision="approved"),
+                live=metric(m, "prewarm_replicas", kind="live"),
+                planned_at=metric(m, "prewarm_plan_last_timestamp_seconds"),
+                sockets=metric(m, "prewarm_agent_sockets"))
+            ok = (seen["reports"] > 0 and seen["latencies"] > 0 and seen["jobs"] == len(done)
+                  and seen["bytes"] == moved > 0 and seen["approved"] >= len(done)
+                  and seen["live"] >= len(targets) and seen["planned_at"] > 0
+                  and seen["sockets"] >= cluster.n_nodes)  # a reconnect may overlap its old socket
+            return m if ok else None
+
+        try:
+            m = wait_for(metrics_moved, 30, what="the metrics moving with the run")
+        except AssertionError:
+            raise AssertionError(f"the metrics did not move with the run: {seen} (moved {moved})") from None
+        print(f"metrics: {metric(m, 'prewarm_reports_applied_total'):.0f} reports applied, "
+              f"plan cycle {metric(m, 'prewarm_plan_cycle_seconds'):.3f}s, {moved} bytes moved")
         # Scoring: demand after placement lands on the replicas.
         later_demand(cluster)
         scored = wait_for(lambda: [r for r in cluster.results("/api/speculative-replicas/") if r["hits"] > 0],
                           60, what="replicas with hits")
         assert {r["engine"] for r in scored} <= targets and all(not r["shadow"] for r in scored)
+        wait_for(lambda: metric(scrape(cluster), "prewarm_replica_hits", kind="live") > 0, 30,
+                 what="replica hits in the metrics")
         board = cluster.get("/api/scoreboard/")
         assert board["totals"]["hits"] > 0 and board["totals"]["bytes_moved"] > 0
         # The dashboard saw every step.
