@@ -92,3 +92,35 @@ def test_agent_and_gateway_tokens_cannot_scrape(enrol, gateway, client_for):
     assert agent.get("/api/metrics/").status_code == 403
     assert gateway.get("/api/metrics/").status_code == 403
     assert client_for("anonymous").get("/api/metrics/").status_code in (401, 403)
+
+
+def test_a_scraping_token_from_ensure_user_reads_metrics_as_a_viewer(db):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from .conftest import bearer
+
+    out = StringIO()
+    call_command("ensure_user", "prometheus", "--password", "pw-123456789", "--role", "viewer",
+                 "--issue-token", "prometheus", stdout=out)
+    raw = out.getvalue().strip().splitlines()[-1]
+    assert raw.startswith("pwu_")
+    assert bearer(raw).get("/api/metrics/").status_code == 200
+    assert bearer(raw).post("/api/overrides/", {"kind": "freeze", "reason": "x"}, format="json").status_code == 403
+
+
+def test_the_grafana_dashboard_uses_only_series_the_endpoint_serves(enrol, viewer):
+    import json
+    import re
+    from pathlib import Path
+
+    _, agent = enrol("node-a")
+    agent.post("/api/agents/report/", report(1), format="json")
+    served = {name for name, _ in scrape(viewer)}
+    doc = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
+    used = {n for e in exprs for n in re.findall(r"\b(prewarm_[a-z_]+|process_[a-z_]+)", e)}
+    # precision only appears once a replica is scored; every other series is there from the start
+    missing = used - served - {"prewarm_replica_precision"}
+    assert used and not missing, missing

@@ -4,7 +4,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
-from controlplane.accounts.choices import Role
+from controlplane.accounts.choices import Role, TokenKind
+from controlplane.accounts.models import ApiToken
+from controlplane.audit.services import record
 
 
 class Command(BaseCommand):
@@ -14,8 +16,11 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("--password", required=True)
         parser.add_argument("--role", choices=Role.ALL, default=Role.VIEWER)
+        parser.add_argument("--issue-token", metavar="NAME", default="",
+                            help="also issue a pwu_ token acting as this user (printed once), e.g. "
+                                 "for Prometheus scraping /api/metrics/ as a viewer")
 
-    def handle(self, username, password, role, **opts):
+    def handle(self, username, password, role, issue_token="", **opts):
         if len(password) < 8:
             raise CommandError("password must have at least 8 characters")
         User = get_user_model()
@@ -26,3 +31,9 @@ class Command(BaseCommand):
         user.save()
         user.groups.set([Group.objects.get(name=role)])
         self.stdout.write(f"{'created' if created else 'updated'} {username} ({role})")
+        if issue_token:
+            token, raw = ApiToken.issue(TokenKind.USER, issue_token, user=user)
+            record(None, "token.created", token, after={"kind": token.kind, "name": token.name,
+                                                        "prefix": token.prefix, "user": username},
+                   reason="manage.py ensure_user --issue-token")
+            self.stdout.write(raw)
