@@ -8,6 +8,8 @@ available, else ``gloo`` (how the tests run it on CPU). Wire order, all from ran
    "checksum", "mac"}`` bytes, ``mac`` the HMAC of the rest under the job's secret
    (``transfers/auth.py``); the target refuses a header without a valid mac, naming another job
    or other keys by leaving the group (before any block), which breaks the source's next send;
+   otherwise, from rank 1, its proof (``auth.answer``, 64 hex bytes), which rank 0 checks before
+   it sends a block (torch's rendezvous store listens on every interface: a stranger could join);
 2. each block (uint8);
 3. from rank 1, one int64 flag: 1 stored, 0 checksum mismatch, 2 could not store.
 
@@ -29,11 +31,12 @@ from typing import Any
 
 from controlplane.core.blockhash import to_hex
 from nodeagent.blockstore import BlockStore, BlockStoreFull, block_digest, transfer_checksum
-from nodeagent.transfers.auth import MAC_FIELD, AuthError, sign, verify
+from nodeagent.transfers.auth import MAC_FIELD, AuthError, answer, sign, verify, verify_answer
 from nodeagent.transfers.base import Job, Progress, TransferResult
 
 _GROUP_LOCK = threading.Lock()
 STORED, MISMATCH, STORE_FAILED = 1, 0, 2
+PROOF_BYTES = 64  # the target's answer, hex
 
 
 def torch_available() -> bool:
@@ -171,6 +174,10 @@ def _send_blocks(io: _Wire, job: Job, store: BlockStore, progress: Progress) -> 
     header = json.dumps(fields).encode()
     io.send_int(len(header))
     io.send_bytes(header)
+    try:
+        verify_answer(job.secret, fields, bytes(io.recv_bytes(PROOF_BYTES)).decode("ascii", "replace"))
+    except AuthError as exc:
+        raise ValueError(str(exc)) from None
     sent = 0
     for v in views:
         if v.nbytes:
@@ -198,6 +205,7 @@ def _receive_blocks(io: _Wire, job: Job, store: BlockStore, progress: Progress) 
     sizes = [int(n) for n in header["sizes"]]
     if len(sizes) != len(job.keys) or any(n < 0 for n in sizes):
         raise ValueError("peer sent a malformed header")
+    io.send_bytes(answer(job.secret, header).encode("ascii"))
     blocks, digests, done = [], [], 0
     for n in sizes:
         data = io.recv_bytes(n) if n else bytearray()

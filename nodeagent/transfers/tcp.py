@@ -5,7 +5,8 @@ Wire protocol (one connection per attempt, source -> target)::
     source: b"PWX1" + u32 length + JSON header
             {"job_id", "attempt", "keys": [hex], "sizes": [bytes per block], "checksum": hex,
              "mac": hex}
-    target: u32 length + JSON {"ok": true} | {"ok": false, "error": "..."}   (accept / refuse)
+    target: u32 length + JSON {"ok": true, "mac": hex} | {"ok": false, "error": "..."}
+            (accept, proving the secret back: ``auth.answer``; or refuse)
     source: the blocks' bytes, concatenated in header order
     target: u32 length + JSON {"ok": true, "checksum": hex} | {"ok": false, "error": "..."}
 
@@ -34,7 +35,7 @@ from typing import Any
 
 from controlplane.core.blockhash import from_hex, to_hex
 from nodeagent.blockstore import BlockStore, BlockStoreFull, block_digest, transfer_checksum
-from nodeagent.transfers.auth import MAC_FIELD, AuthError, sign, verify
+from nodeagent.transfers.auth import MAC_FIELD, AuthError, answer, sign, verify, verify_answer
 from nodeagent.transfers.base import Job, Progress, TransferResult
 
 log = logging.getLogger(__name__)
@@ -187,7 +188,7 @@ class TcpTransferServer:
                 exp.refuse(who, "header names other blocks than the job's")
                 _send_msg(conn, {"ok": False, "error": "keys differ from the job's"})
                 return
-            _send_msg(conn, {"ok": True})
+            _send_msg(conn, {"ok": True, MAC_FIELD: answer(exp.secret, header)})
             result = self._receive_blocks(conn, exp, keys, sizes, str(header["checksum"]))
             _send_msg(conn, {"ok": result.ok, "checksum": result.checksum, "error": result.error})
             exp.result = result
@@ -307,11 +308,15 @@ class TcpTransport:
             sock.settimeout(max(job.seconds_left(), 1.0))
             sock.sendall(MAGIC)
             _send_msg(sock, header)
-            answer = _recv_msg(sock)
-            if not answer.get("ok"):
-                if answer.get("error") == UNKNOWN_JOB:
+            reply = _recv_msg(sock)
+            if not reply.get("ok"):
+                if reply.get("error") == UNKNOWN_JOB:
                     raise _NotYetExpected()
-                return TransferResult(False, error=f"target refused: {answer.get('error')}")
+                return TransferResult(False, error=f"target refused: {reply.get('error')}")
+            try:
+                verify_answer(job.secret, header, reply.get(MAC_FIELD))
+            except AuthError as exc:
+                return TransferResult(False, error=f"target at {addr}: {exc}")
             sent = 0
             start = time.monotonic()
             for view in views:

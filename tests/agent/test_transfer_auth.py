@@ -171,3 +171,37 @@ def test_the_transfer_server_listens_only_where_the_operator_says(tmp_path):
     assert Agent(lm_only).server is None  # a listen address alone opens nothing
     with pytest.raises(ConfigError, match="'udp' is not one of tcp, nccl, lmcache"):
         load_config([*base, "--transfer-transports", "tcp,udp"], env={})
+
+
+def test_the_source_sends_no_block_to_a_target_that_cannot_prove_the_secret():
+    src = MemoryBlockStore(1 << 30)
+    keys = [0xC000, 0xC001]
+    for k in keys:
+        src.write(k, os.urandom(BLOCK))
+    got = {"bytes": 0}
+    lsock = socket.create_server(("127.0.0.1", 0))
+    addr = f"127.0.0.1:{lsock.getsockname()[1]}"
+
+    def impostor():  # accepts whatever comes, as a host in the target's place would
+        conn, _ = lsock.accept()
+        with conn:
+            conn.recv(4)
+            n = struct.unpack("!I", conn.recv(4))[0]
+            while n:
+                n -= len(conn.recv(n))
+            body = json.dumps({"ok": True, "mac": "ff" * 32}).encode()
+            conn.sendall(struct.pack("!I", len(body)) + body)
+            conn.settimeout(2)
+            try:
+                while chunk := conn.recv(1 << 16):
+                    got["bytes"] += len(chunk)
+            except OSError:
+                pass
+
+    t = threading.Thread(target=impostor)
+    t.start()
+    r = TcpTransport(None, retries=0).send(job("j", keys, "source", addr, "s"), src, lambda n: None)
+    t.join(10)
+    lsock.close()
+    assert not r.ok and "did not prove the job's secret" in r.error
+    assert got["bytes"] == 0
