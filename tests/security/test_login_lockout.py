@@ -120,3 +120,32 @@ def test_client_address_behind_trusted_proxies(db, settings):
     other = Client().post("/login/", {"username": "alice", "password": RIGHT}, REMOTE_ADDR="10.1.1.1",
                           HTTP_X_FORWARDED_FOR="203.0.113.6")
     assert signed_in(other)
+
+
+@pytest.mark.slow
+def test_lockout_page_under_daphne(tmp_path):
+    """The real ASGI path (axes' async middleware) gives the same page, status and header."""
+    import re
+
+    import httpx
+
+    from tests.live import LiveControlPlane
+
+    cp = LiveControlPlane(tmp_path, env={"DATABASE_URL": "", "REDIS_URL": "", "PREWARM_LOGIN_FAILURE_LIMIT": "3",
+                                         "PREWARM_LOGIN_COOLOFF_SECONDS": "120"})
+    try:
+        cp.manage("migrate", "-v0")
+        cp.manage("ensure_user", "vera", "--password", RIGHT, "--role", "viewer")
+        cp.start()
+        with httpx.Client(base_url=cp.url, timeout=10) as c:
+            def attempt(password):
+                page = c.get("/login/")
+                csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+                return c.post("/login/", data={"username": "vera", "password": password, "csrfmiddlewaretoken": csrf})
+
+            assert [attempt(f"bad-{i}").status_code for i in range(4)] == [200, 200, 429, 429]
+            locked = attempt(RIGHT)
+            assert locked.status_code == 429 and locked.headers["Retry-After"] == "120"
+            assert "sign-in is locked for 2 minutes" in locked.text
+    finally:
+        cp.close()
