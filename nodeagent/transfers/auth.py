@@ -1,6 +1,6 @@
 """Transfer authentication: the source proves it holds the job's secret.
 
-The control plane gives both agents of a job the same per-attempt ``secret`` in ``job.assign``.
+The control plane gives both agents of a job the same per-job ``secret`` in ``job.assign``.
 The source adds ``mac`` = HMAC-SHA256(secret, canonical header) to its transfer header; the header
 carries the job id, attempt, keys, sizes and the transfer checksum, so a sender without the
 secret can neither name the job nor vouch for bytes of its choice. The target recomputes and

@@ -64,7 +64,7 @@ def job(job_id, keys, src_port, dst_port, attempt=1):
         "bytes_per_block": BLOCK,
         "source": {"node_id": 1, "transfer": f"127.0.0.1:{src_port}"},
         "target": {"node_id": 2, "transfer": f"127.0.0.1:{dst_port}"},
-        "secret": f"secret-{job_id}-{attempt}",  # the control plane's per-attempt secret
+        "secret": f"secret-{job_id}",  # the control plane's per-job secret
         "deadline": time.time() + 60,
         "attempt": attempt,
     }
