@@ -76,15 +76,23 @@ def prune_audit(now=None) -> dict:
     """Events older than the admin-set horizon (PREWARM_AUDIT_KEEP_DAYS; 0 keeps everything)."""
     from datetime import timedelta
 
+    from axes.models import AccessAttempt, AccessLog
     from django.conf import settings
     from django.utils import timezone
 
     days = settings.PREWARM_AUDIT_KEEP_DAYS
+    now = now or timezone.now()
+    # Failed sign-in counts past the cool-off decide nothing any more (django-axes ignores them).
+    attempts, _ = AccessAttempt.objects.filter(
+        attempt_time__lt=now - timedelta(seconds=settings.PREWARM_LOGIN_COOLOFF_SECONDS)).delete()
     if days <= 0:
-        return {"audit_events_deleted": 0}
-    cutoff = (now or timezone.now()) - timedelta(days=days)
+        return {"audit_events_deleted": 0, "sign_in_attempts_deleted": attempts}
+    cutoff = now - timedelta(days=days)
     deleted, _ = AuditEvent.objects.filter(at__lt=cutoff).delete()
+    # django-axes' log of successful sign-ins is kept as long as the audit trail.
+    sign_ins, _ = AccessLog.objects.filter(attempt_time__lt=cutoff).delete()
     if deleted:  # the trail says it was trimmed, and by which rule
         record(None, "audit.pruned", object_type="audit.auditevent",
                reason=f"{deleted} events older than {days:g} days (PREWARM_AUDIT_KEEP_DAYS)")
-    return {"audit_events_deleted": deleted}
+    return {"audit_events_deleted": deleted, "sign_ins_deleted": sign_ins,
+            "sign_in_attempts_deleted": attempts}

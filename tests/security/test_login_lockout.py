@@ -149,3 +149,20 @@ def test_lockout_page_under_daphne(tmp_path):
             assert "sign-in is locked for 2 minutes" in locked.text
     finally:
         cp.close()
+
+
+def test_retention_drops_old_sign_in_records(db, cooloff):
+    from axes.models import AccessLog
+    from django.utils import timezone
+
+    from controlplane.audit.services import prune_audit
+
+    make_user("viewer", "alice")
+    sign_in(Client(), "alice", "bad")
+    assert signed_in(sign_in(Client(), "alice", RIGHT))  # resets alice's count; logs the sign-in
+    sign_in(Client(), "mallory", "bad")
+    AccessLog.objects.update(attempt_time=timezone.now() - timedelta(days=400))
+    pass_time(cooloff + 1)
+    out = prune_audit()
+    assert out["sign_ins_deleted"] == 1 and out["sign_in_attempts_deleted"] == 1
+    assert not AccessLog.objects.exists() and not AccessAttempt.objects.exists()
