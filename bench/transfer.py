@@ -27,7 +27,7 @@ BLOCK = 4 << 20
 def receiver(conn, job_ids):
     store = MemoryBlockStore(max_bytes=64 << 30)
     srv = TcpTransferServer("127.0.0.1:0", store, hash_threads=2).start()
-    waits = [srv.expect(j) for j in job_ids]
+    waits = [srv.expect(j, secret=f"secret-{j}") for j in job_ids]
     conn.send(srv.address)
     for w in waits:
         w.done.wait(600)
@@ -74,6 +74,7 @@ def run(n_blocks: int, repeats: int) -> dict:
             "tcp",
             keys,
             target={"transfer": addr},
+            secret=f"secret-{jid}",  # both sides hold the job's secret (transfers/auth.py)
             deadline=time.time() + 600,
         )
         t0 = time.perf_counter()

@@ -103,7 +103,7 @@ def test_a_copy_moved_by_agents_joins_the_target_and_is_published(cluster):
 
     def mk(role):
         return Job("job-1", "replicate", role, "tcp", list(chain), target={"transfer": server.address},
-                   deadline=deadline)
+                   secret="job-1-secret", deadline=deadline)
 
     got = {}
     t = threading.Thread(target=lambda: got.setdefault("r", transport.receive(mk("target"), None, lambda n: None)))
