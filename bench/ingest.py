@@ -1,5 +1,9 @@
 """Residency ingest through the real agent report endpoint (daphne), in-process and Redis index.
 
+Reports are built with the agent's own encoder (``controlplane.core.protocol`` rows,
+``nodeagent.reporter.encode_report``): msgpack with integer keys, stored rows chained to their
+parents, as ``nodeagent`` sends them.
+
 Two phases per index backend:
 - throughput: concurrent simulated agents post reports of 5,000 residency deltas back to back;
   deltas/s of the one web process;
@@ -22,21 +26,33 @@ import httpx
 import msgpack
 from _common import parser, percentile, table, write_json
 
+from controlplane.core import protocol as wire
+from nodeagent.reporter import encode_report
+
 PG_URL = os.environ.get("PREWARM_BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/prewarm_bench")
 REDIS_URL = os.environ.get("PREWARM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 SECRET = "bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 
-def body(seq: int, boot: str, n_deltas: int, rng: random.Random, mode: str = "delta") -> bytes:
-    stored = [[rng.getrandbits(64), None, "GPU", 0] for _ in range(n_deltas * 3 // 4)]
-    removed = [[rng.getrandbits(64), "GPU"] for _ in range(n_deltas - len(stored))]
-    return msgpack.packb({
+def body(seq: int, boot: str, n_deltas: int, rng: random.Random, mode: str = wire.MODE_DELTA,
+         encoding: str = wire.ENCODING_MSGPACK) -> bytes:
+    """One report as the agent builds it: 3/4 stored (chains of 8 blocks), 1/4 removed."""
+    stored: list[tuple[int, int | None, str, int]] = []
+    parent = None
+    for i in range(n_deltas * 3 // 4):
+        key = rng.getrandbits(64)
+        stored.append((key, parent, wire.TIER_GPU, 0))
+        parent = None if i % 8 == 7 else key
+    removed = [(rng.getrandbits(64), wire.TIER_GPU) for _ in range(n_deltas - len(stored))]
+    hex_keys = encoding == wire.ENCODING_JSON
+    return encode_report({
         "seq": seq, "boot_id": boot, "sent_at": time.time(),
         "gpus": [{"uuid": f"GPU-{boot}", "index": 0, "memory_total": 80 << 30, "memory_used": 60 << 30, "memory_free": 20 << 30}],
         "engines": [{"engine_id": "e0", "block_size": 16, "bytes_per_block": 5 << 20, "kv_capacity_blocks": 10000,
                      "gpu_uuids": [f"GPU-{boot}"]}],
-        "residency": [{"engine_id": "e0", "mode": mode, "stored": stored, "removed": removed}],
-    })
+        "residency": [wire.residency_entry("e0", mode, wire.encode_stored(stored, hex_keys),
+                                           wire.encode_removed(removed, hex_keys), False)],
+    }, encoding)
 
 
 class Agent:
@@ -45,13 +61,13 @@ class Agent:
 
     def next_body(self, n: int) -> bytes:
         self.seq += 1
-        return body(self.seq, self.boot, n, self.rng, "snapshot" if self.seq == 1 else "delta")
+        return body(self.seq, self.boot, n, self.rng, wire.MODE_SNAPSHOT if self.seq == 1 else wire.MODE_DELTA)
 
 
 async def post(client: httpx.AsyncClient, agent: Agent, payload: bytes) -> float:
     t0 = time.perf_counter()
     resp = await client.post("/api/agents/report/", content=payload,
-                             headers={"Authorization": f"Bearer {agent.token}", "Content-Type": "application/msgpack"})
+                             headers={"Authorization": f"Bearer {agent.token}", "Content-Type": wire.CONTENT_MSGPACK})
     if resp.status_code != 200:
         raise RuntimeError(f"report refused: {resp.status_code} {resp.text[:200]}")
     return time.perf_counter() - t0

@@ -15,6 +15,7 @@ from controlplane.accounts.models import ApiToken, EnrolmentToken, digest
 from controlplane.api.exceptions import ApiError
 from controlplane.audit.services import record
 from controlplane.core.agent_report import Report
+from controlplane.core.protocol import MODE_SNAPSHOT
 from controlplane.core.residency import Delta
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
@@ -182,7 +183,7 @@ def apply_report(node: Node, report: Report) -> dict:
         deltas, requested, synced = [], [], []
         for res in report.residency:
             engine = engines[res.engine_id]
-            snapshot = res.mode == "snapshot"
+            snapshot = res.mode == MODE_SNAPSHOT
             deltas.append(Delta(engine.pk, stored=res.stored, removed=res.removed,
                                 cleared=res.cleared, snapshot=snapshot))
             if snapshot:
