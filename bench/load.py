@@ -191,8 +191,9 @@ def run_backend(name: str, quick: bool, web: int) -> dict:
 
             redis.Redis.from_url(REDIS_URL).flushdb()
             with psycopg.connect(PG_URL.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-                conn.execute("DROP DATABASE IF EXISTS prewarm_bench")
-                conn.execute("CREATE DATABASE prewarm_bench")
+                db = PG_URL.rsplit("/", 1)[1]  # PREWARM_BENCH_PG_URL's database, never another
+                conn.execute(f'DROP DATABASE IF EXISTS "{db}"')
+                conn.execute(f'CREATE DATABASE "{db}"')
             env.update({"DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET,
                         "ALLOWED_HOSTS": "127.0.0.1,localhost", "PREWARM_SECURE": "false"})
         else:
