@@ -35,6 +35,8 @@ class Queue(StrEnum):
 TASK_QUEUES = {
     "controlplane.forecasting.tasks.forecast_all": Queue.FORECAST,
     "controlplane.forecasting.tasks.forecast_key": Queue.FORECAST,
+    "controlplane.forecasting.tasks.forecast_batch": Queue.FORECAST,
+    "controlplane.replication.tasks.plan_after_forecasts": Queue.PLAN,
     "controlplane.replication.tasks.plan_cycle": Queue.PLAN,
     "controlplane.replication.tasks.dispatch_job": Queue.DISPATCH,
     "controlplane.replication.tasks.dispatch_approved": Queue.DISPATCH,
