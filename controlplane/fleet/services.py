@@ -186,6 +186,9 @@ def apply_report(node: Node, report: Report) -> dict:
             snapshot = res.mode == MODE_SNAPSHOT
             deltas.append(Delta(engine.pk, stored=res.stored, removed=res.removed,
                                 cleared=res.cleared, snapshot=snapshot))
+            if res.engine_scoped:  # rare (no token ids, e.g. CPU offload): written only then
+                Engine.objects.filter(pk=engine.pk).update(engine_scoped_at=now,
+                                                           engine_scoped_blocks=res.engine_scoped)
             if snapshot:
                 synced.append(engine.pk)
             elif not engine.residency_synced:
