@@ -14,7 +14,7 @@ every origin and scored at leads 10 min, 60 min, 6 h, 12 h (MASE, scaled on the 
     python bench/forecast.py --celery [--quick] [--json PATH]   # the Celery cycle, 1 vs 2 workers
 
 ``--celery`` runs the same keys through the product's forecast -> plan cycle on real Celery
-worker processes (PostgreSQL + Redis, ``bench/forecast_celery.py``), with 1 and with 2 of them.
+worker processes (PostgreSQL + Redis, ``bench/_forecast_celery.py``), with 1 and with 2 of them.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main() -> None:
     n_keys = 100 if args.quick else 1000
     keys, names = build_keys(n_keys, args.data)
     if args.celery:
-        from forecast_celery import run
+        from _forecast_celery import run
 
         out = run(keys)
         print(f"Celery cycle, {n_keys} keys: " + ", ".join(
