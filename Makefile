@@ -13,7 +13,7 @@ SERVICES_ENV := DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) PREWARM_TEST_
 	SECRET_KEY=test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz ALLOWED_HOSTS=127.0.0.1,localhost,testserver \
 	PREWARM_SECURE=false PREWARM_DATA_DIR=$(CURDIR)/var/test-services
 
-.PHONY: install demo test test-embedded test-services bench lint clean
+.PHONY: install demo test test-embedded test-services bench lint lint-imports clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,3 +43,7 @@ lint: install
 
 clean:
 	rm -rf $(VENV) var
+
+# Layer contracts in pyproject.toml ([tool.importlinter]): pure logic imports no Django or app.
+lint-imports: install
+	$(VENV)/bin/lint-imports

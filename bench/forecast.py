@@ -11,6 +11,10 @@ against last-value-only forecasting in the same run. Then, untimed, each forecas
 every origin and scored at leads 10 min, 60 min, 6 h, 12 h (MASE, scaled on the key's history).
 
     python bench/forecast.py [--quick] [--json PATH] [--workers N]
+    python bench/forecast.py --celery [--quick] [--json PATH]   # the Celery cycle, 1 vs 2 workers
+
+``--celery`` runs the same keys through the product's forecast -> plan cycle on real Celery
+worker processes (PostgreSQL + Redis, ``bench/_forecast_celery.py``), with 1 and with 2 of them.
 """
 
 from __future__ import annotations
@@ -117,9 +121,21 @@ def main() -> None:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--data", help="ServeGen folder (default: the bundled m-large tenants)")
+    ap.add_argument("--celery", action="store_true",
+                    help="time the Celery forecast -> plan cycle with 1 and 2 worker processes")
     args = ap.parse_args()
     n_keys = 100 if args.quick else 1000
     keys, names = build_keys(n_keys, args.data)
+    if args.celery:
+        from _forecast_celery import run
+
+        out = run(keys)
+        print(f"Celery cycle, {n_keys} keys: " + ", ".join(
+            f"{r['worker_processes']} worker(s) {r['cycle_seconds']} s (load {r['load_avg_1m']})"
+            for r in out["runs"]) + f"; speedup {out.get('speedup_2_vs_1')}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=2))
+        return
 
     full_s, results, full_mase = timed_run(keys, None, args.workers)
     lv_s, _, lv_mase = timed_run(keys, ["last_value"], args.workers)

@@ -1,5 +1,9 @@
 """Residency ingest through the real agent report endpoint (daphne), in-process and Redis index.
 
+Reports are built with the agent's own encoder (``controlplane.core.protocol`` rows,
+``nodeagent.reporter.encode_report``): msgpack with integer keys, stored rows chained to their
+parents, as ``nodeagent`` sends them.
+
 Two phases per index backend:
 - throughput: concurrent simulated agents post reports of 5,000 residency deltas back to back;
   deltas/s of the one web process;
@@ -22,21 +26,33 @@ import httpx
 import msgpack
 from _common import parser, percentile, table, write_json
 
+from controlplane.core import protocol as wire
+from nodeagent.reporter import encode_report
+
 PG_URL = os.environ.get("PREWARM_BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/prewarm_bench")
 REDIS_URL = os.environ.get("PREWARM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 SECRET = "bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 
-def body(seq: int, boot: str, n_deltas: int, rng: random.Random, mode: str = "delta") -> bytes:
-    stored = [[rng.getrandbits(64), None, "GPU", 0] for _ in range(n_deltas * 3 // 4)]
-    removed = [[rng.getrandbits(64), "GPU"] for _ in range(n_deltas - len(stored))]
-    return msgpack.packb({
+def body(seq: int, boot: str, n_deltas: int, rng: random.Random, mode: str = wire.MODE_DELTA,
+         encoding: str = wire.ENCODING_MSGPACK) -> bytes:
+    """One report as the agent builds it: 3/4 stored (chains of 8 blocks), 1/4 removed."""
+    stored: list[tuple[int, int | None, str, int]] = []
+    parent = None
+    for i in range(n_deltas * 3 // 4):
+        key = rng.getrandbits(64)
+        stored.append((key, parent, wire.TIER_GPU, 0))
+        parent = None if i % 8 == 7 else key
+    removed = [(rng.getrandbits(64), wire.TIER_GPU) for _ in range(n_deltas - len(stored))]
+    hex_keys = encoding == wire.ENCODING_JSON
+    return encode_report({
         "seq": seq, "boot_id": boot, "sent_at": time.time(),
         "gpus": [{"uuid": f"GPU-{boot}", "index": 0, "memory_total": 80 << 30, "memory_used": 60 << 30, "memory_free": 20 << 30}],
         "engines": [{"engine_id": "e0", "block_size": 16, "bytes_per_block": 5 << 20, "kv_capacity_blocks": 10000,
                      "gpu_uuids": [f"GPU-{boot}"]}],
-        "residency": [{"engine_id": "e0", "mode": mode, "stored": stored, "removed": removed}],
-    })
+        "residency": [wire.residency_entry("e0", mode, wire.encode_stored(stored, hex_keys),
+                                           wire.encode_removed(removed, hex_keys), False)],
+    }, encoding)
 
 
 class Agent:
@@ -45,13 +61,13 @@ class Agent:
 
     def next_body(self, n: int) -> bytes:
         self.seq += 1
-        return body(self.seq, self.boot, n, self.rng, "snapshot" if self.seq == 1 else "delta")
+        return body(self.seq, self.boot, n, self.rng, wire.MODE_SNAPSHOT if self.seq == 1 else wire.MODE_DELTA)
 
 
 async def post(client: httpx.AsyncClient, agent: Agent, payload: bytes) -> float:
     t0 = time.perf_counter()
     resp = await client.post("/api/agents/report/", content=payload,
-                             headers={"Authorization": f"Bearer {agent.token}", "Content-Type": "application/msgpack"})
+                             headers={"Authorization": f"Bearer {agent.token}", "Content-Type": wire.CONTENT_MSGPACK})
     if resp.status_code != 200:
         raise RuntimeError(f"report refused: {resp.status_code} {resp.text[:200]}")
     return time.perf_counter() - t0
@@ -107,6 +123,40 @@ def baseline(n_reports: int, n: int) -> float:
     return n * n_reports / (time.perf_counter() - t0)
 
 
+def components(n_reports: int, n: int) -> dict:
+    """Deltas/s of each step of a report, no HTTP/DB: decode + parse of the agent's wire (integer
+    keys) and of the older agents' wire (hex keys in msgpack), and the Redis index's apply."""
+    import json
+
+    from controlplane.core.agent_report import parse_report
+    from controlplane.core.residency import Delta
+
+    rng = random.Random(2)
+    ints = [body(i + 2, "b", n, rng) for i in range(n_reports)]
+    hexes = [msgpack.packb(json.loads(body(i + 2, "b", n, rng, encoding=wire.ENCODING_JSON)))
+             for i in range(n_reports)]
+    out = {}
+    for name, bodies in (("decode_parse_int_keys", ints), ("decode_parse_hex_keys", hexes)):
+        t0 = time.perf_counter()
+        reports = [parse_report(msgpack.unpackb(b, strict_map_key=False)) for b in bodies]
+        out[name] = round(n * n_reports / (time.perf_counter() - t0))
+    try:
+        import redis
+
+        from controlplane.core.residency_redis import RedisResidencyIndex
+
+        index = RedisResidencyIndex(redis.Redis.from_url(REDIS_URL), namespace="bench-direct")
+        index.clear()
+        t0 = time.perf_counter()
+        for i, rep in enumerate(reports):
+            index.apply([Delta(1 + i % 4, stored=r.stored, removed=r.removed) for r in rep.residency])
+        out["redis_apply"] = round(n * n_reports / (time.perf_counter() - t0))
+        index.clear()
+    except Exception as exc:  # no Redis here: the other figures stand
+        out["redis_apply"] = f"unavailable: {exc}"
+    return out
+
+
 def run_backend(name: str, env: dict[str, str], quick: bool) -> dict:
     from tests.live import LiveControlPlane
 
@@ -117,7 +167,10 @@ def run_backend(name: str, env: dict[str, str], quick: bool) -> dict:
             import redis
 
             redis.Redis.from_url(REDIS_URL).flushdb()
-        tokens = [cp.manage("create_enrolment_token") for _ in range(64)]
+        # One process for the 64 tokens: 64 manage.py starts took minutes on a busy machine.
+        out = cp.manage("shell", "-c", "from controlplane.accounts.models import EnrolmentToken\n"
+                        "for _ in range(64): print('TOKEN', EnrolmentToken.issue()[1])")
+        tokens = [line.split()[1] for line in out.splitlines() if line.startswith("TOKEN ")]
         cp.start()
         try:
             agent_tokens = []
@@ -126,38 +179,48 @@ def run_backend(name: str, env: dict[str, str], quick: bool) -> dict:
                 agent_tokens.append(resp.json()["agent_token"])
             rng = random.Random(7)
             agents = [Agent(t, random.Random(rng.random())) for t in agent_tokens]
+            load0 = os.getloadavg()[0]
             tput = asyncio.run(throughput(cp.url, agents[:4], 4 if quick else 15, 5000))
             lat = asyncio.run(latency(cp.url, agents, 5 if quick else 20, 200))
         finally:
             cp.close()
     return {"deltas_per_s": round(tput), "report_p50_ms": round(percentile(lat, 50) * 1000, 1),
-            "report_p99_ms": round(percentile(lat, 99) * 1000, 1), "latency_reports": len(lat)}
+            "report_p99_ms": round(percentile(lat, 99) * 1000, 1), "latency_reports": len(lat),
+            "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
 
 def main() -> None:
     args = parser(__doc__.splitlines()[0]).parse_args()
     base_env = {"DATABASE_URL": "", "REDIS_URL": ""}
-    results = {"inprocess": run_backend("inprocess", base_env, args.quick)}
+    load0 = round(os.getloadavg()[0], 2)
+    results = {"load_avg_1m_start": load0, "inprocess": run_backend("inprocess", base_env, args.quick)}
     try:
         import psycopg
         import redis
 
         redis.Redis.from_url(REDIS_URL).ping()
         with psycopg.connect(PG_URL.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname='prewarm_bench'").fetchone():
-                conn.execute("CREATE DATABASE prewarm_bench")
+            db = PG_URL.rsplit("/", 1)[1]
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname=%s", (db,)).fetchone():
+                conn.execute(f'CREATE DATABASE "{db}"')
         env = {"DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET,
                "ALLOWED_HOSTS": "127.0.0.1,localhost", "PREWARM_SECURE": "false"}
         results["redis"] = run_backend("redis", env, args.quick)
     except Exception as exc:  # services missing: say so, keep the in-process figures
         results["redis"] = {"error": f"PostgreSQL/Redis not available: {exc}"}
     results["baseline_direct_apply_deltas_per_s"] = round(baseline(20 if args.quick else 100, 5000))
+    results["components_deltas_per_s"] = components(20 if args.quick else 100, 5000)
+    results["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
     rows = []
     for name in ("inprocess", "redis"):
         r = results[name]
         rows.append((name, f"{r.get('deltas_per_s', 0):,}", str(r.get("report_p50_ms", "-")), str(r.get("report_p99_ms", "-"))))
     rows.append(("baseline: parse+apply, no HTTP/DB", f"{results['baseline_direct_apply_deltas_per_s']:,}", "-", "-"))
+    for name, value in results["components_deltas_per_s"].items():
+        rows.append((f"component: {name}", f"{value:,}" if isinstance(value, int) else value, "-", "-"))
     print(table(rows, ("index", "deltas/s (1 web process)", "p50 ms (64 agents @1Hz)", "p99 ms")))
+    print(f"load average (1 min): {results['load_avg_1m_start']} at the start, "
+          f"{results['load_avg_1m_end']} at the end")
     print("targets: >= 200,000 deltas/s per process; p99 < 100 ms with 64 agents at 1 Hz")
     write_json(args.json, results)
 

@@ -175,10 +175,11 @@ def broken(r: dict) -> str | None:
     return None
 
 
-def run_backend(name: str, quick: bool, web: int) -> dict:
+def run_backend(name: str, quick: bool, web: int, steps: list[int] | None = None,
+                keep_going: bool = False) -> dict:
     from tests.live import LiveControlPlane
 
-    steps = [8, 16] if quick else [16, 32, 64, 96, 128, 192]
+    steps = steps or ([8, 16] if quick else [16, 32, 64, 96, 128, 192])
     seconds = 4.0 if quick else 10.0
     with TemporaryDirectory() as tmp:
         env = {"DATABASE_URL": "", "REDIS_URL": "", "LOG_LEVEL": "WARNING", "PREWARM_DATA_DIR": tmp,
@@ -191,8 +192,9 @@ def run_backend(name: str, quick: bool, web: int) -> dict:
 
             redis.Redis.from_url(REDIS_URL).flushdb()
             with psycopg.connect(PG_URL.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-                conn.execute("DROP DATABASE IF EXISTS prewarm_bench")
-                conn.execute("CREATE DATABASE prewarm_bench")
+                db = PG_URL.rsplit("/", 1)[1]  # PREWARM_BENCH_PG_URL's database, never another
+                conn.execute(f'DROP DATABASE IF EXISTS "{db}"')
+                conn.execute(f'CREATE DATABASE "{db}"')
             env.update({"DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET,
                         "ALLOWED_HOSTS": "127.0.0.1,localhost", "PREWARM_SECURE": "false"})
         else:
@@ -218,13 +220,17 @@ def run_backend(name: str, quick: bool, web: int) -> dict:
                 r = asyncio.run(step([s.url for s in servers], agents[:n], max(1, n // 16), max(1, n // 4),
                                      seconds, data["session"], data["gateway"]))
                 results.append(r)
-                first_break = broken(r)
+                why = broken(r)
                 print(f"  {name}: {n} agents -> report p99 {r['report_p99_ms']} ms, browser p99 "
                       f"{r['browser_p99_ms']} ms, errors {r['errors']}, load {r['load_avg_1m']}", flush=True)
-                if first_break:
-                    first_break = f"at {n} agents: {first_break}"
-                    break
-                sustained = r
+                if why:
+                    r["broke"] = why
+                    first_break = first_break or f"at {n} agents: {why}"
+                    if not keep_going:
+                        break
+                    continue
+                if not first_break:
+                    sustained = r
             sent_ok = sum(r["reports_ok"] for r in results)  # each agent's first report is its snapshot
             applied = reports_applied(names)
         finally:
@@ -246,20 +252,26 @@ def main() -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--backend", choices=["embedded", "services", "both"], default="both")
     p.add_argument("--web", type=int, default=2, help="web processes for the services backend")
+    p.add_argument("--steps", help="agent counts to run, e.g. 64,128 (default: a ramp)")
+    p.add_argument("--keep-going", action="store_true",
+                   help="run every step even after one breaks a target (to measure a given size)")
     args = p.parse_args()
+    steps = [int(x) for x in args.steps.split(",")] if args.steps else None
     if args.backend == "both":  # one process per backend: Django is set up once per process
         out = {}
         for b in ("embedded", "services"):
             with TemporaryDirectory() as tmp:
                 cmd = [sys.executable, __file__, "--backend", b, "--web", str(args.web),
-                       "--json", f"{tmp}/r.json"] + (["--quick"] if args.quick else [])
+                       "--json", f"{tmp}/r.json"] + (["--quick"] if args.quick else []) \
+                    + (["--steps", args.steps] if args.steps else []) \
+                    + (["--keep-going"] if args.keep_going else [])
                 subprocess.run(cmd, cwd=REPO)  # a non-zero exit (lost reports) is reported below
                 if not Path(f"{tmp}/r.json").exists():
                     out[b] = {"error": "run failed (see above; PostgreSQL/Redis missing?)"}
                     continue
                 out[b] = json.loads(Path(f"{tmp}/r.json").read_text())[b]
     else:
-        out = {args.backend: run_backend(args.backend, args.quick, args.web)}
+        out = {args.backend: run_backend(args.backend, args.quick, args.web, steps, args.keep_going)}
     rows = []
     for b, r in out.items():
         s = r.get("sustained") or {}

@@ -35,6 +35,11 @@ class Queue(StrEnum):
 TASK_QUEUES = {
     "controlplane.forecasting.tasks.forecast_all": Queue.FORECAST,
     "controlplane.forecasting.tasks.forecast_key": Queue.FORECAST,
+    "controlplane.forecasting.tasks.forecast_batch": Queue.FORECAST,
+    "controlplane.replication.tasks.plan_after_forecasts": Queue.PLAN,
+    # A chord's own steps (the forecast cycle's group -> plan) run where the plan runs.
+    "celery.accumulate": Queue.PLAN,
+    "celery.chord_unlock": Queue.PLAN,
     "controlplane.replication.tasks.plan_cycle": Queue.PLAN,
     "controlplane.replication.tasks.dispatch_job": Queue.DISPATCH,
     "controlplane.replication.tasks.dispatch_approved": Queue.DISPATCH,

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import websockets
 
+from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.reporter import Backoff
 from nodeagent.transfers.base import Job, JobError, TransferResult, Transport
@@ -70,9 +71,9 @@ class JobRunner:
 
     async def handle(self, msg: dict[str, Any], send: Send) -> None:
         kind = msg.get("type")
-        if kind == "job.assign":
+        if kind == wire.MSG_JOB_ASSIGN:
             await self._assign(msg.get("job") or {}, send)
-        elif kind == "job.cancel":
+        elif kind == wire.MSG_JOB_CANCEL:
             task = self.running.get(str(msg.get("job_id")))
             if task:
                 task.cancel()
@@ -86,20 +87,11 @@ class JobRunner:
             job_id = str(raw.get("id", ""))
             log.error("%s", exc)
             if job_id:
-                await send(
-                    {
-                        "type": "job.result",
-                        "job_id": job_id,
-                        "state": "failed",
-                        "checksum": None,
-                        "bytes": 0,
-                        "error": str(exc),
-                    }
-                )
+                await send(wire.job_result(job_id, False, None, 0, str(exc)))
             return
-        await send({"type": "job.ack", "job_id": job.id})
+        await send(wire.job_ack(job.id))
         done = self.journal.get(job.id)
-        if done and (done["state"] == "succeeded" or done.get("attempt", 1) >= job.attempt):
+        if done and (done["state"] == wire.JOB_SUCCEEDED or done.get("attempt", 1) >= job.attempt):
             await send({k: v for k, v in done.items() if k != "attempt"})
             return
         if job.id in self.running:
@@ -112,28 +104,21 @@ class JobRunner:
         def progress(n: int) -> None:
             loop.call_soon_threadsafe(
                 lambda: asyncio.ensure_future(
-                    send({"type": "job.progress", "job_id": job.id, "bytes_done": n})
+                    send(wire.job_progress(job.id, n))
                 )
             )
 
         try:
             result = await asyncio.to_thread(self._execute, job, progress)
         except asyncio.CancelledError:
-            result = TransferResult(False, error="cancelled")
+            result = TransferResult(False, error=wire.JOB_CANCELLED)
         except Exception as exc:  # a transport bug fails the job, not the agent
             log.exception("job %s crashed", job.id)
             result = TransferResult(False, error=f"internal error: {exc}")
         finally:
             self.running.pop(job.id, None)
-        state = "succeeded" if result.ok else "failed"
-        record = {
-            "type": "job.result",
-            "job_id": job.id,
-            "state": state,
-            "checksum": result.checksum,
-            "bytes": result.bytes,
-            "error": result.error,
-        }
+        record = wire.job_result(job.id, result.ok, result.checksum, result.bytes, result.error)
+        state = record["state"]
         self.journal.record({**record, "attempt": job.attempt})
         if self.metrics:
             self.metrics.jobs.labels(state).inc()
@@ -142,8 +127,8 @@ class JobRunner:
         await send(record)
 
     def _execute(self, job: Job, progress: Any) -> TransferResult:
-        if job.action == "evict":
-            if job.role != "target":
+        if job.action == wire.ACTION_EVICT:
+            if job.role != wire.ROLE_TARGET:
                 return TransferResult(True)
             for k in job.keys:
                 self.store.delete(k)
@@ -155,7 +140,7 @@ class JobRunner:
                 error=f"transport {job.transport!r} is not enabled on this agent "
                 "(transfer.transports, and transfer.listen for tcp and nccl)",
             )
-        if job.role == "source":
+        if job.role == wire.ROLE_SOURCE:
             return transport.send(job, self.store, progress)
         return transport.receive(job, self.store, progress)
 

@@ -24,6 +24,12 @@ from typing import Any
 import httpx
 import msgpack
 
+from controlplane.core.protocol import (
+    CONTENT_JSON,
+    CONTENT_MSGPACK,
+    ENCODING_JSON,
+    ENCODING_MSGPACK,
+)
 from nodeagent.residency import EngineResidency
 from nodeagent.spool import Spool
 
@@ -92,7 +98,7 @@ class Reporter:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 30.0,
         spool_max_bytes: int = 64 << 20,
-        encoding: str = "msgpack",
+        encoding: str = ENCODING_MSGPACK,
         metrics: Any = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ):
@@ -110,6 +116,8 @@ class Reporter:
         self.heartbeat_s = heartbeat_s
         self.backoff = Backoff(backoff_initial_s, backoff_max_s)
         self.encoding = encoding
+        # Integer keys in msgpack (the compact wire); hex in JSON, whose readers lose 64-bit ints.
+        self.hex_keys = encoding == ENCODING_JSON
         self.metrics = metrics
         self.boot_id = str(uuid.uuid4())
         self.client = httpx.AsyncClient(timeout=timeout_s, transport=transport)
@@ -159,7 +167,9 @@ class Reporter:
         gpus = self.collect_gpus()
         engines = self.describe_engines()
         residency = [
-            e for r in self.residencies.values() if (e := r.take_entry(snapshot_all)) is not None
+            e
+            for r in self.residencies.values()
+            if (e := r.take_entry(snapshot_all, self.hex_keys)) is not None
         ]
         self.state.seq += 1
         seq = self.state.seq
@@ -179,7 +189,8 @@ class Reporter:
             if self.metrics:
                 self.metrics.spool_dropped.inc(dropped)
             report["residency"] = [
-                r.take_entry(force_snapshot=True) for r in self.residencies.values()
+                r.take_entry(force_snapshot=True, hex_keys=self.hex_keys)
+                for r in self.residencies.values()
             ]
             report["residency"] = [e for e in report["residency"] if e is not None]
             body = self._encode(report)
@@ -191,9 +202,7 @@ class Reporter:
         return seq, body
 
     def _encode(self, report: dict[str, Any]) -> bytes:
-        if self.encoding == "msgpack":
-            return msgpack.packb(report, use_bin_type=True)
-        return json.dumps(report, separators=(",", ":")).encode()
+        return encode_report(report, self.encoding)
 
     def _gauge(self) -> None:
         if self.metrics:
@@ -214,7 +223,7 @@ class Reporter:
                 log.warning("enrolment failed: %s", exc)
                 self._fail()
                 return False
-        ctype = "application/msgpack" if self.encoding == "msgpack" else "application/json"
+        ctype = CONTENT_MSGPACK if self.encoding == ENCODING_MSGPACK else CONTENT_JSON
         for seq in self.spool.seqs():
             body = self.spool.read(seq)
             if body is None:  # corrupted on disk since start: skipped, a snapshot repairs it
@@ -342,6 +351,13 @@ class Reporter:
     async def aclose(self) -> None:
         self.stop_event.set()
         await self.client.aclose()
+
+
+def encode_report(report: dict[str, Any], encoding: str = ENCODING_MSGPACK) -> bytes:
+    """A report body as sent (its residency rows from ``controlplane.core.protocol``'s encoder)."""
+    if encoding == ENCODING_MSGPACK:
+        return msgpack.packb(report, use_bin_type=True)
+    return json.dumps(report, separators=(",", ":")).encode()
 
 
 def _json(resp: httpx.Response) -> dict[str, Any]:

@@ -26,11 +26,18 @@ from controlplane.core.blockhash import (
     block_key,
     engine_scoped_key,
     extra_for,
-    to_hex,
+)
+from controlplane.core.protocol import (
+    FLAG_ENGINE_SCOPED,
+    MODE_DELTA,
+    MODE_SNAPSHOT,
+    encode_removed,
+    encode_stored,
+    residency_entry,
 )
 from nodeagent.kvevents import CLEARED, REMOVED, STORED, EventDecodeError, engine_hash, normalise
 
-FLAG_ENGINE_SCOPED = 1
+__all__ = ["FLAG_ENGINE_SCOPED", "EngineResidency", "EventStats"]
 CANON_MAP_LIMIT = 1_000_000
 
 # Row of a resident block: (canonical key, canonical parent key or None, flags)
@@ -179,31 +186,27 @@ class EngineResidency:
             self.snapshot_needed = True
 
     # -- report entries --------------------------------------------------------------------
-    def take_entry(self, force_snapshot: bool = False) -> dict[str, Any] | None:
+    def take_entry(
+        self, force_snapshot: bool = False, hex_keys: bool = True
+    ) -> dict[str, Any] | None:
         """The residency entry for the next report (delta or snapshot), resetting the delta.
 
-        Returns None when there is nothing to say (empty delta).
+        Rows come from the protocol's encoder: integer keys for msgpack (``hex_keys=False``),
+        hex for JSON. Returns None when there is nothing to say (empty delta).
         """
         with self.lock:
             snapshot = force_snapshot or self.snapshot_needed
-            if snapshot:
-                stored = [
-                    [to_hex(k), None if p is None else to_hex(p), medium, f]
-                    for medium, rows in self.blocks.items()
-                    for (k, p, f) in rows.values()
-                ]
-                removed: list[list[Any]] = []
-            else:
-                stored = [
-                    [to_hex(k), None if p is None else to_hex(p), medium, f]
-                    for medium, rows in self.pending_stored.items()
-                    for (k, p, f) in rows.values()
-                ]
-                removed = [
-                    [to_hex(k), medium]
-                    for medium, keys in self.pending_removed.items()
-                    for k in keys
-                ]
+            source = self.blocks if snapshot else self.pending_stored
+            stored = encode_stored(
+                ((k, p, medium, f) for medium, rows in source.items() for (k, p, f) in rows.values()),
+                hex_keys,
+            )
+            removed: list[list[Any]] = []
+            if not snapshot:
+                removed = encode_removed(
+                    ((k, medium) for medium, keys in self.pending_removed.items() for k in keys),
+                    hex_keys,
+                )
             cleared = self.pending_cleared and not snapshot
             self.pending_stored = {}
             self.pending_removed = {}
@@ -211,13 +214,9 @@ class EngineResidency:
             self.snapshot_needed = False
         if not snapshot and not stored and not removed and not cleared:
             return None
-        return {
-            "engine_id": self.engine_id,
-            "mode": "snapshot" if snapshot else "delta",
-            "stored": stored,
-            "removed": removed,
-            "cleared": cleared,
-        }
+        return residency_entry(
+            self.engine_id, MODE_SNAPSHOT if snapshot else MODE_DELTA, stored, removed, cleared
+        )
 
     def resident_hashes(self, medium: str | None = None) -> set[int]:
         with self.lock:

@@ -4,9 +4,11 @@ import msgpack
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 
+from controlplane.core.protocol import CONTENT_MSGPACK
+
 
 class MsgpackParser(BaseParser):
-    media_type = "application/msgpack"
+    media_type = CONTENT_MSGPACK
 
     def parse(self, stream, media_type=None, parser_context=None):
         try:

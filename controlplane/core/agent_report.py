@@ -10,27 +10,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .residency import TIER_RANK
+from .protocol import MODE_DELTA, MODE_SNAPSHOT, MODES, ProtocolError, decode_removed, decode_stored
 
 MAX_ID_LEN = 100
-_MAX_KEY = 2**64 - 1
 _MAX_BYTES = 2**63 - 1  # a signed 64-bit database column
-FLAG_ENGINE_SCOPED = 1
 
-
-class ReportError(ValueError):
-    """A report that breaks the protocol; ``field`` says where."""
-
-    def __init__(self, field: str | None, detail: str):
-        super().__init__(f"{field}: {detail}" if field else detail)
-        self.field = field
-        self.detail = detail
+ReportError = ProtocolError  # a report that breaks the protocol; ``field`` says where
 
 
 @dataclass
-class EngineResidency:
+class ResidencyEntry:
+    """One engine's parsed residency entry (the agent's own per-engine state is
+    ``nodeagent.residency.EngineResidency``)."""
+
     engine_id: str
-    mode: str  # "delta" | "snapshot"
+    mode: str  # protocol.MODE_DELTA | protocol.MODE_SNAPSHOT
     cleared: bool
     stored: list[tuple[int, int | None, str]]
     removed: list[tuple[int, str]]
@@ -44,7 +38,7 @@ class Report:
     sent_at: float | None
     gpus: list[dict[str, Any]] = field(default_factory=list)
     engines: list[dict[str, Any]] = field(default_factory=list)
-    residency: list[EngineResidency] = field(default_factory=list)
+    residency: list[ResidencyEntry] = field(default_factory=list)
 
     @property
     def delta_count(self) -> int:
@@ -52,7 +46,7 @@ class Report:
 
     @property
     def snapshot_only(self) -> bool:
-        return bool(self.residency) and all(r.mode == "snapshot" for r in self.residency)
+        return bool(self.residency) and all(r.mode == MODE_SNAPSHOT for r in self.residency)
 
 
 def _int(value: Any, where: str, lo: int = 0, hi: int = 2**63 - 1) -> int:
@@ -74,23 +68,6 @@ def _str(value: Any, where: str, max_len: int = MAX_ID_LEN, optional: bool = Fal
         return ""
     if not isinstance(value, str) or not value or len(value) > max_len:
         raise ReportError(where, f"expected a non-empty string of at most {max_len} characters")
-    return value
-
-
-def _key(value: Any, where: str) -> int:
-    if isinstance(value, str):
-        if 1 <= len(value) <= 16:
-            try:
-                return int(value, 16)
-            except ValueError:
-                pass
-        raise ReportError(where, "expected a 64-bit key as 16 hex digits")
-    return _int(value, where, 0, 2**64 - 1)
-
-
-def _medium(value: Any, where: str) -> str:
-    if not isinstance(value, str) or value not in TIER_RANK:
-        raise ReportError(where, f"unknown medium {value!r}; expected GPU, CPU or DISK")
     return value
 
 
@@ -155,55 +132,22 @@ def _engine(raw: Any, where: str) -> dict[str, Any]:
     }
 
 
-def _residency(raw: Any, where: str, budget: list[int]) -> EngineResidency:
+def _residency(raw: Any, where: str, budget: list[int]) -> ResidencyEntry:
     r = _dict(raw, where, optional=False)
-    mode = r.get("mode", "delta")
-    if mode not in ("delta", "snapshot"):
-        raise ReportError(f"{where}.mode", "expected 'delta' or 'snapshot'")
+    mode = r.get("mode", MODE_DELTA)
+    if mode not in MODES:
+        raise ReportError(f"{where}.mode", f"expected {' or '.join(map(repr, MODES))}")
     stored_raw = _list(r.get("stored", []), f"{where}.stored")
     removed_raw = _list(r.get("removed", []), f"{where}.removed")
     budget[0] -= len(stored_raw) + len(removed_raw)
     if budget[0] < 0:
         raise ReportError(f"{where}", "too many residency deltas in one report")
-    stored: list[tuple[int, int | None, str]] = []
-    scoped = 0
-    append = stored.append
-    for i, row in enumerate(stored_raw):
-        # Fast path for the compact (msgpack, integer keys) rows agents send; anything else takes
-        # the checked path below, which also produces the error message.
-        if type(row) is list and len(row) == 4:
-            key, parent, medium, flags = row
-            if (type(key) is int and 0 <= key <= _MAX_KEY and type(medium) is str
-                    and medium in TIER_RANK
-                    and (parent is None or (type(parent) is int and 0 <= parent <= _MAX_KEY))
-                    and type(flags) is int and 0 <= flags <= 255):
-                append((key, parent, medium))
-                scoped += flags & FLAG_ENGINE_SCOPED
-                continue
-        at = f"{where}.stored[{i}]"
-        if not isinstance(row, list) or not 3 <= len(row) <= 4:
-            raise ReportError(at, "expected [key, parent_key or null, medium, flags?]")
-        key = _key(row[0], f"{at}[0]")
-        parent = None if row[1] is None else _key(row[1], f"{at}[1]")
-        medium = _medium(row[2], f"{at}[2]")
-        if len(row) == 4 and _int(row[3], f"{at}[3]", 0, 255) & FLAG_ENGINE_SCOPED:
-            scoped += 1
-        append((key, parent, medium))
-    removed: list[tuple[int, str]] = []
-    for i, row in enumerate(removed_raw):
-        if type(row) is list and len(row) == 2:
-            key, medium = row
-            if type(key) is int and 0 <= key <= _MAX_KEY and type(medium) is str and medium in TIER_RANK:
-                removed.append((key, medium))
-                continue
-        at = f"{where}.removed[{i}]"
-        if not isinstance(row, list) or len(row) != 2:
-            raise ReportError(at, "expected [key, medium]")
-        removed.append((_key(row[0], f"{at}[0]"), _medium(row[1], f"{at}[1]")))
+    stored, scoped = decode_stored(stored_raw, f"{where}.stored")
+    removed = decode_removed(removed_raw, f"{where}.removed")
     cleared = r.get("cleared", False)
     if not isinstance(cleared, bool):
         raise ReportError(f"{where}.cleared", "expected a boolean")
-    return EngineResidency(
+    return ResidencyEntry(
         engine_id=_str(r.get("engine_id"), f"{where}.engine_id"),
         mode=mode, cleared=cleared, stored=stored, removed=removed, engine_scoped=scoped,
     )

@@ -16,9 +16,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-MEDIA = ("GPU", "CPU", "DISK")
-# Lower rank = faster tier; a block held in several tiers of one engine counts at its fastest.
-TIER_RANK = {m: i for i, m in enumerate(MEDIA)}
+from .protocol import TIER_RANK, TIERS
+
+MEDIA = TIERS
+# Lower rank = faster tier (TIER_RANK); a block held in several tiers of one engine counts at its
+# fastest.
 BIT = {m: 1 << i for i, m in enumerate(MEDIA)}
 # The fastest medium present in each non-empty mask.
 FASTEST = {mask: next(m for m in MEDIA if mask & BIT[m]) for mask in range(1, 1 << len(MEDIA))}

@@ -1,12 +1,18 @@
 """Residency index in Redis, shared by every web and worker process in production.
 
-Layout (all under one hash tag so a Redis Cluster keeps them in one slot and scripts stay atomic):
-  {ns}:k:<key hex>   hash engine -> media bitmask (GPU=1, CPU=2, DISK=4)
+Layout (version 2; all under one hash tag so a Redis Cluster keeps them in one slot and scripts
+stay atomic):
+  {ns}:k             hash key hex -> holders, "engine:mask,engine:mask" (media mask GPU=1, CPU=2,
+                     DISK=4); one hash for every block instead of one Redis key per block, so a
+                     report of 5,000 deltas is a few chunked HMGET/HSET calls, not 5,000 HSETs
   {ns}:e:<engine>    hash key hex -> media bitmask
   {ns}:p             hash key hex -> parent key hex
   {ns}:engines       set of engine ids
-  {ns}:live          set once the index holds the cluster's residency (gone after a restart
-                     without persistence: the control plane then asks every engine for a snapshot)
+  {ns}:live:2        set once the index holds the cluster's residency (gone after a restart
+                     without persistence: the control plane then asks every engine for a snapshot).
+                     Versioned with the layout: an index written by layout 1 (one ``{ns}:k:<key>``
+                     hash per block, ``{ns}:live``) is not live for this one, so every engine resends
+                     a snapshot after the upgrade; ``clear()`` removes the old keys.
 A whole report is applied by one Lua script call (msgpack argument), so it is atomic and costs one
 round trip however many deltas it carries. Keys travel as hex strings because Lua numbers are
 doubles and would lose the low bits of a 64-bit key.
@@ -36,14 +42,8 @@ _APPLY = r"""
 local ns = KEYS[1]
 local batch = cmsgpack.unpack(ARGV[1])
 local CHUNK = 1000  -- fields per multi-field call: far below Lua's unpack() limit
+local kkey = ns .. ':k'
 local changes = 0
-local function drop(engine)
-  local ekey = ns .. ':e:' .. engine
-  local held = redis.call('HKEYS', ekey)
-  for _, k in ipairs(held) do redis.call('HDEL', ns .. ':k:' .. k, engine) end
-  redis.call('DEL', ekey)
-  redis.call('SREM', ns .. ':engines', engine)
-end
 -- HMGET a list of fields in chunks into a table field -> value (false when absent)
 local function hmget(key, fields, into)
   for i = 1, #fields, CHUNK do
@@ -58,6 +58,44 @@ local function chunked(cmd, key, flat, per)
   for i = 1, #flat, step do
     redis.call(cmd, key, unpack(flat, i, math.min(i + step - 1, #flat)))
   end
+end
+-- A holders value "e:m,e:m" with engine's mask set to m (0 removes it); '' when none is left.
+local function put(v, engine, m)
+  if not v or v == '' then
+    if m == 0 then return '' end
+    return engine .. ':' .. m
+  end
+  local out = {}
+  for e, mm in string.gmatch(v, '([^:,]+):(%d+)') do
+    if e ~= engine then out[#out + 1] = e .. ':' .. mm end
+  end
+  if m ~= 0 then out[#out + 1] = engine .. ':' .. m end
+  return table.concat(out, ',')
+end
+-- Write each key's holders for engine: masks[k] (0 = no longer held), in chunked calls.
+local function write_holders(engine, keys, masks)
+  local vals = {}
+  hmget(kkey, keys, vals)
+  local set, gone = {}, {}
+  for _, k in ipairs(keys) do
+    local nv = put(vals[k], engine, masks[k])
+    if nv == '' then
+      if vals[k] then gone[#gone + 1] = k end
+    else
+      set[#set + 1] = k; set[#set + 1] = nv
+    end
+  end
+  chunked('HSET', kkey, set, 2)
+  chunked('HDEL', kkey, gone, 1)
+end
+local function drop(engine)
+  local ekey = ns .. ':e:' .. engine
+  local held = redis.call('HKEYS', ekey)
+  local zero = {}
+  for _, k in ipairs(held) do zero[k] = 0 end
+  write_holders(engine, held, zero)
+  redis.call('DEL', ekey)
+  redis.call('SREM', ns .. ':engines', engine)
 end
 for _, d in ipairs(batch) do
   local engine = tostring(d[1])
@@ -91,17 +129,15 @@ for _, d in ipairs(batch) do
       changes = changes + 1
     end
   end
-  local set, gone = {}, {}
+  local set, gone, touched = {}, {}, {}
   for _, k in ipairs(fields) do
-    if cur[k] == orig[k] then  -- unchanged (e.g. removing what it never held): nothing to write
-    elseif cur[k] ~= 0 then
-      set[#set + 1] = k; set[#set + 1] = cur[k]
-      redis.call('HSET', ns .. ':k:' .. k, engine, cur[k])
-    else
-      gone[#gone + 1] = k
-      redis.call('HDEL', ns .. ':k:' .. k, engine)
+    if cur[k] ~= orig[k] then  -- unchanged (e.g. removing what it never held): nothing to write
+      touched[#touched + 1] = k
+      if cur[k] ~= 0 then set[#set + 1] = k; set[#set + 1] = cur[k]
+      else gone[#gone + 1] = k end
     end
   end
+  write_holders(engine, touched, cur)
   chunked('HSET', ekey, set, 2)
   chunked('HDEL', ekey, gone, 1)
   chunked('HSET', ns .. ':p', parents, 2)
@@ -117,6 +153,20 @@ for _, d in ipairs(batch) do
 end
 return changes
 """
+
+
+def _holders(raw: bytes | str | None) -> dict[int, str]:
+    """Engine -> fastest medium from a ``{ns}:k`` value ("engine:mask,...")."""
+    if not raw:
+        return {}
+    if isinstance(raw, str):  # a client made with decode_responses=True
+        raw = raw.encode()
+    out = {}
+    for item in raw.split(b","):
+        engine, _, mask = item.partition(b":")
+        if int(mask):
+            out[int(engine)] = _fastest(int(mask))
+    return out
 
 
 def _fastest(mask: int) -> str:
@@ -152,20 +202,18 @@ class RedisResidencyIndex:
         return int(self._apply(keys=[self.ns], args=[msgpack.packb(batch)]))
 
     def engines_of(self, key: int) -> dict[int, str]:
-        raw = self.r.hgetall(f"{self.ns}:k:{key:016x}")
-        return {int(e): _fastest(int(m)) for e, m in raw.items() if int(m)}
+        return _holders(self.r.hget(f"{self.ns}:k", f"{key:016x}"))
 
     def _engines_of_many(self, keys: Iterable[int]) -> dict[int, dict[int, str]]:
-        """engines_of for many distinct keys: pipelined, PIPELINE_KEYS per round trip."""
+        """engines_of for many distinct keys: HMGET of PIPELINE_KEYS fields per round trip."""
         keys = list(dict.fromkeys(keys))
         table: dict[int, dict[int, str]] = {}
+        kkey = f"{self.ns}:k"
         for i in range(0, len(keys), PIPELINE_KEYS):
             part = keys[i : i + PIPELINE_KEYS]
-            pipe = self.r.pipeline(transaction=False)
-            for key in part:
-                pipe.hgetall(f"{self.ns}:k:{key:016x}")
-            for key, row in zip(part, pipe.execute(), strict=True):
-                table[key] = {int(e): _fastest(int(m)) for e, m in row.items() if int(m)}
+            values = self.r.hmget(kkey, ["%016x" % k for k in part])  # noqa: UP031
+            for key, raw in zip(part, values, strict=True):
+                table[key] = _holders(raw)
         return table
 
     def holders(self, keys: Sequence[int], limit: int = 16) -> list[Holder]:
@@ -206,7 +254,7 @@ class RedisResidencyIndex:
         self._apply(keys=[self.ns], args=[msgpack.packb([[engine, 1, [], []]])])
 
     def mark_live(self) -> bool:
-        return bool(self.r.set(f"{self.ns}:live", 1, nx=True))
+        return bool(self.r.set(f"{self.ns}:live:2", 1, nx=True))
 
     def clear(self) -> None:
         cursor = 0

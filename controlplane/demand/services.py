@@ -54,9 +54,12 @@ def ingest_records(records: list[dict]) -> dict:
                     wk = keys_cache.get(ident) or WorkloadKey.objects.filter(
                         tenant=tm[0], model=tm[1], prefix_group=OTHER).first()
                 if wk is None:
-                    wk = WorkloadKey.objects.create(tenant=ident[0], model=ident[1], prefix_group=group)
-                    group_counts[tm] = group_counts.get(tm, 0) + 1
-                    created += 1
+                    # get_or_create: another web process may create the same key at the same
+                    # moment (bench/load.py with 2 processes hit UniqueViolation -> 500 here).
+                    wk, made = WorkloadKey.objects.get_or_create(tenant=ident[0], model=ident[1],
+                                                                 prefix_group=group)
+                    group_counts[tm] = group_counts.get(tm, 0) + made
+                    created += made
             keys_cache[ident] = wk
         if group != OTHER:
             current = [int(k, 16) for k in wk.prefix_keys] if wk.prefix_keys else None

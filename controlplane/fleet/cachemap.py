@@ -156,6 +156,8 @@ def cache_map(offset: int = 0, limit: int = DEFAULT_ENGINES_PER_PAGE,
             "id": engine.pk, "name": engine.engine_id, "node": engine.node.name,
             "node_id": engine.node_id, "node_state": engine.node.state, "model": engine.model,
             "lifecycle": engine.lifecycle, "synced": engine.residency_synced,
+            "engine_scoped_at": engine.engine_scoped_at.isoformat() if engine.engine_scoped_at else None,
+            "engine_scoped_blocks": engine.engine_scoped_blocks,
             "gpus": [g.pk for g in engine.gpus.all()],
             "cells": "".join(cells), "depths": depths, "tiers": "".join(t or "-" for t in tiers),
         })

@@ -90,6 +90,12 @@ class Engine(models.Model):
         default=False, help_text="a full snapshot has been applied since the engine (re)appeared"
     )
     last_seen = models.DateTimeField(null=True, blank=True)
+    engine_scoped_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="when a report last carried engine-scoped keys (blocks stored without token ids: "
+                  "only meaningful on this engine, so a gateway cannot route to them by prefix)")
+    engine_scoped_blocks = models.BigIntegerField(
+        default=0, help_text="how many engine-scoped keys that report carried")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

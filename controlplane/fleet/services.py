@@ -15,6 +15,7 @@ from controlplane.accounts.models import ApiToken, EnrolmentToken, digest
 from controlplane.api.exceptions import ApiError
 from controlplane.audit.services import record
 from controlplane.core.agent_report import Report
+from controlplane.core.protocol import MODE_SNAPSHOT
 from controlplane.core.residency import Delta
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
@@ -182,9 +183,12 @@ def apply_report(node: Node, report: Report) -> dict:
         deltas, requested, synced = [], [], []
         for res in report.residency:
             engine = engines[res.engine_id]
-            snapshot = res.mode == "snapshot"
+            snapshot = res.mode == MODE_SNAPSHOT
             deltas.append(Delta(engine.pk, stored=res.stored, removed=res.removed,
                                 cleared=res.cleared, snapshot=snapshot))
+            if res.engine_scoped:  # rare (no token ids, e.g. CPU offload): written only then
+                Engine.objects.filter(pk=engine.pk).update(engine_scoped_at=now,
+                                                           engine_scoped_blocks=res.engine_scoped)
             if snapshot:
                 synced.append(engine.pk)
             elif not engine.residency_synced:

@@ -21,20 +21,22 @@ from .coalesce import Coalescer
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
-LIVE_JOBS_IN_SNAPSHOT = 100
 
 
 def dashboard_snapshot(user) -> dict | None:
-    """What a freshly opened dashboard needs before deltas make sense; None if the user has no role."""
+    """What a freshly opened dashboard needs before deltas make sense; None if the user has no role.
+
+    Only what the pages read (frontend/static/frontend/cachemap.js: the header counts): GPU memory
+    comes with the cache map's own REST call, jobs with the jobs page's table.
+    """
     from controlplane.accounts.roles import role_of
-    from controlplane.fleet.models import Engine, Gpu, Node
+    from controlplane.fleet.models import Engine, Node
     from controlplane.replication.models import ReplicationJob, ReplicationPlan
     from controlplane.replication.services import LIVE_JOB_STATES, OPEN_PLAN_STATES
 
     role = role_of(user)
     if role is None:
         return None
-    jobs = ReplicationJob.objects.filter(state__in=LIVE_JOB_STATES).order_by("-created_at")
     return {
         "type": "snapshot",
         "at": time.time(),
@@ -42,11 +44,8 @@ def dashboard_snapshot(user) -> dict | None:
         "role": role,
         "nodes": {state: Node.objects.filter(state=state).count() for state in ("active", "stale", "retired")},
         "engines": Engine.objects.count(),
-        "gpus": [{"uuid": g.uuid, "memory_used": g.memory_used, "memory_total": g.memory_total}
-                 for g in Gpu.objects.only("uuid", "memory_used", "memory_total")[:1024]],
         "open_plans": ReplicationPlan.objects.filter(state__in=OPEN_PLAN_STATES).count(),
-        "live_jobs": [{"job": str(j.pk), "state": j.state, "bytes": j.bytes, "bytes_done": j.bytes_done}
-                      for j in jobs[:LIVE_JOBS_IN_SNAPSHOT]],
+        "live_jobs": ReplicationJob.objects.filter(state__in=LIVE_JOB_STATES).count(),
     }
 
 

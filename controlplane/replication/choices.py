@@ -1,4 +1,10 @@
-"""Named constants for policies, overrides, plans, jobs and replicas."""
+"""Named constants for policies, overrides, plans, jobs and replicas.
+
+What travels to agents (tiers, transports, job actions and states) takes its spelling from
+``controlplane.core.protocol``.
+"""
+
+from controlplane.core import protocol as wire
 
 
 class PolicyMode:
@@ -34,35 +40,35 @@ class ItemDecision:
 
 
 class Tier:
-    GPU = "GPU"
-    CPU = "CPU"
-    DISK = "DISK"
+    GPU = wire.TIER_GPU
+    CPU = wire.TIER_CPU
+    DISK = wire.TIER_DISK
     CHOICES = [(GPU, "GPU HBM"), (CPU, "CPU DRAM"), (DISK, "SSD")]
 
 
 class Transport:
-    TCP = "tcp"
-    NCCL = "nccl"
-    LMCACHE = "lmcache"
+    TCP = wire.TRANSPORT_TCP
+    NCCL = wire.TRANSPORT_NCCL
+    LMCACHE = wire.TRANSPORT_LMCACHE
     CHOICES = [(TCP, "TCP"), (NCCL, "NCCL"), (LMCACHE, "LMCache move")]
 
 
 class JobAction:
-    REPLICATE = "replicate"
-    EVICT = "evict"
+    REPLICATE = wire.ACTION_REPLICATE
+    EVICT = wire.ACTION_EVICT
     CHOICES = [(REPLICATE, "Replicate"), (EVICT, "Evict")]
 
 
 class JobState:
-    PENDING = "pending"
-    APPROVED = "approved"
-    DISPATCHED = "dispatched"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    EXPIRED = "expired"
-    CHOICES = [(s, s.capitalize()) for s in (PENDING, APPROVED, DISPATCHED, RUNNING, SUCCEEDED, FAILED, CANCELLED, EXPIRED)]
+    PENDING = wire.JOB_PENDING
+    APPROVED = wire.JOB_APPROVED
+    DISPATCHED = wire.JOB_DISPATCHED
+    RUNNING = wire.JOB_RUNNING
+    SUCCEEDED = wire.JOB_SUCCEEDED
+    FAILED = wire.JOB_FAILED
+    CANCELLED = wire.JOB_CANCELLED
+    EXPIRED = wire.JOB_EXPIRED
+    CHOICES = [(s, s.capitalize()) for s in wire.JOB_STATES]
     TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED})
     # The one table of legal transitions; failed -> approved is a bounded retry.
     ALLOWED = {

@@ -14,6 +14,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from controlplane.forecasting.tasks import forecast_all
+
 from . import dispatch, planning, scoring
 from .choices import JobAction, JobState
 from .jobstates import transition
@@ -30,12 +32,25 @@ def tick() -> dict:
         return {}
     due = planning.due(policy)
     if due["forecast"]:
-        from controlplane.forecasting.tasks import forecast_all
-
-        forecast_all.delay(policy.pk, then_plan=True)
+        forecast_then_plan(policy)
     elif due["plan"]:
         plan_cycle.delay(policy.pk)
     return due
+
+
+def forecast_then_plan(policy: Policy):
+    """The cycle as one Celery chain: forecast every active key (fanned out over the forecast
+    workers), then plan once all of them are in. Returns the chain's AsyncResult."""
+    return (forecast_all.si(float(policy.horizon_seconds)) | plan_after_forecasts.s(policy.pk)).delay()
+
+
+@shared_task
+def plan_after_forecasts(done: int | list[int], policy_id: int | None = None) -> int | None:
+    """The chain's second step: ``done`` is how many keys got a forecast (per batch). Nothing
+    forecast, nothing new to plan on: the plan cadence plans on its own."""
+    if not (sum(done) if isinstance(done, list) else done):
+        return None
+    return plan_cycle(policy_id)
 
 
 @shared_task

@@ -17,6 +17,8 @@ from urllib.parse import parse_qs, urlparse
 
 import msgpack
 
+from controlplane.core.protocol import decode_key, key_hex
+
 
 class FakeControlPlane:
     def __init__(self, port: int = 0, enrolment_tokens: tuple[str, ...] = ("enrol-1",)):
@@ -91,10 +93,13 @@ class FakeControlPlane:
             held = self.residency.setdefault((node, entry["engine_id"]), {})
             if entry["mode"] == "snapshot" or entry["cleared"]:
                 held.clear()
+            # Keys as the agent's JSON form (hex), whichever encoding carried them, as the real
+            # control plane accepts both.
             for key, parent, medium, flags in entry["stored"]:
+                key, parent = _hex(key), None if parent is None else _hex(parent)
                 held[(key, medium)] = [key, parent, medium, flags]
             for key, medium in entry["removed"]:
-                held.pop((key, medium), None)
+                held.pop((_hex(key), medium), None)
         self.last_seq[node] = seq
         self.boot[node] = report["boot_id"]
         self.reports.append(report)
@@ -104,6 +109,10 @@ class FakeControlPlane:
             "snapshot_requested": self.snapshot_requests.pop(node, []),
             "server_time": time.time(),
         }
+
+
+def _hex(key: Any) -> str:
+    return key_hex(decode_key(key, "key"))
 
 
 def _handler(cp: FakeControlPlane) -> type[BaseHTTPRequestHandler]:

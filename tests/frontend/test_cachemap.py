@@ -96,3 +96,15 @@ def test_roles(db, who, status):
     if who != "anonymous":
         client.force_authenticate(cluster.make_user(None if who == "norole" else who))
     assert client.get("/api/cache-map/").status_code in status
+
+
+def test_engine_scoped_keys_are_shown_on_the_engine_row(two_engines):
+    agent, hot, _ = two_engines
+    rows = {e["name"]: e for e in viewer().get("/api/cache-map/").json()["engines"]}
+    assert rows["vllm-1"]["engine_scoped_at"] is None and rows["vllm-1"]["engine_scoped_blocks"] == 0
+    scoped = [[f"{0xE000 + i:016x}", None, "CPU", 1] for i in range(3)]  # flag 1: no token ids
+    body = cluster.report(2, "node-a", engines=2, residency={"vllm-1": scoped})
+    assert agent.post("/api/agents/report/", body, format="json").status_code == 200
+    rows = {e["name"]: e for e in viewer().get("/api/cache-map/").json()["engines"]}
+    assert rows["vllm-1"]["engine_scoped_blocks"] == 3 and rows["vllm-1"]["engine_scoped_at"]
+    assert rows["vllm-0"]["engine_scoped_at"] is None

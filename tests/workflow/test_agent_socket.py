@@ -10,9 +10,9 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from controlplane.asgi import application
-from controlplane.forecasting.tasks import forecast_all
 from controlplane.replication.choices import JobState
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
+from controlplane.replication.tasks import forecast_then_plan
 from tests.workflow.conftest import Fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +29,7 @@ def approved_job():
     fleet = Fleet()
     p = fleet.policy("auto")
     fleet.post_burst(time.time())
-    forecast_all.delay(p.pk, then_plan=True)
+    forecast_then_plan(p)
     job = ReplicationJob.objects.select_related("source__node", "target__node").first()
     names = {v: k for k, v in fleet.nodes.items()}
     return fleet, job, names[job.source.node_id], names[job.target.node_id]

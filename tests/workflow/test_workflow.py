@@ -13,21 +13,26 @@ from controlplane.core import blockhash
 from controlplane.fleet.models import Engine, Node
 from controlplane.fleet.residency import get_index
 from controlplane.forecasting.models import Forecast
-from controlplane.forecasting.tasks import forecast_all
 from controlplane.replication.choices import JobState, PlanState
 from controlplane.replication.models import (
     ReplicationJob,
     ReplicationPlan,
     SpeculativeReplica,
 )
-from controlplane.replication.tasks import evict_expired, plan_cycle, score_replicas, sweep_jobs
+from controlplane.replication.tasks import (
+    evict_expired,
+    forecast_then_plan,
+    plan_cycle,
+    score_replicas,
+    sweep_jobs,
+)
 from tests.workflow import burst
 
 
 def run_cycle(fleet, mode, **policy):
     p = fleet.policy(mode, **policy)
     fleet.post_burst(time.time())
-    forecast_all.delay(p.pk, then_plan=True)
+    forecast_then_plan(p)
     return p, ReplicationPlan.objects.filter(policy=p).first()
 
 

@@ -36,7 +36,8 @@ class EngineSerializer(serializers.ModelSerializer):
         model = Engine
         fields = ["id", "node", "node_name", "engine_id", "kind", "model", "block_size",
                   "bytes_per_block", "kv_capacity_blocks", "gpus", "endpoints", "metrics",
-                  "lifecycle", "readiness", "residency_synced", "last_seen", "blocks"]
+                  "lifecycle", "readiness", "residency_synced", "last_seen", "engine_scoped_at",
+                  "engine_scoped_blocks", "blocks"]
         read_only_fields = [f for f in fields if f != "lifecycle"]
 
     @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))

@@ -31,7 +31,15 @@ function engineRow(engine) {
   const link = el("a", { href: `/engines/${engine.id}/`, text: engine.name,
                          title: `${engine.model} · ${engine.lifecycle}${engine.synced ? "" : " · not synced"}` });
   link.addEventListener("focus", () => { detail.textContent = `${engine.node}/${engine.name}: ${engine.model}, ${engine.lifecycle}`; });
-  tr.append(el("th", { class: "eng", scope: "row" }, link));
+  const th = el("th", { class: "eng", scope: "row" }, link);
+  if (engine.engine_scoped_at) {
+    // Blocks stored without token ids carry keys only this engine knows: no router can match them.
+    const when = new Date(engine.engine_scoped_at).toLocaleString();
+    th.append(" ", el("span", { class: "scoped", "data-field": "engine-scoped", text: "engine-scoped",
+      title: `${engine.engine_scoped_blocks} engine-scoped keys (no token ids), last reported ${when}: ` +
+             "gateways cannot route to these blocks by prefix" }));
+  }
+  tr.append(th);
   state.data.prefixes.forEach((p, col) => {
     const td = el("td", { class: `st-${engine.cells[col]}`, "data-col": col, "data-state": engine.cells[col] });
     td.title = cellTitle(engine, p, col);
@@ -137,7 +145,7 @@ async function refresh() {
 onLive((msg) => {
   if (msg.type === "snapshot") {
     stat("nodes", msg.nodes.active); stat("stale", msg.nodes.stale); stat("engines", msg.engines);
-    stat("plans", msg.open_plans); stat("jobs", msg.live_jobs.length);
+    stat("plans", msg.open_plans); stat("jobs", msg.live_jobs);
     return;
   }
   stat("updated", new Date().toLocaleTimeString());

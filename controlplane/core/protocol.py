@@ -1,0 +1,203 @@
+"""The agent <-> control plane wire vocabulary (docs/agent-protocol.md), spelled once.
+
+Standard library only: it ships to the agent image beside ``blockhash.py``, and both sides import
+it, so a tier, a flag, a job state or a message type has exactly one spelling. The report row
+layout has one encoder (``encode_stored`` / ``encode_removed``, used by the agent) and one decoder
+(``decode_stored`` / ``decode_removed``, used by the server's report parser).
+
+Keys are unsigned 64-bit integers. In msgpack they travel as integers (the compact form agents
+send); in JSON as 16-digit lower-case hex strings, because browsers' numbers cannot hold them.
+The decoder accepts both in either encoding, so agents older than integer keys in msgpack (hex
+everywhere) keep working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+# -- tiers (a block's medium) ----------------------------------------------------------------
+TIER_GPU = "GPU"
+TIER_CPU = "CPU"
+TIER_DISK = "DISK"
+TIERS = (TIER_GPU, TIER_CPU, TIER_DISK)  # fastest first
+TIER_RANK = {t: i for i, t in enumerate(TIERS)}  # lower = faster
+
+# -- report rows -----------------------------------------------------------------------------
+FLAG_ENGINE_SCOPED = 1  # the key is only meaningful on its engine (no token ids were available)
+FLAGS_MAX = 255
+KEY_MAX = 2**64 - 1
+MODE_DELTA = "delta"
+MODE_SNAPSHOT = "snapshot"
+MODES = (MODE_DELTA, MODE_SNAPSHOT)
+CONTENT_MSGPACK = "application/msgpack"
+CONTENT_JSON = "application/json"
+ENCODING_MSGPACK = "msgpack"
+ENCODING_JSON = "json"
+
+# A stored row on the wire: [key, parent key or null, medium, flags]; a removed row: [key, medium].
+StoredRow = tuple[int, "int | None", str, int]
+RemovedRow = tuple[int, str]
+
+# -- replication jobs ------------------------------------------------------------------------
+MSG_JOB_ASSIGN = "job.assign"  # server -> agent
+MSG_JOB_CANCEL = "job.cancel"  # server -> agent
+MSG_JOB_ACK = "job.ack"  # agent -> server
+MSG_JOB_PROGRESS = "job.progress"  # agent -> server
+MSG_JOB_RESULT = "job.result"  # agent -> server
+MSG_ERROR = "error"  # server -> agent: a message it could not apply
+AGENT_MESSAGES = (MSG_JOB_ACK, MSG_JOB_PROGRESS, MSG_JOB_RESULT)
+
+ROLE_SOURCE = "source"
+ROLE_TARGET = "target"
+ROLES = (ROLE_SOURCE, ROLE_TARGET)
+
+ACTION_REPLICATE = "replicate"
+ACTION_EVICT = "evict"
+ACTIONS = (ACTION_REPLICATE, ACTION_EVICT)
+
+TRANSPORT_TCP = "tcp"
+TRANSPORT_NCCL = "nccl"
+TRANSPORT_LMCACHE = "lmcache"
+TRANSPORTS = (TRANSPORT_TCP, TRANSPORT_NCCL, TRANSPORT_LMCACHE)
+
+JOB_PENDING = "pending"
+JOB_APPROVED = "approved"
+JOB_DISPATCHED = "dispatched"
+JOB_RUNNING = "running"
+JOB_SUCCEEDED = "succeeded"
+JOB_FAILED = "failed"
+JOB_CANCELLED = "cancelled"
+JOB_EXPIRED = "expired"
+JOB_STATES = (JOB_PENDING, JOB_APPROVED, JOB_DISPATCHED, JOB_RUNNING, JOB_SUCCEEDED, JOB_FAILED,
+              JOB_CANCELLED, JOB_EXPIRED)
+RESULT_STATES = (JOB_SUCCEEDED, JOB_FAILED)  # what a job.result may say
+
+# Fields of the ``job`` object of a ``job.assign`` (docs/agent-protocol.md, "Replication jobs").
+JOB_FIELDS = ("id", "action", "role", "transport", "keys", "bytes", "bytes_per_block", ROLE_SOURCE,
+              ROLE_TARGET, "rendezvous", "lmcache", "deadline", "attempt")
+
+
+def job_ack(job_id: str) -> dict[str, Any]:
+    return {"type": MSG_JOB_ACK, "job_id": job_id}
+
+
+def job_progress(job_id: str, bytes_done: int) -> dict[str, Any]:
+    return {"type": MSG_JOB_PROGRESS, "job_id": job_id, "bytes_done": bytes_done}
+
+
+def job_result(job_id: str, ok: bool, checksum: str | None, nbytes: int,
+               error: str | None) -> dict[str, Any]:
+    return {"type": MSG_JOB_RESULT, "job_id": job_id, "state": JOB_SUCCEEDED if ok else JOB_FAILED,
+            "checksum": checksum, "bytes": nbytes, "error": error}
+
+
+def job_cancel(job_id: str) -> dict[str, Any]:
+    return {"type": MSG_JOB_CANCEL, "job_id": job_id}
+
+
+# -- errors ----------------------------------------------------------------------------------
+class ProtocolError(ValueError):
+    """A message that breaks the protocol; ``field`` says where (e.g. ``residency[0].stored[3][0]``)."""
+
+    def __init__(self, field: str | None, detail: str):
+        super().__init__(f"{field}: {detail}" if field else detail)
+        self.field = field
+        self.detail = detail
+
+
+# -- keys ------------------------------------------------------------------------------------
+def key_hex(key: int) -> str:
+    """A key in its JSON form: 16 lower-case hex digits."""
+    return f"{key:016x}"
+
+
+def decode_key(value: Any, where: str) -> int:
+    """A key from either form (integer, or 1-16 hex digits); ProtocolError otherwise."""
+    if type(value) is int:
+        if 0 <= value <= KEY_MAX:
+            return value
+    elif isinstance(value, str) and 1 <= len(value) <= 16:
+        try:
+            return int(value, 16)
+        except ValueError:
+            pass
+    raise ProtocolError(where, "expected a 64-bit key: an unsigned integer or 16 hex digits")
+
+
+# -- the one encoder -------------------------------------------------------------------------
+def encode_stored(rows: Iterable[StoredRow], hex_keys: bool) -> list[list[Any]]:
+    """Stored rows for a report: integer keys for msgpack, ``hex_keys`` for JSON."""
+    if hex_keys:
+        return [[f"{k:016x}", None if p is None else f"{p:016x}", m, f] for k, p, m, f in rows]
+    return [[k, p, m, f] for k, p, m, f in rows]
+
+
+def encode_removed(rows: Iterable[RemovedRow], hex_keys: bool) -> list[list[Any]]:
+    if hex_keys:
+        return [[f"{k:016x}", m] for k, m in rows]
+    return [[k, m] for k, m in rows]
+
+
+def residency_entry(engine_id: str, mode: str, stored: list[list[Any]],
+                    removed: list[list[Any]], cleared: bool) -> dict[str, Any]:
+    """One engine's ``residency`` entry of a report (rows from ``encode_stored`` / ``_removed``)."""
+    return {"engine_id": engine_id, "mode": mode, "stored": stored, "removed": removed,
+            "cleared": cleared}
+
+
+# -- the one decoder -------------------------------------------------------------------------
+def decode_stored(raw: list, where: str) -> tuple[list[tuple[int, int | None, str]], int]:
+    """Validate stored rows; returns ``([(key, parent, medium)], engine-scoped count)``."""
+    out: list[tuple[int, int | None, str]] = []
+    append = out.append
+    rank = TIER_RANK
+    scoped = 0
+    for i, row in enumerate(raw):
+        # Fast path for the compact rows agents send (msgpack, integer keys); anything else takes
+        # the checked path, which also accepts hex keys and names the first bad field.
+        if type(row) is list and len(row) == 4:
+            key, parent, medium, flags = row
+            if (type(key) is int and 0 <= key <= KEY_MAX and type(medium) is str and medium in rank
+                    and (parent is None or (type(parent) is int and 0 <= parent <= KEY_MAX))
+                    and type(flags) is int and 0 <= flags <= FLAGS_MAX):
+                append((key, parent, medium))
+                scoped += flags & FLAG_ENGINE_SCOPED
+                continue
+        at = f"{where}[{i}]"
+        if not isinstance(row, list) or not 3 <= len(row) <= 4:
+            raise ProtocolError(at, "expected [key, parent_key or null, medium, flags?]")
+        key = decode_key(row[0], f"{at}[0]")
+        parent = None if row[1] is None else decode_key(row[1], f"{at}[1]")
+        medium = decode_medium(row[2], f"{at}[2]")
+        if len(row) == 4:
+            flags = row[3]
+            if type(flags) is not int or not 0 <= flags <= FLAGS_MAX:
+                raise ProtocolError(f"{at}[3]", f"expected an integer in [0, {FLAGS_MAX}]")
+            scoped += flags & FLAG_ENGINE_SCOPED
+        append((key, parent, medium))
+    return out, scoped
+
+
+def decode_removed(raw: list, where: str) -> list[tuple[int, str]]:
+    """Validate removed rows; returns ``[(key, medium)]``."""
+    out: list[tuple[int, str]] = []
+    append = out.append
+    rank = TIER_RANK
+    for i, row in enumerate(raw):
+        if type(row) is list and len(row) == 2:
+            key, medium = row
+            if type(key) is int and 0 <= key <= KEY_MAX and type(medium) is str and medium in rank:
+                append((key, medium))
+                continue
+        at = f"{where}[{i}]"
+        if not isinstance(row, list) or len(row) != 2:
+            raise ProtocolError(at, "expected [key, medium]")
+        append((decode_key(row[0], f"{at}[0]"), decode_medium(row[1], f"{at}[1]")))
+    return out
+
+
+def decode_medium(value: Any, where: str) -> str:
+    if type(value) is not str or value not in TIER_RANK:
+        raise ProtocolError(where, f"unknown medium {value!r}; expected {', '.join(TIERS[:-1])} or {TIERS[-1]}")
+    return value

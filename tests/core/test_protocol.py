@@ -1,0 +1,106 @@
+"""The wire vocabulary has one spelling (controlplane/core/protocol.py), and one row codec."""
+
+import ast
+import io
+import tokenize
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from controlplane.core import protocol as wire
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Modules that speak the protocol and take every spelling from controlplane/core/protocol.py.
+# Still to convert (others are changing them): controlplane/replication/dispatch.py,
+# controlplane/realtime/agent_consumer.py, nodeagent/transfers/*, controlplane/sim/*.
+CONVERTED = [
+    "controlplane/core/agent_report.py",
+    "controlplane/core/residency.py",
+    "controlplane/api/parsers.py",
+    "controlplane/fleet/services.py",
+    "controlplane/fleet/api/views.py",
+    "controlplane/replication/choices.py",
+    "nodeagent/reporter.py",
+    "nodeagent/residency.py",
+    "nodeagent/jobs.py",
+    "bench/ingest.py",
+]
+
+# The same words meaning something else: plan and plan-item states, a metric's outcome label.
+NOT_WIRE = {
+    "controlplane/replication/choices.py": {"pending", "approved"},
+    "nodeagent/reporter.py": {"failed"},
+}
+
+VOCABULARY = {
+    *wire.TIERS, *wire.MODES, wire.MSG_JOB_ASSIGN, wire.MSG_JOB_CANCEL, *wire.AGENT_MESSAGES,
+    *wire.ROLES, *wire.ACTIONS, *wire.TRANSPORTS, *wire.JOB_STATES, wire.CONTENT_MSGPACK,
+    wire.CONTENT_JSON, wire.ENCODING_MSGPACK,
+}
+
+
+def string_literals(path: Path):
+    """(line, value) of each plain string literal outside docstrings."""
+    source = path.read_text()
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = node.body[0] if node.body else None
+            if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
+                docstrings.add(doc.lineno)
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.STRING and tok.start[0] not in docstrings:
+            try:
+                value = ast.literal_eval(tok.string)
+            except (ValueError, SyntaxError):
+                continue  # f-strings: formatted text, not a vocabulary value
+            yield tok.start[0], value
+
+
+@pytest.mark.parametrize("rel", CONVERTED)
+def test_converted_modules_spell_no_wire_vocabulary_themselves(rel):
+    stray = [f"{rel}:{line}: {value!r}" for line, value in string_literals(ROOT / rel)
+             if value in VOCABULARY and value not in NOT_WIRE.get(rel, ())]
+    assert stray == [], "use controlplane.core.protocol's constants:\n" + "\n".join(stray)
+
+
+def test_the_grep_sees_a_stray_spelling(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""Doc with GPU."""\nTIER = "GPU"\nSTATE = f"{TIER}"\n')
+    assert [v for _, v in string_literals(bad)] == ["GPU"]
+
+
+ROWS = [(0, None, wire.TIER_GPU, 0), (2**64 - 1, 7, wire.TIER_CPU, wire.FLAG_ENGINE_SCOPED),
+        (0xA1B2, 0xA1B1, wire.TIER_DISK, 0)]
+
+
+@pytest.mark.parametrize("hex_keys", [False, True])
+def test_what_the_encoder_writes_the_decoder_reads_through_msgpack(hex_keys):
+    stored = wire.encode_stored(ROWS, hex_keys)
+    removed = wire.encode_removed([(5, wire.TIER_GPU)], hex_keys)
+    body = msgpack.unpackb(msgpack.packb({"s": stored, "r": removed}), strict_map_key=False)
+    rows, scoped = wire.decode_stored(body["s"], "stored")
+    assert rows == [(k, p, m) for k, p, m, _ in ROWS] and scoped == 1
+    assert wire.decode_removed(body["r"], "removed") == [(5, wire.TIER_GPU)]
+    if hex_keys:
+        assert stored[1][:2] == ["ffffffffffffffff", "0000000000000007"]
+    else:
+        assert stored[1][:2] == [2**64 - 1, 7]
+
+
+@pytest.mark.parametrize("row, where", [
+    ([2**64, None, wire.TIER_GPU, 0], "stored[0][0]"),
+    (["xyz", None, wire.TIER_GPU, 0], "stored[0][0]"),
+    ([1, -1, wire.TIER_GPU, 0], "stored[0][1]"),
+    ([1, None, "gpu", 0], "stored[0][2]"),
+    ([1, None, [], 0], "stored[0][2]"),
+    ([1, None, wire.TIER_GPU, 256], "stored[0][3]"),
+    ([1, None, wire.TIER_GPU, True], "stored[0][3]"),
+    ([1, None], "stored[0]"),
+])
+def test_a_bad_row_is_refused_naming_its_field(row, where):
+    with pytest.raises(wire.ProtocolError) as exc:
+        wire.decode_stored([row], "stored")
+    assert exc.value.field == where
