@@ -59,6 +59,7 @@ class Agent:
                 e.topic,
                 self.zmq,
                 on_batch=self.metrics.kv_block_events.labels(e.engine_id).inc,
+                socket_mode=e.kv_events_socket,
             )
             for e in cfg.engines
         ]
@@ -140,6 +141,7 @@ class Agent:
                     "gpu_uuids": e.gpu_uuids,
                     "endpoints": {
                         "kv_events": e.kv_events,
+                        "kv_events_socket": e.kv_events_socket,
                         "replay": e.replay,
                         "metrics": e.metrics_url,
                         "transfer": self.transfer_address,

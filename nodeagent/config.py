@@ -37,6 +37,9 @@ class EngineConfig:
     engine_id: str
     kind: str = "vllm"
     kv_events: str = ""  # vLLM publisher endpoint, e.g. tcp://127.0.0.1:5557
+    # connect: vLLM binds (its endpoint is tcp://*:P, ipc://...); a wildcard host is reached on
+    # loopback. bind: vLLM connects (its endpoint names an address, tcp://127.0.0.1:P): bind it.
+    kv_events_socket: str = "connect"
     replay: str = ""  # vLLM replay (ROUTER) endpoint, e.g. tcp://127.0.0.1:5558
     topic: str = ""  # ZMQ subscription prefix; "" takes every topic
     metrics_url: str = ""  # the engine's Prometheus /metrics
@@ -332,6 +335,11 @@ def validate(cfg: AgentConfig) -> None:
             raise ConfigError(f"engine {e.engine_id}: kind {e.kind!r} is not supported (vllm)")
         if not e.kv_events.startswith(("tcp://", "ipc://", "inproc://")):
             raise ConfigError(f"engine {e.engine_id}: kv_events must be a ZMQ endpoint (tcp://...)")
+        if e.kv_events_socket not in ("connect", "bind"):
+            raise ConfigError(
+                f"engine {e.engine_id}: kv_events_socket {e.kv_events_socket!r} must be connect "
+                "(vLLM binds: tcp://*:P) or bind (vLLM connects: tcp://host:P)"
+            )
         if e.replay and not e.replay.startswith(("tcp://", "ipc://", "inproc://")):
             raise ConfigError(f"engine {e.engine_id}: replay must be a ZMQ endpoint (tcp://...)")
         if e.block_size <= 0 or e.bytes_per_block < 0 or e.kv_capacity_blocks < 0:
