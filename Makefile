@@ -17,7 +17,7 @@ SERVICES_ENV := DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) PREWARM_TEST_
 	SECRET_KEY=test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz ALLOWED_HOSTS=127.0.0.1,localhost,testserver \
 	PREWARM_SECURE=false PREWARM_DATA_DIR=$(CURDIR)/var/test-services
 
-.PHONY: install vllm-env demo test test-embedded test-services bench lint clean
+.PHONY: install vllm-env test-vllm demo test test-embedded test-services bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ test: install test-embedded test-services
 
 test-embedded: install
 	PREWARM_DATA_DIR=$(CURDIR)/var/test $(PY) -m pytest -m "not services" -p no:cacheprovider
+
+# The tests against real vLLM engines (two CPU engines, ~3 GB and ~1 min each to start).
+test-vllm: install vllm-env
+	PREWARM_DATA_DIR=$(CURDIR)/var/test $(PY) -m pytest -m vllm -p no:cacheprovider tests/realvllm
 
 test-services: install
 	$(SERVICES_ENV) $(PY) -m pytest -m "not browser" -p no:cacheprovider
