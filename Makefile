@@ -38,7 +38,7 @@ $(VLLM_STAMP):
 
 vllm-env: $(VLLM_STAMP)
 
-demo: install
+demo: install $(if $(filter real,$(PRESET)),vllm-env)
 	$(PY) -m controlplane.demo --host $(HOST) --port $(PORT) --preset $(PRESET)
 
 test: install test-embedded test-services

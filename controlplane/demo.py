@@ -6,6 +6,9 @@ cluster (`prewarm-sim cluster`), which starts one real `prewarm-agent` per virtu
 replays the ServeGen multi-tenant workload in scaled real time. Every process is a child of this
 one; Ctrl-C stops them all.
 
+`--preset real` runs two real vLLM engines on CPU instead of the virtual cluster
+(`controlplane/realvllm/demo.py`).
+
 Each run starts from an empty database under `var/demo/<preset>/` so that the scoreboard is about
 this run's preset; the demo password is kept in `var/demo/password`.
 """
@@ -87,9 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--preset", default="burst", help="virtual-cluster preset: burst or steady")
+    parser.add_argument("--preset", default="burst",
+                        help="virtual-cluster preset (burst or steady), or real: two real vLLM engines on CPU")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    if args.preset == "real":  # controlplane/realvllm/demo.py
+        from controlplane.realvllm.demo import main as real_demo
+
+        return real_demo(args.host, args.port)
     from controlplane.sim.virtual.presets import PRESETS
 
     if args.preset not in PRESETS:
