@@ -63,13 +63,25 @@ def test_auto_mode_burst_to_forecast_plan_job_residency_and_score(fleet):
     got = fleet.agents[names[item.target.node_id]].get("/api/agents/jobs/?wait=0").json()
     assert [m["job"]["role"] for m in got if m["job"]["id"] == str(job.pk)] == ["target"]
     job = finish(fleet, job)
-    assert job.state == JobState.SUCCEEDED
-    assert [t.to_state for t in job.transitions.all()] == ["approved", "dispatched", "running", "succeeded"]
-    # The replica is in residency and counts.
+    assert job.state == JobState.LANDED
+    assert [t.to_state for t in job.transitions.all()] == ["approved", "dispatched", "running", "landed"]
+    # Landed is not resident: nothing routes to the copy until the target engine shows it.
+    holders = {h.engine for h in get_index().holders(burst.PREFIX) if h.depth == len(burst.PREFIX)}
+    assert item.target_id not in holders
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert not replica.shadow and replica.status == "landed" and replica.bytes_moved == job.bytes
+    lookup = fleet.gateway.post("/api/residency/lookup/", {"keys": [blockhash.to_hex(k) for k in burst.PREFIX]},
+                                format="json").json()
+    assert item.target_id not in {h["engine"] for h in lookup["holders"]}
+    # The target's agent reports its engine's KV events: the copy is confirmed by them.
+    fleet.report(names[item.target.node_id], burst.PREFIX)
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    replica.refresh_from_db()
+    assert job.state == JobState.CONFIRMED and replica.status == "confirmed"
+    assert replica.confirmed_by == "kv-events"
     holders = {h.engine for h in get_index().holders(burst.PREFIX) if h.depth == len(burst.PREFIX)}
     assert item.target_id in holders
-    replica = SpeculativeReplica.objects.get(job=job)
-    assert not replica.shadow
     # Demand keeps arriving after placement: the replica's share of it are its hits.
     fleet.post_burst(time.time() + 120)
     SpeculativeReplica.objects.filter(pk=replica.pk).update(placed_at=replica.placed_at - timedelta(minutes=10))
@@ -194,6 +206,35 @@ def test_warming_engine_is_prewarmed_and_reports_readiness(fleet):
     planned = plan.items.filter(target=warming)
     assert planned.exists()  # the joining engine gets the hot prefix before it takes traffic
     assert warming.readiness == 0.0
+
+
+def test_copy_the_engine_never_shows_is_unconfirmed_and_one_that_leaves_is_lost(fleet, settings):
+    _, plan = run_cycle(fleet, "auto")
+    jobs = list(ReplicationJob.objects.filter(item__plan=plan))
+    names = {v: k for k, v in fleet.nodes.items()}
+    job = finish(fleet, jobs[0])
+    assert job.state == JobState.LANDED
+    settings.PREWARM_REPLICA_CONFIRM_SECONDS = 0.0
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert job.state == JobState.UNCONFIRMED and replica.status == "unconfirmed" and replica.evicted_at
+    page = fleet.operator.get("/api/cache-map/").json()
+    row = next(e for e in page["engines"] if e["id"] == job.target_id)
+    assert "x" in row["cells"]  # shown as lost / never confirmed, not as a replica
+    r = fleet.operator.get(f"/api/speculative-replicas/{replica.pk}/").json()
+    assert r["status"] == "unconfirmed"
+    # A late confirmation still counts; then the engine drops the blocks: the copy is lost.
+    target = names[job.target.node_id]
+    fleet.report(target, burst.PREFIX, seq=2)
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    assert job.state == JobState.CONFIRMED
+    fleet.report(target, (), seq=3)
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    replica.refresh_from_db()
+    assert job.state == JobState.LOST and replica.status == "lost" and replica.lost_at
 
 
 def test_ttl_eviction_goes_through_the_agent(fleet):
