@@ -17,6 +17,7 @@ lost otherwise.
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from datetime import timedelta
 
@@ -31,7 +32,7 @@ from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
 
 from . import confirm
-from .choices import JobAction, JobState
+from .choices import JobAction, JobState, Transport
 from .jobstates import IllegalTransition, transition
 from .models import ReplicationJob, SpeculativeReplica
 
@@ -47,11 +48,15 @@ def roles_of(job: ReplicationJob) -> dict[str, Engine]:
     return {SOURCE: job.source, TARGET: job.target}
 
 
+ENGINE_ENDPOINTS = ("transfer", "openai", "kv_peer", "lmcache_instance_id")
+
+
 def _endpoint(engine: Engine | None) -> dict:
     if engine is None:
         return {}
-    return {"node_id": engine.node_id, "engine_id": engine.engine_id,
-            "transfer": (engine.endpoints or {}).get("transfer", "")}
+    ep = engine.endpoints or {}
+    return {"node_id": engine.node_id, "engine_id": engine.engine_id, "block_size": engine.block_size,
+            **{k: ep.get(k, "") for k in ENGINE_ENDPOINTS}}
 
 
 def assign_message(job: ReplicationJob, role: str) -> dict:
@@ -59,6 +64,9 @@ def assign_message(job: ReplicationJob, role: str) -> dict:
     src, tgt = _endpoint(job.source), _endpoint(job.target)
     bpb = (job.target or job.source).bytes_per_block if (job.target or job.source) else 0
     master = src.get("transfer", "").rpartition(":")[0] or "127.0.0.1"
+    tokens = tokens_for(job) if job.transport in Transport.NEEDS_TOKENS else []
+    hold = SpeculativeReplica.objects.filter(job=job).values_list("expires_at", flat=True).first()
+    ttl = job.item.plan.policy.replica_ttl_seconds if job.item_id else 900
     return {"type": "job.assign", "job": {
         "id": str(job.pk), "action": job.action, "role": role, "transport": job.transport,
         "keys": list(job.prefix_keys), "bytes": job.bytes, "bytes_per_block": bpb,
@@ -66,10 +74,40 @@ def assign_message(job: ReplicationJob, role: str) -> dict:
         # One port per job so concurrent NCCL jobs between the same pair do not collide.
         "rendezvous": {"master_addr": master, "world_size": 2,
                        "master_port": 29500 + zlib.crc32(job.pk.bytes) % 2000},
-        "lmcache": {},
+        "lmcache": _lmcache(job),
+        "tokens": tokens or [], "block_size": (job.target or job.source).block_size if tokens else 0,
+        # Until when a landed copy is held (LMCache leases are renewed until then).
+        "hold_until": (hold.timestamp() if hold else time.time() + ttl + 60),
         "deadline": job.deadline.timestamp() if job.deadline else None,
         "attempt": job.attempt,
     }}
+
+
+def _lmcache(job: ReplicationJob) -> dict:
+    """Where an LMCache copy goes: both engines' instance ids (as their agents report them)."""
+    if job.transport not in (Transport.LMCACHE, Transport.LMCACHE_MP):
+        return {}
+    ep = lambda e: (e.endpoints or {}) if e is not None else {}  # noqa: E731
+    return {"source_instance": ep(job.source).get("lmcache_instance_id", ""),
+            "target_instance": ep(job.target).get("lmcache_instance_id", ""),
+            "model_name": (job.target or job.source).model if (job.target or job.source) else ""}
+
+
+def tokens_for(job: ReplicationJob) -> list[int] | None:
+    """The prefix's token ids, from its workload key (only kept where a gateway sent them and a
+    plan uses the key), checked against the job's chain; None when unknown or stale."""
+    from controlplane.core import blockhash
+
+    key = job.item.workload_key if job.item_id and job.item.workload_key_id else None
+    engine = job.target or job.source
+    if key is None or engine is None or not key.prefix_token_ids:
+        return None
+    n = len(job.prefix_keys) * engine.block_size
+    tokens = list(key.prefix_token_ids[:n])
+    if len(tokens) < n or [blockhash.to_hex(k) for k in blockhash.chain_keys(tokens, engine.block_size)] \
+            != [k.lower().rjust(16, "0") for k in job.prefix_keys]:
+        return None
+    return tokens
 
 
 def _node_ok(engine: Engine | None) -> bool:
@@ -93,6 +131,13 @@ def dispatch(job_id) -> ReplicationJob | None:
         gone = [r for r, e in roles.items() if not _node_ok(e)] or ([] if roles else ["target"])
         if gone:
             return transition(job, JobState.EXPIRED, f"agent of the {', '.join(gone)} is gone")
+        if job.action == JobAction.REPLICATE and job.transport in Transport.NEEDS_TOKENS \
+                and tokens_for(job) is None:
+            job = transition(job, JobState.DISPATCHED, f"attempt {job.attempt + 1}: not sent",
+                             attempt=job.attempt + 1, dispatched_at=timezone.now(), acks={}, results={})
+            return fail(job, f"the {job.transport} executor needs the prefix's token ids, and none "
+                             "are known for it: gateways must send token_ids (not only keys) for this "
+                             "workload key, and PREWARM_KEEP_PREFIX_TOKEN_IDS must be on")
         now = timezone.now()
         attempt_s = settings.PREWARM_JOB_ATTEMPT_SECONDS
         deadline = min(job.deadline, now + timedelta(seconds=attempt_s)) if job.deadline else \
