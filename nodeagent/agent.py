@@ -25,6 +25,7 @@ from nodeagent.transfers.base import Transport
 from nodeagent.transfers.lmcache import LmcacheTransport
 from nodeagent.transfers.nccl import NcclTransport
 from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport
+from nodeagent.transfers.warmup import WarmupTransport
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class Agent:
             ),
             "nccl": NcclTransport(),
             "lmcache": LmcacheTransport(),
+            "warmup": WarmupTransport({e.engine_id: e for e in cfg.engines}),
         }
         self.reporter = Reporter(
             cfg.control_plane_url,
@@ -145,6 +147,12 @@ class Agent:
                         "replay": e.replay,
                         "metrics": e.metrics_url,
                         "transfer": self.transfer_address,
+                        # What executors that act on the engine itself need (docs/agent.md).
+                        "openai": e.openai_url,
+                        "kv_peer": e.kv_peer,
+                        "lmcache_instance_id": e.lmcache_instance_id,
+                        "lmcache_controller": self.cfg.lmcache_controller_url,
+                        "lmcache_coordinator": self.cfg.lmcache_coordinator_url,
                     },
                     "metrics": self.engine_metrics.get(e.engine_id, {}),
                 }

@@ -48,6 +48,20 @@ class EngineConfig:
     bytes_per_block: int = 0
     kv_capacity_blocks: int = 0
     gpu_uuids: list[str] = field(default_factory=list)
+    # The engine's OpenAI-compatible server (vLLM's api_server), e.g. http://127.0.0.1:8000: the
+    # ``warmup`` executor sends it prefill-only requests.
+    openai_url: str = ""
+    served_model_name: str = ""  # the "model" of those requests; defaults to ``model``
+    # This engine's KV peer endpoint (vLLM offloading connector's P2P tier side channel,
+    # host:port): a warm-up on another engine may pull the prefix from here.
+    kv_peer: str = ""
+    # Warm-ups on this engine pull from the source's kv_peer (kv_transfer_params.remote_kv_source)
+    # instead of recomputing the prefix.
+    warmup_pull: bool = False
+    warmup_timeout_s: float = 300.0
+    # This engine's LMCache instance (its lmcache_instance_id, LMCACHE_LMCACHE_INSTANCE_ID).
+    lmcache_instance_id: str = ""
+    lmcache_location: str = "LocalCPUBackend"  # the tier LMCache copies land in and pins
 
 
 @dataclass
@@ -87,6 +101,11 @@ class AgentConfig:
     jobs_transport: str = "websocket"  # websocket | long-poll | none
     long_poll_wait_s: int = 25
     engine_metrics_interval_s: float = 5.0
+    # LMCache: the controller (lmcache.v1.api_server) and the coordinator (lmcache.v1.mp_coordinator)
+    # the ``lmcache`` and ``lmcache-mp`` executors call; the lease renewal period.
+    lmcache_controller_url: str = ""
+    lmcache_coordinator_url: str = ""
+    lmcache_renew_s: float = 60.0
     log_level: str = "INFO"
     engines: list[EngineConfig] = field(default_factory=list)
     transfer: TransferConfig = field(default_factory=TransferConfig)
@@ -344,3 +363,15 @@ def validate(cfg: AgentConfig) -> None:
             raise ConfigError(f"engine {e.engine_id}: replay must be a ZMQ endpoint (tcp://...)")
         if e.block_size <= 0 or e.bytes_per_block < 0 or e.kv_capacity_blocks < 0:
             raise ConfigError(f"engine {e.engine_id}: block_size > 0, byte and block counts >= 0")
+        if e.openai_url and not e.openai_url.startswith(("http://", "https://")):
+            raise ConfigError(f"engine {e.engine_id}: openai_url must start with http(s)://")
+        if e.kv_peer:
+            _host_port(f"engine {e.engine_id}: kv_peer", e.kv_peer)
+        if e.warmup_timeout_s <= 0:
+            raise ConfigError(f"engine {e.engine_id}: warmup_timeout_s must be positive")
+    for name in ("lmcache_controller_url", "lmcache_coordinator_url"):
+        url = getattr(cfg, name)
+        if url and not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{name} {url!r} must start with http(s)://")
+    if cfg.lmcache_renew_s <= 0:
+        raise ConfigError("lmcache_renew_s must be positive")

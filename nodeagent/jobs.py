@@ -127,6 +127,7 @@ class JobRunner:
             self.running.pop(job.id, None)
         state = "succeeded" if result.ok else "failed"
         record = {
+            **result.extra,
             "type": "job.result",
             "job_id": job.id,
             "state": state,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import F, Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
@@ -37,6 +37,7 @@ def ingest_records(records: list[dict]) -> dict:
     counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0])
     created = 0
     group_counts: dict[tuple[str, str], int] = {}
+    keep_tokens = settings.PREWARM_KEEP_PREFIX_TOKEN_IDS
     for rec in records:
         chain = _keys_of(rec)
         head = group_of(chain, rec["block_size"], GROUP_TOKENS)
@@ -65,6 +66,9 @@ def ingest_records(records: list[dict]) -> dict:
                 wk.prefix_keys = [blockhash.to_hex(k) for k in common]
                 wk.prefix_tokens = len(common) * rec["block_size"]
                 wk._dirty = True
+        if keep_tokens and "token_ids" in rec and wk.token_ids_wanted_until and wk.token_ids_wanted_until > now \
+                and wk.prefix_keys and group != OTHER:
+            _keep_prefix_tokens(wk, rec, chain)
         start = int(rec["time"] // bucket_s * bucket_s)
         c = counts[(wk.pk, start)]
         c[0] += 1
@@ -75,6 +79,8 @@ def ingest_records(records: list[dict]) -> dict:
         wk.last_seen = now
         if getattr(wk, "_dirty", False):
             fields += ["prefix_keys", "prefix_tokens"]
+        if getattr(wk, "_tokens_dirty", False):
+            fields.append("prefix_token_ids")
         wk.save(update_fields=fields)
     for (key_id, start), (n, toks, cached) in counts.items():
         at = datetime.fromtimestamp(start, tz=UTC)
@@ -86,6 +92,37 @@ def ingest_records(records: list[dict]) -> dict:
                 requests=F("requests") + n, prompt_tokens=F("prompt_tokens") + toks,
                 cached_tokens=F("cached_tokens") + cached)
     return {"accepted": len(records), "buckets_touched": len(counts), "workload_keys_created": created}
+
+
+def _keep_prefix_tokens(wk: WorkloadKey, rec: dict, chain: list[int]) -> None:
+    """Keep the token ids of ``wk``'s shared prefix from a record that carries them (only for
+    keys a plan uses: executors that address KV by tokens need them)."""
+    n = len(wk.prefix_keys)
+    if len(wk.prefix_token_ids) == n * rec["block_size"]:
+        return  # already kept for this prefix
+    if [blockhash.to_hex(k) for k in chain[:n]] != wk.prefix_keys:
+        return  # the record does not start with the key's prefix (another block size)
+    wk.prefix_token_ids = list(rec["token_ids"][: n * rec["block_size"]])
+    wk._tokens_dirty = True
+
+
+def want_prefix_tokens(key_ids, now=None) -> int:
+    """A plan uses these workload keys: keep their prefixes' token ids for the retention time
+    (``PREWARM_PREFIX_TOKEN_IDS_KEEP_SECONDS``) from the next record that carries them."""
+    if not settings.PREWARM_KEEP_PREFIX_TOKEN_IDS:
+        return 0
+    now = now or timezone.now()
+    until = now + timedelta(seconds=settings.PREWARM_PREFIX_TOKEN_IDS_KEEP_SECONDS)
+    return WorkloadKey.objects.filter(pk__in=list(key_ids)).update(token_ids_wanted_until=until)
+
+
+def forget_prefix_tokens(now=None) -> int:
+    """Token ids no plan has used within the retention time (or all, when keeping is off)."""
+    now = now or timezone.now()
+    stale = WorkloadKey.objects.exclude(prefix_token_ids=[])
+    if settings.PREWARM_KEEP_PREFIX_TOKEN_IDS:
+        stale = stale.filter(Q(token_ids_wanted_until__isnull=True) | Q(token_ids_wanted_until__lte=now))
+    return stale.update(prefix_token_ids=[])
 
 
 @transaction.atomic
