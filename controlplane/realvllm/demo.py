@@ -24,7 +24,8 @@ from typing import Any
 import httpx
 
 from controlplane.realvllm.engine import (
-    BLOCK_SIZE,
+    BYTES_PER_BLOCK,
+    KV_CAPACITY_BLOCKS,
     EngineUnavailable,
     VllmEngine,
     ensure_model,
@@ -32,10 +33,6 @@ from controlplane.realvllm.engine import (
     vllm_python,
 )
 
-# The tiny model's KV per 32-token block: 2 layers x (K, V) x 2 KV heads x 32 dims x 32 tokens x
-# 2 bytes (bfloat16); 1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE=1) holds 65,536 such blocks.
-BYTES_PER_BLOCK = 2 * 2 * 2 * 32 * BLOCK_SIZE * 2
-KV_CAPACITY_BLOCKS = (1 << 30) // BYTES_PER_BLOCK
 # Real seconds, not a compressed trace: a replica lives two minutes, plans every 10 s.
 REAL_POLICY = {"mode": "auto", "forecast_every_seconds": 10, "plan_every_seconds": 10,
                "horizon_seconds": 120, "replica_ttl_seconds": 120, "min_confidence": 0.3,

@@ -46,8 +46,9 @@ def lookup_depth(cp: LiveControlPlane, tokens: list[int], engine_id: str) -> tup
 
 
 def start_agent(cp: LiveControlPlane, engine: VllmEngine, state: Path, name: str = "node-a",
-                **engine_extra) -> Proc:
-    """A real ``prewarm-agent`` process beside ``engine`` (no GPUs, no jobs, no transfers)."""
+                jobs: str = "none", **engine_extra) -> Proc:
+    """A real ``prewarm-agent`` process beside ``engine`` (no GPUs, no transfer server; jobs
+    over the websocket when ``jobs="websocket"``)."""
     enrol_file = state / "enrolment"
     state.mkdir(parents=True, exist_ok=True)
     if not enrol_file.exists():  # a restarted agent keeps its identity in state_dir
@@ -56,7 +57,8 @@ def start_agent(cp: LiveControlPlane, engine: VllmEngine, state: Path, name: str
             enrol_file.read_text().strip(), "--hostname", name, "--state-dir", str(state),
             "--gpu-source", "none", "--engine", engine.agent_engine_flag(**engine_extra),
             "--report-interval-s", "0.2", "--heartbeat-interval-s", "2", "--metrics-listen", "",
-            "--jobs-transport", "none", "--transfer-listen", "", "--backoff-max-s", "1"]
+            "--engine-metrics-interval-s", "1", "--jobs-transport", jobs, "--transfer-listen", "",
+            "--backoff-max-s", "1"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return Proc(f"agent-{name}", argv, env, state.parent).start()
 
