@@ -40,6 +40,12 @@ REAL_POLICY = {"mode": "auto", "forecast_every_seconds": 10, "plan_every_seconds
                "max_bytes_per_interval": 1 << 30}
 
 
+# The second engine joins as in a scale-out: announced (warming) 40 s into the replay, when the
+# first forecasts exist, serving 60 s later; meanwhile the planner warms it with the hot tenant
+# prefixes (prefill-only requests) and its own KV events confirm each copy.
+JOIN = (40.0, 100.0)
+
+
 def _toml(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -164,13 +170,16 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "controlplane.realvllm.driver", "--control-plane", cp,
              "--gateway-token", creds["gateway_token"], "--trace", "servegen", "--rate", str(rate),
-             "--loop",
+             "--loop", "--operator-token", creds["operator_token"],
+             f"--join={engines[1].name}={JOIN[0]:g}:{JOIN[1]:g}",
              *[f"--engine={e.name}={e.url}" for e in engines]],
             cwd=demo.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
     print(f"\nPrewarm is running at {url}\n"
           f"  login: admin / {password}  (also operator, viewer)\n"
           f"  preset real: two vLLM engines on CPU ({', '.join(e.url for e in engines)}), "
-          f"their agents, 4 ServeGen tenants at ~{rate:g} request/s as token-id prompts\n"
+          f"their agents, 4 ServeGen tenants at ~{rate:g} request/s as token-id prompts;\n"
+          f"  {engines[1].name} joins: warming at {JOIN[0]:g} s (warm-up copies land on it), "
+          f"serving at {JOIN[1]:g} s\n"
           f"  look at: {url} (cache map), {url}plans/, {url}jobs/, {url}scoreboard/\n"
           f"  API docs: {url}api/docs/   logs: {data}/ (vllm-*.log, agent-*.log, driver.log)\n"
           "Ctrl-C stops everything.\n", flush=True)

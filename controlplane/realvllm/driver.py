@@ -140,6 +140,7 @@ class Target:
     engine_id: str  # the engine's id as its agent reports it
     url: str  # the engine's OpenAI-compatible server
     model: str = "tiny"
+    serving: bool = True  # a gateway sends nothing to an engine that is not serving yet
     in_flight: int = 0
     served: int = 0
     prompt_tokens: int = 0
@@ -189,12 +190,14 @@ class Gateway:
     def route(self, token_ids: list[int]) -> Target:
         held = self.holders(token_ids)
         with self.lock:
+            serving = {e: t for e, t in self.targets.items() if t.serving} or self.targets
+            held = {e: d for e, d in held.items() if e in serving}
             deepest = max(held.values(), default=0)
-            pool = [self.targets[e] for e, d in held.items() if d == deepest and d > 0]
+            pool = [serving[e] for e, d in held.items() if d == deepest and d > 0]
             if pool:
                 self.stats.routed_by_residency += 1
             else:
-                pool = list(self.targets.values())
+                pool = list(serving.values())
             best = min(pool, key=lambda t: (t.in_flight, t.served))
             best.in_flight += 1
         return best
@@ -292,6 +295,46 @@ class Gateway:
         return self.summary()
 
 
+class Joins:
+    """Engines that join the fleet during the replay, as in a scale-out: each starts
+    ``draining`` (booted, not serving), is announced ``warming`` at ``announce_s`` (the planner
+    may now send it warm-up copies of the hot prefixes) and starts ``serving`` at ``serve_s``
+    (the gateway routes to it from then on). Lifecycles are set with an operator's token."""
+
+    def __init__(self, gateway: Gateway, control_plane: str, operator_token: str,
+                 joins: dict[str, tuple[float, float]]):
+        from controlplane.sim.virtual.control import Operator
+
+        self.gw, self.joins = gateway, joins
+        self.operator = Operator(control_plane, operator_token)
+        self.pk = {eid: e["id"] for (_, eid), e in self.operator.engines().items()}
+        missing = sorted(set(joins) - set(self.pk))
+        if missing:
+            raise ValueError(f"engines {', '.join(missing)} are not known to the control plane")
+        self.state: dict[str, str] = {}
+        for engine_id in joins:
+            self._set(engine_id, "draining", "not serving yet: it joins later")
+
+    def _set(self, engine_id: str, lifecycle: str, reason: str) -> None:
+        self.operator.set_lifecycle(self.pk[engine_id], lifecycle, f"request driver: {reason}")
+        self.state[engine_id] = lifecycle
+        with self.gw.lock:
+            self.gw.targets[engine_id].serving = lifecycle == "serving"
+        log.info("%s is now %s", engine_id, lifecycle)
+
+    def run(self, stop: threading.Event) -> None:
+        t0 = time.monotonic()
+        steps = sorted((at, eid, what) for eid, (announce, serve) in self.joins.items()
+                       for at, what in ((announce, "warming"), (serve, "serving")))
+        for at, engine_id, what in steps:
+            if stop.wait(max(0.0, t0 + at - time.monotonic())):
+                return
+            try:
+                self._set(engine_id, what, "joins the fleet" if what == "warming" else "serves")
+            except (RuntimeError, httpx.HTTPError) as exc:
+                log.warning("%s", exc)
+
+
 def _schedule(requests: list[TraceRequest], speed: float, loop: bool,
               stop: threading.Event) -> Iterator[TraceRequest]:
     """Yield each request at its time; once more from the start (later) when looping."""
@@ -327,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--speed", type=float, default=1.0,
                    help="mooncake: trace seconds per wall second (servegen is timed already)")
     p.add_argument("--loop", action="store_true")
+    p.add_argument("--join", action="append", default=[],
+                   help="ENGINE_ID=ANNOUNCE_S:SERVE_S: the engine serves only from SERVE_S, "
+                        "announced warming at ANNOUNCE_S (needs --operator-token)")
+    p.add_argument("--operator-token", default="", help="an operator's user token (for --join)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s driver %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per request
@@ -346,9 +393,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"driver: {exc}", file=sys.stderr)
         return 2
     gw = Gateway(args.control_plane, args.gateway_token, targets)
+    stop = threading.Event()
+    if args.join:
+        if not args.operator_token:
+            p.error("--join needs --operator-token")
+        joins = {}
+        for spec in args.join:
+            engine_id, _, times = spec.partition("=")
+            try:
+                announce, serve = (float(x) for x in times.split(":"))
+            except ValueError:
+                p.error(f"--join {spec!r}: expected ENGINE_ID=ANNOUNCE_S:SERVE_S")
+            if engine_id not in gw.targets or not 0 <= announce <= serve:
+                p.error(f"--join {spec!r}: an --engine, and 0 <= ANNOUNCE_S <= SERVE_S")
+            joins[engine_id] = (announce, serve)
+        try:
+            joiner = Joins(gw, args.control_plane, args.operator_token, joins)
+        except (ValueError, RuntimeError, httpx.HTTPError) as exc:
+            print(f"driver: {exc}", file=sys.stderr)
+            return 2
+        threading.Thread(target=joiner.run, args=(stop,), daemon=True).start()
     print(f"driver: {len(requests)} requests of {args.trace} over "
           f"{requests[-1].at_s / args.speed if requests else 0:.0f} s", flush=True)
-    stop = threading.Event()
     reporter = threading.Thread(target=_report_every, args=(gw, stop, 30.0), daemon=True)
     reporter.start()
     try:
