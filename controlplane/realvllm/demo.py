@@ -172,7 +172,7 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
              "--gateway-token", creds["gateway_token"], "--trace", "servegen", "--rate", str(rate),
              "--loop", "--operator-token", creds["operator_token"],
              f"--join={engines[1].name}={JOIN[0]:g}:{JOIN[1]:g}",
-             *[f"--engine={e.name}={e.url}" for e in engines]],
+             *[f"--engine=cpu-{e.name}/{e.name}={e.url}" for e in engines]],
             cwd=demo.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
     print(f"\nPrewarm is running at {url}\n"
           f"  login: admin / {password}  (also operator, viewer)\n"

@@ -140,11 +140,17 @@ class Target:
     engine_id: str  # the engine's id as its agent reports it
     url: str  # the engine's OpenAI-compatible server
     model: str = "tiny"
+    node: str = ""  # its node's name: records name the engine as node/engine_id
     serving: bool = True  # a gateway sends nothing to an engine that is not serving yet
     in_flight: int = 0
     served: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+
+    @property
+    def ref(self) -> str:
+        """How request records name the engine (docs/api.md): 'node/engine_id'."""
+        return f"{self.node}/{self.engine_id}" if self.node else self.engine_id
 
 
 @dataclass
@@ -184,8 +190,12 @@ class Gateway:
         except httpx.HTTPError as exc:
             log.warning("residency lookup failed (%s): routing by load", exc)
             return {}
-        return {h["engine_name"]: int(h["depth"]) for h in resp.json().get("holders", [])
-                if h["engine_name"] in self.targets}
+        out: dict[str, int] = {}
+        for h in resp.json().get("holders", []):
+            t = self.targets.get(h["engine_name"])
+            if t is not None and (not t.node or t.node == h.get("node")):
+                out[t.engine_id] = max(out.get(t.engine_id, 0), int(h["depth"]))
+        return out
 
     def route(self, token_ids: list[int]) -> Target:
         held = self.holders(token_ids)
@@ -228,7 +238,7 @@ class Gateway:
         prompt = int(usage.get("prompt_tokens") or len(token_ids))
         record = {"time": arrival, "model": target.model, "tenant": tenant or self.tenant,
                   "token_ids": token_ids, "block_size": BLOCK, "prompt_tokens": prompt,
-                  "cached_tokens": cached, ENGINE_FIELD: target.engine_id}
+                  "cached_tokens": cached, ENGINE_FIELD: target.ref}
         with self.lock:
             target.in_flight -= 1
             target.served += 1
@@ -247,6 +257,12 @@ class Gateway:
         try:
             resp = self.http.post(f"{self.cp}/api/request-records/", headers=self.headers,
                                   json={"records": batch}, timeout=30)
+            if 400 <= resp.status_code < 500:  # refused as it is: sending it again cannot help
+                log.error("the control plane refused %d records: HTTP %d %s", len(batch),
+                          resp.status_code, resp.text[:300])
+                with self.lock:
+                    self.stats.post_failures += 1
+                return 0
             resp.raise_for_status()
         except httpx.HTTPError as exc:
             log.warning("posting %d records failed (%s): kept for the next flush", len(batch), exc)
@@ -361,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--control-plane", required=True)
     p.add_argument("--gateway-token", required=True)
     p.add_argument("--engine", action="append", required=True,
-                   help="ENGINE_ID=http://127.0.0.1:PORT (repeat)")
+                   help="NODE/ENGINE_ID=http://127.0.0.1:PORT (repeat; the node as its agent's "
+                        "hostname, so that records name the engine that served them)")
     p.add_argument("--trace", choices=("servegen", "mooncake"), default="servegen")
     p.add_argument("--rate", type=float, default=1.0,
                    help="servegen: mean requests per wall second (10 trace seconds per second)")
@@ -379,10 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per request
     targets = []
     for spec in args.engine:
-        engine_id, sep, url = spec.partition("=")
-        if not sep or not url.startswith("http"):
-            p.error(f"--engine {spec!r}: expected ENGINE_ID=http://host:port")
-        targets.append(Target(engine_id, url))
+        ref, sep, url = spec.partition("=")
+        node, _, engine_id = ref.rpartition("/")
+        if not sep or not url.startswith("http") or not engine_id:
+            p.error(f"--engine {spec!r}: expected NODE/ENGINE_ID=http://host:port")
+        targets.append(Target(engine_id, url, node=node))
     try:
         if args.trace == "mooncake":
             requests = mooncake(None, args.start_s, args.duration_s)

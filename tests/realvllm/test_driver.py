@@ -42,7 +42,8 @@ def _fake(holders: dict[str, int], cached: int, posted: list, fail_posts: int = 
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/api/residency/lookup/":
             return httpx.Response(200, json={"keys": [], "holders": [
-                {"engine_name": e, "depth": d} for e, d in holders.items()]})
+                {"engine_name": e, "node": {"a": "n1", "b": "n2"}[e], "depth": d}
+                for e, d in holders.items()]})
         if request.url.path == "/v1/completions":
             body = json.loads(request.content)
             return httpx.Response(200, json={"usage": {"prompt_tokens": len(body["prompt"]),
@@ -60,15 +61,15 @@ def _fake(holders: dict[str, int], cached: int, posted: list, fail_posts: int = 
 
 def test_routes_to_the_deepest_serving_holder_and_records_what_served_it():
     posted: list = []
-    targets = [Target("a", "http://a"), Target("b", "http://b")]
+    targets = [Target("a", "http://a", node="n1"), Target("b", "http://b", node="n2")]
     gw = Gateway("http://cp", "pwg_x", targets, client=_fake({"a": 1, "b": 3}, 64, posted))
     rec = gw.send(list(range(4, 104)))
-    assert rec["engine"] == "b" and rec["cached_tokens"] == 64 and rec["prompt_tokens"] == 100
+    assert rec["engine"] == "n2/b" and rec["cached_tokens"] == 64 and rec["prompt_tokens"] == 100
     assert rec["block_size"] == BLOCK and rec["token_ids"] == list(range(4, 104))
     # b is not serving (it joins later): the holder that serves is a.
     gw.targets["b"].serving = False
-    assert gw.send(list(range(4, 104)))["engine"] == "a"
-    assert gw.flush() == 2 and [r["engine"] for r in posted] == ["b", "a"]
+    assert gw.send(list(range(4, 104)))["engine"] == "n1/a"
+    assert gw.flush() == 2 and [r["engine"] for r in posted] == ["n2/b", "n1/a"]
     assert gw.summary()["routed_by_residency"] == 2
 
 

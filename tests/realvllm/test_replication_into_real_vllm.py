@@ -1,5 +1,6 @@
 """An approved plan places a prefix in a second real vLLM engine with a warm-up request; the
-engine's own KV events confirm the copy and its next request is served from it.
+engine's own KV events confirm the copy, its next request is served from it, and the
+scoreboard counts that request, recorded by the gateway, as the replica's measured hit.
 
 Engine A (the source) really holds the tenant's prefix: it served it. Its agent reads A's load
 from a stand-in ``/metrics`` saying A is busy (a CPU engine serving a handful of requests never
@@ -10,6 +11,7 @@ cached-token count is real. Demand history is the recorded Azure burst of the wo
 
 from __future__ import annotations
 
+import json
 import random
 import time
 
@@ -79,7 +81,8 @@ def test_approved_plan_warms_the_second_engine_and_its_events_confirm_it(vllm_en
                           **{**extra, "openai_url": a.url, "metrics_url": busy.url})
     agent_b = start_agent(cp, b, tmp_path / "agent-b", "node-b", jobs="websocket",
                           **{**extra, "openai_url": b.url})
-    gw = Gateway(cp.url, cp.gateway, [Target(a.name, a.url), Target(b.name, b.url)], tenant=TENANT)
+    gw = Gateway(cp.url, cp.gateway, [Target(a.name, a.url, node="node-a"),
+                                      Target(b.name, b.url, node="node-b")], tenant=TENANT)
     try:
         wait_for(lambda: {a.name, b.name} <= set(engine_blocks(cp)), 60, what="both engines reported")
         # A serves the tenant's prefix: the engine holds it, its events put it in residency.
@@ -125,9 +128,21 @@ def test_approved_plan_warms_the_second_engine_and_its_events_confirm_it(vllm_en
         assert lookup_depth(cp, PREFIX, b.name)[1] == len(CHAIN)
         # The next request B serves for this tenant comes from the warmed cache.
         record = gw.send(PREFIX + [9] * (BLOCK_SIZE + 3), target=gw.targets[b.name])
-        assert record and record["engine"] == b.name
+        assert record and record["engine"] == f"node-b/{b.name}"
         assert record["cached_tokens"] >= len(PREFIX)
         assert gw.flush() == 1
+        # The gateway's record of it is the replica's hit, counted as measured, not estimated.
+
+        def scored() -> dict | None:
+            reps = api(cp, "GET", f"/api/speculative-replicas/?job={job['id']}").json()["results"]
+            rep = next((r for r in reps if r["job"] == job["id"]), None)
+            return rep if rep and rep["served_hits"] >= 1 and rep["hits_basis"] == "measured" else None
+
+        replica = wait_for(scored, 30, interval=0.5, what="the replica's hit scored from the record")
+        assert replica["status"] == "confirmed" and replica["confirmed_by"] == "kv-events"
+        assert replica["hits"] == replica["served_hits"] >= 1
+        board = api(cp, "GET", "/api/scoreboard/").json()
+        assert "measured" in json.dumps(board) or "mixed" in json.dumps(board), board
     finally:
         for agent in (agent_a, agent_b):
             agent.stop()
