@@ -249,7 +249,8 @@ class VllmEngine:
         """The last lines of the engine's log, in one line."""
         try:
             with open(self.log_path, errors="replace") as f:
-                tail = [ln.strip() for ln in deque(f, 200) if ln.strip()]
+                tail = [ln.strip() for ln in deque(f, 200)
+                        if ln.strip() and not ln.startswith("== start")]
         except OSError:
             return "(no log)"
         errors = [ln for ln in tail if "Error" in ln or "error" in ln]
