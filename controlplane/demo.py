@@ -6,6 +6,9 @@ cluster (`prewarm-sim cluster`), which starts one real `prewarm-agent` per virtu
 replays the ServeGen multi-tenant workload in scaled real time. Every process is a child of this
 one; Ctrl-C stops them all.
 
+`--preset real` runs two real vLLM engines on CPU instead of the virtual cluster
+(`controlplane/realvllm/demo.py`).
+
 Each run starts from an empty database under `var/demo/<preset>/` so that the scoreboard is about
 this run's preset; the demo password is kept in `var/demo/password`.
 """
@@ -34,7 +37,9 @@ DEMO_DIR = ROOT / "var" / "demo"
 # The policy each preset runs: auto approval, cadences fit for a time-compressed trace (the
 # virtual cluster replays 10 trace seconds per wall second, so a 60 s TTL is 10 trace minutes),
 # the largest speculative VRAM share the API allows, a byte budget sized for 70B prefixes.
-POLICY = {"mode": "auto", "forecast_every_seconds": 10, "plan_every_seconds": 10,
+# Copies are warm-ups (prefill-only requests to the target engine's OpenAI endpoint), so every
+# replica the demo shows is one its engine confirmed with its own KV events.
+POLICY = {"mode": "auto", "default_transport": "warmup", "forecast_every_seconds": 10, "plan_every_seconds": 10,
           "horizon_seconds": 60, "replica_ttl_seconds": 60, "min_confidence": 0.3,
           "max_spec_vram_fraction": 0.5, "interval_seconds": 60,
           "max_bytes_per_interval": 2 * 1024**4}
@@ -87,9 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--preset", default="burst", help="virtual-cluster preset: burst or steady")
+    parser.add_argument("--preset", default="burst",
+                        help="virtual-cluster preset (burst or steady), or real: two real vLLM engines on CPU")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    if args.preset == "real":  # controlplane/realvllm/demo.py
+        from controlplane.realvllm.demo import main as real_demo
+
+        return real_demo(args.host, args.port)
     from controlplane.sim.virtual.presets import PRESETS
 
     if args.preset not in PRESETS:

@@ -27,6 +27,7 @@ from nodeagent.transfers.base import Transport
 from nodeagent.transfers.lmcache import LmcacheTransport
 from nodeagent.transfers.nccl import NcclTransport
 from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport
+from nodeagent.transfers.warmup import WarmupTransport
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Agent:
                 e.topic,
                 self.zmq,
                 on_batch=self.metrics.kv_block_events.labels(e.engine_id).inc,
+                socket_mode=e.kv_events_socket,
             )
             for e in cfg.engines
         ]
@@ -84,6 +86,7 @@ class Agent:
             ),
             "nccl": NcclTransport,
             "lmcache": LmcacheTransport,
+            "warmup": lambda: WarmupTransport({e.engine_id: e for e in cfg.engines}),
         }
         transports = {n: available[n]() for n in self.enabled_transports}
         self.reporter = Reporter(
@@ -146,9 +149,16 @@ class Agent:
                     "gpu_uuids": e.gpu_uuids,
                     "endpoints": {
                         "kv_events": e.kv_events,
+                        "kv_events_socket": e.kv_events_socket,
                         "replay": e.replay,
                         "metrics": e.metrics_url,
                         "transfer": self.transfer_address,
+                        # What executors that act on the engine itself need (docs/agent.md).
+                        "openai": e.openai_url,
+                        "kv_peer": e.kv_peer,
+                        "lmcache_instance_id": e.lmcache_instance_id,
+                        "lmcache_controller": self.cfg.lmcache_controller_url,
+                        "lmcache_coordinator": self.cfg.lmcache_coordinator_url,
                     },
                     "metrics": self.engine_metrics.get(e.engine_id, {}),
                 }

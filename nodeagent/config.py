@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from controlplane.core import protocol as wire
+
 ENV_PREFIX = "PREWARM_AGENT_"
 _ENGINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 
@@ -37,6 +39,9 @@ class EngineConfig:
     engine_id: str
     kind: str = "vllm"
     kv_events: str = ""  # vLLM publisher endpoint, e.g. tcp://127.0.0.1:5557
+    # connect: vLLM binds (its endpoint is tcp://*:P, ipc://...); a wildcard host is reached on
+    # loopback. bind: vLLM connects (its endpoint names an address, tcp://127.0.0.1:P): bind it.
+    kv_events_socket: str = "connect"
     replay: str = ""  # vLLM replay (ROUTER) endpoint, e.g. tcp://127.0.0.1:5558
     topic: str = ""  # ZMQ subscription prefix; "" takes every topic
     metrics_url: str = ""  # the engine's Prometheus /metrics
@@ -45,6 +50,20 @@ class EngineConfig:
     bytes_per_block: int = 0
     kv_capacity_blocks: int = 0
     gpu_uuids: list[str] = field(default_factory=list)
+    # The engine's OpenAI-compatible server (vLLM's api_server), e.g. http://127.0.0.1:8000: the
+    # ``warmup`` executor sends it prefill-only requests.
+    openai_url: str = ""
+    served_model_name: str = ""  # the "model" of those requests; defaults to ``model``
+    # This engine's KV peer endpoint (vLLM offloading connector's P2P tier side channel,
+    # host:port): a warm-up on another engine may pull the prefix from here.
+    kv_peer: str = ""
+    # Warm-ups on this engine pull from the source's kv_peer (kv_transfer_params.remote_kv_source)
+    # instead of recomputing the prefix.
+    warmup_pull: bool = False
+    warmup_timeout_s: float = 300.0
+    # This engine's LMCache instance (its lmcache_instance_id, LMCACHE_LMCACHE_INSTANCE_ID).
+    lmcache_instance_id: str = ""
+    lmcache_location: str = "LocalCPUBackend"  # the tier LMCache copies land in and pins
 
 
 @dataclass
@@ -52,7 +71,7 @@ class TransferConfig:
     """Agent-to-agent transfers."""
 
     # Transports this agent executes. tcp and nccl need ``listen``: without it they are off.
-    transports: str = "tcp,nccl,lmcache"
+    transports: str = "tcp,nccl,lmcache,warmup"
     # host:port of the TCP transfer server (and the host of the nccl rendezvous). No default:
     # the operator names the private address peers reach; "" runs no server (docs/security.md).
     listen: str = ""
@@ -88,6 +107,11 @@ class AgentConfig:
     jobs_transport: str = "websocket"  # websocket | long-poll | none
     long_poll_wait_s: int = 25
     engine_metrics_interval_s: float = 5.0
+    # LMCache: the controller (lmcache.v1.api_server) and the coordinator (lmcache.v1.mp_coordinator)
+    # the ``lmcache`` and ``lmcache-mp`` executors call; the lease renewal period.
+    lmcache_controller_url: str = ""
+    lmcache_coordinator_url: str = ""
+    lmcache_renew_s: float = 60.0
     log_level: str = "INFO"
     engines: list[EngineConfig] = field(default_factory=list)
     transfer: TransferConfig = field(default_factory=TransferConfig)
@@ -274,8 +298,9 @@ def load_config(argv: list[str] | None = None, env: Mapping[str, str] | None = N
     return cfg
 
 
-TRANSPORTS = ("tcp", "nccl", "lmcache")
-NEEDS_LISTEN = ("tcp", "nccl")  # agent to agent: a peer connects to an address of this agent
+TRANSPORTS = (wire.TRANSPORT_TCP, wire.TRANSPORT_NCCL, wire.TRANSPORT_LMCACHE, wire.TRANSPORT_WARMUP)
+# agent to agent: a peer connects to an address of this agent
+NEEDS_LISTEN = (wire.TRANSPORT_TCP, wire.TRANSPORT_NCCL)  # agent to agent: a peer connects to an address of this agent
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]", "*")
 
 
@@ -359,7 +384,24 @@ def validate(cfg: AgentConfig) -> None:
             raise ConfigError(f"engine {e.engine_id}: kind {e.kind!r} is not supported (vllm)")
         if not e.kv_events.startswith(("tcp://", "ipc://", "inproc://")):
             raise ConfigError(f"engine {e.engine_id}: kv_events must be a ZMQ endpoint (tcp://...)")
+        if e.kv_events_socket not in ("connect", "bind"):
+            raise ConfigError(
+                f"engine {e.engine_id}: kv_events_socket {e.kv_events_socket!r} must be connect "
+                "(vLLM binds: tcp://*:P) or bind (vLLM connects: tcp://host:P)"
+            )
         if e.replay and not e.replay.startswith(("tcp://", "ipc://", "inproc://")):
             raise ConfigError(f"engine {e.engine_id}: replay must be a ZMQ endpoint (tcp://...)")
         if e.block_size <= 0 or e.bytes_per_block < 0 or e.kv_capacity_blocks < 0:
             raise ConfigError(f"engine {e.engine_id}: block_size > 0, byte and block counts >= 0")
+        if e.openai_url and not e.openai_url.startswith(("http://", "https://")):
+            raise ConfigError(f"engine {e.engine_id}: openai_url must start with http(s)://")
+        if e.kv_peer:
+            _host_port(f"engine {e.engine_id}: kv_peer", e.kv_peer)
+        if e.warmup_timeout_s <= 0:
+            raise ConfigError(f"engine {e.engine_id}: warmup_timeout_s must be positive")
+    for name in ("lmcache_controller_url", "lmcache_coordinator_url"):
+        url = getattr(cfg, name)
+        if url and not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{name} {url!r} must start with http(s)://")
+    if cfg.lmcache_renew_s <= 0:
+        raise ConfigError("lmcache_renew_s must be positive")

@@ -117,7 +117,8 @@ class JobRunner:
             result = TransferResult(False, error=f"internal error: {exc}")
         finally:
             self.running.pop(job.id, None)
-        record = wire.job_result(job.id, result.ok, result.checksum, result.bytes, result.error)
+        record = wire.job_result(job.id, result.ok, result.checksum, result.bytes, result.error,
+                                 result.extra)
         state = record["state"]
         self.journal.record({**record, "attempt": job.attempt})
         if self.metrics:

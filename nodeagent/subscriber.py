@@ -7,6 +7,15 @@ messages for a ROUTER replay socket: a DEALER sends ``[b"", start_seq]`` and rec
 socket is absent, silent or no longer holds the range, it resynchronises the engine (residency
 cleared, snapshot reported) so the agent never claims blocks it may have missed. A sequence
 number that goes backwards means the engine restarted: its residency and hash map are dropped.
+
+An agent that starts beside a running engine first asks the replay socket for everything from
+seq 0 (vLLM numbers each process's batches from 0 and keeps the last ``buffer_steps``, 10,000 by
+default), so a restarted agent reports what the engine holds, not only what it stores next.
+
+Socket direction follows vLLM's publisher: it binds for ``tcp://*:P`` (and ``::``, ``ipc://``,
+``inproc://``) and *connects* to any other address. ``socket_mode="connect"`` (vLLM binds)
+reaches a wildcard host on loopback, so vLLM's endpoint string can be given verbatim;
+``socket_mode="bind"`` (vLLM connects) binds the SUB socket at that address.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ class SubscriberStats:
     messages: int = 0
     gaps: int = 0
     replayed: int = 0
+    caught_up: int = 0  # batches applied from the replay socket at start
+    duplicates: int = 0  # live batches already applied by that catch-up
     resyncs: int = 0
     restarts: int = 0
     decode_errors: int = 0
@@ -50,6 +61,9 @@ class SequenceTracker:
         self.replay = replay
         self.last_seq: int | None = None
         self.stats = SubscriberStats()
+        # Batches the catch-up applied, until live messages pass them: the same seq and payload
+        # arriving live is a duplicate, a different payload under an old seq an engine restart.
+        self._caught: dict[int, bytes] = {}
 
     def _apply(self, seq: int, payload: bytes) -> None:
         try:
@@ -68,12 +82,56 @@ class SequenceTracker:
         self.stats.resyncs += 1
         self.residency.reset(engine_restarted=False)
 
+    def catch_up(self, before: int | None = None) -> int:
+        """Apply the engine's history from the replay socket (seq 0 up, only seqs below
+        ``before`` if given); returns the batches applied. Only before the first message.
+
+        A history that does not start at 0 (the buffer wrapped) is applied too: its blocks are
+        resident unless a later batch removed them, so nothing stale is claimed."""
+        if self.last_seq is not None or self.replay is None:
+            return 0
+        got = self.replay(0)
+        if not got:
+            return 0
+        batches = dict(sorted(got))
+        if before is not None:
+            batches = {s: p for s, p in batches.items() if s < before}
+            # Only a run that ends right before the live message joins it without a gap.
+            if not batches or max(batches) != before - 1:
+                return 0
+        run: list[int] = []
+        for s in sorted(batches, reverse=True):  # the contiguous run ending at the newest
+            if run and s != run[-1] - 1:
+                break
+            run.append(s)
+        run.reverse()
+        for s in run:
+            self._apply(s, batches[s])
+        self.stats.caught_up += len(run)
+        if before is None:
+            self._caught = {s: batches[s] for s in run}
+        log.info(
+            "engine %s: caught up on %d batch(es) %d..%d from the replay socket",
+            self.residency.engine_id, len(run), run[0], run[-1],
+        )
+        return len(run)
+
     def on_message(self, seq: int, payload: bytes) -> None:
         self.stats.messages += 1
         last = self.last_seq
+        if self._caught:
+            if self._caught.get(seq) == payload:
+                self.stats.duplicates += 1
+                return
+            if seq > max(self._caught):
+                self._caught = {}
+        if last is None and seq > 0 and self.catch_up(before=seq):
+            last = self.last_seq
         if last is None or seq == last + 1:
+            self._caught = {}
             self._apply(seq, payload)
             return
+        self._caught = {}
         if seq <= last:
             # Sequence went backwards: the engine (and its publisher) restarted.
             self.stats.restarts += 1
@@ -84,6 +142,10 @@ class SequenceTracker:
                 seq,
             )
             self.residency.reset(engine_restarted=True)
+            # The new process numbers from 0: fetch what it published before this one.
+            self.last_seq = None
+            if seq > 0:
+                self.catch_up(before=seq)
             self._apply(seq, payload)
             return
         self.stats.gaps += 1
@@ -109,6 +171,19 @@ class SequenceTracker:
             )
             self._resync()
         self._apply(seq, payload)
+
+
+def connect_address(endpoint: str) -> str:
+    """Where to connect for a publisher bound at ``endpoint``: a wildcard host on loopback."""
+    scheme, sep, rest = endpoint.partition("://")
+    if scheme != "tcp" or not sep:
+        return endpoint
+    host, _, port = rest.rpartition(":")
+    if host in ("*", "0.0.0.0"):
+        return f"tcp://127.0.0.1:{port}"
+    if host in ("[::]", "::"):
+        return f"tcp://[::1]:{port}"
+    return endpoint
 
 
 class ReplayClient:
@@ -156,16 +231,21 @@ class EngineSubscriber(threading.Thread):
         topic: str = "",
         ctx: zmq.Context | None = None,
         on_batch: Callable[[int], None] | None = None,
+        socket_mode: str = "connect",
     ):
         super().__init__(name=f"kv-events-{residency.engine_id}", daemon=True)
+        if socket_mode not in ("connect", "bind"):
+            raise ValueError(f"socket_mode must be connect or bind, not {socket_mode!r}")
         self.ctx = ctx or zmq.Context.instance()
         self.endpoint = endpoint
+        self.socket_mode = socket_mode
         self.topic = topic
         replay = ReplayClient(self.ctx, replay_endpoint) if replay_endpoint else None
         self.tracker = SequenceTracker(residency, replay)
         self.on_batch = on_batch
         self._stop_event = threading.Event()
         self.connected = threading.Event()
+        self.caught_up = threading.Event()  # the start-up catch-up is done (or was not possible)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -175,9 +255,24 @@ class EngineSubscriber(threading.Thread):
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 100_000)
         sock.setsockopt(zmq.SUBSCRIBE, self.topic.encode())
-        sock.connect(self.endpoint)
+        if "[" in self.endpoint or "::" in self.endpoint:
+            sock.setsockopt(zmq.IPV6, 1)
+        try:
+            if self.socket_mode == "bind":
+                sock.bind(self.endpoint)
+            else:
+                sock.connect(connect_address(self.endpoint))
+        except zmq.ZMQError as exc:
+            log.error("KV events of %s: cannot %s %s: %s", self.tracker.residency.engine_id,
+                      self.socket_mode, self.endpoint, exc)
+            sock.close()
+            return
         self.connected.set()
         try:
+            before = self.tracker.residency.stats.block_events
+            if self.tracker.catch_up() and self.on_batch:
+                self.on_batch(self.tracker.residency.stats.block_events - before)
+            self.caught_up.set()
             while not self._stop_event.is_set():
                 if not sock.poll(200):
                     continue

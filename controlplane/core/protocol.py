@@ -59,18 +59,25 @@ ACTIONS = (ACTION_REPLICATE, ACTION_EVICT)
 TRANSPORT_TCP = "tcp"
 TRANSPORT_NCCL = "nccl"
 TRANSPORT_LMCACHE = "lmcache"
-TRANSPORTS = (TRANSPORT_TCP, TRANSPORT_NCCL, TRANSPORT_LMCACHE)
+TRANSPORT_LMCACHE_MP = "lmcache-mp"
+TRANSPORT_WARMUP = "warmup"
+TRANSPORTS = (TRANSPORT_TCP, TRANSPORT_NCCL, TRANSPORT_LMCACHE, TRANSPORT_LMCACHE_MP,
+              TRANSPORT_WARMUP)
 
 JOB_PENDING = "pending"
 JOB_APPROVED = "approved"
 JOB_DISPATCHED = "dispatched"
 JOB_RUNNING = "running"
+JOB_LANDED = "landed"  # the executor says the copy is done
+JOB_CONFIRMED = "confirmed"  # the target engine shows it (KV events, LMCache pin or directory)
+JOB_UNCONFIRMED = "unconfirmed"  # landed, never shown within the confirmation window
+JOB_LOST = "lost"  # confirmed, then left the engine before its hold ended
 JOB_SUCCEEDED = "succeeded"
 JOB_FAILED = "failed"
 JOB_CANCELLED = "cancelled"
 JOB_EXPIRED = "expired"
-JOB_STATES = (JOB_PENDING, JOB_APPROVED, JOB_DISPATCHED, JOB_RUNNING, JOB_SUCCEEDED, JOB_FAILED,
-              JOB_CANCELLED, JOB_EXPIRED)
+JOB_STATES = (JOB_PENDING, JOB_APPROVED, JOB_DISPATCHED, JOB_RUNNING, JOB_LANDED, JOB_CONFIRMED,
+              JOB_UNCONFIRMED, JOB_LOST, JOB_SUCCEEDED, JOB_FAILED, JOB_CANCELLED, JOB_EXPIRED)
 RESULT_STATES = (JOB_SUCCEEDED, JOB_FAILED)  # what a job.result may say
 
 # Fields of the ``job`` object of a ``job.assign`` (docs/agent-protocol.md, "Replication jobs").
@@ -87,8 +94,10 @@ def job_progress(job_id: str, bytes_done: int) -> dict[str, Any]:
 
 
 def job_result(job_id: str, ok: bool, checksum: str | None, nbytes: int,
-               error: str | None) -> dict[str, Any]:
-    return {"type": MSG_JOB_RESULT, "job_id": job_id, "state": JOB_SUCCEEDED if ok else JOB_FAILED,
+               error: str | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``extra``: what an executor adds (e.g. a warm-up's cached tokens); the fields above win."""
+    return {**(extra or {}), "type": MSG_JOB_RESULT, "job_id": job_id,
+            "state": JOB_SUCCEEDED if ok else JOB_FAILED,
             "checksum": checksum, "bytes": nbytes, "error": error}
 
 

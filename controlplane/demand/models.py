@@ -13,6 +13,11 @@ class WorkloadKey(models.Model):
     )
     prefix_keys = models.JSONField(default=list, blank=True, help_text="the shared chain, root first")
     prefix_tokens = models.PositiveIntegerField(default=0)
+    prefix_token_ids = models.JSONField(
+        default=list, blank=True,
+        help_text="the shared prefix's token ids, kept only while a plan uses this key (executors need them)")
+    token_ids_wanted_until = models.DateTimeField(
+        null=True, blank=True, help_text="a plan uses this key: keep its prefix's token ids until then")
     created_at = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField(null=True, blank=True)
 
@@ -35,6 +40,8 @@ class DemandBucket(models.Model):
     requests = models.PositiveIntegerField(default=0)
     prompt_tokens = models.BigIntegerField(default=0)
     cached_tokens = models.BigIntegerField(default=0, help_text="tokens a gateway saw served from cache")
+    served_records = models.PositiveIntegerField(
+        default=0, help_text="records that named their serving engine and cached tokens")
 
     class Meta:
         ordering = ["key", "start"]

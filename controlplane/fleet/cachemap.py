@@ -24,13 +24,15 @@ DEFAULT_ENGINES_PER_PAGE = 64
 DEFAULT_PREFIXES = 24
 DEMAND_WINDOW = timedelta(hours=1)
 
-ABSENT, PARTIAL, RESIDENT, SPECULATIVE, IN_FLIGHT = "a", "p", "r", "s", "f"
+ABSENT, PARTIAL, RESIDENT, SPECULATIVE, IN_FLIGHT, LANDED, LOST = "a", "p", "r", "s", "f", "u", "x"
 STATES = {
     ABSENT: "absent",
     PARTIAL: "partly resident",
     RESIDENT: "resident",
-    SPECULATIVE: "speculative replica",
+    SPECULATIVE: "speculative replica (confirmed by the engine)",
     IN_FLIGHT: "in flight",
+    LANDED: "copy landed, not yet confirmed by the engine",
+    LOST: "copy lost or never confirmed",
 }
 IN_FLIGHT_JOB_STATES = ("approved", "dispatched", "running")
 
@@ -50,16 +52,35 @@ def _chain_key(keys: list) -> tuple:
 
 
 def _speculative(engine_ids: list[int], now) -> tuple[dict, dict]:
-    """(engine, chain) pairs held as live speculative replicas, and their GPU-tier bytes per engine."""
-    held, spec_bytes = set(), {}
+    """(engine, chain) -> the status of its speculative replica in its hold (confirmed, landed
+    or lost: lost covers never confirmed), and confirmed GPU-tier replica bytes per engine.
+    Only a confirmed replica counts as held: a landed copy is not resident until the engine
+    shows it."""
+    status, spec_bytes = {}, {}
     rows = SpeculativeReplica.objects.filter(
-        engine_id__in=engine_ids, shadow=False, evicted_at__isnull=True, expires_at__gt=now
-    ).values_list("engine_id", "prefix_keys", "tier", "bytes")
-    for engine_id, keys, tier, size in rows:
-        held.add((engine_id, _chain_key(keys)))
-        if tier == "GPU":
-            spec_bytes[engine_id] = spec_bytes.get(engine_id, 0) + size
-    return held, spec_bytes
+        engine_id__in=engine_ids, shadow=False, expires_at__gt=now
+    ).values_list("engine_id", "prefix_keys", "tier", "bytes", "confirmed_at", "lost_at", "evicted_at",
+                  "job__state")
+    rank = {CONFIRMED: 3, CONFIRMED_HOST: 3, LANDED: 2, LOST: 1}
+    for engine_id, keys, tier, size, confirmed, lost, evicted, job_state in rows:
+        if confirmed and not lost and not evicted:
+            st = CONFIRMED if tier == "GPU" else CONFIRMED_HOST
+            if tier == "GPU":
+                spec_bytes[engine_id] = spec_bytes.get(engine_id, 0) + size
+        elif job_state == "landed" and not evicted:
+            st = LANDED
+        elif lost or job_state == "unconfirmed":
+            st = LOST
+        else:
+            continue  # ended by its TTL or an eviction
+        key = (engine_id, _chain_key(keys))
+        if rank[st] > rank.get(status.get(key), 0):
+            status[key] = st
+    return status, spec_bytes
+
+
+CONFIRMED = "confirmed"
+CONFIRMED_HOST = "confirmed-host"  # in host memory (LMCache's CPU tier): no KV events show it
 
 
 def _in_flight(engine_ids: list[int]) -> set:
@@ -138,10 +159,17 @@ def cache_map(offset: int = 0, limit: int = DEFAULT_ENGINES_PER_PAGE,
             n = len(key.prefix_keys)
             d, tier = depth.get((engine.pk, col), (0, ""))
             chain = _chain_key(key.prefix_keys)
+            spec = spec_held.get((engine.pk, chain))
             if (engine.pk, chain) in flying and d < n:
                 state = IN_FLIGHT
-            elif (engine.pk, chain) in spec_held and d >= n:
+            elif (spec == CONFIRMED and d >= n) or spec == CONFIRMED_HOST:
                 state = SPECULATIVE
+                if spec == CONFIRMED_HOST and d < n:
+                    tier = "CPU"  # confirmed by LMCache, in a tier vLLM's KV events do not report
+            elif spec == LANDED:
+                state = LANDED
+            elif spec == LOST and d < n:
+                state = LOST
             elif d >= n:
                 state = RESIDENT
             elif d > 0:

@@ -47,10 +47,31 @@ class Tier:
 
 
 class Transport:
+    """Executors. ``tcp`` and ``nccl`` move bytes between agents' own block stores (the virtual
+    cluster and the benchmarks); ``warmup``, ``lmcache`` and ``lmcache-mp`` act on real engines."""
+
     TCP = wire.TRANSPORT_TCP
     NCCL = wire.TRANSPORT_NCCL
     LMCACHE = wire.TRANSPORT_LMCACHE
-    CHOICES = [(TCP, "TCP"), (NCCL, "NCCL"), (LMCACHE, "LMCache move")]
+    LMCACHE_MP = wire.TRANSPORT_LMCACHE_MP
+    WARMUP = wire.TRANSPORT_WARMUP
+    CHOICES = [(TCP, "TCP (agent stores)"), (NCCL, "NCCL (agent stores)"),
+               (LMCACHE, "LMCache controller copy"), (LMCACHE_MP, "LMCache coordinator prefetch"),
+               (WARMUP, "Prefill warm-up request")]
+    # Executors that need the prefix's token ids (LMCache and vLLM address KV by tokens).
+    NEEDS_TOKENS = frozenset({LMCACHE, LMCACHE_MP, WARMUP})
+    # Where a copy lands: LMCache places it in the target's CPU tier (LocalCPUBackend).
+    LANDS_IN = {LMCACHE: wire.TIER_CPU, LMCACHE_MP: wire.TIER_CPU}
+
+
+class Confirmation:
+    """What showed a landed copy on its target engine."""
+
+    KV_EVENTS = "kv-events"  # the target engine's KV events reached the residency index
+    LMCACHE_PIN = "lmcache-pin"  # LMCache /pin on the target reported the resident length
+    LMCACHE_DIRECTORY = "lmcache-directory"  # the coordinator's directory lists the target
+    CHOICES = [(KV_EVENTS, "the engine's KV events"), (LMCACHE_PIN, "LMCache pin on the target"),
+               (LMCACHE_DIRECTORY, "LMCache coordinator directory")]
 
 
 class JobAction:
@@ -60,22 +81,40 @@ class JobAction:
 
 
 class JobState:
+    """A replicate job ends ``landed`` when its executor says the copy is done, then
+    ``confirmed`` only when the target engine shows it (KV events, LMCache pin or directory),
+    ``unconfirmed`` when it never does within PREWARM_REPLICA_CONFIRM_SECONDS, and ``lost``
+    when a confirmed copy leaves the engine before its hold ends. An evict job ends
+    ``succeeded``."""
+
     PENDING = wire.JOB_PENDING
     APPROVED = wire.JOB_APPROVED
     DISPATCHED = wire.JOB_DISPATCHED
     RUNNING = wire.JOB_RUNNING
+    LANDED = wire.JOB_LANDED
+    CONFIRMED = wire.JOB_CONFIRMED
+    UNCONFIRMED = wire.JOB_UNCONFIRMED
+    LOST = wire.JOB_LOST
     SUCCEEDED = wire.JOB_SUCCEEDED
     FAILED = wire.JOB_FAILED
     CANCELLED = wire.JOB_CANCELLED
     EXPIRED = wire.JOB_EXPIRED
     CHOICES = [(s, s.capitalize()) for s in wire.JOB_STATES]
-    TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED})
-    # The one table of legal transitions; failed -> approved is a bounded retry.
+    # No agent delivery left to do: late job events change nothing.
+    TERMINAL = frozenset({LANDED, CONFIRMED, UNCONFIRMED, LOST, SUCCEEDED, FAILED, CANCELLED, EXPIRED})
+    # The executor did its part (a copy landed, or an eviction ran).
+    DONE = frozenset({LANDED, CONFIRMED, UNCONFIRMED, LOST, SUCCEEDED})
+    # The one table of legal transitions; failed -> approved is a bounded retry; a late
+    # confirmation of an unconfirmed copy still counts.
     ALLOWED = {
         PENDING: {APPROVED, CANCELLED, EXPIRED},
         APPROVED: {DISPATCHED, CANCELLED, EXPIRED},
-        DISPATCHED: {RUNNING, SUCCEEDED, FAILED, CANCELLED, EXPIRED},
-        RUNNING: {SUCCEEDED, FAILED, CANCELLED, EXPIRED},
+        DISPATCHED: {RUNNING, FAILED, CANCELLED, EXPIRED},
+        RUNNING: {LANDED, SUCCEEDED, FAILED, CANCELLED, EXPIRED},
+        LANDED: {CONFIRMED, UNCONFIRMED},
+        CONFIRMED: {LOST},
+        UNCONFIRMED: {CONFIRMED},
+        LOST: set(),
         FAILED: {APPROVED},
         SUCCEEDED: set(),
         CANCELLED: set(),

@@ -6,13 +6,18 @@ Delivery is idempotent by job id and attempt: an agent that acknowledged an atte
 it again; one that did not is sent it again after ``PREWARM_JOB_REDELIVER_SECONDS``.
 
 Roles: a ``replicate`` job goes to the source node (role ``source``) and the target node (role
-``target``); an ``evict`` job to the target only. Only the target's ``succeeded`` (after it
-verified the checksum) makes the job succeed and the replica count.
+``target``); an ``evict`` job to the target only. The target's ``succeeded`` (after it verified
+the checksum, where its executor has one) makes a replicate job ``landed``: the copy is recorded
+as a replica awaiting confirmation, and the control plane never writes it into the residency
+index itself. ``confirm.py`` confirms it when the target engine shows it (its KV events in the
+index, or an LMCache pin / directory result the executor reports) and marks it unconfirmed or
+lost otherwise.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from datetime import timedelta
 
@@ -21,15 +26,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from controlplane.core import blockhash
-from controlplane.core.residency import Delta
 from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Engine
-from controlplane.fleet.residency import get_index
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
 
-from .choices import JobAction, JobState
+from . import confirm
+from .choices import JobAction, JobState, Transport
 from .jobstates import IllegalTransition, transition
 from .models import ReplicationJob, SpeculativeReplica
 from .transfer_auth import transfer_secret
@@ -46,11 +49,15 @@ def roles_of(job: ReplicationJob) -> dict[str, Engine]:
     return {SOURCE: job.source, TARGET: job.target}
 
 
+ENGINE_ENDPOINTS = ("transfer", "openai", "kv_peer", "lmcache_instance_id")
+
+
 def _endpoint(engine: Engine | None) -> dict:
     if engine is None:
         return {}
-    return {"node_id": engine.node_id, "engine_id": engine.engine_id,
-            "transfer": (engine.endpoints or {}).get("transfer", "")}
+    ep = engine.endpoints or {}
+    return {"node_id": engine.node_id, "engine_id": engine.engine_id, "block_size": engine.block_size,
+            **{k: ep.get(k, "") for k in ENGINE_ENDPOINTS}}
 
 
 def assign_message(job: ReplicationJob, role: str) -> dict:
@@ -58,6 +65,9 @@ def assign_message(job: ReplicationJob, role: str) -> dict:
     src, tgt = _endpoint(job.source), _endpoint(job.target)
     bpb = (job.target or job.source).bytes_per_block if (job.target or job.source) else 0
     master = src.get("transfer", "").rpartition(":")[0] or "127.0.0.1"
+    tokens = tokens_for(job) if job.transport in Transport.NEEDS_TOKENS else []
+    hold = SpeculativeReplica.objects.filter(job=job).values_list("expires_at", flat=True).first()
+    ttl = job.item.plan.policy.replica_ttl_seconds if job.item_id else 900
     return {"type": "job.assign", "job": {
         "id": str(job.pk), "action": job.action, "role": role, "transport": job.transport,
         "keys": list(job.prefix_keys), "bytes": job.bytes, "bytes_per_block": bpb,
@@ -65,12 +75,42 @@ def assign_message(job: ReplicationJob, role: str) -> dict:
         # One port per job so concurrent NCCL jobs between the same pair do not collide.
         "rendezvous": {"master_addr": master, "world_size": 2,
                        "master_port": 29500 + zlib.crc32(job.pk.bytes) % 2000},
-        "lmcache": {},
+        "lmcache": _lmcache(job),
+        "tokens": tokens or [], "block_size": (job.target or job.source).block_size if tokens else 0,
+        # Until when a landed copy is held (LMCache leases are renewed until then).
+        "hold_until": (hold.timestamp() if hold else time.time() + ttl + 60),
         # The source signs its transfer header with it; the target refuses any other sender.
         "secret": transfer_secret(job),
         "deadline": job.deadline.timestamp() if job.deadline else None,
         "attempt": job.attempt,
     }}
+
+
+def _lmcache(job: ReplicationJob) -> dict:
+    """Where an LMCache copy goes: both engines' instance ids (as their agents report them)."""
+    if job.transport not in (Transport.LMCACHE, Transport.LMCACHE_MP):
+        return {}
+    ep = lambda e: (e.endpoints or {}) if e is not None else {}  # noqa: E731
+    return {"source_instance": ep(job.source).get("lmcache_instance_id", ""),
+            "target_instance": ep(job.target).get("lmcache_instance_id", ""),
+            "model_name": (job.target or job.source).model if (job.target or job.source) else ""}
+
+
+def tokens_for(job: ReplicationJob) -> list[int] | None:
+    """The prefix's token ids, from its workload key (only kept where a gateway sent them and a
+    plan uses the key), checked against the job's chain; None when unknown or stale."""
+    from controlplane.core import blockhash
+
+    key = job.item.workload_key if job.item_id and job.item.workload_key_id else None
+    engine = job.target or job.source
+    if key is None or engine is None or not key.prefix_token_ids:
+        return None
+    n = len(job.prefix_keys) * engine.block_size
+    tokens = list(key.prefix_token_ids[:n])
+    if len(tokens) < n or [blockhash.to_hex(k) for k in blockhash.chain_keys(tokens, engine.block_size)] \
+            != [k.lower().rjust(16, "0") for k in job.prefix_keys]:
+        return None
+    return tokens
 
 
 def _node_ok(engine: Engine | None) -> bool:
@@ -94,6 +134,13 @@ def dispatch(job_id) -> ReplicationJob | None:
         gone = [r for r, e in roles.items() if not _node_ok(e)] or ([] if roles else ["target"])
         if gone:
             return transition(job, JobState.EXPIRED, f"agent of the {', '.join(gone)} is gone")
+        if job.action == JobAction.REPLICATE and job.transport in Transport.NEEDS_TOKENS \
+                and tokens_for(job) is None:
+            job = transition(job, JobState.DISPATCHED, f"attempt {job.attempt + 1}: not sent",
+                             attempt=job.attempt + 1, dispatched_at=timezone.now(), acks={}, results={})
+            return fail(job, f"the {job.transport} executor needs the prefix's token ids, and none "
+                             "are known for it: gateways must send token_ids (not only keys) for this "
+                             "workload key, and PREWARM_KEEP_PREFIX_TOKEN_IDS must be on")
         now = timezone.now()
         attempt_s = settings.PREWARM_JOB_ATTEMPT_SECONDS
         deadline = min(job.deadline, now + timedelta(seconds=attempt_s)) if job.deadline else \
@@ -130,7 +177,7 @@ class EventError(ValueError):
 def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
     """Apply one agent event (job.ack / job.progress / job.result) from ``node_id``."""
     kind = msg.get("type")
-    if kind not in ("job.ack", "job.progress", "job.result"):
+    if kind not in ("job.ack", "job.progress", "job.result", "job.confirm"):
         raise EventError(f"unknown event type {kind!r}")
     with transaction.atomic():
         # of=self: PostgreSQL cannot lock the nullable side of the outer join to an evict job's source.
@@ -141,6 +188,10 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
         roles = [r for r, e in roles_of(job).items() if e.node_id == node_id]
         if not roles:
             raise EventError(f"job {job.pk} does not involve this node")
+        if kind == "job.confirm":
+            if TARGET not in roles:
+                raise EventError("only the target's agent confirms a copy")
+            return confirm.on_agent_confirmation(job, msg)
         if job.state in JobState.TERMINAL:
             return job  # a late event for a cancelled/expired/finished job changes nothing
         if kind == "job.ack":
@@ -169,7 +220,8 @@ def _result(job: ReplicationJob, node_id: int, roles: list[str], msg: dict) -> R
         raise EventError("job.result state must be succeeded or failed")
     results = dict(job.results)
     for r in roles:
-        results[r] = {k: msg.get(k) for k in ("state", "checksum", "bytes", "error")}
+        results[r] = {**{k: msg.get(k) for k in ("state", "checksum", "bytes", "error")},
+                      **{k: msg[k] for k in RESULT_EXTRA if msg.get(k) is not None}}
     job.results = results
     job.save(update_fields=["results", "updated_at"])
     if state == "failed":
@@ -177,40 +229,34 @@ def _result(job: ReplicationJob, node_id: int, roles: list[str], msg: dict) -> R
             return job  # the failure of an earlier attempt, reported after its retry was sent
         return fail(job, f"{'/'.join(roles)} on node {node_id}: {msg.get('error') or 'failed'}")
     if TARGET not in roles:
-        return job  # the source finished sending; only the target's verified result counts
+        return job  # the source finished sending; only the target's result counts
     src = results.get(SOURCE) or {}
     if src.get("checksum") and msg.get("checksum") and src["checksum"] != msg["checksum"]:
         return fail(job, "target checksum differs from the source's")
     if job.state == JobState.DISPATCHED:
         job = transition(job, JobState.RUNNING, "result before acknowledgement")
-    job = transition(job, JobState.SUCCEEDED, f"verified by node {node_id}",
-                     checksum=str(msg.get("checksum") or "")[:64],
-                     bytes_done=int(msg.get("bytes") or job.bytes))
-    _on_success(job)
+    # Bytes moved are what the executor reports, never the plan's nominal size.
+    moved = max(0, int(msg.get("bytes") or 0))
+    if job.action == JobAction.EVICT:
+        job = transition(job, JobState.SUCCEEDED, f"evicted by node {node_id}", bytes_done=moved)
+        _on_evicted(job)
+        return job
+    job = transition(job, JobState.LANDED, f"landed: the {job.transport} executor on node {node_id} "
+                     "finished; awaiting the target engine's confirmation",
+                     checksum=str(msg.get("checksum") or "")[:64], bytes_done=moved)
+    confirm.on_landed(job, msg.get("confirmation"))
     return job
 
 
-def _on_success(job: ReplicationJob) -> None:
-    keys = [blockhash.from_hex(k) for k in job.prefix_keys]
-    now = timezone.now()
-    if job.action == JobAction.EVICT:
-        SpeculativeReplica.objects.filter(job__isnull=False, engine_id=job.target_id,
-                                          prefix_keys=job.prefix_keys, evicted_at__isnull=True,
-                                          shadow=False).update(evicted_at=now)
-        removed = [(k, job.tier) for k in keys]
-        transaction.on_commit(lambda: get_index().apply([Delta(job.target_id, removed=removed)]))
-        return
-    item = job.item
-    ttl = item.plan.policy.replica_ttl_seconds if item else 900
-    SpeculativeReplica.objects.get_or_create(job=job, defaults=dict(
-        item=item, engine_id=job.target_id, workload_key=item.workload_key if item else None,
-        prefix_keys=job.prefix_keys, tier=job.tier, bytes=job.bytes, shadow=False,
-        forecaster=(item.plan.summary.get("forecasters", {}).get(str(item.workload_key_id), "")
-                    if item else ""),
-        placed_at=now, expires_at=now + timedelta(seconds=ttl)))
-    # The copy is resident on the target now; the engine's own events confirm or remove it later.
-    stored = [(k, keys[i - 1] if i else None, job.tier) for i, k in enumerate(keys)]
-    transaction.on_commit(lambda: get_index().apply([Delta(job.target_id, stored=stored)]))
+# What executors may add to a result (docs/agent-protocol.md).
+RESULT_EXTRA = ("executor", "confirmation", "cached_tokens", "prompt_tokens", "detail")
+
+
+def _on_evicted(job: ReplicationJob) -> None:
+    # The residency index changes only when the engine's own events say so (no assumption here).
+    SpeculativeReplica.objects.filter(job__isnull=False, engine_id=job.target_id,
+                                      prefix_keys=job.prefix_keys, evicted_at__isnull=True,
+                                      shadow=False).update(evicted_at=timezone.now())
 
 
 def backoff_seconds(attempt: int) -> float:
@@ -250,7 +296,8 @@ def end(job: ReplicationJob, to: str, why: str) -> ReplicationJob | None:
 
 def sweep(now=None) -> dict:
     """Expire jobs whose agent is gone or whose time ran out; redeliver unacknowledged ones;
-    dispatch approved jobs whose backoff is over."""
+    dispatch approved jobs whose backoff is over; confirm, or mark unconfirmed or lost, the
+    copies that landed (``confirm.sweep``)."""
     now = now or timezone.now()
     expired = failed = redelivered = due = 0
     live = ReplicationJob.objects.filter(
@@ -277,7 +324,8 @@ def sweep(now=None) -> dict:
                     if job.acks.get(role) != job.attempt:
                         publish(groups.agent(engine.node_id), "job.assign", assign_message(job, role))
                 redelivered += 1
-    return {"expired": expired, "failed": failed, "redelivered": redelivered, "dispatched": due}
+    return {"expired": expired, "failed": failed, "redelivered": redelivered, "dispatched": due,
+            **confirm.sweep(now)}
 
 
 def _dispatch_later(job_id) -> None:

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 
 from .choices import (
+    Confirmation,
     ItemDecision,
     JobAction,
     JobState,
@@ -179,10 +180,21 @@ class SpeculativeReplica(models.Model):
     placed_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     evicted_at = models.DateTimeField(null=True, blank=True)
+    confirmed_at = models.DateTimeField(null=True, blank=True, help_text="when the engine showed it")
+    confirmed_by = models.CharField(max_length=24, choices=Confirmation.CHOICES, blank=True)
+    lost_at = models.DateTimeField(null=True, blank=True, help_text="when a confirmed copy left the engine")
+    bytes_moved = models.BigIntegerField(default=0, help_text="what the executor reported moving")
+    served_requests = models.PositiveIntegerField(
+        default=0, help_text="requests of its key served by its engine during the hold (records naming the engine)")
+    served_hits = models.PositiveIntegerField(
+        default=0, help_text="of those, requests whose cached tokens covered the prefix")
+    hits_measured = models.BooleanField(
+        default=False, help_text="hits come from served-request records; otherwise they are estimated")
     hits = models.PositiveIntegerField(default=0)
     tokens_hit = models.BigIntegerField(default=0)
     ttft_saved_s = models.FloatField(default=0.0)
-    vram_byte_seconds = models.FloatField(default=0.0)
+    vram_byte_seconds = models.FloatField(default=0.0, help_text="bytes x seconds held in GPU memory")
+    host_byte_seconds = models.FloatField(default=0.0, help_text="bytes x seconds held in host memory (CPU tier)")
     scored_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -191,3 +203,16 @@ class SpeculativeReplica(models.Model):
 
     def __str__(self) -> str:
         return f"replica #{self.pk} on {self.engine_id}"
+
+    @property
+    def status(self) -> str:
+        """shadow | landed (awaiting the engine) | confirmed | unconfirmed | lost."""
+        if self.shadow:
+            return "shadow"
+        if self.lost_at:
+            return "lost"
+        if self.confirmed_at:
+            return "confirmed"
+        if self.evicted_at:
+            return "unconfirmed"
+        return "landed"

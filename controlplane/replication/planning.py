@@ -27,6 +27,7 @@ from django.utils.dateparse import parse_datetime
 from controlplane.core import blockhash, planner
 from controlplane.core.costmodel import MODELS, CostModel
 from controlplane.demand.models import WorkloadKey
+from controlplane.demand.services import want_prefix_tokens
 from controlplane.fleet.choices import EngineLifecycle, NodeState
 from controlplane.fleet.models import Engine
 from controlplane.fleet.residency import get_index
@@ -34,7 +35,7 @@ from controlplane.forecasting.models import Forecast
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
 
-from .choices import JobAction, JobState, OverrideKind, PlanState, PolicyMode
+from .choices import JobAction, JobState, OverrideKind, PlanState, PolicyMode, Transport
 from .models import PlanItem, Policy, ReplicationJob, ReplicationPlan, SpeculativeReplica
 from .services import OPEN_PLAN_STATES, active_overrides, decide
 
@@ -328,6 +329,9 @@ def store(policy: Policy, inputs: Inputs, items: list[planner.PlanItem], planned
             tier=TIER_FROM_PLANNER[it.tier], bytes=it.nbytes, expected_ttft_saved_s=it.expected_ttft_saved_s,
             cost_s=it.cost_s, confidence=it.confidence, reason=it.reason[:2000]))
     PlanItem.objects.bulk_create(rows, batch_size=2000)
+    if policy.default_transport in Transport.NEEDS_TOKENS:
+        # Its executor addresses KV by token ids: keep them for the keys this plan uses.
+        want_prefix_tokens({r.workload_key_id for r in rows if r.workload_key_id})
     publish(groups.PLANS, "plan.created", {"plan": plan.pk, "mode": plan.mode, "state": plan.state,
                                            "items": len(rows)})
     return plan
@@ -340,6 +344,7 @@ def _shadow_replicas(plan: ReplicationPlan, policy: Policy, now) -> None:
     SpeculativeReplica.objects.bulk_create([
         SpeculativeReplica(item=i, engine_id=i.target_id, workload_key_id=i.workload_key_id,
                            prefix_keys=i.prefix_keys, tier=i.tier, bytes=i.bytes, shadow=True,
+                           bytes_moved=i.bytes,  # what it would have moved: it never did
                            forecaster=forecasters.get(str(i.workload_key_id), ""),
                            placed_at=now, expires_at=now + ttl)
         for i in plan.items.all()], batch_size=2000)

@@ -14,7 +14,7 @@ from controlplane.fleet.choices import NodeState
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
 
-from .choices import ItemDecision, JobState, OverrideKind, PlanState, PolicyMode
+from .choices import ItemDecision, JobState, OverrideKind, PlanState, PolicyMode, Transport
 from .jobstates import transition
 from .models import Override, PlanItem, Policy, ReplicationJob, ReplicationPlan, SpeculativeReplica
 
@@ -77,7 +77,8 @@ def _job_for(item: PlanItem, policy: Policy) -> ReplicationJob:
 
     job = ReplicationJob.objects.create(
         item=item, transport=policy.default_transport, source=item.source, target=item.target,
-        prefix_keys=item.prefix_keys, tier=item.tier, bytes=item.bytes,
+        prefix_keys=item.prefix_keys, tier=Transport.LANDS_IN.get(policy.default_transport, item.tier),
+        bytes=item.bytes,
         max_attempts=settings.PREWARM_JOB_MAX_ATTEMPTS,
         deadline=timezone.now() + timedelta(seconds=policy.horizon_seconds))
     job = transition(job, JobState.APPROVED, "approved with its plan item")

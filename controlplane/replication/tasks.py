@@ -17,7 +17,7 @@ from django.utils import timezone
 from controlplane.forecasting.tasks import forecast_all
 
 from . import dispatch, planning, scoring
-from .choices import JobAction, JobState
+from .choices import JobAction, JobState, Transport
 from .jobstates import transition
 from .models import Policy, ReplicationJob, SpeculativeReplica
 
@@ -70,14 +70,23 @@ def sweep_jobs() -> dict:
     return dispatch.sweep()
 
 
+# No per-prefix evict: vLLM has no API to drop a prefix (a warmed prefix stays ordinary prefix
+# cache, evicted LRU when room is needed), and LMCache 0.5.6's controller has none either (its
+# /clear empties a whole tier); an LMCache replica ends by its lease lapsing, as the agent stops
+# renewing it at the hold's end.
+ENDS_BY_ITSELF = (Transport.WARMUP, Transport.LMCACHE)
+
+
 @shared_task
 def evict_expired() -> int:
-    """Replicas past their TTL: shadow ones simply end; real ones are evicted through their agent."""
+    """Replicas past their TTL: shadow ones, and those whose executor cannot evict (warm-ups,
+    LMCache leases), simply end; the others are evicted through their agent."""
     now = timezone.now()
     expired = SpeculativeReplica.objects.filter(evicted_at__isnull=True, expires_at__lte=now)
     ended = expired.filter(shadow=True).update(evicted_at=F("expires_at"))
+    ended += expired.filter(shadow=False, job__transport__in=ENDS_BY_ITSELF).update(evicted_at=F("expires_at"))
     pinned = _pinned_chains()
-    for r in expired.filter(shadow=False).select_related("engine"):
+    for r in expired.filter(shadow=False).select_related("engine", "job"):
         if tuple(r.prefix_keys) in pinned.get(r.engine_id, set()):
             continue  # a pin keeps it
         with transaction.atomic():

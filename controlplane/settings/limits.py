@@ -1,6 +1,6 @@
 """Operational limits: sizes, staleness, schedules. All overridable from the environment."""
 
-from .env import get_from_env
+from .env import get_from_env, str_to_bool
 
 # Largest request body accepted (agent reports, request-record batches), bytes.
 DATA_UPLOAD_MAX_MEMORY_SIZE = get_from_env("PREWARM_MAX_BODY_BYTES", 8 * 1024 * 1024, type_cast=int)
@@ -25,6 +25,17 @@ PREWARM_JOB_BACKOFF_MAX_SECONDS = get_from_env("PREWARM_JOB_BACKOFF_MAX_SECONDS"
 PREWARM_JOB_REDELIVER_SECONDS = get_from_env("PREWARM_JOB_REDELIVER_SECONDS", 10.0, type_cast=float)
 # Seconds an attempt may take once dispatched before it fails (and maybe retries).
 PREWARM_JOB_ATTEMPT_SECONDS = get_from_env("PREWARM_JOB_ATTEMPT_SECONDS", 120.0, type_cast=float)
+# A landed copy the target engine has not shown (KV events, LMCache pin or directory) within this
+# many seconds is marked unconfirmed: it never counts as resident.
+PREWARM_REPLICA_CONFIRM_SECONDS = get_from_env("PREWARM_REPLICA_CONFIRM_SECONDS", 30.0, type_cast=float)
+# LMCache leases (pin_timeout_sec on the controller, 300 by default): the agent pins a live
+# replica again this often, so its lease never lapses while the replica is held.
+PREWARM_LMCACHE_RENEW_SECONDS = get_from_env("PREWARM_LMCACHE_RENEW_SECONDS", 60.0, type_cast=float)
+# Prefix token ids (executors that address KV by tokens need them): kept only for workload keys
+# a plan uses, for this long after the last plan that used them; false turns keeping them off.
+PREWARM_KEEP_PREFIX_TOKEN_IDS = get_from_env("PREWARM_KEEP_PREFIX_TOKEN_IDS", True, type_cast=str_to_bool)
+PREWARM_PREFIX_TOKEN_IDS_KEEP_SECONDS = get_from_env("PREWARM_PREFIX_TOKEN_IDS_KEEP_SECONDS", 3600.0,
+                                                     type_cast=float)
 # The link speed the planner prices copies with where nothing better is known, bytes/s.
 PREWARM_LINK_BYTES_PER_S = get_from_env("PREWARM_LINK_BYTES_PER_S", 12.5e9, type_cast=float)
 # The load assumed for an engine whose metrics say nothing (0..1).

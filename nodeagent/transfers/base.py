@@ -35,6 +35,10 @@ class Job:
     secret: str = field(default="", repr=False)  # per-job transfer secret from the control plane (transfers/auth.py)
     deadline: float = 0.0
     attempt: int = 1
+    # The prefix's token ids (executors that address KV by tokens: warmup, lmcache, lmcache-mp).
+    tokens: list[int] = field(default_factory=list)
+    block_size: int = 0
+    hold_until: float = 0.0  # the replica's TTL end (unix time): LMCache leases are renewed until then
 
     @classmethod
     def from_message(cls, msg: dict[str, Any]) -> Job:
@@ -55,6 +59,9 @@ class Job:
                 secret=str(msg.get("secret") or ""),
                 deadline=float(msg.get("deadline") or time.time() + 300),
                 attempt=int(msg.get("attempt") or 1),
+                tokens=_tokens(msg.get("tokens")),
+                block_size=int(msg.get("block_size") or 0),
+                hold_until=float(msg.get("hold_until") or 0.0),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise JobError(f"malformed job: {exc}") from None
@@ -68,12 +75,22 @@ class Job:
         return self.deadline - time.time()
 
 
+def _tokens(raw: Any) -> list[int]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(type(t) is int and 0 <= t < 2**32 for t in raw):
+        raise ValueError("tokens must be a list of token ids (integers in [0, 2**32))")
+    return raw
+
+
 @dataclass
 class TransferResult:
     ok: bool
     bytes: int = 0
     checksum: str | None = None
     error: str | None = None
+    # Executor-specific fields of the job.result: executor, confirmation, cached_tokens, detail.
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Transport(Protocol):

@@ -31,6 +31,14 @@ def test_flags_env_and_file_merge(tmp_path):
     )
     assert cfg.report_interval_s == 0.5 and cfg.transfer.retries == 1
     assert cfg.engines[0].engine_id == "vllm-0" and cfg.engines[0].block_size == 16
+    assert cfg.engines[0].kv_events_socket == "connect"
+
+
+def test_kv_events_socket_bind_for_an_engine_that_connects():
+    cfg = load_config(["--control-plane-url", "http://cp", "--state-dir", "/s", "--engine",
+                       "engine_id=a,kv_events=tcp://127.0.0.1:5557,kv_events_socket=bind,block_size=32"],
+                      env={})
+    assert cfg.engines[0].kv_events_socket == "bind" and cfg.engines[0].block_size == 32
 
 
 @pytest.mark.parametrize(
@@ -44,6 +52,11 @@ def test_flags_env_and_file_merge(tmp_path):
         (
             ["--control-plane-url", "http://cp", "--state-dir", "/s", "--engine", "engine_id=a"],
             "kv_events must be a ZMQ endpoint",
+        ),
+        (
+            ["--control-plane-url", "http://cp", "--state-dir", "/s", "--engine",
+             "engine_id=a,kv_events=tcp://127.0.0.1:5557,kv_events_socket=listen"],
+            "kv_events_socket 'listen' must be connect",
         ),
     ],
 )

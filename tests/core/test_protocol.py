@@ -28,9 +28,13 @@ CONVERTED = [
     "bench/ingest.py",
 ]
 
-# The same words meaning something else: plan and plan-item states, a metric's outcome label.
+# The same words meaning something else: plan and plan-item states, a metric's outcome label,
+# a GPU that NVML lost.
 NOT_WIRE = {
     "controlplane/replication/choices.py": {"pending", "approved"},
+    "controlplane/core/agent_report.py": {"lost"},
+    "controlplane/fleet/services.py": {"lost"},
+    "controlplane/fleet/api/views.py": {"lost"},
     "nodeagent/reporter.py": {"failed"},
 }
 

@@ -15,7 +15,7 @@ from tests.live import wait_for
 from tests.workflow import burst
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-TERMINAL = {"succeeded", "failed", "cancelled", "expired"}
+TERMINAL = {"landed", "confirmed", "unconfirmed", "lost", "succeeded", "failed", "cancelled", "expired"}
 
 
 def jobs(cluster) -> list[dict]:
@@ -80,11 +80,17 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
         done = wait_for(lambda: (js := jobs(cluster)) and all(j["state"] in TERMINAL for j in js) and js,
                         90, what="every job finished")
         print(f"burst -> every job finished in {time.time() - t0:.1f}s: {[j['state'] for j in done]}")
-        assert {j["state"] for j in done} == {"succeeded"}, done
+        assert {j["state"] for j in done} == {"landed"}, done
         for job in done:
             assert job["source"] == source["id"]
             check_bytes_moved(cluster, job)
         targets = {j["target"] for j in done}
+        # Landed in the agents' stores is not resident: no gateway is routed there yet.
+        assert not targets & holders(cluster)
+        for pk in targets:  # the engines load the copied KV: their own events confirm it
+            cluster.node_of_engine(pk).publish_stored(burst.PREFIX_TOKENS)
+        wait_for(lambda: {j["state"] for j in jobs(cluster)} == {"confirmed"}, 30,
+                 what="every copy confirmed by its engine's KV events")
         assert targets <= holders(cluster) and source["id"] in holders(cluster)
         # The scrape saw it all move: reports applied by the web process, the plan, the jobs
         # and their bytes, the replicas (the worker's doing, read from the database).
@@ -126,7 +132,7 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
         board = cluster.get("/api/scoreboard/")
         assert board["totals"]["hits"] > 0 and board["totals"]["bytes_moved"] > 0
         # The dashboard saw every step.
-        for what in ('"forecasts"', '"plans"', '"succeeded"', '"residency"'):
+        for what in ('"forecasts"', '"plans"', '"confirmed"', '"residency"'):
             assert dash.seen(what), f"the dashboard never saw {what}"
     finally:
         dash.close()

@@ -16,7 +16,7 @@ from tests.live import wait_for
 from tests.workflow import burst
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-TERMINAL = {"succeeded", "failed", "cancelled", "expired"}
+TERMINAL = {"landed", "confirmed", "unconfirmed", "lost", "succeeded", "failed", "cancelled", "expired"}
 RECOVERY_LIMIT_S = 60
 
 
@@ -95,10 +95,13 @@ def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_clus
         wait_for(lambda: all(j["state"] in TERMINAL for j in jobs(cluster)), RECOVERY_LIMIT_S,
                  what="every job in a terminal state after the agent kill")
         finished = jobs(cluster)
-        assert {j["state"] for j in finished} == {"succeeded"}, finished
+        # TCP moves bytes between agents' stores; a copy counts only once the engine shows it.
+        assert {j["state"] for j in finished} == {"landed"}, finished
         assert max(j["attempt"] for j in finished if j["target"] == running["target"]) >= 2
         for node in targets:  # the engines load the copied KV: their own events now say so
             node.publish_stored(burst.PREFIX_TOKENS)
+        wait_for(lambda: {j["state"] for j in jobs(cluster)} == {"confirmed"}, RECOVERY_LIMIT_S,
+                 what="every copy confirmed by its engine's KV events")
         recover(cluster, "agent killed mid-transfer", t0, 3, timings)
         # 3. Redis restarts empty (broker, channel layer, residency index all gone).
         t0 = time.time()

@@ -58,14 +58,27 @@ def test_speculative_and_in_flight_cells(two_engines):
     _, hot, cold = two_engines
     e0, e1 = Engine.objects.order_by("engine_id")
     now = timezone.now()
-    SpeculativeReplica.objects.create(engine=e0, prefix_keys=hot, bytes=4 * cluster.BYTES_PER_BLOCK,
-                                      placed_at=now, expires_at=now + timedelta(minutes=5))
+    replica = SpeculativeReplica.objects.create(
+        engine=e0, prefix_keys=hot, bytes=4 * cluster.BYTES_PER_BLOCK, placed_at=now,
+        expires_at=now + timedelta(minutes=5), confirmed_at=now, confirmed_by="kv-events")
     ReplicationJob.objects.create(target=e1, source=e0, prefix_keys=cold, bytes=1, state="running")
     data = viewer().get("/api/cache-map/").json()
     rows = {e["name"]: e for e in data["engines"]}
     assert rows["vllm-0"]["cells"] == "sa" and rows["vllm-1"]["cells"] == "pf"
     gpu0 = next(g for g in data["gpus"] if g["uuid"] == "GPU-node-a-0")
     assert gpu0["speculative"] == 4 * cluster.BYTES_PER_BLOCK and gpu0["kv"] == 0
+    # A copy that landed but the engine has not shown is not a replica (nor VRAM held) ...
+    landed = ReplicationJob.objects.create(target=e1, source=e0, prefix_keys=hot, bytes=1, state="landed")
+    SpeculativeReplica.objects.create(engine=e1, job=landed, prefix_keys=hot, bytes=1, placed_at=now,
+                                      expires_at=now + timedelta(minutes=5))
+    rows = {e["name"]: e for e in viewer().get("/api/cache-map/").json()["engines"]}
+    assert rows["vllm-1"]["cells"][0] == "u"
+    # ... and a confirmed one the engine dropped shows as lost.
+    SpeculativeReplica.objects.filter(pk=replica.pk).update(lost_at=now, evicted_at=now)
+    page = viewer().get("/api/cache-map/").json()
+    rows = {e["name"]: e for e in page["engines"]}
+    assert rows["vllm-0"]["cells"][0] == "r"  # its blocks are still reported resident here
+    assert "x" in page["states"] and "u" in page["states"]
 
 
 def test_vram_split_adds_up_to_the_gpu(two_engines):

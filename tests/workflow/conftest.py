@@ -76,6 +76,12 @@ class Fleet:
         assert r.status_code == 200, r.content
         return self.nodes[name]
 
+    def report(self, name: str, keys=(), seq: int = 2):
+        """``name``'s agent reports its engine holding ``keys`` (a snapshot of its KV events)."""
+        r = self.agents[name].post("/api/agents/report/", engine_report(seq, name, keys), format="json")
+        assert r.status_code == 200, r.content
+        return r.json()
+
     def post_burst(self, end: float):
         # The burst ends in the bucket before ``end``'s; a forecast that runs after the next
         # bucket boundary would see an empty last bucket, so never start within 10 s of one.

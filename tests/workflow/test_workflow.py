@@ -20,6 +20,7 @@ from controlplane.replication.models import (
     SpeculativeReplica,
 )
 from controlplane.replication.tasks import (
+    dispatch_job,
     evict_expired,
     forecast_then_plan,
     plan_cycle,
@@ -68,13 +69,25 @@ def test_auto_mode_burst_to_forecast_plan_job_residency_and_score(fleet):
     got = fleet.agents[names[item.target.node_id]].get("/api/agents/jobs/?wait=0").json()
     assert [m["job"]["role"] for m in got if m["job"]["id"] == str(job.pk)] == ["target"]
     job = finish(fleet, job)
-    assert job.state == JobState.SUCCEEDED
-    assert [t.to_state for t in job.transitions.all()] == ["approved", "dispatched", "running", "succeeded"]
-    # The replica is in residency and counts.
+    assert job.state == JobState.LANDED
+    assert [t.to_state for t in job.transitions.all()] == ["approved", "dispatched", "running", "landed"]
+    # Landed is not resident: nothing routes to the copy until the target engine shows it.
+    holders = {h.engine for h in get_index().holders(burst.PREFIX) if h.depth == len(burst.PREFIX)}
+    assert item.target_id not in holders
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert not replica.shadow and replica.status == "landed" and replica.bytes_moved == job.bytes
+    lookup = fleet.gateway.post("/api/residency/lookup/", {"keys": [blockhash.to_hex(k) for k in burst.PREFIX]},
+                                format="json").json()
+    assert item.target_id not in {h["engine"] for h in lookup["holders"]}
+    # The target's agent reports its engine's KV events: the copy is confirmed by them.
+    fleet.report(names[item.target.node_id], burst.PREFIX)
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    replica.refresh_from_db()
+    assert job.state == JobState.CONFIRMED and replica.status == "confirmed"
+    assert replica.confirmed_by == "kv-events"
     holders = {h.engine for h in get_index().holders(burst.PREFIX) if h.depth == len(burst.PREFIX)}
     assert item.target_id in holders
-    replica = SpeculativeReplica.objects.get(job=job)
-    assert not replica.shadow
     # Demand keeps arriving after placement: the replica's share of it are its hits.
     fleet.post_burst(time.time() + 120)
     SpeculativeReplica.objects.filter(pk=replica.pk).update(placed_at=replica.placed_at - timedelta(minutes=10))
@@ -201,6 +214,35 @@ def test_warming_engine_is_prewarmed_and_reports_readiness(fleet):
     assert warming.readiness == 0.0
 
 
+def test_copy_the_engine_never_shows_is_unconfirmed_and_one_that_leaves_is_lost(fleet, settings):
+    _, plan = run_cycle(fleet, "auto")
+    jobs = list(ReplicationJob.objects.filter(item__plan=plan))
+    names = {v: k for k, v in fleet.nodes.items()}
+    job = finish(fleet, jobs[0])
+    assert job.state == JobState.LANDED
+    settings.PREWARM_REPLICA_CONFIRM_SECONDS = 0.0
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert job.state == JobState.UNCONFIRMED and replica.status == "unconfirmed" and replica.evicted_at
+    page = fleet.operator.get("/api/cache-map/").json()
+    row = next(e for e in page["engines"] if e["id"] == job.target_id)
+    assert "x" in row["cells"]  # shown as lost / never confirmed, not as a replica
+    r = fleet.operator.get(f"/api/speculative-replicas/{replica.pk}/").json()
+    assert r["status"] == "unconfirmed"
+    # A late confirmation still counts; then the engine drops the blocks: the copy is lost.
+    target = names[job.target.node_id]
+    fleet.report(target, burst.PREFIX, seq=2)
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    assert job.state == JobState.CONFIRMED
+    fleet.report(target, (), seq=3)
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    replica.refresh_from_db()
+    assert job.state == JobState.LOST and replica.status == "lost" and replica.lost_at
+
+
 def test_ttl_eviction_goes_through_the_agent(fleet):
     _, plan = run_cycle(fleet, "auto")
     job = finish(fleet, ReplicationJob.objects.filter(item__plan=plan).first())
@@ -234,3 +276,105 @@ def test_expected_many_matches_the_scalar_sum_for_every_shape():
     want = [_expected(f, now, 600.0) for f in rows]
     assert got.tolist() == pytest.approx(want)
     assert want[3] == pytest.approx(70.0) and want[5] == 0.0  # past its horizon: the last level
+
+
+def test_warmup_job_carries_the_prefix_tokens_and_only_the_engines_events_confirm_it(fleet):
+    policy, plan = run_cycle(fleet, "auto", default_transport="warmup")
+    first = ReplicationJob.objects.filter(item__plan=plan).first()
+    # Gateways sent keys only: the executor cannot address the prefix, says so, and backs off.
+    assert first.state == JobState.APPROVED and first.retry_at and "token_ids" in first.error, first.error
+    key = first.item.workload_key
+    assert key.token_ids_wanted_until is not None and key.prefix_token_ids == []
+    # A gateway sends token ids: they are kept for this key, which a plan uses.
+    now = time.time()
+    recs = [{"time": now - 5 + i, "tenant": burst.TENANT, "model": burst.MODEL, "block_size": burst.BLOCK,
+             "token_ids": burst.PREFIX_TOKENS + [i] * burst.BLOCK} for i in range(3)]
+    assert fleet.gateway.post("/api/request-records/", {"records": recs}, format="json").status_code == 200
+    key.refresh_from_db()
+    assert key.prefix_token_ids == burst.PREFIX_TOKENS
+    ReplicationJob.objects.filter(pk=first.pk).update(retry_at=None)
+    dispatch_job.delay(str(first.pk))  # the retry the backoff scheduled
+    job = ReplicationJob.objects.get(pk=first.pk)
+    assert job.state == JobState.DISPATCHED and job.attempt == 2
+    names = {v: k for k, v in fleet.nodes.items()}
+    got = fleet.agents[names[job.target.node_id]].get("/api/agents/jobs/?wait=0").json()
+    assign = next(m["job"] for m in got if m["job"]["id"] == str(job.pk))
+    assert assign["transport"] == "warmup" and assign["tokens"] == burst.PREFIX_TOKENS
+    assert assign["block_size"] == burst.BLOCK and assign["hold_until"] > now
+    # The warm-up request answered: landed, with what the executor moved (nothing: recomputed).
+    agent = fleet.agents[names[job.target.node_id]]
+    for msg in ({"type": "job.ack"}, {"type": "job.result", "state": "succeeded", "bytes": 0,
+                                      "executor": "warmup", "cached_tokens": 0, "prompt_tokens": 2048}):
+        assert agent.post(f"/api/agents/jobs/{job.pk}/events/", msg, format="json").status_code == 200
+    job.refresh_from_db()
+    assert job.state == JobState.LANDED and job.results["target"]["executor"] == "warmup"
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert replica.bytes_moved == 0 and replica.status == "landed"
+    fleet.report(names[job.target.node_id], burst.PREFIX)
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    assert job.state == JobState.CONFIRMED
+
+
+def test_prefix_token_ids_are_forgotten_past_retention_or_when_turned_off(fleet, settings):
+    from controlplane.demand.models import WorkloadKey
+    from controlplane.demand.services import forget_prefix_tokens
+
+    fleet.post_burst(time.time())
+    key = WorkloadKey.objects.get(tenant=burst.TENANT)
+    WorkloadKey.objects.filter(pk=key.pk).update(prefix_token_ids=burst.PREFIX_TOKENS,
+                                                 token_ids_wanted_until=None)
+    assert forget_prefix_tokens() == 1  # no plan uses it
+    settings.PREWARM_KEEP_PREFIX_TOKEN_IDS = False
+    from datetime import UTC, datetime
+
+    WorkloadKey.objects.filter(pk=key.pk).update(
+        prefix_token_ids=burst.PREFIX_TOKENS, token_ids_wanted_until=datetime(2100, 1, 1, tzinfo=UTC))
+    assert forget_prefix_tokens() == 1
+    recs = [{"time": time.time(), "tenant": burst.TENANT, "model": burst.MODEL, "block_size": burst.BLOCK,
+             "token_ids": burst.PREFIX_TOKENS + [1] * burst.BLOCK}]
+    assert fleet.gateway.post("/api/request-records/", {"records": recs}, format="json").status_code == 200
+    key.refresh_from_db()
+    assert key.prefix_token_ids == []
+
+
+def test_hits_come_from_served_request_records_where_gateways_name_the_engine(fleet):
+    _, plan = run_cycle(fleet, "auto")
+    names = {v: k for k, v in fleet.nodes.items()}
+    job = finish(fleet, ReplicationJob.objects.filter(item__plan=plan).first())
+    target = Engine.objects.select_related("node").get(pk=job.target_id)
+    fleet.report(names[target.node_id], burst.PREFIX)
+    sweep_jobs.delay()
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert replica.status == "confirmed"
+    now = time.time()
+    prefix_tokens = len(burst.PREFIX) * burst.BLOCK
+    base = burst.records(now)[0]
+    served = [{**base, "time": now, "engine": f"{target.node.name}/{target.engine_id}",
+               "cached_tokens": prefix_tokens, "ttft_s": 0.05},                   # a hit
+              {**base, "time": now, "engine": str(target.pk), "cached_tokens": prefix_tokens},
+              {**base, "time": now, "engine": str(target.pk), "cached_tokens": 16},  # not covered
+              {**base, "time": now, "engine": str(job.source_id), "cached_tokens": prefix_tokens}]
+    # An engine Prewarm does not know refuses the batch, and nothing changes.
+    r = fleet.gateway.post("/api/request-records/", {"records": [*served, {**base, "engine": "nowhere/x"}]},
+                           format="json")
+    assert r.status_code == 400 and "nowhere/x" in r.json()["detail"]
+    replica.refresh_from_db()
+    assert replica.served_requests == 0
+    assert fleet.gateway.post("/api/request-records/", {"records": served}, format="json").status_code == 200
+    replica.refresh_from_db()
+    assert (replica.served_requests, replica.served_hits) == (3, 2)
+    score_replicas.delay()
+    replica.refresh_from_db()
+    assert replica.hits == 2 and replica.hits_measured
+    api = fleet.operator.get(f"/api/speculative-replicas/{replica.pk}/").json()
+    assert api["hits_basis"] == "measured" and api["bytes_moved"] == job.bytes_done
+    board = fleet.operator.get("/api/scoreboard/?since=1999-01-01T00:00:00Z").json()
+    assert board["totals"]["hits_basis"] == "measured" and board["totals"]["hits"] == 2
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(User.objects.get(username="op"))
+    page = browser.get("/scoreboard/")
+    assert page.status_code == 200 and b"Hits (measured)" in page.content

@@ -122,15 +122,28 @@ class ReplicationJobSerializer(serializers.ModelSerializer):
     class Meta:
         model = ReplicationJob
         fields = ["id", "item", "action", "transport", "source", "target", "prefix_keys", "tier", "bytes",
-                  "bytes_done", "state", "attempt", "max_attempts", "error", "checksum", "deadline",
+                  "bytes_done", "state", "results", "attempt", "max_attempts", "error", "checksum", "deadline",
                   "created_at", "updated_at", "transitions"]
         read_only_fields = fields
 
 
 class SpeculativeReplicaSerializer(serializers.ModelSerializer):
+    status = serializers.CharField(read_only=True, help_text=(
+        "shadow | landed (the executor finished, the engine has not shown it yet) | confirmed "
+        "(the engine's KV events, an LMCache pin or the coordinator's directory show it) | "
+        "unconfirmed (never shown) | lost (left the engine before its hold ended)"))
+    hits_basis = serializers.SerializerMethodField(help_text=(
+        "measured: hits are requests served by this engine whose cached tokens covered the prefix "
+        "(from request records); estimated: records named no serving engine, so hits are the key's "
+        "requests during the hold shared among the prefix's holders"))
+
+    def get_hits_basis(self, replica) -> str:
+        return "measured" if replica.hits_measured else "estimated"
+
     class Meta:
         model = SpeculativeReplica
-        fields = ["id", "item", "job", "engine", "workload_key", "tier", "bytes", "shadow", "forecaster",
-                  "placed_at", "expires_at", "evicted_at", "hits", "tokens_hit", "ttft_saved_s",
-                  "vram_byte_seconds", "scored_at"]
+        fields = ["id", "item", "job", "engine", "workload_key", "tier", "bytes", "bytes_moved", "shadow",
+                  "forecaster", "status", "placed_at", "confirmed_at", "confirmed_by", "lost_at", "expires_at",
+                  "evicted_at", "hits", "hits_basis", "served_requests", "served_hits", "tokens_hit",
+                  "ttft_saved_s", "vram_byte_seconds", "host_byte_seconds", "scored_at"]
         read_only_fields = fields

@@ -1,0 +1,453 @@
+"""A request driver that acts as the gateway in front of real vLLM engines.
+
+It replays a slice of the Mooncake conversation trace (``../shared/data/traces/mooncake``: arrival
+times, prompt lengths and one hash id per 512-token block, equal ids meaning an identical
+prefix; read with the simulator's loader) as token-id prompts for the tiny model: each full
+Mooncake block becomes one 32-token vLLM block whose token ids are drawn from its hash id, so
+the trace's prefix sharing becomes vLLM's block sharing exactly; each request's own tail is
+divided by 16 too; prompts are capped to fit the 2048-token model.
+
+Each request is routed like a cache-aware gateway would: to the engine holding the longest
+prefix of the prompt according to the control plane's residency lookup, least busy first, and
+to the least busy engine when none holds any of it. The engine's answer gives the request record
+the driver posts to ``/api/request-records/``: served engine, prompt tokens and
+``usage.prompt_tokens_details.cached_tokens``.
+
+Pure Python (httpx), no Django: ``python -m controlplane.realvllm.driver --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import random
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from controlplane.core.traces.paths import shared_data_dir
+from controlplane.sim.workloads.mooncake import load_mooncake
+
+log = logging.getLogger(__name__)
+
+TRACE_BLOCK = 512  # tokens per Mooncake hash id
+BLOCK = 32  # tokens per vLLM block on CPU
+VOCAB = (4, 2048)  # the tiny model's word ids
+MAX_PROMPT = 2016  # 63 blocks: leaves room for the answer in a 2048-token model
+TENANT = "mooncake"
+# The request record field naming the engine that served it (docs/api.md).
+ENGINE_FIELD = "engine"
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    at_s: float  # wall seconds from the start of the slice
+    token_ids: list[int]
+    max_tokens: int
+    tenant: str = TENANT
+
+
+def block_tokens(hash_id: int, n: int = BLOCK) -> list[int]:
+    """The token ids one trace block becomes (the same for the same hash id, everywhere)."""
+    rng = random.Random(hash_id * 2654435761 + 97)
+    return [rng.randrange(*VOCAB) for _ in range(n)]
+
+
+def prompt_of(chain: tuple[int, ...] | list[int], suffix_tokens: int, salt: int) -> list[int]:
+    """A trace request's prompt: one 32-token block per hash id of its shared prefix, then its
+    own suffix (the trace's tail divided by 16, drawn from ``salt``), capped to fit the model."""
+    tokens: list[int] = []
+    for h in chain:
+        if len(tokens) + BLOCK > MAX_PROMPT:
+            break
+        tokens += block_tokens(int(h))
+    rng = random.Random(salt)
+    own = max(1, math.ceil(suffix_tokens * BLOCK / TRACE_BLOCK))
+    tokens += [rng.randrange(*VOCAB) for _ in range(min(own, MAX_PROMPT - len(tokens)))]
+    return tokens
+
+
+def mooncake(path: Path | None = None, start_s: float = 0.0, duration_s: float = 600.0,
+             limit: int = 0) -> list[TraceRequest]:
+    """The requests of ``[start_s, start_s + duration_s)`` of the trace (read by the simulator's
+    loader), times from the start of the slice."""
+    path = path or mooncake_path()
+    if not path.exists():
+        raise FileNotFoundError(f"the Mooncake trace is not at {path} (set PREWARM_SHARED_DATA)")
+    w = load_mooncake(path).window(start_s, duration_s)
+    n = len(w) if not limit else min(limit, len(w))
+    return [TraceRequest(float(w.t[i]), prompt_of(w.prefixes[int(w.pid[i])], int(w.suffix_tokens[i]), i),
+                         max(1, min(8, int(w.output_tokens[i]) // 64)))
+            for i in range(n)]
+
+
+def servegen(tenants: int = 4, duration_s: float = 1800.0, time_scale: float = 10.0,
+             wall_rate: float = 1.0, prefix_tokens: tuple[int, int] = (1056, 1600),
+             seed: int = 0) -> list[TraceRequest]:
+    """The busiest ServeGen tenants over the window with the steepest demand ramp (the virtual
+    cluster's ``burst`` choice, read by the simulator's loader), ``time_scale`` trace seconds per
+    wall second, rates scaled to ``wall_rate`` requests per wall second on average.
+
+    Each tenant (a ServeGen client, named as in the trace) has one shared prefix of 1,056-1,600
+    tokens (drawn per tenant, seeded: a system prompt, tools, documents) so that every request
+    of a tenant falls in one prefix group (groups end at 1,024 tokens, docs/api.md); each
+    request adds its own prompt (the loader's length divided by 4, at most what the model
+    fits) and asks for at most 8 tokens."""
+    from controlplane.sim.workloads import servegen as sg
+
+    path = shared_data_dir() / "traces" / "servegen-m-large"
+    windows = sg.load_servegen_windows(path)
+    start = sg.ramp_start(windows, duration_s)
+    chosen = sg.top_tenants(path, tenants, start, duration_s)
+    trace_rate = sum(sg.mean_rate({n: t}, start, duration_s) for n, t in chosen.items())
+    if trace_rate <= 0:
+        raise ValueError("the ServeGen window has no traffic")
+    w = sg.load_servegen(path, start=start, duration_s=duration_s, tenants=tenants,
+                         rate_scale=wall_rate / (trace_rate * time_scale),
+                         prefix_tokens=prefix_tokens, seed=seed)
+    lengths = sg.prefix_lengths(w.prefix_wkey, prefix_tokens, seed)
+    prefixes = []
+    for name in w.prefix_wkey:
+        rng = random.Random(f"servegen-prefix-{name}-{seed}")
+        prefixes.append([rng.randrange(*VOCAB) for _ in range(min(lengths[name], MAX_PROMPT - 64))])
+    out = []
+    for i in range(len(w)):
+        prefix = prefixes[int(w.pid[i])]
+        rng = random.Random(i * 7919 + seed)
+        own = max(1, min(int(w.suffix_tokens[i]) // 4, MAX_PROMPT - len(prefix)))
+        out.append(TraceRequest(float(w.t[i]) / time_scale,
+                                prefix + [rng.randrange(*VOCAB) for _ in range(own)],
+                                max(1, min(8, int(w.output_tokens[i]) // 64)),
+                                w.prefix_wkey[int(w.pid[i])]))
+    return out
+
+
+def mooncake_path() -> Path:
+    return shared_data_dir() / "traces" / "mooncake" / "conversation_trace.jsonl"
+
+
+@dataclass
+class Target:
+    engine_id: str  # the engine's id as its agent reports it
+    url: str  # the engine's OpenAI-compatible server
+    model: str = "tiny"
+    node: str = ""  # its node's name: records name the engine as node/engine_id
+    serving: bool = True  # a gateway sends nothing to an engine that is not serving yet
+    in_flight: int = 0
+    served: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def ref(self) -> str:
+        """How request records name the engine (docs/api.md): 'node/engine_id'."""
+        return f"{self.node}/{self.engine_id}" if self.node else self.engine_id
+
+
+@dataclass
+class DriverStats:
+    sent: int = 0
+    failed: int = 0
+    posted: int = 0
+    post_failures: int = 0
+    routed_by_residency: int = 0
+    per_engine: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+class Gateway:
+    """Routes each prompt, sends it to the engine, posts the request records in batches."""
+
+    def __init__(self, control_plane: str, gateway_token: str, targets: list[Target],
+                 tenant: str = TENANT, client: httpx.Client | None = None):
+        if not targets:
+            raise ValueError("at least one engine")
+        self.cp = control_plane.rstrip("/")
+        self.targets = {t.engine_id: t for t in targets}
+        self.tenant = tenant
+        self.http = client or httpx.Client(timeout=60)
+        self.headers = {"Authorization": f"Bearer {gateway_token}"}
+        self.lock = threading.Lock()
+        self.pending: list[dict[str, Any]] = []
+        self.stats = DriverStats()
+        self.records: list[dict[str, Any]] = []  # every record posted (kept for tests, bounded)
+
+    # -- routing -------------------------------------------------------------------------------
+    def holders(self, token_ids: list[int]) -> dict[str, int]:
+        """engine id -> depth (blocks) of the prompt's prefix it holds, per the control plane."""
+        try:
+            resp = self.http.post(f"{self.cp}/api/residency/lookup/", headers=self.headers,
+                                  json={"token_ids": token_ids, "block_size": BLOCK}, timeout=10)
+            resp.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("residency lookup failed (%s): routing by load", exc)
+            return {}
+        out: dict[str, int] = {}
+        for h in resp.json().get("holders", []):
+            t = self.targets.get(h["engine_name"])
+            if t is not None and (not t.node or t.node == h.get("node")):
+                out[t.engine_id] = max(out.get(t.engine_id, 0), int(h["depth"]))
+        return out
+
+    def route(self, token_ids: list[int]) -> Target:
+        held = self.holders(token_ids)
+        with self.lock:
+            serving = {e: t for e, t in self.targets.items() if t.serving} or self.targets
+            held = {e: d for e, d in held.items() if e in serving}
+            deepest = max(held.values(), default=0)
+            pool = [serving[e] for e, d in held.items() if d == deepest and d > 0]
+            if pool:
+                self.stats.routed_by_residency += 1
+            else:
+                pool = list(serving.values())
+            best = min(pool, key=lambda t: (t.in_flight, t.served))
+            best.in_flight += 1
+        return best
+
+    # -- one request ---------------------------------------------------------------------------
+    def send(self, token_ids: list[int], max_tokens: int = 1, target: Target | None = None,
+             tenant: str | None = None) -> dict | None:
+        """Serve one prompt; returns its request record (None if the engine failed)."""
+        arrival = time.time()
+        if target is None:
+            target = self.route(token_ids)
+        else:
+            with self.lock:
+                target.in_flight += 1
+        try:
+            resp = self.http.post(f"{target.url}/v1/completions", timeout=120,
+                                  json={"model": target.model, "prompt": token_ids,
+                                        "max_tokens": max_tokens, "temperature": 0.0})
+            resp.raise_for_status()
+            usage = resp.json()["usage"]
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            with self.lock:
+                target.in_flight -= 1
+                self.stats.failed += 1
+            log.warning("request to %s failed: %s", target.engine_id, exc)
+            return None
+        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        prompt = int(usage.get("prompt_tokens") or len(token_ids))
+        record = {"time": arrival, "model": target.model, "tenant": tenant or self.tenant,
+                  "token_ids": token_ids, "block_size": BLOCK, "prompt_tokens": prompt,
+                  "cached_tokens": cached, ENGINE_FIELD: target.ref}
+        with self.lock:
+            target.in_flight -= 1
+            target.served += 1
+            target.prompt_tokens += prompt
+            target.cached_tokens += cached
+            self.stats.sent += 1
+            self.pending.append(record)
+        return record
+
+    def flush(self) -> int:
+        """Post the records gathered since the last flush; kept for the next one on failure."""
+        with self.lock:
+            batch, self.pending = self.pending, []
+        if not batch:
+            return 0
+        try:
+            resp = self.http.post(f"{self.cp}/api/request-records/", headers=self.headers,
+                                  json={"records": batch}, timeout=30)
+            if 400 <= resp.status_code < 500:  # refused as it is: sending it again cannot help
+                log.error("the control plane refused %d records: HTTP %d %s", len(batch),
+                          resp.status_code, resp.text[:300])
+                with self.lock:
+                    self.stats.post_failures += 1
+                return 0
+            resp.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("posting %d records failed (%s): kept for the next flush", len(batch), exc)
+            with self.lock:
+                self.stats.post_failures += 1
+                self.pending = batch + self.pending
+            return 0
+        with self.lock:
+            self.stats.posted += len(batch)
+            self.records = (self.records + batch)[-10_000:]
+        return len(batch)
+
+    def summary(self) -> dict[str, Any]:
+        with self.lock:
+            return {"sent": self.stats.sent, "failed": self.stats.failed, "posted": self.stats.posted,
+                    "routed_by_residency": self.stats.routed_by_residency,
+                    "engines": {t.engine_id: {"served": t.served, "prompt_tokens": t.prompt_tokens,
+                                              "cached_tokens": t.cached_tokens}
+                                for t in self.targets.values()}}
+
+    # -- a replay ------------------------------------------------------------------------------
+    def replay(self, requests: list[TraceRequest], speed: float = 0.5, workers: int = 4,
+               flush_every_s: float = 1.0, stop: threading.Event | None = None,
+               loop: bool = False) -> dict[str, Any]:
+        """Send the requests at their trace times (``speed`` x real time); returns the summary."""
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        stop = stop or threading.Event()
+        last_flush = time.monotonic()
+        slots = threading.BoundedSemaphore(workers)  # a slow fleet delays arrivals, never piles up
+
+        def one(req: TraceRequest) -> None:
+            try:
+                self.send(req.token_ids, req.max_tokens, tenant=req.tenant)
+            finally:
+                slots.release()
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for req in _schedule(requests, speed, loop, stop):
+                slots.acquire()
+                pool.submit(one, req)
+                if time.monotonic() - last_flush >= flush_every_s:
+                    self.flush()
+                    last_flush = time.monotonic()
+        self.flush()
+        return self.summary()
+
+
+class Joins:
+    """Engines that join the fleet during the replay, as in a scale-out: each starts
+    ``draining`` (booted, not serving), is announced ``warming`` at ``announce_s`` (the planner
+    may now send it warm-up copies of the hot prefixes) and starts ``serving`` at ``serve_s``
+    (the gateway routes to it from then on). Lifecycles are set with an operator's token."""
+
+    def __init__(self, gateway: Gateway, control_plane: str, operator_token: str,
+                 joins: dict[str, tuple[float, float]]):
+        from controlplane.sim.virtual.control import Operator
+
+        self.gw, self.joins = gateway, joins
+        self.operator = Operator(control_plane, operator_token)
+        self.pk = {eid: e["id"] for (_, eid), e in self.operator.engines().items()}
+        missing = sorted(set(joins) - set(self.pk))
+        if missing:
+            raise ValueError(f"engines {', '.join(missing)} are not known to the control plane")
+        self.state: dict[str, str] = {}
+        for engine_id in joins:
+            self._set(engine_id, "draining", "not serving yet: it joins later")
+
+    def _set(self, engine_id: str, lifecycle: str, reason: str) -> None:
+        self.operator.set_lifecycle(self.pk[engine_id], lifecycle, f"request driver: {reason}")
+        self.state[engine_id] = lifecycle
+        with self.gw.lock:
+            self.gw.targets[engine_id].serving = lifecycle == "serving"
+        log.info("%s is now %s", engine_id, lifecycle)
+
+    def run(self, stop: threading.Event) -> None:
+        t0 = time.monotonic()
+        steps = sorted((at, eid, what) for eid, (announce, serve) in self.joins.items()
+                       for at, what in ((announce, "warming"), (serve, "serving")))
+        for at, engine_id, what in steps:
+            if stop.wait(max(0.0, t0 + at - time.monotonic())):
+                return
+            try:
+                self._set(engine_id, what, "joins the fleet" if what == "warming" else "serves")
+            except (RuntimeError, httpx.HTTPError) as exc:
+                log.warning("%s", exc)
+
+
+def _schedule(requests: list[TraceRequest], speed: float, loop: bool,
+              stop: threading.Event) -> Iterator[TraceRequest]:
+    """Yield each request at its time; once more from the start (later) when looping."""
+    if not requests:
+        return
+    span = requests[-1].at_s + 1.0
+    rounds = 0
+    while not stop.is_set():
+        t0 = time.monotonic()
+        for req in requests:
+            wait = t0 + req.at_s / speed - time.monotonic()
+            if wait > 0 and stop.wait(wait):
+                return
+            yield req
+        rounds += 1
+        if not loop:
+            return
+        log.info("trace slice replayed %d time(s) (%.0f trace seconds each)", rounds, span)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Replay a Mooncake slice against real vLLM engines "
+                                            "and post request records as a gateway.")
+    p.add_argument("--control-plane", required=True)
+    p.add_argument("--gateway-token", required=True)
+    p.add_argument("--engine", action="append", required=True,
+                   help="NODE/ENGINE_ID=http://127.0.0.1:PORT (repeat; the node as its agent's "
+                        "hostname, so that records name the engine that served them)")
+    p.add_argument("--trace", choices=("servegen", "mooncake"), default="servegen")
+    p.add_argument("--rate", type=float, default=1.0,
+                   help="servegen: mean requests per wall second (10 trace seconds per second)")
+    p.add_argument("--start-s", type=float, default=0.0, help="mooncake: slice start")
+    p.add_argument("--duration-s", type=float, default=1800.0, help="trace seconds replayed")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="mooncake: trace seconds per wall second (servegen is timed already)")
+    p.add_argument("--loop", action="store_true")
+    p.add_argument("--join", action="append", default=[],
+                   help="ENGINE_ID=ANNOUNCE_S:SERVE_S: the engine serves only from SERVE_S, "
+                        "announced warming at ANNOUNCE_S (needs --operator-token)")
+    p.add_argument("--operator-token", default="", help="an operator's user token (for --join)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s driver %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per request
+    targets = []
+    for spec in args.engine:
+        ref, sep, url = spec.partition("=")
+        node, _, engine_id = ref.rpartition("/")
+        if not sep or not url.startswith("http") or not engine_id:
+            p.error(f"--engine {spec!r}: expected NODE/ENGINE_ID=http://host:port")
+        targets.append(Target(engine_id, url, node=node))
+    try:
+        if args.trace == "mooncake":
+            requests = mooncake(None, args.start_s, args.duration_s)
+        else:
+            requests = servegen(duration_s=args.duration_s, wall_rate=args.rate)
+            args.speed = 1.0
+    except (OSError, ValueError) as exc:
+        print(f"driver: {exc}", file=sys.stderr)
+        return 2
+    gw = Gateway(args.control_plane, args.gateway_token, targets)
+    stop = threading.Event()
+    if args.join:
+        if not args.operator_token:
+            p.error("--join needs --operator-token")
+        joins = {}
+        for spec in args.join:
+            engine_id, _, times = spec.partition("=")
+            try:
+                announce, serve = (float(x) for x in times.split(":"))
+            except ValueError:
+                p.error(f"--join {spec!r}: expected ENGINE_ID=ANNOUNCE_S:SERVE_S")
+            if engine_id not in gw.targets or not 0 <= announce <= serve:
+                p.error(f"--join {spec!r}: an --engine, and 0 <= ANNOUNCE_S <= SERVE_S")
+            joins[engine_id] = (announce, serve)
+        try:
+            joiner = Joins(gw, args.control_plane, args.operator_token, joins)
+        except (ValueError, RuntimeError, httpx.HTTPError) as exc:
+            print(f"driver: {exc}", file=sys.stderr)
+            return 2
+        threading.Thread(target=joiner.run, args=(stop,), daemon=True).start()
+    print(f"driver: {len(requests)} requests of {args.trace} over "
+          f"{requests[-1].at_s / args.speed if requests else 0:.0f} s", flush=True)
+    reporter = threading.Thread(target=_report_every, args=(gw, stop, 30.0), daemon=True)
+    reporter.start()
+    try:
+        gw.replay(requests, speed=args.speed, loop=args.loop, stop=stop)
+    except KeyboardInterrupt:
+        stop.set()
+        gw.flush()
+    print(f"driver: {json.dumps(gw.summary())}", flush=True)
+    return 0
+
+
+def _report_every(gw: Gateway, stop: threading.Event, every_s: float) -> None:
+    while not stop.wait(every_s):
+        log.info("%s", json.dumps(gw.summary()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""An approved plan places a prefix in a second real vLLM engine with a warm-up request; the
+engine's own KV events confirm the copy, its next request is served from it, and the
+scoreboard counts that request, recorded by the gateway, as the replica's measured hit.
+
+Engine A (the source) really holds the tenant's prefix: it served it. Its agent reads A's load
+from a stand-in ``/metrics`` saying A is busy (a CPU engine serving a handful of requests never
+is), so the planner sees demand overflowing A; every KV event, residency row, job message and
+cached-token count is real. Demand history is the recorded Azure burst of the workflow tests
+(real arrival times), each record carrying the tenant prefix's token ids at block size 32.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import httpx
+import pytest
+
+from controlplane.core import blockhash
+from controlplane.realvllm.driver import Gateway, Target
+from controlplane.realvllm.engine import BLOCK_SIZE, BYTES_PER_BLOCK, KV_CAPACITY_BLOCKS, MODEL_NAME
+from tests.e2e.harness import EngineMetricsServer
+from tests.live import LiveControlPlane, wait_for
+from tests.realvllm.helpers import api, engine_blocks, fresh, lookup_depth, start_agent, user_token
+from tests.workflow import burst
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+TENANT = "real-tenant"
+PREFIX = [random.Random("real-tenant-prefix").randrange(4, 2048) for _ in range(40 * BLOCK_SIZE)]
+CHAIN = blockhash.chain_keys(PREFIX, BLOCK_SIZE)
+# The e2e harness's cadences: ticks every second, jobs retried after a second.
+FAST = {"PREWARM_TICK_SECONDS": "1", "PREWARM_SWEEP_SECONDS": "1", "PREWARM_SCORE_SECONDS": "2",
+        "PREWARM_MARK_STALE_SECONDS": "2", "PREWARM_JOB_REDELIVER_SECONDS": "3",
+        "PREWARM_JOB_BACKOFF_SECONDS": "1", "PREWARM_JOB_ATTEMPT_SECONDS": "60",
+        "PREWARM_EMBEDDED_WORKER": "true", "CELERY_TASK_ALWAYS_EAGER": "false"}
+
+
+@pytest.fixture
+def worker_plane(tmp_path):
+    cp = LiveControlPlane(tmp_path, env=FAST)
+    cp.manage("migrate", "-v0")
+    cp.manage("ensure_user", "ops", "--password", "pw-123456789", "--role", "admin")
+    cp.start()
+    cp.token = user_token(cp)
+    cp.gateway = cp.manage("shell", "--no-imports", "-c",
+                           "from controlplane.accounts.models import ApiToken; "
+                           "print(ApiToken.issue('gateway', 'gw')[1])").splitlines()[-1]
+    yield cp
+    cp.close()
+
+
+def demand(end: float) -> list[dict]:
+    """The recorded burst as this tenant's records: prefix token ids plus one block of its own,
+    ending just before the current minute's bucket."""
+    arr = burst.arrivals()
+    shift = (end // 60 * 60 - 1.0) - arr[-1][0]
+    return [{"time": t + shift, "tenant": TENANT, "model": MODEL_NAME, "block_size": BLOCK_SIZE,
+             "token_ids": PREFIX + [4 + (i + j) % 2000 for j in range(BLOCK_SIZE)],
+             "prompt_tokens": len(PREFIX) + BLOCK_SIZE, "cached_tokens": len(PREFIX)}
+            for i, (t, _) in enumerate(arr)]
+
+
+def job_states(cp) -> list[dict]:
+    resp = api(cp, "GET", "/api/replication-jobs/?limit=50")
+    resp.raise_for_status()
+    return resp.json()["results"]
+
+
+def test_approved_plan_warms_the_second_engine_and_its_events_confirm_it(vllm_engines, worker_plane, tmp_path):
+    cp = worker_plane
+    a, b = vllm_engines["bind"], vllm_engines["connect"]
+    fresh(a)
+    fresh(b)
+    busy = EngineMetricsServer(0.9)
+    extra = {"served_model_name": MODEL_NAME, "bytes_per_block": BYTES_PER_BLOCK,
+             "kv_capacity_blocks": KV_CAPACITY_BLOCKS}
+    agent_a = start_agent(cp, a, tmp_path / "agent-a", "node-a", jobs="websocket",
+                          **{**extra, "openai_url": a.url, "metrics_url": busy.url})
+    agent_b = start_agent(cp, b, tmp_path / "agent-b", "node-b", jobs="websocket",
+                          **{**extra, "openai_url": b.url})
+    gw = Gateway(cp.url, cp.gateway, [Target(a.name, a.url, node="node-a"),
+                                      Target(b.name, b.url, node="node-b")], tenant=TENANT)
+    try:
+        wait_for(lambda: {a.name, b.name} <= set(engine_blocks(cp)), 60, what="both engines reported")
+        # A serves the tenant's prefix: the engine holds it, its events put it in residency.
+        gw.send(PREFIX + [5] * BLOCK_SIZE, target=gw.targets[a.name])
+        wait_for(lambda: lookup_depth(cp, PREFIX, a.name)[1] == len(CHAIN), 30, what="A holding the prefix")
+        assert lookup_depth(cp, PREFIX, b.name)[1] == 0
+        assert gw.flush() == 1
+        policy = {"name": "real-warmup", "active": True, "mode": "manual", "min_confidence": 0.0,
+                  "horizon_seconds": 300, "replica_ttl_seconds": 3600, "default_transport": "warmup",
+                  "forecast_every_seconds": 10, "plan_every_seconds": 10}
+        resp = api(cp, "POST", "/api/policies/", json=policy)
+        assert resp.status_code == 201, resp.text
+
+        # The burst ends before the current minute's bucket, never near its end (a forecast run in
+        # the next, empty bucket would see no demand): the e2e tests' rule.
+        if time.time() % 60 > 45:
+            time.sleep(61 - time.time() % 60)
+        resp = httpx.post(f"{cp.url}/api/request-records/", json={"records": demand(time.time())},
+                          headers={"Authorization": f"Bearer {cp.gateway}"}, timeout=60)
+        assert resp.status_code == 200, resp.text
+
+        def proposed() -> dict | None:
+            plans = api(cp, "GET", "/api/plans/?limit=5").json()["results"]
+            return next((p for p in plans if p["state"] == "proposed" and p["items"]), None)
+
+        plan = wait_for(proposed, 90, interval=1, what="a proposed plan with an item")
+        resp = api(cp, "POST", f"/api/plans/{plan['id']}/approve/", json={})
+        assert resp.status_code == 200, resp.text
+
+        def confirmed() -> dict | None:
+            for j in job_states(cp):
+                if j["state"] in ("failed", "unconfirmed", "lost"):
+                    raise AssertionError(f"job {j['id']} {j['state']}: {j.get('error')}")
+            # The gateway keeps sending the tenant's traffic to A: the records carry token ids,
+            # which the control plane keeps for the key the plan uses (the warm-up needs them).
+            gw.send(PREFIX + [random.randrange(4, 2048) for _ in range(BLOCK_SIZE)], target=gw.targets[a.name])
+            gw.flush()
+            return next((j for j in job_states(cp) if j["state"] == "confirmed"), None)
+
+        job = wait_for(confirmed, 120, interval=1, what="the warm-up job confirmed")
+        assert job["transport"] == "warmup"
+        # B's own BlockStored events put the whole chain on B.
+        assert lookup_depth(cp, PREFIX, b.name)[1] == len(CHAIN)
+        # The next request B serves for this tenant comes from the warmed cache.
+        record = gw.send(PREFIX + [9] * (BLOCK_SIZE + 3), target=gw.targets[b.name])
+        assert record and record["engine"] == f"node-b/{b.name}"
+        assert record["cached_tokens"] >= len(PREFIX)
+        assert gw.flush() == 1
+        # The gateway's record of it is the replica's hit, counted as measured, not estimated.
+
+        def scored() -> dict | None:
+            reps = api(cp, "GET", f"/api/speculative-replicas/?job={job['id']}").json()["results"]
+            rep = next((r for r in reps if r["job"] == job["id"]), None)
+            # served_hits grows as the record is ingested; hits when the replica is next scored.
+            return rep if rep and rep["hits"] >= 1 and rep["hits_basis"] == "measured" else None
+
+        replica = wait_for(scored, 60, interval=0.5, what="the replica's hit scored from the record")
+        assert replica["status"] == "confirmed" and replica["confirmed_by"] == "kv-events"
+        assert replica["hits"] == replica["served_hits"] >= 1
+        board = api(cp, "GET", "/api/scoreboard/").json()
+        assert "measured" in json.dumps(board) or "mixed" in json.dumps(board), board
+    finally:
+        for agent in (agent_a, agent_b):
+            agent.stop()
+            print(agent.tail())
+        busy.close()
