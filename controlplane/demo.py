@@ -34,7 +34,9 @@ DEMO_DIR = ROOT / "var" / "demo"
 # The policy each preset runs: auto approval, cadences fit for a time-compressed trace (the
 # virtual cluster replays 10 trace seconds per wall second, so a 60 s TTL is 10 trace minutes),
 # the largest speculative VRAM share the API allows, a byte budget sized for 70B prefixes.
-POLICY = {"mode": "auto", "forecast_every_seconds": 10, "plan_every_seconds": 10,
+# Copies are warm-ups (prefill-only requests to the target engine's OpenAI endpoint), so every
+# replica the demo shows is one its engine confirmed with its own KV events.
+POLICY = {"mode": "auto", "default_transport": "warmup", "forecast_every_seconds": 10, "plan_every_seconds": 10,
           "horizon_seconds": 60, "replica_ttl_seconds": 60, "min_confidence": 0.3,
           "max_spec_vram_fraction": 0.5, "interval_seconds": 60,
           "max_bytes_per_interval": 2 * 1024**4}

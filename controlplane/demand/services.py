@@ -28,13 +28,81 @@ def _keys_of(record: dict) -> list[int]:
                                 blockhash.extra_for(record.get("lora_name")))
 
 
+class UnknownEngine(ValueError):
+    """A record names a serving engine Prewarm does not know."""
+
+
+def _serving_engines(records: list[dict]) -> dict[str, int]:
+    """Each record's ``engine`` (an engine id, or 'node/engine_id') -> the engine's id."""
+    from controlplane.fleet.models import Engine
+
+    refs = {str(r["engine"]) for r in records if r.get("engine") not in (None, "")}
+    if not refs:
+        return {}
+    ids = {ref: int(ref) for ref in refs if ref.isdigit()}
+    named = [ref.split("/", 1) for ref in refs if not ref.isdigit() and "/" in ref]
+    found = set(Engine.objects.filter(pk__in=ids.values()).values_list("pk", flat=True))
+    out = {ref: pk for ref, pk in ids.items() if pk in found}
+    if named:
+        q = Q()
+        for node, eid in named:
+            q |= Q(node__name=node, engine_id=eid)
+        for pk, node, eid in Engine.objects.filter(q).values_list("pk", "node__name", "engine_id"):
+            out[f"{node}/{eid}"] = pk
+    missing = sorted(refs - set(out))
+    if missing:
+        raise UnknownEngine(f"unknown serving engine {missing[0]!r}: give the engine's id as the "
+                            "residency lookup names it, or 'node/engine_id'")
+    return out
+
+
+def _count_served(served: list[tuple[int, int, float, int]]) -> int:
+    """Requests served by a speculative replica's engine during its hold: each one counts for
+    the replica, and is a hit when its cached tokens cover the replica's prefix.
+    ``served`` rows: (workload key id, engine id, unix time, cached tokens)."""
+    from controlplane.replication.models import SpeculativeReplica
+
+    if not served:
+        return 0
+    t0 = datetime.fromtimestamp(min(r[2] for r in served), tz=UTC)
+    t1 = datetime.fromtimestamp(max(r[2] for r in served), tz=UTC)
+    replicas = list(SpeculativeReplica.objects.filter(
+        shadow=False, engine_id__in={r[1] for r in served}, workload_key_id__in={r[0] for r in served},
+        placed_at__lte=t1, expires_at__gt=t0, confirmed_at__isnull=False)
+        .values_list("pk", "engine_id", "workload_key_id", "placed_at", "expires_at", "evicted_at",
+                     "prefix_keys", "engine__block_size"))
+    if not replicas:
+        return 0
+    by = defaultdict(list)
+    for pk, engine, key, placed, expires, evicted, chain, bs in replicas:
+        end = min(expires, evicted) if evicted else expires
+        by[(key, engine)].append((pk, placed.timestamp(), end.timestamp(), len(chain) * bs))
+    seen: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for key, engine, t, cached in served:
+        for pk, start, end, tokens in by.get((key, engine), ()):
+            if start <= t < end:
+                seen[pk][0] += 1
+                seen[pk][1] += cached >= tokens
+    for pk, (n, hits) in seen.items():
+        SpeculativeReplica.objects.filter(pk=pk).update(
+            served_requests=F("served_requests") + n, served_hits=F("served_hits") + hits)
+    return len(seen)
+
+
 @transaction.atomic
 def ingest_records(records: list[dict]) -> dict:
-    """Roll a batch of validated request records into buckets, all or nothing."""
+    """Roll a batch of validated request records into buckets, all or nothing.
+
+    Records that name their serving engine and cached tokens (``engine``, ``cached_tokens``)
+    also count, per speculative replica of that engine and key, the requests it served during
+    its hold and the hits among them (cached tokens covering its prefix): scores from served
+    requests, not estimates. An unknown engine refuses the batch (``UnknownEngine``)."""
     bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
     now = timezone.now()
+    engines = _serving_engines(records)
+    served: list[tuple[int, int, float, int]] = []
     keys_cache: dict[tuple[str, str, str], WorkloadKey] = {}
-    counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     created = 0
     group_counts: dict[tuple[str, str], int] = {}
     keep_tokens = settings.PREWARM_KEEP_PREFIX_TOKEN_IDS
@@ -74,6 +142,9 @@ def ingest_records(records: list[dict]) -> dict:
         c[0] += 1
         c[1] += rec.get("prompt_tokens") or len(chain) * rec["block_size"]
         c[2] += rec.get("cached_tokens", 0)
+        if rec.get("engine") not in (None, "") and "cached_tokens" in rec:
+            c[3] += 1
+            served.append((wk.pk, engines[str(rec["engine"])], rec["time"], rec["cached_tokens"]))
     for wk in keys_cache.values():
         fields = ["last_seen"]
         wk.last_seen = now
@@ -82,15 +153,17 @@ def ingest_records(records: list[dict]) -> dict:
         if getattr(wk, "_tokens_dirty", False):
             fields.append("prefix_token_ids")
         wk.save(update_fields=fields)
-    for (key_id, start), (n, toks, cached) in counts.items():
+    for (key_id, start), (n, toks, cached, nserved) in counts.items():
         at = datetime.fromtimestamp(start, tz=UTC)
         bucket, made = DemandBucket.objects.get_or_create(
             key_id=key_id, start=at, seconds=bucket_s,
-            defaults={"requests": n, "prompt_tokens": toks, "cached_tokens": cached})
+            defaults={"requests": n, "prompt_tokens": toks, "cached_tokens": cached,
+                      "served_records": nserved})
         if not made:
             DemandBucket.objects.filter(pk=bucket.pk).update(
                 requests=F("requests") + n, prompt_tokens=F("prompt_tokens") + toks,
-                cached_tokens=F("cached_tokens") + cached)
+                cached_tokens=F("cached_tokens") + cached, served_records=F("served_records") + nserved)
+    _count_served(served)
     return {"accepted": len(records), "buckets_touched": len(counts), "workload_keys_created": created}
 
 
@@ -137,14 +210,17 @@ def downsample_demand(now=None) -> dict:
         return {"demand_buckets_deleted": deleted, "demand_buckets_merged": 0}
     fine = DemandBucket.objects.filter(seconds=fine_s, start__lt=cutoff)
     sums = (fine.annotate(hour=TruncHour("start")).values("key_id", "hour")
-            .annotate(n=Sum("requests"), toks=Sum("prompt_tokens"), cached=Sum("cached_tokens")))
+            .annotate(n=Sum("requests"), toks=Sum("prompt_tokens"), cached=Sum("cached_tokens"),
+                      served=Sum("served_records")))
     for row in sums:
         bucket, made = DemandBucket.objects.get_or_create(
             key_id=row["key_id"], start=row["hour"], seconds=HOUR,
-            defaults={"requests": row["n"], "prompt_tokens": row["toks"], "cached_tokens": row["cached"]})
+            defaults={"requests": row["n"], "prompt_tokens": row["toks"], "cached_tokens": row["cached"],
+                      "served_records": row["served"]})
         if not made:
             DemandBucket.objects.filter(pk=bucket.pk).update(
                 requests=F("requests") + row["n"], prompt_tokens=F("prompt_tokens") + row["toks"],
-                cached_tokens=F("cached_tokens") + row["cached"])
+                cached_tokens=F("cached_tokens") + row["cached"],
+                served_records=F("served_records") + row["served"])
     merged, _ = fine.delete()
     return {"demand_buckets_deleted": deleted, "demand_buckets_merged": merged}

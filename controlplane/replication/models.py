@@ -193,7 +193,8 @@ class SpeculativeReplica(models.Model):
     hits = models.PositiveIntegerField(default=0)
     tokens_hit = models.BigIntegerField(default=0)
     ttft_saved_s = models.FloatField(default=0.0)
-    vram_byte_seconds = models.FloatField(default=0.0)
+    vram_byte_seconds = models.FloatField(default=0.0, help_text="bytes x seconds held in GPU memory")
+    host_byte_seconds = models.FloatField(default=0.0, help_text="bytes x seconds held in host memory (CPU tier)")
     scored_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -344,6 +344,7 @@ def _shadow_replicas(plan: ReplicationPlan, policy: Policy, now) -> None:
     SpeculativeReplica.objects.bulk_create([
         SpeculativeReplica(item=i, engine_id=i.target_id, workload_key_id=i.workload_key_id,
                            prefix_keys=i.prefix_keys, tier=i.tier, bytes=i.bytes, shadow=True,
+                           bytes_moved=i.bytes,  # what it would have moved: it never did
                            forecaster=forecasters.get(str(i.workload_key_id), ""),
                            placed_at=now, expires_at=now + ttl)
         for i in plan.items.all()], batch_size=2000)

@@ -2,9 +2,13 @@
 
 The shape is the one `GET /api/scoreboard/` returns, so the dashboard and the API share it:
 ``{"window", "totals", "shadow_totals", "by_policy", "by_forecaster", "by_tenant", "recommendation"}``
-with each metric block M = ``{"replicas", "hits", "precision", "bytes_moved", "vram_byte_seconds",
-"ttft_saved_s"}``. Precision is the share of *scored* replicas that were hit at least once (None
-until one is scored).
+with each metric block M = ``{"replicas", "hits", "hits_basis", "hits_measured_replicas",
+"precision", "bytes_moved", "vram_byte_seconds", "host_byte_seconds", "ttft_saved_s"}``.
+Precision is the share of *scored* replicas that were hit at least once (None until one is
+scored). ``hits_basis`` says where the hits come from: ``measured`` (every scored replica's hits
+are requests its engine served with the prefix cached, from gateways' records), ``estimated``
+(none: records name no serving engine, or shadow replicas) or ``mixed``. Bytes moved are what
+executors reported; VRAM held counts GPU-tier replicas only, host memory is apart.
 """
 
 from __future__ import annotations
@@ -31,20 +35,33 @@ _AGG = {
     "scored": Count("id", filter=Q(scored_at__isnull=False)),
     "scored_hit": Count("id", filter=Q(scored_at__isnull=False, hits__gt=0)),
     "hits": Sum("hits"),
-    "bytes_moved": Sum("bytes"),
+    "measured": Count("id", filter=Q(scored_at__isnull=False, hits_measured=True)),
+    "bytes_moved": Sum("bytes_moved"),
     "vram_byte_seconds": Sum("vram_byte_seconds"),
+    "host_byte_seconds": Sum("host_byte_seconds"),
     "ttft_saved_s": Sum("ttft_saved_s"),
 }
 
 
+def hits_basis(scored: int, measured: int) -> str:
+    """measured | estimated | mixed: whether hits come from served-request records."""
+    if scored and measured >= scored:
+        return "measured"
+    return "mixed" if measured else "estimated"
+
+
 def _metrics(row: dict) -> dict:
     scored = row.get("scored") or 0
+    measured = row.get("measured") or 0
     return {
         "replicas": row.get("replicas") or 0,
         "hits": row.get("hits") or 0,
+        "hits_basis": hits_basis(scored, measured),
+        "hits_measured_replicas": measured,
         "precision": (row.get("scored_hit") or 0) / scored if scored else None,
         "bytes_moved": row.get("bytes_moved") or 0,
         "vram_byte_seconds": float(row.get("vram_byte_seconds") or 0.0),
+        "host_byte_seconds": float(row.get("host_byte_seconds") or 0.0),
         "ttft_saved_s": float(row.get("ttft_saved_s") or 0.0),
         "scored": scored,
     }

@@ -1,16 +1,22 @@
 """Scores of speculative replicas (the scoreboard that aggregates them is `scoreboard.py`).
 
 Per replica (real or shadow), over the time it was held, ``[placed_at, end)`` with ``end`` the
-first of eviction, expiry and now:
-- ``requests``: requests of its workload key in that time, from the demand buckets (each bucket
-  counted pro rata to its overlap with the hold);
-- ``hits = floor(requests / holders)``: its share of them, where ``holders`` is the number of
-  engines holding the whole prefix on GPU when scored (a shadow replica counts itself in too), as
-  a cache-aware router spreads a prefix's requests over its holders;
+first of eviction (or loss), expiry and now:
+- **measured hits**, where gateways' request records name the serving engine and its cached
+  tokens (``engine``, ``cached_tokens``; counted at ingest, ``demand.services``): a hit is a
+  request of its key served by its engine during the hold whose cached tokens covered its
+  prefix (``served_hits``). ``hits_measured`` is then true.
+- **estimated hits** otherwise (records without those fields, and shadow replicas, which were
+  never placed): ``requests`` = its key's requests in the hold from the demand buckets (pro
+  rata), ``hits = floor(requests / holders)``, its share under cache-aware routing, where
+  ``holders`` is the number of engines holding the whole prefix on GPU when scored (a shadow
+  replica counts itself in too).
+- A copy its engine never confirmed (``unconfirmed``) was never held: no hits, nothing held.
 - ``tokens_hit = hits x prefix tokens``; ``ttft_saved_s = hits x`` the cost model's prefill
-  time of the prefix (what each hit did not recompute);
-- ``vram_byte_seconds = bytes x held seconds``; ``bytes_moved = bytes`` (what the copy moved,
-  or would have moved in shadow mode).
+  time of the prefix (what each hit did not recompute: a model figure either way);
+- ``vram_byte_seconds = bytes x held seconds`` for GPU-tier replicas only; host-memory (CPU
+  tier, e.g. LMCache's) replicas count in ``host_byte_seconds`` instead; bytes moved are what
+  the executor reported (``bytes_moved``; shadow replicas: what they would have moved).
 ``precision`` = replicas with at least one hit / replicas. A replica is final once scored one
 bucket after its hold ended; until then each scoring pass recomputes it from scratch.
 """
@@ -21,6 +27,7 @@ import math
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Sum
 from django.utils import timezone
 
 from controlplane.core import blockhash
@@ -47,23 +54,42 @@ def _requests_during(key_id: int | None, start, end) -> float:
     return total
 
 
+def _served_records_during(key_id: int | None, start, end) -> int:
+    """Records of the key in the hold that named their serving engine and cached tokens."""
+    if key_id is None or end <= start:
+        return 0
+    bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
+    return DemandBucket.objects.filter(key_id=key_id, start__lt=end,
+                                       start__gte=start - timedelta(seconds=bucket_s)) \
+        .aggregate(n=Sum("served_records"))["n"] or 0
+
+
 def score_replica(r: SpeculativeReplica, now) -> None:
     from .planning import cost_model_for
 
     end = min(x for x in (now, r.evicted_at, r.expires_at) if x is not None)
-    held_s = max(0.0, (end - r.placed_at).total_seconds())
-    requests = _requests_during(r.workload_key_id, r.placed_at, end)
+    never_held = not r.shadow and r.confirmed_at is None
+    held_s = 0.0 if never_held else max(0.0, (end - r.placed_at).total_seconds())
     chain = [blockhash.from_hex(k) for k in r.prefix_keys]
-    holders = {h.engine for h in get_index().holders(chain, limit=256)
-               if h.depth == len(chain) and h.tier == "GPU"}
-    if r.shadow:
-        holders.add(r.engine_id)
-    hits = int(math.floor(requests / max(1, len(holders))))
+    measured = not r.shadow and _served_records_during(r.workload_key_id, r.placed_at, end) > 0
+    if never_held:
+        hits = 0
+    elif measured:
+        hits = r.served_hits
+    else:
+        requests = _requests_during(r.workload_key_id, r.placed_at, end)
+        holders = {h.engine for h in get_index().holders(chain, limit=256)
+                   if h.depth == len(chain) and h.tier == "GPU"}
+        if r.shadow:
+            holders.add(r.engine_id)
+        hits = int(math.floor(requests / max(1, len(holders))))
     tokens = len(chain) * r.engine.block_size
     cm = cost_model_for(r.engine.model)
-    r.hits, r.tokens_hit = hits, hits * tokens
+    r.hits, r.tokens_hit, r.hits_measured = hits, hits * tokens, measured
     r.ttft_saved_s = hits * (cm.prefill_seconds(tokens) - cm.batch_overhead_s)
-    r.vram_byte_seconds = r.bytes * held_s
+    on_gpu = r.tier == "GPU"
+    r.vram_byte_seconds = r.bytes * held_s if on_gpu else 0.0
+    r.host_byte_seconds = 0.0 if on_gpu else r.bytes * held_s
     r.scored_at = now
 
 
@@ -80,5 +106,6 @@ def score_all(now=None) -> int:
         score_replica(r, now)
         changed.append(r)
     SpeculativeReplica.objects.bulk_update(
-        changed, ["hits", "tokens_hit", "ttft_saved_s", "vram_byte_seconds", "scored_at"], batch_size=2000)
+        changed, ["hits", "tokens_hit", "hits_measured", "ttft_saved_s", "vram_byte_seconds",
+                  "host_byte_seconds", "scored_at"], batch_size=2000)
     return len(changed)

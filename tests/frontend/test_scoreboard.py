@@ -10,7 +10,8 @@ from controlplane.fleet.models import Engine, Node
 from controlplane.replication.models import PlanItem, Policy, ReplicationPlan, SpeculativeReplica
 from controlplane.replication.scoreboard import MIN_SCORED_FOR_VERDICT, scoreboard
 
-M_KEYS = {"replicas", "hits", "precision", "bytes_moved", "vram_byte_seconds", "ttft_saved_s"}
+M_KEYS = {"replicas", "hits", "hits_basis", "hits_measured_replicas", "precision", "bytes_moved",
+          "vram_byte_seconds", "host_byte_seconds", "ttft_saved_s"}
 
 
 @pytest.fixture
@@ -23,7 +24,8 @@ def place(engine, n, tenant, hits, shadow=False, forecaster="ewma", item=None, s
     now = timezone.now()
     for _ in range(n):
         SpeculativeReplica.objects.create(
-            engine=engine, workload_key=key, prefix_keys=["01"], bytes=100, shadow=shadow, forecaster=forecaster,
+            engine=engine, workload_key=key, prefix_keys=["01"], bytes=100, bytes_moved=100, shadow=shadow,
+            forecaster=forecaster,
             placed_at=now - timedelta(hours=1), expires_at=now, hits=hits, ttft_saved_s=0.5 * hits,
             vram_byte_seconds=1000.0, scored_at=now if scored else None, item=item)
 
@@ -40,8 +42,9 @@ def test_shape_and_figures(engine):
     board = scoreboard()
     assert set(board) == {"window", "totals", "shadow_totals", "by_policy", "by_forecaster", "by_tenant", "recommendation"}
     assert set(board["totals"]) == M_KEYS
-    assert board["totals"] == {"replicas": 5, "hits": 6, "precision": 0.75, "bytes_moved": 500,
-                               "vram_byte_seconds": 5000.0, "ttft_saved_s": 3.0}
+    assert board["totals"] == {"replicas": 5, "hits": 6, "hits_basis": "estimated", "hits_measured_replicas": 0,
+                               "precision": 0.75, "bytes_moved": 500, "vram_byte_seconds": 5000.0,
+                               "host_byte_seconds": 0.0, "ttft_saved_s": 3.0}
     assert board["shadow_totals"]["precision"] == 0.0 and board["shadow_totals"]["replicas"] == 2
     assert {t["tenant"]: t["precision"] for t in board["by_tenant"]} == {"acme": 0.75, "globex": 0.0}
     assert {p["policy"]: p["mode"] for p in board["by_policy"]} == {"(none)": None, "p": "shadow"}

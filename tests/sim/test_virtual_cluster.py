@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from controlplane.core.blockhash import chain_keys
 from controlplane.sim.scenarios import build
 from controlplane.sim.virtual import Options, VirtualCluster
 from controlplane.sim.virtual.engine import block_file
@@ -79,8 +80,16 @@ def test_agents_see_exactly_the_simulated_caches(cluster):
     r = records[0]
     assert r["block_size"] == BLOCK_TOKENS and r["model"] == vc.model
     prefix = vc.workload.prefixes[int(vc.workload.pid[0])]
-    assert [int(k, 16) for k in r["keys"][: len(prefix)]] == list(prefix)
+    # The first record of a tenant carries the prompt's token ids (what warm-ups need); the
+    # others carry keys. Both give the same chain.
+    chain = chain_keys(r["token_ids"], BLOCK_TOKENS) if "token_ids" in r else [int(k, 16) for k in r["keys"]]
+    assert chain[: len(prefix)] == list(prefix)
+    assert sum("token_ids" in x for x in records) <= 3 and any("keys" in x for x in records)
     assert r["prompt_tokens"] == len(prefix) * BLOCK_TOKENS + int(vc.workload.suffix_tokens[0])
+    # A gateway's view of who served it: the engine, the cached tokens it reported, the TTFT.
+    names = {f"{vc.node_name(ve.sim.eid)}/{ve.engine_id}" for ve in vc.engines}
+    assert all(x["engine"] in names and x["ttft_s"] > 0 and 0 <= x["cached_tokens"] <= x["prompt_tokens"]
+               for x in records)
     times = [rec["time"] for rec in records]
     assert times == sorted(times) and times[-1] - times[0] < 120.0 / 50.0 + 1e-6
 
@@ -149,3 +158,47 @@ def test_token_book_refuses_prefixes_without_synthetic_tokens():
                   np.zeros(1, dtype=np.int32), [(123, 456)], ["t0"])
     with pytest.raises(ValueError, match="synthetic token ids"):
         TokenBook(wl)
+
+
+@pytest.mark.slow
+def test_a_warmup_request_prefills_in_sim_time_then_publishes_the_blocks(cluster):
+    """The ``warmup`` executor's request, over HTTP as the agent sends it: the engine answers
+    once the cost model's prefill time has passed in sim time, then its KV events carry the
+    prefix; asked again, it reports the prefix as cached tokens."""
+    import httpx
+
+    vc, subs = cluster
+    dst = vc.engines[1]
+    prefix = next(p for p in vc.workload.prefixes if p and dst.sim.cache.match(p) == 0)
+    tokens = [t for k in prefix for t in vc.book.tokens_of(k)]
+    url = f"http://127.0.0.1:{vc.http.port}/engines/{dst.engine_id}/v1/completions"
+    body = {"model": vc.model, "prompt": tokens, "max_tokens": 1}
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("r", httpx.post(url, json=body, timeout=30)))
+    t.start()
+    wait_for(lambda: not vc._warmups.empty(), what="the request queued")
+    vc.serve_warmups(0.0)
+    w = vc._prefilling[0]
+    expect = vc.sim.prefill_s(len(tokens), 0)
+    assert w.ready_at == pytest.approx(max(0.0, dst.sim.free_at - expect) + expect)
+    vc.serve_warmups(w.ready_at - 1e-6)
+    assert t.is_alive() and dst.sim.cache.match(prefix) == 0  # not before its prefill is done
+    vc.serve_warmups(w.ready_at)
+    t.join(10)
+    r = got["r"]
+    assert r.status_code == 200 and r.json()["usage"] == {
+        "prompt_tokens": len(tokens), "completion_tokens": 1, "total_tokens": len(tokens) + 1,
+        "prompt_tokens_details": {"cached_tokens": 0}}
+    assert dst.sim.cache.match(prefix) == len(prefix)
+    wait_for(lambda: set(prefix) <= canonical(subs[1]), what="the warmed prefix in the agent's residency")
+    # Asked again: all of it is cached now (vLLM reports full blocks only).
+    t = threading.Thread(target=lambda: got.__setitem__("r", httpx.post(url, json=body, timeout=30)))
+    t.start()
+    wait_for(lambda: not vc._warmups.empty(), what="the second request queued")
+    vc.serve_warmups(w.ready_at)
+    vc.serve_warmups(vc._prefilling[0].ready_at)
+    t.join(10)
+    assert got["r"].json()["usage"]["prompt_tokens_details"]["cached_tokens"] == len(tokens)
+    # A wrong model name or a prompt of foreign tokens is a 400, as vLLM answers it.
+    bad = httpx.post(url, json={**body, "model": "other"}, timeout=10)
+    assert bad.status_code == 400 and "does not exist" in bad.json()["message"]

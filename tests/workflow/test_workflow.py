@@ -336,3 +336,45 @@ def test_prefix_token_ids_are_forgotten_past_retention_or_when_turned_off(fleet,
     assert fleet.gateway.post("/api/request-records/", {"records": recs}, format="json").status_code == 200
     key.refresh_from_db()
     assert key.prefix_token_ids == []
+
+
+def test_hits_come_from_served_request_records_where_gateways_name_the_engine(fleet):
+    _, plan = run_cycle(fleet, "auto")
+    names = {v: k for k, v in fleet.nodes.items()}
+    job = finish(fleet, ReplicationJob.objects.filter(item__plan=plan).first())
+    target = Engine.objects.select_related("node").get(pk=job.target_id)
+    fleet.report(names[target.node_id], burst.PREFIX)
+    sweep_jobs.delay()
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert replica.status == "confirmed"
+    now = time.time()
+    prefix_tokens = len(burst.PREFIX) * burst.BLOCK
+    base = burst.records(now)[0]
+    served = [{**base, "time": now, "engine": f"{target.node.name}/{target.engine_id}",
+               "cached_tokens": prefix_tokens, "ttft_s": 0.05},                   # a hit
+              {**base, "time": now, "engine": str(target.pk), "cached_tokens": prefix_tokens},
+              {**base, "time": now, "engine": str(target.pk), "cached_tokens": 16},  # not covered
+              {**base, "time": now, "engine": str(job.source_id), "cached_tokens": prefix_tokens}]
+    # An engine Prewarm does not know refuses the batch, and nothing changes.
+    r = fleet.gateway.post("/api/request-records/", {"records": [*served, {**base, "engine": "nowhere/x"}]},
+                           format="json")
+    assert r.status_code == 400 and "nowhere/x" in r.json()["detail"]
+    replica.refresh_from_db()
+    assert replica.served_requests == 0
+    assert fleet.gateway.post("/api/request-records/", {"records": served}, format="json").status_code == 200
+    replica.refresh_from_db()
+    assert (replica.served_requests, replica.served_hits) == (3, 2)
+    score_replicas.delay()
+    replica.refresh_from_db()
+    assert replica.hits == 2 and replica.hits_measured
+    api = fleet.operator.get(f"/api/speculative-replicas/{replica.pk}/").json()
+    assert api["hits_basis"] == "measured" and api["bytes_moved"] == job.bytes_done
+    board = fleet.operator.get("/api/scoreboard/?since=1999-01-01T00:00:00Z").json()
+    assert board["totals"]["hits_basis"] == "measured" and board["totals"]["hits"] == 2
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(User.objects.get(username="op"))
+    page = browser.get("/scoreboard/")
+    assert page.status_code == 200 and b"Hits (measured)" in page.content

@@ -11,8 +11,16 @@ class RequestRecordSerializer(serializers.Serializer):
     token_ids = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=2**32 - 1), required=False, max_length=1_000_000)
     block_size = serializers.IntegerField(min_value=1, max_value=1 << 20, default=16)
     prompt_tokens = serializers.IntegerField(min_value=0, max_value=10**8, required=False)
-    cached_tokens = serializers.IntegerField(min_value=0, max_value=10**8, default=0)
+    cached_tokens = serializers.IntegerField(
+        min_value=0, max_value=10**8, required=False,
+        help_text="prompt tokens served from cache (vLLM's usage.prompt_tokens_details.cached_tokens)")
     lora_name = serializers.CharField(required=False, max_length=200)
+    engine = serializers.CharField(
+        required=False, max_length=200,
+        help_text="the engine that served it: its id in Prewarm (as the residency lookup names it) "
+                  "or 'node/engine_id'")
+    ttft_s = serializers.FloatField(required=False, min_value=0.0, max_value=86400.0,
+                                    help_text="time to first token the gateway saw, seconds")
 
     def validate(self, data):
         if ("keys" in data) == ("token_ids" in data):

@@ -30,7 +30,10 @@ class RequestRecordsView(APIView):
             raise ApiError("too_many_records", f"at most {settings.PREWARM_MAX_RECORDS_PER_BATCH} records per batch", "records", status_code=413)
         batch = s.RequestBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
-        return Response(services.ingest_records(batch.validated_data["records"]))
+        try:
+            return Response(services.ingest_records(batch.validated_data["records"]))
+        except services.UnknownEngine as exc:
+            raise ApiError("unknown_engine", str(exc), "records.engine", status_code=400) from None
 
 
 class WorkloadKeyViewSet(viewsets.ReadOnlyModelViewSet):

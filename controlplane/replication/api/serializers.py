@@ -145,5 +145,5 @@ class SpeculativeReplicaSerializer(serializers.ModelSerializer):
         fields = ["id", "item", "job", "engine", "workload_key", "tier", "bytes", "bytes_moved", "shadow",
                   "forecaster", "status", "placed_at", "confirmed_at", "confirmed_by", "lost_at", "expires_at",
                   "evicted_at", "hits", "hits_basis", "served_requests", "served_hits", "tokens_hit",
-                  "ttft_saved_s", "vram_byte_seconds", "scored_at"]
+                  "ttft_saved_s", "vram_byte_seconds", "host_byte_seconds", "scored_at"]
         read_only_fields = fields

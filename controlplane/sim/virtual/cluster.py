@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from controlplane.core.blockhash import ROOT_PARENT, to_hex
+from controlplane.core.blockhash import ROOT_PARENT, chain_keys, to_hex
 from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING
 from controlplane.sim.policies import make_policy
 from controlplane.sim.scenarios import Setup
@@ -48,6 +49,10 @@ LIFECYCLE_OF = {PLANNED: "draining", WARMING: "warming", SERVING: "serving", GON
 MODEL_NAMES = {"llama3-8b": "meta-llama/Llama-3.1-8B-Instruct",
                "llama3-70b": "meta-llama/Llama-3.1-70B-Instruct"}
 HOUSEKEEPING_S = 0.5
+WARMUP_WAIT_S = 120.0  # wall seconds a warm-up request waits for its prefill before a 400
+# A gateway record with the prompt's token ids (what warm-ups need) per tenant at most this
+# often (wall seconds), and at most one such record per second overall: they are large.
+TOKEN_RECORD_EVERY_S = 30.0
 UTIL_WINDOW_S = 30.0  # sim seconds over which engine utilisation (kv_usage) is averaged
 
 
@@ -72,6 +77,20 @@ class Options:
 
 
 @dataclass
+class _Warmup:
+    """A warm-up request waiting for its engine's prefill (sim time ``ready_at``)."""
+
+    engine: int
+    tokens: list[int]
+    keys: tuple[int, ...] = ()
+    cached: int = 0
+    ready_at: float = math.inf
+    reply: dict[str, Any] | None = None
+    error: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
 class Stats:
     requests: int = 0
     prompt_tokens: int = 0
@@ -81,6 +100,7 @@ class Stats:
     copies_in_bytes: int = 0
     copies_rejected: int = 0
     replicas_placed: int = 0
+    warmups: int = 0
     lifecycle_changes: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -108,7 +128,11 @@ class VirtualCluster:
         self.workdir = Path(options.workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.zmq = zmq.Context()
-        self.http = Endpoints(options.bind_host, options.http_port)
+        self.http = Endpoints(options.bind_host, options.http_port, on_completion=self.warmup_request)
+        self._warmups: queue.Queue[_Warmup] = queue.Queue()
+        self._prefilling: list[_Warmup] = []
+        self._tokens_posted: dict[str, float] = {}  # tenant -> wall time of its last token record
+        self._last_token_record = 0.0
         self.engines: list[VirtualEngine] = []
         for e in self.sim.engines:
             eid = f"vc-e{e.eid}"
@@ -191,6 +215,7 @@ class VirtualCluster:
                 f'replay = "{self._adv(ve.publisher.replay_endpoint)}"',
                 'topic = "kv"',
                 f'metrics_url = "{http}/engines/{ve.engine_id}/metrics"',
+                f'openai_url = "{http}/engines/{ve.engine_id}"',
                 f'model = "{self.model}"',
                 f"block_size = {BLOCK_TOKENS}",
                 f"bytes_per_block = {self.block_bytes}",
@@ -281,9 +306,21 @@ class VirtualCluster:
         st.ttft.append(wait + service)
         self._queries[e.eid] += total
         self._hits[e.eid] += cached
-        return {"time": self._wall_of(t), "model": self.model, "tenant": wl.prefix_wkey[pid],
-                "block_size": BLOCK_TOKENS, "keys": [to_hex(k) for k in chain],
-                "prompt_tokens": total, "cached_tokens": cached}
+        # What a gateway that routed the request knows: the engine that served it, the cached
+        # tokens vLLM reported (usage.prompt_tokens_details.cached_tokens) and the TTFT.
+        tenant = wl.prefix_wkey[pid]
+        record = {"time": self._wall_of(t), "model": self.model, "tenant": tenant,
+                  "block_size": BLOCK_TOKENS, "prompt_tokens": total, "cached_tokens": cached,
+                  "engine": f"{self.node_name(e.eid)}/{ve.engine_id}", "ttft_s": round(wait + service, 6)}
+        wall = time.monotonic()
+        if keys and wall - self._tokens_posted.get(tenant, -math.inf) >= TOKEN_RECORD_EVERY_S \
+                and wall - self._last_token_record >= 1.0:
+            # Now and then the prompt's token ids (full blocks), as a gateway that tokenizes can.
+            self._tokens_posted[tenant] = self._last_token_record = wall
+            record["token_ids"] = [tok for k in chain for tok in self.book.tokens_of(k)]
+        else:
+            record["keys"] = [to_hex(k) for k in chain]
+        return record
 
     def _forget(self, keys: list[int]) -> None:
         if keys:
@@ -292,6 +329,71 @@ class VirtualCluster:
     def _wall_of(self, t: float) -> float:
         assert self.started_at is not None
         return self.started_at + t / self.opt.time_scale
+
+    # -- warm-ups (the ``warmup`` executor's prefill-only requests) ---------------------------
+    def warmup_request(self, engine_id: str, req: dict[str, Any]) -> dict[str, Any]:
+        """``POST /engines/<id>/v1/completions`` (an HTTP thread): queue the prefill for the
+        loop, wait for it in sim time, answer as vLLM's OpenAI server does."""
+        ve = next((v for v in self.engines if v.engine_id == engine_id), None)
+        if ve is None:
+            raise ValueError(f"no engine {engine_id!r} in this virtual cluster")
+        if req.get("model") != self.model:
+            raise ValueError(f"The model `{req.get('model')}` does not exist.")
+        prompt = req.get("prompt")
+        if not isinstance(prompt, list) or not prompt or not all(type(x) is int for x in prompt):
+            raise ValueError("this engine takes prompts as lists of token ids")
+        w = _Warmup(ve.sim.eid, prompt)
+        self._warmups.put(w)
+        if not w.done.wait(WARMUP_WAIT_S) or w.reply is None:
+            raise ValueError(w.error or f"the prefill did not finish within {WARMUP_WAIT_S:.0f}s")
+        return w.reply
+
+    def serve_warmups(self, now: float) -> None:
+        """Start queued warm-ups (each takes the cost model's prefill time on its engine, after
+        the work already queued there) and finish those whose prefill is done: their blocks
+        join the engine's cache as any request's do, and are published as KV events."""
+        while True:
+            try:
+                w = self._warmups.get_nowait()
+            except queue.Empty:
+                break
+            e = self.sim.engines[w.engine]
+            keys = tuple(chain_keys(w.tokens, BLOCK_TOKENS))
+            if e.state in (GONE, PLANNED):
+                w.error = f"engine vc-e{w.engine} is not running ({e.state})"
+            elif not all(k in self.book.origin for k in keys):
+                w.error = "the prompt's blocks are not blocks of this workload"
+            if w.error:
+                w.done.set()
+                continue
+            w.keys = keys
+            w.cached = e.cache.match(keys) * BLOCK_TOKENS
+            service = self.sim.prefill_s(len(w.tokens) - w.cached, w.cached)
+            start = max(now, e.free_at)
+            e.free_at = w.ready_at = start + service
+            e.busy_s += service
+            self.sim._add_work(now, service)
+            self._prefilling.append(w)
+        left = []
+        for w in self._prefilling:
+            if w.ready_at > now:
+                left.append(w)
+                continue
+            ve = self.engines[w.engine]
+            before = set(ve.sim.cache.blocks)
+            evicted = ve.sim.cache.use(w.keys, w.ready_at)
+            ve.publish_changes(before, w.keys)
+            self._forget([k for k in evicted if not any(k in x.cache for x in self.sim.engines)])
+            self.stats.warmups += 1
+            self._queries[w.engine] += len(w.tokens)
+            self._hits[w.engine] += w.cached
+            w.reply = {"id": f"cmpl-warmup-{self.stats.warmups}", "object": "text_completion",
+                       "model": self.model, "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                       "usage": {"prompt_tokens": len(w.tokens), "completion_tokens": 1,
+                                 "total_tokens": len(w.tokens) + 1,
+                                 "prompt_tokens_details": {"cached_tokens": w.cached}}}
+            w.done.set()
+        self._prefilling = left
 
     # -- copies -----------------------------------------------------------------------------
     def apply_store_changes(self, t: float) -> None:
@@ -398,6 +500,7 @@ class VirtualCluster:
                     self.sim.events.run_until(now)
                     self._sync_lifecycles()
                     self.apply_store_changes(now)
+                    self.serve_warmups(now)
                     self._publish_endpoints()
                     next_house = wall + HOUSEKEEPING_S
                 nxt = (offset + times[i]) / scale if i < n else math.inf
@@ -424,11 +527,15 @@ class VirtualCluster:
             "ttft_mean_s": round(float(ttft.mean()), 4), "ttft_p99_s": round(float(np.quantile(ttft, 0.99)), 4),
             "copies_in_blocks": st.copies_in_blocks, "copies_in_bytes": st.copies_in_bytes,
             "copies_rejected": st.copies_rejected, "replicas_placed": st.replicas_placed,
+            "warmups": st.warmups,
             "replicas_used": used, "lifecycle_changes": st.lifecycle_changes,
         }
 
     def close(self) -> None:
         self.stop_event.set()
+        for w in [*self._prefilling, *list(self._warmups.queue)]:
+            w.error = "the virtual cluster stopped"
+            w.done.set()
         for ve in self.engines:
             ve.publisher.close()
         self.http.close()

@@ -1,26 +1,60 @@
-"""HTTP endpoints the agents read: each node's GPUs and each engine's vLLM-style ``/metrics``.
+"""HTTP endpoints the agents read: each node's GPUs and each engine's vLLM-style ``/metrics``
+and OpenAI-compatible completions.
 
 ``GET /nodes/<node>/gpus`` is the simulated GPU source document of ``docs/agent.md``
 (``gpu_sim_source``); ``GET /engines/<engine_id>/metrics`` is Prometheus text with the vLLM
 series the agent scrapes (``nodeagent/engine_metrics.py``). The cluster's loop replaces the
 documents; request threads only read them.
+
+``POST /engines/<engine_id>/v1/completions`` answers as vLLM's OpenAI server does, for the
+``warmup`` executor: the prompt (token ids) is handed to ``on_completion`` (the cluster), which
+blocks until the engine has prefilled it in sim time and returns the reply (with
+``usage.prompt_tokens_details.cached_tokens``) or raises ``ValueError`` for a 400.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MAX_BODY = 64 << 20
 
 
 class Endpoints:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0,
+                 on_completion: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None):
         self.gpus: dict[str, bytes] = {}
         self.metrics: dict[str, bytes] = {}
         self.ready = False  # /healthz answers 200 once the agents' configurations are written
+        self.on_completion = on_completion
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            def _reply(self, code: int, doc: dict[str, Any]) -> None:
+                body = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                parts = self.path.strip("/").split("/")
+                n = int(self.headers.get("Content-Length") or 0)
+                if len(parts) != 4 or parts[0] != "engines" or parts[2:] != ["v1", "completions"] \
+                        or outer.on_completion is None or n > MAX_BODY:
+                    self.send_error(404 if n <= MAX_BODY else 413)
+                    return
+                try:
+                    req = json.loads(self.rfile.read(n))
+                    self._reply(200, outer.on_completion(parts[1], req))
+                except (ValueError, KeyError, TypeError) as exc:
+                    self._reply(400, {"object": "error", "message": str(exc), "type": "BadRequestError",
+                                      "code": 400})
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 parts = self.path.strip("/").split("/")
                 body, kind = None, "application/json"
