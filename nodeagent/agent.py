@@ -79,7 +79,9 @@ class Agent:
                 self.server, t.rate_limit_bytes_per_s, t.chunk_bytes, t.connect_timeout_s, t.retries
             ),
             "nccl": NcclTransport(),
-            "lmcache": LmcacheTransport(),
+            "lmcache": LmcacheTransport(
+                {e.engine_id: e for e in cfg.engines}, cfg.lmcache_controller_url, cfg.lmcache_renew_s,
+                state / "lmcache-leases.json"),
             "warmup": WarmupTransport({e.engine_id: e for e in cfg.engines}),
         }
         self.reporter = Reporter(
@@ -102,6 +104,8 @@ class Agent:
         self.runner = JobRunner(
             Journal(state / "jobs.journal"), self.store, transports, self.metrics
         )
+        self.lmcache_leases = transports["lmcache"].leases  # type: ignore[attr-defined]
+        self.lmcache_leases.on_reading = self.runner.notify
         self.channel = JobChannel(
             cfg.control_plane_url,
             lambda: self.reporter.state.agent_token,
@@ -149,6 +153,7 @@ class Agent:
                         "openai": e.openai_url,
                         "kv_peer": e.kv_peer,
                         "lmcache_instance_id": e.lmcache_instance_id,
+                        "lmcache_location": e.lmcache_location if e.lmcache_instance_id else "",
                         "lmcache_controller": self.cfg.lmcache_controller_url,
                         "lmcache_coordinator": self.cfg.lmcache_coordinator_url,
                     },
@@ -179,6 +184,9 @@ class Agent:
             log.info(
                 "transfer server on %s (advertised %s)", self.server.address, self.transfer_address
             )
+        self.runner.loop = asyncio.get_running_loop()
+        if self.cfg.lmcache_controller_url:
+            self.lmcache_leases.start()
         tasks = [asyncio.create_task(self.reporter.run()), asyncio.create_task(self._scrape_loop())]
         if self.cfg.jobs_transport != "none":
             tasks.append(asyncio.create_task(self.channel.run()))
@@ -189,6 +197,7 @@ class Agent:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.reporter.aclose()
+        self.lmcache_leases.stop()
         for sub in self.subscribers:
             sub.stop()
         if self.server:
