@@ -23,6 +23,7 @@ from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
 from nodeagent.transfers.base import Transport
 from nodeagent.transfers.lmcache import LmcacheTransport
+from nodeagent.transfers.lmcache_mp import LmcacheMpTransport
 from nodeagent.transfers.nccl import NcclTransport
 from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport
 from nodeagent.transfers.warmup import WarmupTransport
@@ -83,6 +84,8 @@ class Agent:
                 {e.engine_id: e for e in cfg.engines}, cfg.lmcache_controller_url, cfg.lmcache_renew_s,
                 state / "lmcache-leases.json"),
             "warmup": WarmupTransport({e.engine_id: e for e in cfg.engines}),
+            "lmcache-mp": LmcacheMpTransport({e.engine_id: e for e in cfg.engines},
+                                             cfg.lmcache_coordinator_url),
         }
         self.reporter = Reporter(
             cfg.control_plane_url,

@@ -165,6 +165,9 @@ class JobRunner:
         if job.action == "evict":
             if job.role != "target":
                 return TransferResult(True)
+            evict = getattr(self.transports.get(job.transport), "evict", None)
+            if evict is not None:  # an executor that removes the copy from the engine's cache
+                return evict(job)  # type: ignore[no-any-return]
             for k in job.keys:
                 self.store.delete(k)
             return TransferResult(True)

@@ -158,3 +158,26 @@ def lmcache_cluster(tmp_path_factory):
 
 def tokens(start: int, end: int) -> list[int]:
     return list(range(start, end))
+
+
+@pytest.fixture(scope="session")
+def lmcache_coordinator(tmp_path_factory):
+    """The real coordinator (``lmcache.v1.mp_coordinator``); yields its URL."""
+    need_lmcache_env()
+    work = tmp_path_factory.mktemp("coordinator")
+    port = free_port()
+    proc = Proc("coordinator", ["lmcache.v1.mp_coordinator", "--host", "127.0.0.1", "--port", str(port)],
+                work / "coordinator.log").start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def up() -> bool:
+            assert proc.alive(), proc.tail()
+            try:
+                return httpx.get(url + "/healthz", timeout=5).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(up, START_S, interval=0.5, what="the LMCache coordinator")
+        yield url
+    finally:
+        proc.stop()
