@@ -17,7 +17,7 @@ SERVICES_ENV := DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) PREWARM_TEST_
 	SECRET_KEY=test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz ALLOWED_HOSTS=127.0.0.1,localhost,testserver \
 	PREWARM_SECURE=false PREWARM_DATA_DIR=$(CURDIR)/var/test-services
 
-.PHONY: install vllm-env test-vllm demo test test-embedded test-services bench lint lint-imports clean
+.PHONY: install vllm-env lmcache-env test-vllm demo test test-embedded test-services bench lint lint-imports clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,23 @@ $(VLLM_STAMP):
 	touch $(VLLM_STAMP)
 
 vllm-env: $(VLLM_STAMP)
+
+# LMCache 0.5.6 in its own environment, for the tests against the real controller, standalone
+# engines and coordinator (tests/lmcache). Its wheel asks for CUDA packages, so it goes in with
+# --no-deps beside CPU torch (the machine's local wheel) and the pure-Python modules it imports
+# (requirements/lmcache-env.txt, pinned as found by importing its controller, standalone engine
+# and coordinator); it never touches the project's own pins in $(VENV).
+LMCACHE_VENV ?= .venv-lmcache
+LMCACHE_STAMP := $(LMCACHE_VENV)/.installed
+$(LMCACHE_STAMP): requirements/lmcache-env.txt
+	test -x $(LMCACHE_VENV)/bin/python || $(PYTHON) -m venv $(LMCACHE_VENV)
+	$(LMCACHE_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(LMCACHE_VENV)/bin/python -m pip install -q --no-deps lmcache==0.5.6
+	$(LMCACHE_VENV)/bin/python -m pip install -q -r requirements/lmcache-env.txt
+	$(LMCACHE_VENV)/bin/python -c "import lmcache.v1.api_server.__main__, lmcache.v1.standalone.__main__, lmcache.v1.mp_coordinator.__main__"
+	touch $(LMCACHE_STAMP)
+
+lmcache-env: $(LMCACHE_STAMP)
 
 demo: install $(if $(filter real,$(PRESET)),vllm-env)
 	$(PY) -m controlplane.demo --host $(HOST) --port $(PORT) --preset $(PRESET)
@@ -61,7 +78,7 @@ lint: install
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) var
+	rm -rf $(VENV) $(VLLM_VENV) $(LMCACHE_VENV) var
 
 # Layer contracts in pyproject.toml ([tool.importlinter]): pure logic imports no Django or app.
 lint-imports: install

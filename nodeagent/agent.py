@@ -25,6 +25,7 @@ from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
 from nodeagent.transfers.base import Transport
 from nodeagent.transfers.lmcache import LmcacheTransport
+from nodeagent.transfers.lmcache_mp import LmcacheMpTransport
 from nodeagent.transfers.nccl import NcclTransport
 from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport
 from nodeagent.transfers.warmup import WarmupTransport
@@ -85,8 +86,12 @@ class Agent:
                 self.server, t.rate_limit_bytes_per_s, t.chunk_bytes, t.connect_timeout_s, t.retries
             ),
             "nccl": NcclTransport,
-            "lmcache": LmcacheTransport,
+            "lmcache": lambda: LmcacheTransport(
+                {e.engine_id: e for e in cfg.engines}, cfg.lmcache_controller_url, cfg.lmcache_renew_s,
+                state / "lmcache-leases.json"),
             "warmup": lambda: WarmupTransport({e.engine_id: e for e in cfg.engines}),
+            "lmcache-mp": lambda: LmcacheMpTransport({e.engine_id: e for e in cfg.engines},
+                                                     cfg.lmcache_coordinator_url),
         }
         transports = {n: available[n]() for n in self.enabled_transports}
         self.reporter = Reporter(
@@ -109,6 +114,8 @@ class Agent:
         self.runner = JobRunner(
             Journal(state / "jobs.journal"), self.store, transports, self.metrics
         )
+        self.lmcache_leases = transports["lmcache"].leases  # type: ignore[attr-defined]
+        self.lmcache_leases.on_reading = self.runner.notify
         self.channel = JobChannel(
             cfg.control_plane_url,
             lambda: self.reporter.state.agent_token,
@@ -157,6 +164,7 @@ class Agent:
                         "openai": e.openai_url,
                         "kv_peer": e.kv_peer,
                         "lmcache_instance_id": e.lmcache_instance_id,
+                        "lmcache_location": e.lmcache_location if e.lmcache_instance_id else "",
                         "lmcache_controller": self.cfg.lmcache_controller_url,
                         "lmcache_coordinator": self.cfg.lmcache_coordinator_url,
                     },
@@ -198,6 +206,9 @@ class Agent:
             log.info(
                 "transfer server on %s (advertised %s)", self.server.address, self.transfer_address
             )
+        self.runner.loop = asyncio.get_running_loop()
+        if self.cfg.lmcache_controller_url:
+            self.lmcache_leases.start()
         tasks = [asyncio.create_task(self.reporter.run()), asyncio.create_task(self._scrape_loop())]
         if self.cfg.jobs_transport != "none":
             tasks.append(asyncio.create_task(self.channel.run()))
@@ -208,6 +219,7 @@ class Agent:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.reporter.aclose()
+        self.lmcache_leases.stop()
         for sub in self.subscribers:
             sub.stop()
         if self.server:

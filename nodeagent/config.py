@@ -71,7 +71,7 @@ class TransferConfig:
     """Agent-to-agent transfers."""
 
     # Transports this agent executes. tcp and nccl need ``listen``: without it they are off.
-    transports: str = "tcp,nccl,lmcache,warmup"
+    transports: str = "tcp,nccl,lmcache,warmup,lmcache-mp"
     # host:port of the TCP transfer server (and the host of the nccl rendezvous). No default:
     # the operator names the private address peers reach; "" runs no server (docs/security.md).
     listen: str = ""
@@ -298,7 +298,8 @@ def load_config(argv: list[str] | None = None, env: Mapping[str, str] | None = N
     return cfg
 
 
-TRANSPORTS = (wire.TRANSPORT_TCP, wire.TRANSPORT_NCCL, wire.TRANSPORT_LMCACHE, wire.TRANSPORT_WARMUP)
+TRANSPORTS = (wire.TRANSPORT_TCP, wire.TRANSPORT_NCCL, wire.TRANSPORT_LMCACHE, wire.TRANSPORT_WARMUP,
+              wire.TRANSPORT_LMCACHE_MP)
 # agent to agent: a peer connects to an address of this agent
 NEEDS_LISTEN = (wire.TRANSPORT_TCP, wire.TRANSPORT_NCCL)  # agent to agent: a peer connects to an address of this agent
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]", "*")

@@ -68,8 +68,27 @@ class JobRunner:
         self.transports = transports
         self.metrics = metrics
         self.running: dict[str, asyncio.Task[None]] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._send: Send | None = None  # the latest channel's send, for events not tied to a message
+
+    def notify(self, msg: dict[str, Any]) -> None:
+        """Send an event from another thread (an LMCache lease renewal's reading) on the latest
+        job channel; dropped, with a log line, while no channel is up."""
+        loop, send = self.loop, self._send
+        if loop is None or send is None:
+            log.info("no job channel yet: %s for job %s not sent", msg.get("type"), msg.get("job_id"))
+            return
+
+        async def deliver() -> None:
+            try:
+                await send(msg)
+            except Exception as exc:  # the channel closed meanwhile: the next renewal says it again
+                log.info("%s for job %s not sent: %s", msg.get("type"), msg.get("job_id"), exc)
+
+        asyncio.run_coroutine_threadsafe(deliver(), loop)
 
     async def handle(self, msg: dict[str, Any], send: Send) -> None:
+        self._send = send
         kind = msg.get("type")
         if kind == wire.MSG_JOB_ASSIGN:
             await self._assign(msg.get("job") or {}, send)
@@ -131,6 +150,9 @@ class JobRunner:
         if job.action == wire.ACTION_EVICT:
             if job.role != wire.ROLE_TARGET:
                 return TransferResult(True)
+            evict = getattr(self.transports.get(job.transport), "evict", None)
+            if evict is not None:  # an executor that removes the copy from the engine's cache
+                return evict(job)  # type: ignore[no-any-return]
             for k in job.keys:
                 self.store.delete(k)
             return TransferResult(True)

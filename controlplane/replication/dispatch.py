@@ -92,6 +92,7 @@ def _lmcache(job: ReplicationJob) -> dict:
         return {}
     ep = lambda e: (e.endpoints or {}) if e is not None else {}  # noqa: E731
     return {"source_instance": ep(job.source).get("lmcache_instance_id", ""),
+            "source_location": ep(job.source).get("lmcache_location", ""),
             "target_instance": ep(job.target).get("lmcache_instance_id", ""),
             "model_name": (job.target or job.source).model if (job.target or job.source) else ""}
 

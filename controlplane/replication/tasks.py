@@ -94,6 +94,7 @@ def evict_expired() -> int:
                                              state__in=[JobState.APPROVED, *dispatch.DELIVERY_STATES]).exists():
                 continue  # an eviction is already under way
             job = ReplicationJob.objects.create(
+                item=r.item,  # its workload key gives executors that address KV by tokens the tokens
                 action=JobAction.EVICT, transport=r.job.transport if r.job_id else "tcp", target=r.engine,
                 prefix_keys=r.prefix_keys, tier=r.tier, bytes=0, deadline=now + timedelta(minutes=10))
             transition(job, JobState.APPROVED, f"replica #{r.pk} passed its TTL")

@@ -1,75 +1,269 @@
-"""``lmcache`` transport: the job runs as an LMCache controller move with ``copy=true``.
+"""``lmcache`` executor: copy a prefix between two engines' LMCache instances through the LMCache
+0.5.6 controller (``python -m lmcache.v1.api_server``), confirm it by pinning it on the target,
+and keep it by renewing that lease while the replica is held.
 
-LMCache controller API: ``POST /move`` ``{"old_position": [instance_id, location],
-"new_position": [instance_id, location], "tokens": [...], "copy": true}`` ->
-``{"event_id": ..., "num_tokens": ...}``; then ``POST /check_finish`` ``{"event_id": ...}`` ->
-``{"status": ...}`` until the status is ``"completed"``. The job's ``lmcache`` object carries
-``controller_url``, ``old_position``, ``new_position`` and ``tokens`` (LMCache addresses KV by
-tokens, not by our keys). The target agent executes the move; LMCache moves and checks the bytes
-itself, so the result carries no Prewarm checksum. The source agent has nothing to do.
+The target's agent calls the controller (see docs/agent.md for why the agent and not the control
+plane): it needs ``lmcache_controller_url`` in its configuration and each engine's
+``lmcache_instance_id`` (the target's from its own configuration, the source's as the source's
+agent reported it). Controller API as 0.5.6 implements it:
+
+- ``POST /query_worker_info {"instance_id"}`` -> ``{"worker_infos": [...]}`` (empty: not registered;
+  ``"instance_id": "all"`` matches nothing; ``GET /controller/workers`` lists from a cache);
+  first, so that a wrong instance id is named as such (the controller's own answer to a move or
+  pin on an unknown instance is "The number of tokens moved should be the same across all
+  workers.").
+- ``POST /move {"old_position": [instance, location], "new_position": [instance, location],
+  "tokens", "should_copy": true}`` -> ``{"event_id", "num_tokens"}``, synchronous: the reply is
+  the result (there is no working ``/check_finish``). ``should_copy`` must be spelt so: an
+  unknown field such as ``copy`` is ignored, and the copy becomes a move that deletes the
+  source's chunks. Only ``LocalCPUBackend`` is a target location LMCache accepts.
+- ``POST /pin {"instance_id", "location", "tokens"}`` -> ``{"num_tokens"}``: the resident prefix
+  length there, and a lease of the controller's ``pin_timeout_sec`` (300 s by default); pinning
+  again extends it. There is no unpin and no per-prefix evict (``/clear`` empties every unpinned
+  chunk of a tier), so a replica ends by its lease lapsing: the agent stops renewing at the
+  replica's ``hold_until``.
+
+LMCache keys are chained hashes of 256-token chunks of the full token sequence, so the job must
+carry the prefix's token ids exactly as the engine tokenized them; only whole chunks are stored
+(a 600-token prefix copies 512). The result reports ``bytes`` as the copied tokens at the
+engine's bytes per token, and ``confirmation: {"by": "lmcache-pin", "tokens": resident,
+"expected": copied}``; each renewal reports the same as a ``job.confirm`` event.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import threading
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 import httpx
 
 from nodeagent.blockstore import BlockStore
+from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
 
-DONE = "completed"
-FAILED = ("failed", "error", "not_found")
+log = logging.getLogger(__name__)
+NAME = "lmcache"
+PIN = "lmcache-pin"
+
+
+class LmcacheError(Exception):
+    """The controller refused, failed or could not be reached; the message says which."""
+
+
+class LmcacheController:
+    """The LMCache 0.5.6 controller's HTTP API (only what the executor uses)."""
+
+    def __init__(self, url: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None):
+        self.url = url.rstrip("/")
+        self.client = httpx.Client(timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            resp = self.client.post(self.url + path, json=body)
+        except httpx.HTTPError as exc:
+            raise LmcacheError(f"LMCache controller {self.url} did not answer {path}: "
+                               f"{type(exc).__name__}: {exc}") from None
+        if resp.status_code != 200:
+            try:
+                detail = resp.json().get("detail", resp.text)
+            except ValueError:
+                detail = resp.text
+            raise LmcacheError(f"LMCache controller {self.url}{path}: HTTP {resp.status_code}: "
+                               f"{str(detail)[:300]}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise LmcacheError(f"LMCache controller {self.url}{path}: not JSON: {resp.text[:200]}") from None
+
+    def instances(self) -> list[str]:
+        """Registered instance ids (``GET /controller/workers``; best effort, for messages)."""
+        try:
+            resp = self.client.get(self.url + "/controller/workers")
+            workers = resp.json().get("workers") or [] if resp.status_code == 200 else []
+        except (httpx.HTTPError, ValueError):
+            return []
+        return sorted({str(w.get("instance_id")) for w in workers})
+
+    def require(self, instance_id: str, what: str) -> None:
+        infos = self._post("/query_worker_info", {"instance_id": instance_id}).get("worker_infos")
+        if not infos:
+            known = self.instances()
+            raise LmcacheError(
+                f"LMCache instance {instance_id!r} ({what}) is not registered with the controller at "
+                f"{self.url}: check that engine's lmcache_instance_id"
+                + (f" (registered: {', '.join(known)})" if known else ""))
+
+    def move(self, source: tuple[str, str], target: tuple[str, str], tokens: list[int]) -> int:
+        body = {"old_position": list(source), "new_position": list(target), "tokens": tokens,
+                "should_copy": True}
+        return int(self._post("/move", body).get("num_tokens") or 0)
+
+    def pin(self, instance_id: str, location: str, tokens: list[int]) -> int:
+        body = {"instance_id": instance_id, "location": location, "tokens": tokens}
+        return int(self._post("/pin", body).get("num_tokens") or 0)
+
+
+@dataclass
+class Lease:
+    """A landed LMCache copy whose pin is renewed until ``hold_until``."""
+
+    job_id: str
+    instance_id: str
+    location: str
+    tokens: list[int]
+    expected: int
+    hold_until: float
+    renewed_at: float = 0.0
+
+
+Reading = Callable[[dict[str, Any]], None]
+
+
+class LeaseKeeper:
+    """Renews the pins of live LMCache replicas every ``renew_s`` until their hold ends, then
+    lets them lapse; each renewal's resident length goes to ``on_reading`` as a ``job.confirm``
+    event. Leases are kept in ``path`` so an agent restart keeps renewing them."""
+
+    def __init__(self, controller: LmcacheController | None, renew_s: float, path: Path | None = None):
+        self.controller = controller
+        self.renew_s = renew_s
+        self.path = path
+        self.on_reading: Reading | None = None
+        self.leases: dict[str, Lease] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if path is not None and path.exists():
+            try:
+                for raw in json.loads(path.read_text()):
+                    lease = Lease(**raw)
+                    self.leases[lease.job_id] = lease
+            except (ValueError, TypeError) as exc:
+                log.warning("ignoring unreadable LMCache lease file %s: %s", path, exc)
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([asdict(x) for x in self.leases.values()]))
+        os.replace(tmp, self.path)
+
+    def add(self, lease: Lease) -> None:
+        with self._lock:
+            self.leases[lease.job_id] = lease
+            self._save()
+
+    def renew_due(self, now: float | None = None) -> list[dict[str, Any]]:
+        """Pin every lease due for renewal; drop those whose hold ended (they lapse by
+        themselves). Returns the readings (also handed to ``on_reading``)."""
+        now = time.time() if now is None else now
+        out = []
+        with self._lock:
+            ended = [k for k, x in self.leases.items() if x.hold_until <= now]
+            for k in ended:
+                del self.leases[k]
+            due = [x for x in self.leases.values() if now - x.renewed_at >= self.renew_s]
+            if ended:
+                self._save()
+        for lease in due:
+            msg: dict[str, Any] = {"type": "job.confirm", "job_id": lease.job_id, "by": PIN,
+                                   "expected": lease.expected, "instance_id": lease.instance_id,
+                                   "tokens": 0, "error": None}
+            try:
+                if self.controller is None:
+                    raise LmcacheError("no lmcache_controller_url configured")
+                msg["tokens"] = self.controller.pin(lease.instance_id, lease.location, lease.tokens)
+                lease.renewed_at = now
+            except LmcacheError as exc:
+                msg["error"] = str(exc)
+                log.warning("renewing the LMCache lease of job %s: %s", lease.job_id, exc)
+                if "did not answer" in str(exc):
+                    continue  # the controller is away: no reading, try again next round
+            out.append(msg)
+            if self.on_reading is not None:
+                self.on_reading(msg)
+        return out
+
+    def start(self) -> LeaseKeeper:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="lmcache-leases", daemon=True)
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(min(5.0, self.renew_s)):
+            try:
+                self.renew_due()
+            except Exception:  # a renewal bug must not stop the other leases
+                log.exception("LMCache lease renewal failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 class LmcacheTransport:
-    name = "lmcache"
+    name = NAME
 
-    def __init__(self, poll_s: float = 0.2, timeout_s: float = 10.0):
-        self.poll_s = poll_s
-        self.timeout_s = timeout_s
+    def __init__(self, engines: Mapping[str, EngineConfig] | None = None, controller_url: str = "",
+                 renew_s: float = 60.0, lease_path: Path | None = None,
+                 transport: httpx.BaseTransport | None = None):
+        self.engines = engines or {}
+        self.controller = LmcacheController(controller_url, transport=transport) if controller_url else None
+        self.leases = LeaseKeeper(self.controller, renew_s, lease_path)
 
     def send(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
-        return TransferResult(True)
+        return TransferResult(True, extra={"executor": NAME})  # the controller moves the chunks
 
     def receive(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
+        engine_id = str(job.target.get("engine_id") or "")
+        engine = self.engines.get(engine_id)
         spec = job.lmcache
-        url = str(spec.get("controller_url") or "").rstrip("/")
-        if not url or not spec.get("old_position") or not spec.get("new_position"):
-            return TransferResult(
-                False, error="lmcache job needs controller_url, old_position, new_position"
-            )
-        body = {
-            "old_position": list(spec["old_position"]),
-            "new_position": list(spec["new_position"]),
-            "tokens": list(spec.get("tokens") or []),
-            "copy": True,
-        }
+        if self.controller is None:
+            return _failed("lmcache: this agent has no lmcache_controller_url configured")
+        target = (engine.lmcache_instance_id if engine and engine.lmcache_instance_id
+                  else str(spec.get("target_instance") or ""))
+        source = str(spec.get("source_instance") or "")
+        location = engine.lmcache_location if engine else "LocalCPUBackend"
+        source_location = str(spec.get("source_location") or location)
+        if not target:
+            return _failed(f"lmcache: engine {engine_id!r} has no lmcache_instance_id configured")
+        if not source:
+            return _failed("lmcache: the source engine reported no lmcache_instance_id")
+        if not job.tokens:
+            return _failed("lmcache: the job carries no token ids for the prefix (a gateway must "
+                           "send token_ids for this workload key)")
         try:
-            with httpx.Client(timeout=self.timeout_s) as client:
-                resp = client.post(f"{url}/move", json=body)
-                if resp.status_code != 200:
-                    return TransferResult(
-                        False, error=f"LMCache /move: {resp.status_code} {resp.text[:200]}"
-                    )
-                event_id = resp.json()["event_id"]
-                while True:
-                    resp = client.post(f"{url}/check_finish", json={"event_id": event_id})
-                    if resp.status_code != 200:
-                        return TransferResult(
-                            False,
-                            error=f"LMCache /check_finish: {resp.status_code} {resp.text[:200]}",
-                        )
-                    status = str(resp.json().get("status", "")).lower()
-                    if status == DONE:
-                        progress(job.bytes)
-                        return TransferResult(True, job.bytes)
-                    if status in FAILED:
-                        return TransferResult(False, error=f"LMCache move {event_id}: {status}")
-                    if job.seconds_left() <= 0:
-                        return TransferResult(
-                            False, error=f"LMCache move {event_id} still {status!r} at the deadline"
-                        )
-                    time.sleep(self.poll_s)
-        except (httpx.HTTPError, KeyError, ValueError) as exc:
-            return TransferResult(False, error=f"LMCache controller {url}: {exc!r}")
+            self.controller.require(source, f"the source engine {job.source.get('engine_id')}")
+            self.controller.require(target, f"the target engine {engine_id}")
+            copied = self.controller.move((source, source_location), (target, location), job.tokens)
+            if copied <= 0:
+                return _failed(f"lmcache: the controller copied no tokens from {source!r}: it holds "
+                               "none of this prefix's 256-token chunks (the token ids must be exactly "
+                               "those the engine stored)")
+            progress(job.bytes)
+            resident = self.controller.pin(target, location, job.tokens)
+        except LmcacheError as exc:
+            return _failed(f"lmcache: {exc}")
+        bpt = job.bytes_per_block / job.block_size if job.block_size else 0.0
+        self.leases.add(Lease(job.id, target, location, list(job.tokens), copied,
+                              job.hold_until or time.time() + 900, renewed_at=time.time()))
+        detail = f"copied {copied} tokens {source} -> {target} ({location}); {resident} resident"
+        return TransferResult(True, int(copied * bpt), extra={
+            "executor": NAME, "detail": detail,
+            "confirmation": {"by": PIN, "tokens": resident, "expected": copied, "instance_id": target}})
+
+
+def _failed(why: str) -> TransferResult:
+    return TransferResult(False, error=why, extra={"executor": NAME})

@@ -1,19 +1,13 @@
-"""CLI configuration errors, and the lmcache transport against the controller's HTTP shapes."""
+"""CLI configuration errors and the engine options of the executors that reach real engines (the
+``lmcache`` executor runs against the real LMCache controller in ``tests/lmcache``)."""
 
-import json
 import subprocess
 import sys
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from nodeagent.blockstore import MemoryBlockStore
 from nodeagent.config import ConfigError, load_config
-from nodeagent.transfers.base import Job
-from nodeagent.transfers.lmcache import LmcacheTransport
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,63 +70,19 @@ def test_cli_exits_nonzero_with_one_line(tmp_path):
     assert out.stderr.count("\n") == 1 and "does not exist" in out.stderr
 
 
-class Controller:
-    """LMCache controller's /move and /check_finish request/response shapes (api_server)."""
-
-    def __init__(self, finish_after=2, fail=False):
-        self.moves, self.checks = [], 0
-        ctl = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.path == "/move":
-                    ctl.moves.append(body)
-                    out = {"event_id": "Move-1", "num_tokens": len(body["tokens"])}
-                else:
-                    ctl.checks += 1
-                    done = ctl.checks >= finish_after
-                    out = {"status": ("failed" if fail else "completed") if done else "running"}
-                data = json.dumps(out).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-
-@pytest.mark.parametrize("fail", [False, True])
-def test_lmcache_move_copy_then_poll(fail):
-    ctl = Controller(fail=fail)
-    job = Job(
-        "j",
-        "replicate",
-        "target",
-        "lmcache",
-        [1],
-        bytes=100,
-        deadline=time.time() + 10,
-        lmcache={
-            "controller_url": ctl.url,
-            "old_position": ["inst1", "LocalCPUBackend"],
-            "new_position": ["inst2", "LocalCPUBackend"],
-            "tokens": [1, 2, 3],
-        },
+def test_engine_endpoints_for_real_engine_executors():
+    cfg = load_config(
+        ["--control-plane-url", "http://cp", "--state-dir", "/s",
+         "--lmcache-controller-url", "http://127.0.0.1:9000",
+         "--engine", "engine_id=a,kv_events=tcp://127.0.0.1:1,openai_url=http://127.0.0.1:8000,"
+                     "served_model_name=tiny,kv_peer=127.0.0.1:5710,warmup_pull=true,lmcache_instance_id=A"],
+        env={},
     )
-    res = LmcacheTransport(poll_s=0.01).receive(job, MemoryBlockStore(), lambda n: None)
-    assert ctl.moves == [
-        {
-            "old_position": ["inst1", "LocalCPUBackend"],
-            "new_position": ["inst2", "LocalCPUBackend"],
-            "tokens": [1, 2, 3],
-            "copy": True,
-        }
-    ]
-    assert res.ok is (not fail) and ctl.checks == 2
-    ctl.httpd.shutdown()
+    e = cfg.engines[0]
+    assert (e.openai_url, e.served_model_name, e.kv_peer, e.warmup_pull, e.lmcache_instance_id) == (
+        "http://127.0.0.1:8000", "tiny", "127.0.0.1:5710", True, "A")
+    assert cfg.lmcache_controller_url == "http://127.0.0.1:9000"
+    for bad, msg in (("openai_url=localhost:8000", "openai_url must start"), ("kv_peer=nohost", "kv_peer")):
+        with pytest.raises(ConfigError, match=msg):
+            load_config(["--control-plane-url", "http://cp", "--state-dir", "/s", "--engine",
+                         f"engine_id=a,kv_events=tcp://127.0.0.1:1,{bad}"], env={})

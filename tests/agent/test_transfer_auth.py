@@ -156,12 +156,12 @@ def test_the_transfer_server_listens_only_where_the_operator_says(tmp_path):
             "--metrics-listen", ""]
     default = load_config(base, env={})
     assert default.transfer.listen == ""  # no 0.0.0.0 unless someone writes it
-    assert enabled_transports(default.transfer) == ["lmcache", "warmup"]  # no listening port
+    assert enabled_transports(default.transfer) == ["lmcache", "warmup", "lmcache-mp"]  # no listening port
     agent = Agent(default)
     assert agent.server is None and agent.transfer_address == ""
     port = free_port()
     named = load_config([*base, "--transfer-listen", f"127.0.0.1:{port}"], env={})
-    assert enabled_transports(named.transfer) == ["tcp", "nccl", "lmcache", "warmup"]
+    assert enabled_transports(named.transfer) == ["tcp", "nccl", "lmcache", "warmup", "lmcache-mp"]
     agent = Agent(named)
     try:
         assert agent.server is not None and agent.transfer_address == f"127.0.0.1:{port}"
@@ -169,7 +169,7 @@ def test_the_transfer_server_listens_only_where_the_operator_says(tmp_path):
         agent.server.close()
     lm_only = load_config([*base, "--transfer-listen", "127.0.0.1:0", "--transfer-transports", "lmcache"], env={})
     assert Agent(lm_only).server is None  # a listen address alone opens nothing
-    with pytest.raises(ConfigError, match="'udp' is not one of tcp, nccl, lmcache, warmup"):
+    with pytest.raises(ConfigError, match="'udp' is not one of tcp, nccl, lmcache, warmup, lmcache-mp"):
         load_config([*base, "--transfer-transports", "tcp,udp"], env={})
 
 

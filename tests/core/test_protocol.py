@@ -29,12 +29,13 @@ CONVERTED = [
 ]
 
 # The same words meaning something else: plan and plan-item states, a metric's outcome label,
-# a GPU that NVML lost.
+# a GPU that NVML lost, a method name.
 NOT_WIRE = {
     "controlplane/replication/choices.py": {"pending", "approved"},
     "controlplane/core/agent_report.py": {"lost"},
     "controlplane/fleet/services.py": {"lost"},
     "controlplane/fleet/api/views.py": {"lost"},
+    "nodeagent/jobs.py": {"evict"},  # an executor's method name
     "nodeagent/reporter.py": {"failed"},
 }
 

@@ -52,7 +52,7 @@ HOUSEKEEPING_S = 0.5
 WARMUP_WAIT_S = 120.0  # wall seconds a warm-up request waits for its prefill before a 400
 # A gateway record with the prompt's token ids (what warm-ups need) per tenant at most this
 # often (wall seconds), and at most one such record per second overall: they are large.
-TOKEN_RECORD_EVERY_S = 30.0
+TOKEN_RECORD_EVERY_S = 10.0
 UTIL_WINDOW_S = 30.0  # sim seconds over which engine utilisation (kv_usage) is averaged
 
 

@@ -8,6 +8,7 @@ how the virtual cluster announces an engine that joins.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -17,6 +18,7 @@ import httpx
 
 log = logging.getLogger(__name__)
 MAX_BATCH = 5000  # below the server's PREWARM_MAX_RECORDS_PER_BATCH default (20,000)
+MAX_BATCH_BYTES = 4 << 20  # half the server's body limit (PREWARM_MAX_BODY_BYTES, 8 MiB)
 MAX_BACKLOG = 200_000
 
 
@@ -53,9 +55,9 @@ class RecordPoster:
         """Send what is pending; False if the control plane did not take it (kept for later)."""
         with self._lock:
             rounds = len(self._pending) // MAX_BATCH + 1  # what is pending now, not what comes
-        for _ in range(rounds):
+        for _ in range(rounds * 4):  # byte-bounded batches may take more rounds than counted ones
             with self._lock:
-                batch = self._pending[:MAX_BATCH]
+                batch = _bounded(self._pending[:MAX_BATCH])
             if not batch:
                 return True
             try:
@@ -93,6 +95,17 @@ class RecordPoster:
             self._thread.join(timeout=5)
         self.flush()
         self.client.close()
+
+
+def _bounded(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The longest head of ``records`` whose JSON stays under MAX_BATCH_BYTES (at least one):
+    records with token ids of long prefixes are large."""
+    size = 0
+    for i, rec in enumerate(records):
+        size += len(json.dumps(rec)) + 2
+        if size > MAX_BATCH_BYTES and i:
+            return records[:i]
+    return records
 
 
 class Operator:

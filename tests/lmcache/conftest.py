@@ -1,0 +1,183 @@
+"""The real LMCache 0.5.6 processes, started from their own environment (``make lmcache-env``).
+
+``lmcache_cluster``: the controller (``lmcache.v1.api_server``) and two standalone engines
+(``lmcache.v1.standalone --device cpu``, real LMCacheEngines without vLLM or a GPU), instances
+``A`` and ``B``, with a short pin lease so that a lapse can be watched. Every address is on
+loopback (``launch.py`` patches LMCache's outward-address lookup). Without the environment the
+tests skip, and under ``CI=true`` they fail: nothing is skipped there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.live import REPO, free_port, wait_for
+
+LMCACHE_PY = REPO / ".venv-lmcache" / "bin" / "python"
+LAUNCH = Path(__file__).parent / "launch.py"
+PIN_TIMEOUT_S = 6  # the engines' pin_timeout_sec (LMCache's default is 300)
+PIN_CHECK_S = 1
+START_S = 180  # an engine imports torch and LMCache and registers: ~20 s on an idle 2-core machine
+CHUNK = 256
+
+
+def need_lmcache_env() -> None:
+    if LMCACHE_PY.exists():
+        return
+    why = f"{LMCACHE_PY} is missing: run `make lmcache-env`"
+    if os.environ.get("CI") == "true":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    log: Path
+    p: subprocess.Popen | None = None
+
+    def start(self) -> Proc:
+        env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
+        with open(self.log, "ab") as out:
+            self.p = subprocess.Popen([str(LMCACHE_PY), str(LAUNCH), *self.argv], cwd=REPO, env=env,
+                                      stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def alive(self) -> bool:
+        return self.p is not None and self.p.poll() is None
+
+    def stop(self) -> None:
+        if self.p is None or self.p.poll() is not None:
+            return
+        self.p.terminate()
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait(10)
+
+    def tail(self, n: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
+
+
+@dataclass
+class LmcacheCluster:
+    url: str  # the controller
+    engines: dict[str, int] = field(default_factory=dict)  # instance -> internal API port
+    procs: list[Proc] = field(default_factory=list)
+
+    def post(self, path: str, body: dict) -> httpx.Response:
+        return httpx.post(self.url + path, json=body, timeout=30)
+
+    def key_count(self, instance: str) -> int:
+        resp = httpx.get(f"{self.url}/controller/workers", params={"instance_id": instance}, timeout=10)
+        return sum(w["key_count"] for w in resp.json().get("workers", [])) if resp.status_code == 200 else 0
+
+    def store(self, instance: str, start: int, end: int) -> int:
+        """Store KV for mock tokens ``range(start, end)`` on an engine; returns its key count.
+        An engine skips stores for a few seconds after it (re)registers: store until the
+        controller counts the chunks."""
+        want = self.key_count(instance) + (end - start) // CHUNK
+        url = f"http://127.0.0.1:{self.engines[instance]}/cache/store"
+
+        def stored() -> bool:
+            try:  # the engine registers before its internal API listens
+                httpx.post(url, params={"tokens_mock": f"{start},{end}"}, timeout=30)
+            except httpx.HTTPError:
+                return False
+            return self.key_count(instance) >= want
+
+        wait_for(stored, 60, interval=1.0, what=f"{end - start} tokens stored on {instance}")
+        return self.key_count(instance)
+
+    def clear(self, instance: str) -> int:
+        resp = self.post("/clear", {"instance_id": instance, "location": "LocalCPUBackend"})
+        resp.raise_for_status()
+        return resp.json()["num_tokens"]
+
+
+def _engine_config(path: Path, instance: str, pull: int, reply: int) -> int:
+    api = free_port()
+    path.write_text("\n".join([
+        "chunk_size: 256", "local_cpu: true", "max_local_cpu_size: 0.05", "enable_controller: true",
+        f'lmcache_instance_id: "{instance}"', f'controller_pull_url: "127.0.0.1:{pull}"',
+        f'controller_reply_url: "127.0.0.1:{reply}"', f"lmcache_worker_ports: [{free_port()}]",
+        "lmcache_worker_heartbeat_time: 3", "enable_p2p: true", 'p2p_host: "127.0.0.1"',
+        f"p2p_init_ports: [{free_port()}]", f"p2p_lookup_ports: [{free_port()}]",
+        'transfer_channel: "mock_memory"', "internal_api_server_enabled: true",
+        'internal_api_server_host: "127.0.0.1"',
+        # Worker 0's internal API listens at port_start + 1.
+        f"internal_api_server_port_start: {api - 1}", "enable_kv_events: true",
+        f"pin_timeout_sec: {PIN_TIMEOUT_S}", f"pin_check_interval_sec: {PIN_CHECK_S}", ""]))
+    return api
+
+
+@pytest.fixture(scope="session")
+def lmcache_cluster(tmp_path_factory):
+    need_lmcache_env()
+    work = tmp_path_factory.mktemp("lmcache")
+    http, pull, reply, beat = (free_port() for _ in range(4))
+    cluster = LmcacheCluster(f"http://127.0.0.1:{http}")
+    ctl = Proc("controller", ["lmcache.v1.api_server", "--host", "127.0.0.1", "--port", str(http),
+                              "--monitor-ports", f'{{"pull": {pull}, "reply": {reply}, "heartbeat": {beat}}}'],
+               work / "controller.log").start()
+    cluster.procs.append(ctl)
+    try:
+        def answers() -> bool:
+            assert ctl.alive(), ctl.tail()
+            try:
+                return cluster.post("/query_worker_info", {"instance_id": "all"}).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(answers, START_S, interval=0.5, what="the LMCache controller")
+        for instance in ("A", "B"):
+            cfg = work / f"{instance}.yaml"
+            cluster.engines[instance] = _engine_config(cfg, instance, pull, reply)
+            cluster.procs.append(Proc(instance, ["lmcache.v1.standalone", "--config", str(cfg), "--device", "cpu"],
+                                      work / f"{instance}.log").start())
+        for proc in cluster.procs[1:]:
+            def registered(proc=proc) -> bool:
+                assert proc.alive(), proc.tail()
+                infos = cluster.post("/query_worker_info", {"instance_id": proc.name}).json()["worker_infos"]
+                return bool(infos)
+
+            wait_for(registered, START_S, interval=0.5, what=f"LMCache engine {proc.name} registered")
+        yield cluster
+    finally:
+        for proc in reversed(cluster.procs):
+            proc.stop()
+
+
+def tokens(start: int, end: int) -> list[int]:
+    return list(range(start, end))
+
+
+@pytest.fixture(scope="session")
+def lmcache_coordinator(tmp_path_factory):
+    """The real coordinator (``lmcache.v1.mp_coordinator``); yields its URL."""
+    need_lmcache_env()
+    work = tmp_path_factory.mktemp("coordinator")
+    port = free_port()
+    proc = Proc("coordinator", ["lmcache.v1.mp_coordinator", "--host", "127.0.0.1", "--port", str(port)],
+                work / "coordinator.log").start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def up() -> bool:
+            assert proc.alive(), proc.tail()
+            try:
+                return httpx.get(url + "/healthz", timeout=5).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(up, START_S, interval=0.5, what="the LMCache coordinator")
+        yield url
+    finally:
+        proc.stop()
