@@ -143,6 +143,8 @@ class RunResult:
     samples: list[dict] = field(default_factory=list)  # periodic VRAM/load samples
     forecasts: dict[str, list] = field(default_factory=dict)
     plan_items: int = 0
+    arrivals: np.ndarray | None = None  # request arrival times (for the warm-up cut)
+    backlog_s: float = 0.0  # mean queue of the serving engines when the last request arrived
 
 
 class Simulation:
@@ -215,9 +217,15 @@ class Simulation:
         return self._over + new * (self._dense + self._attn * (cached + 0.5 * new))
 
     def load(self, now: float) -> float:
-        """Recent utilisation of the serving engines (0..1), a 60 s exponential average."""
+        """Recent utilisation of the serving engines (0..1), a 60 s exponential average.
+
+        Normalised by the decayed time observed so far (``W (1 - exp(-t / W))``, at least 1 s),
+        so the estimate is unbiased from t = 0: at the start of a run it reads the load of the
+        seconds seen, not a fraction of it (the planner's load gate used to be open in the first
+        minute of every run)."""
         work = self._load_work * math.exp(-(now - self._load_t) / LOAD_WINDOW_S)
-        return min(1.0, work / (LOAD_WINDOW_S * max(1, len(self.serving))))
+        seen = max(1.0, -LOAD_WINDOW_S * math.expm1(-max(0.0, now) / LOAD_WINDOW_S))
+        return min(1.0, work / (seen * max(1, len(self.serving))))
 
     def _add_work(self, now: float, seconds: float) -> None:
         self._load_work = self._load_work * math.exp(-(now - self._load_t) / LOAD_WINDOW_S) + seconds
@@ -404,7 +412,9 @@ class Simulation:
                 e.demote(evicted, t)
             if progress is not None and i % 4096 == 0:
                 progress(i, n)
-        end = max(times[-1] if times else 0.0, wl.duration_s)
+        last = times[-1] if times else 0.0
+        backlog = sum(e.wait(last) for e in self.serving) / max(1, len(self.serving))
+        end = max(last, wl.duration_s)
         events.run_until(end)
         samples.append(self._sample(end))
         spec_bs = 0.0
@@ -419,6 +429,7 @@ class Simulation:
             policy.name, ttft, cached_tok, input_tok, engine_of, self.bytes_moved,
             spec_bs * self.block_bytes, self.replicas, used, time.perf_counter() - wall0,
             samples, getattr(policy, "forecast_log", {}), getattr(policy, "plan_items", 0),
+            wl.t, backlog,
         )
 
     def _sample(self, t: float) -> dict:

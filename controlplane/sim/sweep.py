@@ -37,6 +37,7 @@ def _jobs(args, contexts, loads, duration, seeds) -> list[dict]:
              "engines": args.engines, "tenants": args.tenants,
              "scenario": "slowlink", "seed": seed, "duration": duration,
              "load": load, "prefix_tokens": (lo, hi), "link_bytes_per_s": bw,
+             "warmup": args.warmup,
              "policies": list(COMPARED)}
             for lo, hi, bw in contexts for load in loads for seed in seeds]
 
