@@ -15,9 +15,10 @@ back by the on-demand copy's duration. Speculation therefore never delays an on-
 
 Speculative VRAM: each engine's cache holds speculative blocks in a bounded slice
 (``spec_fraction`` of its KV capacity; ``warming_spec_fraction`` while it is joining and holds
-nothing else). A speculative copy is not started when the target has no room in its slice, and
-on landing it never displaces the engine's own (non-speculative) blocks; unused speculative
-blocks are evicted before any normal block (``controlplane.core.prefix_cache``).
+nothing else). A copy takes free blocks, then cached blocks that no queued or running request
+references, cheapest first by the policy's expected value (``controlplane.core.prefix_cache``);
+a speculative copy is not started when the target has no such room within its slice; unused
+speculative blocks are evicted before any normal block when a request needs room.
 """
 
 from __future__ import annotations
@@ -251,14 +252,25 @@ class Simulation:
 
     def start_copy(
         self, pid: int, keys: tuple[int, ...], src: Engine, dst: Engine, now: float,
-        speculative: bool, ttl_s: float = math.inf,
+        speculative: bool, ttl_s: float = math.inf, value_of=None, budget: float = math.inf,
     ) -> float | None:
-        """Copy ``keys`` from ``src`` to ``dst``; returns the landing time (None: nothing to do)."""
+        """Copy ``keys`` from ``src`` to ``dst``; returns the landing time (None: nothing to do).
+
+        The copy takes room as ``PrefixCache.place`` does: free blocks, then blocks no queued
+        or running request references, cheapest by ``value_of`` first, displacing less than
+        ``budget`` of expected value. A speculative copy, or an on-demand one given a
+        ``budget``, is not started (moves no bytes) when the target has no such room."""
         missing = [k for k in keys if k not in dst.cache.blocks and k not in dst.pending]
         if not missing or dst.state == GONE or (pid, dst.eid) in self.in_flight:
             return None
-        if speculative and len(missing) > dst.cache.spec_room():
-            return None  # no room in the target's speculative slice: do not move the bytes
+        if speculative or budget != math.inf:
+            dst.refresh_busy(now)
+            if speculative:
+                room = dst.cache.spec_room(value_of, budget)
+            else:
+                room = dst.cache.free + len(dst.cache._displaceable(value_of, budget, set(keys)))
+            if len(missing) > room:
+                return None  # no room worth less than the copy: do not move the bytes
         nbytes = len(missing) * self.block_bytes
         land = self.copy_eta(src, dst, nbytes, now, speculative)
         rid = len(self.replicas)
@@ -293,7 +305,8 @@ class Simulation:
             self.in_flight.pop((pid, dst.eid), None)
             self.demand_in_flight.discard((pid, dst.eid))
             if dst.state != GONE:
-                dst.cache.place(keys, t, rid, speculative, t + ttl_s)
+                dst.refresh_busy(t)
+                dst.cache.place(keys, t, rid, speculative, t + ttl_s, value_of, budget)
 
         self.events.at(land, landed)
         return land
@@ -322,6 +335,7 @@ class Simulation:
         seconds = sum(k * self.block_bytes / tier.bytes_per_s for tier, k in lower)
         n = m + sum(k for _, k in lower)
         chain = keys[:n]
+        e.refresh_busy(now)
         if n - m > e.cache.spec_room():
             return None  # the speculative slice is full: leave it on the lower tier
         land = now + seconds
@@ -333,6 +347,7 @@ class Simulation:
         def landed(t: float) -> None:
             for k in chain[m:]:
                 e.pending.pop(k, None)
+            e.refresh_busy(t)
             if e.state != GONE and e.cache.place(chain, t, rid, True, t + ttl_s):
                 for tier in e.tiers:
                     tier.cache.remove(chain[m:], t)
@@ -392,6 +407,7 @@ class Simulation:
                 service += promo_s - wait  # loading from a lower tier overlaps the queue
             start = t + wait
             e.free_at = start + service
+            e.queue.append((t, e.free_at))
             e.busy_s += service
             e.served += 1
             self._add_work(t, service)
