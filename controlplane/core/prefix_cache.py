@@ -202,8 +202,10 @@ class PrefixCache:
         expires_at: float = float("inf"),
         value_of: ValueOf | None = None,
         budget: float = math.inf,
+        keep_until: float = -math.inf,
     ) -> int:
-        """Land a copied replica of ``keys``; returns the number of blocks added.
+        """Land a copied replica of ``keys``; returns the number of blocks added (leased until
+        ``keep_until``: kept while other blocks can be evicted).
 
         Room comes from free blocks, then unreferenced blocks cheapest first (module doc) while
         their value stays below ``budget``; a speculative placement also keeps the speculative
@@ -250,6 +252,8 @@ class PrefixCache:
                 self.owner[k] = replica_id
                 if speculative:
                     self.spec[k] = expires_at
+        if keep_until > now:
+            self.pin(keys, keep_until)
         if len(blocks) > self.capacity:
             self._evict(len(blocks) - self.capacity, now)
         return len(missing)
@@ -281,9 +285,14 @@ class PrefixCache:
             self.pinned = {k: t for k, t in self.pinned.items() if t > now and k in self.blocks}
 
     def _drop_spec(self, n: int, now: float) -> list[int]:
-        # Oldest speculative blocks first (dict order is placement order; a replica's leaf first).
+        # Oldest speculative blocks first (dict order is placement order; a replica's leaf
+        # first), except those under a lease (a plan keeps them for the burst it placed them for).
         self._account(now)
-        gone = list(self.spec)[:n]
+        pinned = self.pinned
+        if pinned:
+            gone = [k for k in self.spec if pinned.get(k, -math.inf) <= now][:n]
+        else:
+            gone = list(self.spec)[:n]
         for k in gone:
             del self.spec[k]
             self.owner.pop(k, None)

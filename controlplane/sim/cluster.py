@@ -253,6 +253,7 @@ class Simulation:
     def start_copy(
         self, pid: int, keys: tuple[int, ...], src: Engine, dst: Engine, now: float,
         speculative: bool, ttl_s: float = math.inf, value_of=None, budget: float = math.inf,
+        keep_s: float = 0.0,
     ) -> float | None:
         """Copy ``keys`` from ``src`` to ``dst``; returns the landing time (None: nothing to do).
 
@@ -306,7 +307,8 @@ class Simulation:
             self.demand_in_flight.discard((pid, dst.eid))
             if dst.state != GONE:
                 dst.refresh_busy(t)
-                dst.cache.place(keys, t, rid, speculative, t + ttl_s, value_of, budget)
+                dst.cache.place(keys, t, rid, speculative, t + ttl_s, value_of, budget,
+                                t + keep_s)
 
         self.events.at(land, landed)
         return land

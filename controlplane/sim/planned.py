@@ -47,7 +47,9 @@ MAX_CANDIDATES = 256
 # Displaced value (expected prefill seconds over the horizon) below which cached room counts as
 # free when the planner is told how much room an engine has.
 COLD_VALUE_S = 0.5
-MIN_EXPECTED_HITS = 1.6  # P(a replica is used) >= 0.8 for Poisson arrivals: precision target
+TREND_WINDOW_S = 30.0  # short window whose rate, above the 120 s one, says demand is rising
+PIN_MIN_EXPECTED = 1.0  # requests expected per holder in the horizon to keep a prefix there
+MIN_EXPECTED_HITS = 1.6  # expected uses in the horizon: P(used) >= 0.8 for Poisson arrivals
 
 
 class PlannedPolicy(Reactive):
@@ -86,6 +88,7 @@ class PlannedPolicy(Reactive):
             b, max_spec_vram_fraction=min(b.max_spec_vram_fraction, cfg.spec_fraction),
             max_warming_fraction=min(b.max_warming_fraction, cfg.warming_spec_fraction))
         self.trackers: dict[int, BurstTracker] = {}
+        self.short: dict[int, BurstTracker] = {}  # the same arrivals over TREND_WINDOW_S
         self.seen: dict[int, int] = {}
         self.mean_suffix = float(wl.suffix_tokens.mean()) if len(wl) else 0.0
         self.day: dict[str, np.ndarray] = {}
@@ -110,7 +113,9 @@ class PlannedPolicy(Reactive):
         tr = self.trackers.get(pid)
         if tr is None:
             tr = self.trackers[pid] = BurstTracker(window_s=120.0, start=0.0)
+            self.short[pid] = BurstTracker(window_s=TREND_WINDOW_S, start=0.0)
         tr.observe(t)
+        self.short[pid].observe(t)
         self.seen[pid] = self.seen.get(pid, 0) + 1
 
     def _before(self, sim, i, t, pid, keys) -> None:
@@ -198,6 +203,11 @@ class PlannedPolicy(Reactive):
             r = tr.rate(t)
             if r <= 0:
                 continue
+            # A rising rate (the short window above the long one) is extrapolated over the
+            # horizon: a ramp is planned for while it builds, not once the 2-minute rate shows it.
+            rs = self.short[pid].rate(t)
+            if rs > r:
+                r = rs + (rs - r)
             key = wl.prefix_wkey[pid]
             lam = r
             hist = wl.history.get(key)
@@ -208,11 +218,16 @@ class PlannedPolicy(Reactive):
                     ratio = min(3.0, max(0.5, hist[b1] / hist[b0]))
                     lam = r * (0.5 + 0.5 * ratio)  # recent rate blended with yesterday's ramp
             day = self.day.get(key)
-            if day is not None:
+            mase = self.day_mase.get(key)
+            if day is not None and mase is not None and mase < 1.0:
                 b = min(len(day) - 1, int((t + H / 2) // wl.history_bucket_s))
                 level = max(0.0, float(day[b])) / wl.history_bucket_s
                 lam = 0.75 * lam + 0.25 * max(level, 0.0)
-            rows.append((lam, pid, tr, self.day_mase.get(key)))
+            else:
+                # No day-scale forecast better than the naive one: the recent rate is the
+                # naive (last-value) forecast, whose MASE is 1 by definition.
+                mase = 1.0
+            rows.append((lam, pid, tr, mase))
         if any(e.state == WARMING for e in sim.engines):
             # Engines joining a scale-out are warmed from the day-scale forecast too: a prefix
             # with no recent traffic yet but a forecast level for the coming window.
@@ -241,7 +256,7 @@ class PlannedPolicy(Reactive):
             cap = max(1, holders) * (1.0 - load) / service
             risk, recent = 0.0, 0.0
             if tr is not None and tr.exposure(t) > 0:
-                recent = tr.rate(t)
+                recent = max(tr.rate(t), self.short[pid].rate(t))
                 lead = H + len(keys) * sim.block_bytes / link
                 risk = burst_probability(recent, tr.cv(t), lead, tr.exposure(t), capacity_rate=cap)
             out[pid] = demand_for(str(pid), expected_requests=lam * H, horizon_s=H,
@@ -250,14 +265,14 @@ class PlannedPolicy(Reactive):
         return out
 
     def _retain(self, sim, demand, t, H) -> None:
-        """Keep (lease) the prefixes the same ranking values most on the engines holding them:
-        those expected to serve at least one request there in the horizon, until the next
-        round (in a real fleet: an LMCache pin lease)."""
+        """Keep (lease) what the same ranking values: each prefix expected to serve at least
+        one request per holder in the horizon stays on its holders until the next round (in a
+        real fleet: an LMCache pin lease)."""
         until = t + 2 * self.tick_s
         for p in demand:
             keys = sim.workload.prefixes[int(p)]
             holders = [e for e in sim.serving if e.cache.match(keys) == len(keys)]
-            if holders and self._lam.get(int(p), 0.0) * H / len(holders) >= 1.0:
+            if holders and self._lam.get(int(p), 0.0) * H / len(holders) >= PIN_MIN_EXPECTED:
                 for e in holders:
                     e.cache.pin(keys, until)
 
@@ -331,7 +346,8 @@ class PlannedPolicy(Reactive):
                 return
             sim.start_copy(pid, it.keys, src, dst, when, speculative=True, ttl_s=ttl,
                            value_of=self._vf,
-                           budget=max(0.0, it.expected_ttft_saved_s - it.cost_s))
+                           budget=max(0.0, it.expected_ttft_saved_s - it.cost_s),
+                           keep_s=self.budgets.horizon_s)
 
         if it.start_in_s > 0:
             sim.events.at(t + it.start_in_s, go)

@@ -215,8 +215,9 @@ def _line(c: dict) -> str:
     return (f"{c['model']:<11} {c['scenario']:<9} reactive {t['reactive']['mean']:.3f}/"
             f"{t['reactive']['p99']:.3f}  predictive gain mean {c['predictive_gain_mean']:+.1%}"
             f"±{pct(c['predictive_gain_mean_noise'])} p99 {c['predictive_gain_p99']:+.1%}"
-            f"±{pct(c['predictive_gain_p99_noise'])}  oracle p99 {c['oracle_gain_p99']:+.1%}"
-            f"±{pct(c['oracle_gain_p99_noise'])}")
+            f"±{pct(c['predictive_gain_p99_noise'])}"
+            + (f"  oracle p99 {c['oracle_gain_p99']:+.1%}±{pct(c['oracle_gain_p99_noise'])}"
+               if "oracle_gain_p99" in c else ""))
 
 
 def _mp(c: dict, name: str) -> str:
@@ -225,5 +226,7 @@ def _mp(c: dict, name: str) -> str:
 
 
 def _g(c: dict, name: str, stat: str) -> str:
+    if f"{name}_gain_{stat}" not in c:
+        return "-"
     mark = "**" if c[f"{name}_gain_{stat}_beyond_noise"] else ""
     return f"{mark}{c[f'{name}_gain_{stat}']:+.1%}{mark} ± {pct(c[f'{name}_gain_{stat}_noise'])}"
