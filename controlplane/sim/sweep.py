@@ -29,7 +29,7 @@ def grid(quick: bool):
     # Copy time / burst onset from ~0.001 (short prefixes, 200 Gb/s) to ~8 (70B long contexts
     # over a 2 Gb/s share of a busy link); loads (at the busiest 5 minutes) from light to heavy.
     return (
-        [(2048, 8192, 25e9), (8192, 32768, 25e9), (8192, 131072, 12.5e9), (32768, 131072, 6.25e9),
+        [(2048, 8192, 25e9), (8192, 131072, 12.5e9), (32768, 131072, 6.25e9),
          (32768, 131072, 1.0e9), (32768, 131072, 0.25e9)],
         [0.3, 0.55, 0.8],
     )
