@@ -99,6 +99,19 @@ def where_on_the_map() -> tuple[str, dict | None]:
 # seconds of link time) did harm: the verdict says to turn speculation off.
 AVOID_MIN_LINK_S = 1.0
 _PRIOR = {"speculate": "speculation_pays", "reactive-enough": "reactive_enough", "avoid": "avoid"}
+# A map cell says "reactive is enough" with authority only where its interval rules out a gain
+# this large (predictive's p99 gain + its seed noise below it); a wider cell is no evidence
+# either way, and the cluster's own scores decide.
+MATERIAL_GAIN = 0.05
+
+
+def _prior(tip: dict | None) -> str | None:
+    if not tip:
+        return None
+    prior = _PRIOR.get(tip["verdict"])
+    if prior == "reactive_enough" and tip["expected_gain_p99"] + tip["noise_p99"] >= MATERIAL_GAIN:
+        return "uncertain"
+    return prior
 
 
 def _own_evidence(best: dict, hits: list[str], link: float) -> str:
@@ -133,12 +146,15 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict]) -> dict:
     - otherwise the map's verdict, ``reactive_enough`` where it has none or says ``speculate``
       (the scores do not confirm it).
 
+    The map's ``reactive-enough`` counts only where its interval rules out a material gain
+    (``MATERIAL_GAIN``); elsewhere the prior is ``"uncertain"`` and the scores decide.
+
     Returns ``{"verdict", "basis", "prior", "tenants_that_benefit", "text"}``; ``basis`` is
     ``"own scores"``, ``"own scores and map"``, ``"map"`` (too few scores: only the prior) or
     ``"none"``; ``prior`` is the map's verdict (None where the cluster cannot be placed on it).
     """
     sweep_note, tip = where_on_the_map()
-    prior = _PRIOR.get(tip["verdict"]) if tip else None
+    prior = _prior(tip)
     scored = live["scored"] + shadow["scored"]
     needed = getattr(settings, "PREWARM_SCOREBOARD_MIN_REPLICAS", MIN_SCORED_FOR_VERDICT)
     if scored < needed:
@@ -148,6 +164,8 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict]) -> dict:
         if prior is not None:
             text += (f". Until then the prior is the simulator's map: "
                      f"'{prior.replace('_', ' ')}' at this cluster's copy speed and load")
+            if prior == "uncertain":
+                text += " (its seeds neither show a gain nor rule one out)"
         return {"verdict": "insufficient_data", "basis": "map" if prior else "none",
                 "prior": prior, "tenants_that_benefit": [], "text": text + "."}
     link = settings.PREWARM_LINK_BYTES_PER_S

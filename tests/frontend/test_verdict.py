@@ -103,3 +103,25 @@ def test_the_map_says_avoid_and_the_scores_do_not_overturn_it(fleet, monkeypatch
     # Half used but saving 10 s for 260 s of link time: not "pays"; not clear waste either
     # (precision above the floor); the map's prior decides.
     assert rec["verdict"] == "avoid" and rec["basis"] == "own scores and map"
+
+
+def test_an_uncertain_map_cell_leaves_the_verdict_to_the_scores(fleet, monkeypatch):
+    # The map's cell says reactive-enough, but only for want of seeds (+20% +- 50%): no
+    # evidence either way, so the used, slow-to-copy replicas decide.
+    monkeypatch.setattr(sb, "load_map", lambda: _map((1.0, 0.5, 0.20, 0.50)))
+    engines, key, nbytes = fleet(KV_70B, 100_000)
+    place(engines[0], key, 27, nbytes, hits=5, saved_per_hit=10.0)
+    rec = sb.scoreboard()["recommendation"]
+    assert rec["verdict"] == "speculation_pays" and rec["basis"] == "own scores"
+    assert rec["prior"] == "uncertain"
+
+
+def test_the_bundled_map_separates_the_demo_presets(fleet):
+    # The committed map: short prefixes on fast links are firmly "reactive is enough"; long
+    # 70B prefixes are not settled by the map (the scores decide).
+    from controlplane.sim.speculation_map import load_map
+
+    doc = load_map()
+    fast = sb._prior(sb.advice(0.001, 0.3, doc))
+    slow = sb._prior(sb.advice(0.03, 0.3, doc))
+    assert fast == "reactive_enough" and slow in ("uncertain", "speculation_pays")
