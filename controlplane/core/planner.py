@@ -30,6 +30,11 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
   requests, and at that load the serving traffic slows every copy), and no copy whose links are
   already busy (queued copies + this one) for more than half the horizon (it would land after
   the demand it is for). Where the planner plans nothing, the caller's reactive rule serves.
+- Precision: with ``Budgets.min_expected_hits`` > 0, a replica (or warm-up copy) is planned
+  only when that many requests are expected to use it in the horizon (1.6: P(used) >= 0.8).
+- Room (``EngineState.free_bytes``) is what a replica may take without touching blocks that
+  running or waiting requests reference: free blocks and cached blocks whose expected value over
+  the horizon is below the replica's (architecture section 5); the caller ranks them.
 Greedy by net benefit; each chosen replica reduces the prefix's overflow and the target's spare
 capacity, and re-enters the queue for a further replica. Budgets and overrides are hard limits.
 """
@@ -80,7 +85,7 @@ class EngineState:
     engine_id: str
     node: str
     kv_capacity_bytes: float
-    free_bytes: float  # room for speculative replicas without evicting non-speculative blocks
+    free_bytes: float  # room for speculative replicas: free + unreferenced cold blocks
     spec_bytes: float  # speculative replicas held now
     link_bytes_per_s: float  # effective, net of serving traffic
     load: float  # 0..1 utilisation (expected, for a warming engine)
@@ -102,6 +107,9 @@ class Budgets:
     max_replicas_per_prefix: int = 64
     max_warming_fraction: float = 0.5
     max_load: float = 0.7  # no speculative item targets an engine busier than this
+    # A replica (or warm-up copy) is planned only when at least this many requests are expected
+    # to use it in the horizon: 1.6 makes P(used at least once) >= 0.8 for Poisson arrivals.
+    min_expected_hits: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_spec_vram_fraction <= 1.0:
@@ -114,6 +122,8 @@ class Budgets:
             raise ValueError("max_bytes_per_interval must be >= 0")
         if not 0.0 < self.max_load <= 1.0:
             raise ValueError("max_load must be in (0, 1]")
+        if not self.min_expected_hits >= 0.0:
+            raise ValueError("min_expected_hits must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -266,6 +276,8 @@ def plan(
         served = min(overflow, spare[best] / c.service_s * budgets.target_utilisation) * H
         if pid in overrides.pinned:
             served = max(served, 1.0)
+        elif served < budgets.min_expected_hits:
+            continue
         benefit = served * c.recompute_s * conf
         copy_s = c.nbytes / max(1.0, min(tgt.link_bytes_per_s, by_engine[src].link_bytes_per_s))
         cost = copy_s * budgets.copy_cost_weight
@@ -316,6 +328,8 @@ def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, el
             src = by_engine[_best_source([h for h in holders if h in by_engine], by_engine, e)]
             copy_s = c.nbytes / max(1.0, min(e.link_bytes_per_s, src.link_bytes_per_s))
             x = _rate(d, H) * H / max(1, active)
+            if x < budgets.min_expected_hits:
+                continue
             benefit = c.recompute_s * (1.0 - math.exp(-x)) * d.confidence
             net = benefit - copy_s * budgets.copy_cost_weight
             if net > 0 and not _link_busy(src, e, copy_s, H):

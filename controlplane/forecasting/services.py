@@ -4,8 +4,8 @@ Calls the pure forecasters (``controlplane.core.forecast``): every model that ac
 history is backtested and the best kept; a key with too little history gets the baseline the
 forecasters fall back to, and the stored ``note`` says so. Burst risk is the chance that the
 next horizon brings more than ``BURST_FACTOR`` x the recent rate, from the recent rate and the
-dispersion of recent bucket counts (for a renewal process Var/mean of counts ~ CV^2 of the
-inter-arrival times, so CV = sqrt(Var/mean)).
+dispersion of recent bucket counts: ``controlplane.core.demand.risk_from_counts``, the demand
+model the simulator's predictive policy shares.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from controlplane.core.forecast import burst_risk, forecast_counts
+from controlplane.core.demand import BURST_FACTOR, risk_from_counts
+from controlplane.core.forecast import forecast_counts
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
@@ -28,7 +29,7 @@ from controlplane.realtime.publish import publish
 from .models import Forecast
 
 log = logging.getLogger(__name__)
-BURST_FACTOR = 2.0
+__all__ = ["BURST_FACTOR", "forecast_key", "history", "keys_to_forecast", "risk_of"]
 RECENT_BUCKETS = 10  # the window burst risk reads its rate and dispersion from
 
 
@@ -50,14 +51,7 @@ def history(key_id: int, bucket_s: int, end: float, days: float) -> np.ndarray:
 
 
 def risk_of(counts: np.ndarray, bucket_s: int, horizon_s: float) -> float:
-    recent = counts[-RECENT_BUCKETS:]
-    mean = float(recent.mean()) if len(recent) else 0.0
-    if mean <= 0:
-        return 0.0
-    cv = math.sqrt(max(float(recent.var()) / mean, 1e-6))
-    rate = mean / bucket_s
-    return burst_risk(recent_rate=rate, interarrival_cv=cv, capacity_rate=BURST_FACTOR * rate,
-                      horizon_s=horizon_s, window_s=len(recent) * bucket_s)
+    return risk_from_counts(counts[-RECENT_BUCKETS:], bucket_s, horizon_s)
 
 
 def forecast_key(key_id: int, horizon_s: float, now=None) -> Forecast | None:

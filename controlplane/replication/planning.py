@@ -26,6 +26,7 @@ from django.utils.dateparse import parse_datetime
 
 from controlplane.core import blockhash, planner
 from controlplane.core.costmodel import MODELS, CostModel
+from controlplane.core.demand import confidence, demand_for
 from controlplane.demand.models import WorkloadKey
 from controlplane.demand.services import want_prefix_tokens
 from controlplane.fleet.choices import EngineLifecycle, NodeState
@@ -44,7 +45,6 @@ TIER_TO_PLANNER = {"GPU": planner.GPU, "CPU": planner.CPU, "DISK": planner.SSD}
 TIER_FROM_PLANNER = {v: k for k, v in TIER_TO_PLANNER.items()}
 # Promotion bandwidth from CPU DRAM (PCIe 5 x16, ~50 GB/s usable) and SSD (NVMe, ~6 GB/s).
 TIER_BYTES_PER_S = {planner.CPU: 50e9, planner.SSD: 6e9}
-BURST_FACTOR = 2.0  # the burst a key's risk is about: twice its recent rate (as the simulator)
 
 
 def cost_model_for(model_name: str) -> CostModel:
@@ -170,10 +170,10 @@ def gather(policy: Policy, now=None) -> Inputs:
                                               cm.prefill_seconds(tokens) - cm.batch_overhead_s)
         bpb = peers[0].bytes_per_block or int(cm.kv_bytes_per_token * peers[0].block_size)
         cands.append(planner.Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, t[0], t[1]))
-        rate = exp / horizon
-        demand.append(planner.Demand(
-            pid, exp, burst_probability=f.burst_risk or 0.0, peak_rate=BURST_FACTOR * rate,
-            confidence=_confidence(f)))
+        # The demand model the simulator's predictive policy shares (core.demand).
+        demand.append(demand_for(pid, expected_requests=exp, horizon_s=horizon,
+                                 burst_probability=f.burst_risk or 0.0,
+                                 backtest_mase=f.backtest_mase))
         forecasters[pid] = f.model
     # One batched residency read for every prefix (100k holders() calls were 100k round trips);
     # the planner copies only from engines holding the whole chain.
@@ -223,10 +223,8 @@ def expected_many(rows: list[ForecastRow], now, horizon: float) -> np.ndarray:
 
 
 def _confidence(f: ForecastRow) -> float:
-    """1 / (1 + MASE): a forecast as good as the naive one scores 0.5; unscored baselines 0.5."""
-    if f.backtest_mase is None:
-        return 0.5
-    return 1.0 / (1.0 + max(0.0, f.backtest_mase))
+    """``core.demand.confidence`` of the forecast's backtest (1 / (1 + MASE); 0.5 unscored)."""
+    return confidence(f.backtest_mase)
 
 
 def _overrides() -> planner.Overrides:

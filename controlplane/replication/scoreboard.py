@@ -37,6 +37,7 @@ _AGG = {
     "hits": Sum("hits"),
     "measured": Count("id", filter=Q(scored_at__isnull=False, hits_measured=True)),
     "bytes_moved": Sum("bytes_moved"),
+    "nominal_bytes": Sum("bytes"),
     "vram_byte_seconds": Sum("vram_byte_seconds"),
     "host_byte_seconds": Sum("host_byte_seconds"),
     "ttft_saved_s": Sum("ttft_saved_s"),
@@ -64,11 +65,21 @@ def _metrics(row: dict) -> dict:
         "host_byte_seconds": float(row.get("host_byte_seconds") or 0.0),
         "ttft_saved_s": float(row.get("ttft_saved_s") or 0.0),
         "scored": scored,
+        "nominal_bytes": row.get("nominal_bytes") or 0,
     }
 
 
+_PRIVATE = ("scored", "nominal_bytes")
+
+
 def _public(m: dict) -> dict:
-    return {k: v for k, v in m.items() if k != "scored"}
+    return {k: v for k, v in m.items() if k not in _PRIVATE}
+
+
+def _copy_bytes(m: dict, shadow: bool) -> int:
+    """The bytes the verdict charges the replicas' copies with: what the executors reported for
+    live replicas, and for shadow replicas (never copied) what their copies would have moved."""
+    return m["nominal_bytes"] if shadow else m["bytes_moved"]
 
 
 def _grouped(qs, field: str, name: str, extra: str | None = None) -> list[dict]:
@@ -112,47 +123,116 @@ def where_on_the_map() -> tuple[str, dict | None]:
     return where, tip
 
 
-def recommendation(live: dict, shadow: dict, by_tenant: list[dict]) -> dict:
-    """A plain verdict on whether speculation earns its cost here, from live and shadow scores.
+# Copies that held the links this much longer than the TTFT they saved (and at least this many
+# seconds of link time) did harm: the verdict says to turn speculation off.
+AVOID_MIN_LINK_S = 1.0
+_PRIOR = {"speculate": "speculation_pays", "reactive-enough": "reactive_enough", "avoid": "avoid"}
+# A map cell says "reactive is enough" with authority only where its interval rules out a gain
+# this large (predictive's p99 gain + its seed noise below it); a wider cell is no evidence
+# either way, and the cluster's own scores decide.
+MATERIAL_GAIN = 0.05
 
-    Speculation pays when enough replicas were used (precision), the prefill time they saved
-    exceeds the link time their copies took (bytes moved / link speed), and the simulator's map
-    says that at this cluster's copy speed and load a reactive copy would not have done as well
-    (a used replica whose reactive copy lands in a fraction of a second bought little).
+
+def _prior(tip: dict | None) -> str | None:
+    if not tip:
+        return None
+    prior = _PRIOR.get(tip["verdict"])
+    if prior == "reactive_enough" and tip["expected_gain_p99"] + tip["noise_p99"] >= MATERIAL_GAIN:
+        return "uncertain"
+    return prior
+
+
+def _own_evidence(best: dict, hits: list[str], copy_s: float) -> str:
+    """What the cluster's own scored replicas say: ``pays`` (used, and saved more than their
+    copies cost), ``waste`` (mostly unused and cost far more link time than they saved) or
+    ``neutral``."""
+    precision = best["precision"] or 0.0
+    if precision >= MIN_USEFUL_PRECISION and best["ttft_saved_s"] > copy_s and hits:
+        return "pays"
+    if precision < MIN_USEFUL_PRECISION and copy_s >= AVOID_MIN_LINK_S and copy_s > 2 * best["ttft_saved_s"]:
+        return "waste"
+    return "neutral"
+
+
+def recommendation(live: dict, shadow: dict, by_tenant: list[dict]) -> dict:
+    """A plain verdict on whether speculation earns its cost here.
+
+    The cluster's own scored replicas (live and shadow) are weighed first: were they used, and
+    did they save more prefill time than their copies held the links (bytes moved / link speed)?
+    The simulator's map of where speculation pays is the prior: it answers what the scores
+    cannot, whether at this cluster's copy speed and load a reactive copy made once demand turns
+    hot would have done as well (a used replica whose reactive copy lands in a fraction of a
+    second bought little). So:
+
+    - fewer than ``PREWARM_SCOREBOARD_MIN_REPLICAS`` scored: ``insufficient_data``, with the
+      map's verdict at this cluster's place as the ``prior`` (``basis`` = ``"map"``);
+    - replicas used and worth their cost: ``speculation_pays`` unless the map says a reactive
+      copy does as well here (``reactive_enough``);
+    - replicas mostly unused and costing far more link time than they saved: ``avoid``
+      (turn speculation off), whatever the map says;
+    - otherwise the map's verdict, ``reactive_enough`` where it has none or says ``speculate``
+      (the scores do not confirm it).
+
+    The map's ``reactive-enough`` counts only where its interval rules out a material gain
+    (``MATERIAL_GAIN``); elsewhere the prior is ``"uncertain"`` and the scores decide.
+
+    Returns ``{"verdict", "basis", "prior", "tenants_that_benefit", "text"}``; ``basis`` is
+    ``"own scores"``, ``"own scores and map"``, ``"map"`` (too few scores: only the prior) or
+    ``"none"``; ``prior`` is the map's verdict (None where the cluster cannot be placed on it).
     """
     sweep_note, tip = where_on_the_map()
+    prior = _prior(tip)
     scored = live["scored"] + shadow["scored"]
     needed = getattr(settings, "PREWARM_SCOREBOARD_MIN_REPLICAS", MIN_SCORED_FOR_VERDICT)
     if scored < needed:
-        return {"verdict": "insufficient_data", "tenants_that_benefit": [],
-                "text": f"Only {scored} speculative replicas have been scored (live and shadow); "
-                        f"at least {needed} are needed before a verdict means anything. "
-                        f"Keep the policy in shadow mode and look again later ({sweep_note})."}
+        text = (f"Only {scored} speculative replicas have been scored (live and shadow); at least "
+                f"{needed} are needed before this cluster's own verdict means anything. Keep the "
+                f"policy in shadow mode and look again later ({sweep_note})")
+        if prior is not None:
+            text += (f". Until then the prior is the simulator's map: "
+                     f"'{prior.replace('_', ' ')}' at this cluster's copy speed and load")
+            if prior == "uncertain":
+                text += " (its seeds neither show a gain nor rule one out)"
+        return {"verdict": "insufficient_data", "basis": "map" if prior else "none",
+                "prior": prior, "tenants_that_benefit": [], "text": text + "."}
     link = settings.PREWARM_LINK_BYTES_PER_S
     hits = [t["tenant"] for t in by_tenant
             if t["precision"] is not None and t["precision"] >= MIN_USEFUL_PRECISION
             and t["ttft_saved_s"] > t["bytes_moved"] / link]
     best = max((m for m in (live, shadow) if m["scored"]), key=lambda m: m["precision"] or 0)
-    copy_s = best["bytes_moved"] / link
     which = "live" if best is live else "shadow"
-    used = best["precision"] >= MIN_USEFUL_PRECISION and best["ttft_saved_s"] > copy_s and hits
-    if used and tip is not None and tip["verdict"] != "speculate":
-        return {"verdict": "reactive_enough", "tenants_that_benefit": [],
-                "text": f"{best['precision']:.0%} of scored {which} replicas were used, but copies are "
-                        "fast next to a burst's onset here, so a reactive copy made after demand turns "
-                        f"hot would have served nearly as well: {sweep_note}. Reactive replication is "
-                        "enough on this cluster; keep speculation off or in shadow mode."}
-    if used:
-        return {"verdict": "speculation_pays", "tenants_that_benefit": hits,
-                "text": f"{best['precision']:.0%} of scored {which} replicas were used and they saved "
-                        f"{best['ttft_saved_s']:.1f}s of time to first token for {copy_s:.1f}s of link "
-                        f"time. Speculation pays for {', '.join(hits[:8])}; keep reactive replication "
-                        f"for the other tenants ({sweep_note})."}
-    return {"verdict": "reactive_enough", "tenants_that_benefit": hits,
-            "text": f"{best['precision']:.0%} of scored {which} replicas were used, saving "
-                    f"{best['ttft_saved_s']:.1f}s of time to first token for {copy_s:.1f}s of link time: "
-                    "speculation does not earn its VRAM and bandwidth here. Reactive replication is "
-                    f"enough on this cluster ({sweep_note})."}
+    copy_s = _copy_bytes(best, best is shadow) / link
+    own = _own_evidence(best, hits, copy_s)
+    scores = (f"{best['precision']:.0%} of {best['scored']} scored {which} replicas were used, "
+              f"saving {best['ttft_saved_s']:.1f}s of time to first token for {copy_s:.1f}s of "
+              "link time")
+    if own == "waste":
+        return {"verdict": "avoid", "basis": "own scores", "prior": prior, "tenants_that_benefit": [],
+                "text": f"{scores}: speculation costs more than it saves here. Turn it off (or "
+                        f"keep it in shadow mode) and rely on reactive replication ({sweep_note})."}
+    if own == "pays" and prior == "reactive_enough":
+        return {"verdict": "reactive_enough", "basis": "own scores and map", "prior": prior,
+                "tenants_that_benefit": [],
+                "text": f"{scores}, but copies are fast next to a burst's onset here, so a reactive "
+                        f"copy made after demand turns hot would have served nearly as well: "
+                        f"{sweep_note}. Reactive replication is enough on this cluster; keep "
+                        "speculation off or in shadow mode."}
+    if own == "pays":
+        basis = "own scores and map" if prior == "speculation_pays" else "own scores"
+        return {"verdict": "speculation_pays", "basis": basis, "prior": prior,
+                "tenants_that_benefit": hits,
+                "text": f"{scores}. Speculation pays for {', '.join(hits[:8])}; keep reactive "
+                        f"replication for the other tenants ({sweep_note})."}
+    if prior == "avoid":
+        return {"verdict": "avoid", "basis": "own scores and map", "prior": prior,
+                "tenants_that_benefit": [],
+                "text": f"{scores}, and the simulator's map says speculation hurts at this "
+                        f"cluster's copy speed and load: {sweep_note}. Turn it off."}
+    return {"verdict": "reactive_enough", "prior": prior,
+            "basis": "own scores" if prior is None else "own scores and map",
+            "tenants_that_benefit": hits,
+            "text": f"{scores}: speculation does not earn its VRAM and bandwidth here. Reactive "
+                    f"replication is enough on this cluster ({sweep_note})."}
 
 
 def scoreboard(since: datetime | None = None, until: datetime | None = None) -> dict:

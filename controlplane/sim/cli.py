@@ -17,6 +17,9 @@ from controlplane.sim.scenarios import FORMATS, SCENARIOS, WORKLOADS, build
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engines", type=int, default=16)
+    p.add_argument("--warmup", type=float, default=300.0,
+                   help="seconds at the start left out of the TTFT figures (default 300; "
+                        "whole-run figures are reported too)")
     p.add_argument("--model", default="llama3-70b")
     p.add_argument("--gpu", default="h100")
     p.add_argument("--gpus-per-engine", type=int, default=None)
@@ -57,6 +60,9 @@ def parser() -> argparse.ArgumentParser:
     sd.add_argument("--policies", default="cache-aware,reactive,predictive,oracle")
     sd.add_argument("--duration", type=float, default=None, help="seconds (default 3600)")
     sd.add_argument("--load", type=float, default=0.55)
+    sd.add_argument("--warmup", type=float, default=300.0,
+                    help="seconds left out of the TTFT figures (default 300)")
+    sd.add_argument("--engines", type=int, default=16)
     sd.add_argument("--workers", type=int, default=1, help="worker processes")
     sd.add_argument("--json", dest="json_path")
     from controlplane.sim.virtual.cli import add_parser
@@ -107,8 +113,10 @@ def _run(args) -> int:
     setup.assumptions["predictive_day_forecast"] = (
         "per key, the best of last value, EWMA, seasonal naive, seasonal blend"
         + (" and Prophet" if args.prophet else "") + " by rolling-origin backtest (MASE)")
+    if args.warmup < 0:
+        raise ValueError("--warmup must be >= 0")
     doc, results = run_policies(setup, policies, seed=args.seed, progress=sys.stderr.isatty(),
-                                options=options)
+                                options=options, warmup_s=args.warmup)
     print(table(doc))
     if args.json_path:
         write_json(doc, args.json_path)

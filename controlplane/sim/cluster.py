@@ -15,9 +15,10 @@ back by the on-demand copy's duration. Speculation therefore never delays an on-
 
 Speculative VRAM: each engine's cache holds speculative blocks in a bounded slice
 (``spec_fraction`` of its KV capacity; ``warming_spec_fraction`` while it is joining and holds
-nothing else). A speculative copy is not started when the target has no room in its slice, and
-on landing it never displaces the engine's own (non-speculative) blocks; unused speculative
-blocks are evicted before any normal block (``controlplane.core.prefix_cache``).
+nothing else). A copy takes free blocks, then cached blocks that no queued or running request
+references, cheapest first by the policy's expected value (``controlplane.core.prefix_cache``);
+a speculative copy is not started when the target has no such room within its slice; unused
+speculative blocks are evicted before any normal block when a request needs room.
 """
 
 from __future__ import annotations
@@ -143,6 +144,8 @@ class RunResult:
     samples: list[dict] = field(default_factory=list)  # periodic VRAM/load samples
     forecasts: dict[str, list] = field(default_factory=dict)
     plan_items: int = 0
+    arrivals: np.ndarray | None = None  # request arrival times (for the warm-up cut)
+    backlog_s: float = 0.0  # mean queue of the serving engines when the last request arrived
 
 
 class Simulation:
@@ -215,9 +218,15 @@ class Simulation:
         return self._over + new * (self._dense + self._attn * (cached + 0.5 * new))
 
     def load(self, now: float) -> float:
-        """Recent utilisation of the serving engines (0..1), a 60 s exponential average."""
+        """Recent utilisation of the serving engines (0..1), a 60 s exponential average.
+
+        Normalised by the decayed time observed so far (``W (1 - exp(-t / W))``, at least 1 s),
+        so the estimate is unbiased from t = 0: at the start of a run it reads the load of the
+        seconds seen, not a fraction of it (the planner's load gate used to be open in the first
+        minute of every run)."""
         work = self._load_work * math.exp(-(now - self._load_t) / LOAD_WINDOW_S)
-        return min(1.0, work / (LOAD_WINDOW_S * max(1, len(self.serving))))
+        seen = max(1.0, -LOAD_WINDOW_S * math.expm1(-max(0.0, now) / LOAD_WINDOW_S))
+        return min(1.0, work / (seen * max(1, len(self.serving))))
 
     def _add_work(self, now: float, seconds: float) -> None:
         self._load_work = self._load_work * math.exp(-(now - self._load_t) / LOAD_WINDOW_S) + seconds
@@ -243,14 +252,26 @@ class Simulation:
 
     def start_copy(
         self, pid: int, keys: tuple[int, ...], src: Engine, dst: Engine, now: float,
-        speculative: bool, ttl_s: float = math.inf,
+        speculative: bool, ttl_s: float = math.inf, value_of=None, budget: float = math.inf,
+        keep_s: float = 0.0,
     ) -> float | None:
-        """Copy ``keys`` from ``src`` to ``dst``; returns the landing time (None: nothing to do)."""
+        """Copy ``keys`` from ``src`` to ``dst``; returns the landing time (None: nothing to do).
+
+        The copy takes room as ``PrefixCache.place`` does: free blocks, then blocks no queued
+        or running request references, cheapest by ``value_of`` first, displacing less than
+        ``budget`` of expected value. A speculative copy, or an on-demand one given a
+        ``budget``, is not started (moves no bytes) when the target has no such room."""
         missing = [k for k in keys if k not in dst.cache.blocks and k not in dst.pending]
         if not missing or dst.state == GONE or (pid, dst.eid) in self.in_flight:
             return None
-        if speculative and len(missing) > dst.cache.spec_room():
-            return None  # no room in the target's speculative slice: do not move the bytes
+        if speculative or budget != math.inf:
+            dst.refresh_busy(now)
+            if speculative:
+                room = dst.cache.spec_room(value_of, budget)
+            else:
+                room = dst.cache.free + len(dst.cache._displaceable(value_of, budget, set(keys)))
+            if len(missing) > room:
+                return None  # no room worth less than the copy: do not move the bytes
         nbytes = len(missing) * self.block_bytes
         land = self.copy_eta(src, dst, nbytes, now, speculative)
         rid = len(self.replicas)
@@ -285,7 +306,9 @@ class Simulation:
             self.in_flight.pop((pid, dst.eid), None)
             self.demand_in_flight.discard((pid, dst.eid))
             if dst.state != GONE:
-                dst.cache.place(keys, t, rid, speculative, t + ttl_s)
+                dst.refresh_busy(t)
+                dst.cache.place(keys, t, rid, speculative, t + ttl_s, value_of, budget,
+                                t + keep_s)
 
         self.events.at(land, landed)
         return land
@@ -314,6 +337,7 @@ class Simulation:
         seconds = sum(k * self.block_bytes / tier.bytes_per_s for tier, k in lower)
         n = m + sum(k for _, k in lower)
         chain = keys[:n]
+        e.refresh_busy(now)
         if n - m > e.cache.spec_room():
             return None  # the speculative slice is full: leave it on the lower tier
         land = now + seconds
@@ -325,6 +349,7 @@ class Simulation:
         def landed(t: float) -> None:
             for k in chain[m:]:
                 e.pending.pop(k, None)
+            e.refresh_busy(t)
             if e.state != GONE and e.cache.place(chain, t, rid, True, t + ttl_s):
                 for tier in e.tiers:
                     tier.cache.remove(chain[m:], t)
@@ -384,6 +409,7 @@ class Simulation:
                 service += promo_s - wait  # loading from a lower tier overlaps the queue
             start = t + wait
             e.free_at = start + service
+            e.queue.append((t, e.free_at))
             e.busy_s += service
             e.served += 1
             self._add_work(t, service)
@@ -404,7 +430,9 @@ class Simulation:
                 e.demote(evicted, t)
             if progress is not None and i % 4096 == 0:
                 progress(i, n)
-        end = max(times[-1] if times else 0.0, wl.duration_s)
+        last = times[-1] if times else 0.0
+        backlog = sum(e.wait(last) for e in self.serving) / max(1, len(self.serving))
+        end = max(last, wl.duration_s)
         events.run_until(end)
         samples.append(self._sample(end))
         spec_bs = 0.0
@@ -419,6 +447,7 @@ class Simulation:
             policy.name, ttft, cached_tok, input_tok, engine_of, self.bytes_moved,
             spec_bs * self.block_bytes, self.replicas, used, time.perf_counter() - wall0,
             samples, getattr(policy, "forecast_log", {}), getattr(policy, "plan_items", 0),
+            wl.t, backlog,
         )
 
     def _sample(self, t: float) -> dict:

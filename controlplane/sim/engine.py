@@ -8,6 +8,7 @@ into the cache when it is routed: any later request on this engine starts after 
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from controlplane.core.prefix_cache import PrefixCache
@@ -39,6 +40,16 @@ class Engine:
     served: int = 0
     # Keys of copies in flight to this engine -> time they land.
     pending: dict[int, float] = field(default_factory=dict)
+    # (arrival, finish) of requests routed here, oldest first (finished ones dropped lazily).
+    queue: deque = field(default_factory=deque)
+
+    def refresh_busy(self, now: float) -> None:
+        """Tell the cache which blocks running or waiting requests reference: those used since
+        the arrival of the oldest request not finished by ``now`` (FIFO)."""
+        q = self.queue
+        while q and q[0][1] <= now:
+            q.popleft()
+        self.cache.busy_since = q[0][0] if q else float("inf")
 
     @property
     def name(self) -> str:

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from controlplane.core.demand import burst_probability, demand_for
 from controlplane.core.forecast import BurstTracker, forecast_counts
 from controlplane.core.planner import (
     CPU,
@@ -42,8 +43,13 @@ from controlplane.sim.workloads.base import BLOCK_TOKENS
 
 DAY_BUCKETS = 144  # 10-minute buckets in a day
 DAY_MODELS = ("last_value", "ewma", "seasonal_naive", "seasonal_blend")
-BURST_FACTOR = 2.0
 MAX_CANDIDATES = 256
+# Displaced value (expected prefill seconds over the horizon) below which cached room counts as
+# free when the planner is told how much room an engine has.
+COLD_VALUE_S = 0.5
+TREND_WINDOW_S = 30.0  # short window whose rate, above the 120 s one, says demand is rising
+PIN_MIN_EXPECTED = 1.0  # requests expected per holder in the horizon to keep a prefix there
+MIN_EXPECTED_HITS = 1.6  # expected uses in the horizon: P(used) >= 0.8 for Poisson arrivals
 
 
 class PlannedPolicy(Reactive):
@@ -61,10 +67,13 @@ class PlannedPolicy(Reactive):
         super().__init__(reactive_rule)
         self.name = name
         self.tick_s = tick_s
-        self.budgets = budgets or Budgets(max_spec_vram_fraction=0.25, ttl_s=300.0, horizon_s=120.0)
+        self.budgets = budgets or Budgets(max_spec_vram_fraction=0.25, ttl_s=300.0, horizon_s=120.0,
+                                          min_expected_hits=MIN_EXPECTED_HITS)
         self.overrides = overrides or Overrides()
         self.use_prophet = use_prophet
         self.forecast_log: dict[str, list] = {}
+        self._lam: dict[int, float] = {}
+        self._vf = None
         self.plan_items = 0
         self.skipped = 0
         self.reasons: list[str] = []
@@ -79,9 +88,11 @@ class PlannedPolicy(Reactive):
             b, max_spec_vram_fraction=min(b.max_spec_vram_fraction, cfg.spec_fraction),
             max_warming_fraction=min(b.max_warming_fraction, cfg.warming_spec_fraction))
         self.trackers: dict[int, BurstTracker] = {}
+        self.short: dict[int, BurstTracker] = {}  # the same arrivals over TREND_WINDOW_S
         self.seen: dict[int, int] = {}
         self.mean_suffix = float(wl.suffix_tokens.mean()) if len(wl) else 0.0
         self.day: dict[str, np.ndarray] = {}
+        self.day_mase: dict[str, float | None] = {}
         if self.name == "predictive" and wl.history:
             models = None if self.use_prophet else DAY_MODELS
             horizon = int(math.ceil(wl.duration_s / wl.history_bucket_s)) + 1
@@ -94,6 +105,7 @@ class PlannedPolicy(Reactive):
                 except ValueError:
                     continue  # no model accepts this history: no day-scale signal for it
                 self.day[key] = np.asarray(res.yhat)
+                self.day_mase[key] = res.backtest_mase
         self.t_idx = wl.t
         self.pid_arr = wl.pid
 
@@ -101,7 +113,9 @@ class PlannedPolicy(Reactive):
         tr = self.trackers.get(pid)
         if tr is None:
             tr = self.trackers[pid] = BurstTracker(window_s=120.0, start=0.0)
+            self.short[pid] = BurstTracker(window_s=TREND_WINDOW_S, start=0.0)
         tr.observe(t)
+        self.short[pid].observe(t)
         self.seen[pid] = self.seen.get(pid, 0) + 1
 
     def _before(self, sim, i, t, pid, keys) -> None:
@@ -117,14 +131,24 @@ class PlannedPolicy(Reactive):
     def before_route(self, value) -> None:
         pass
 
+    # -- what a block is worth: the forecast where there is one, recency elsewhere -------------
+    def rate_of(self, pid: int, t: float) -> float:
+        lam = self._lam.get(pid)
+        return lam if lam is not None else self.observed_rate(pid, t)
+
     # -- a planning round --------------------------------------------------------------------
     def on_tick(self, sim, t: float) -> None:
         for e in sim.engines:
             e.cache.expire(t)
+            e.cache.unpin_expired(t)
         H = self.budgets.horizon_s
         demand = self._oracle_demand(sim, t, H) if self.name == "oracle" else self._predicted(sim, t, H)
+        self._lam = {int(p): d.expected_requests / H + d.burst_probability
+                     * max(0.0, d.peak_rate - d.expected_requests / H) for p, d in demand.items()}
+        self._vf = self.value_fn(sim, t)
         if not demand:
             return
+        self._retain(sim, demand, t, H)
         wl = sim.workload
         bb = sim.block_bytes
         cands = []
@@ -179,8 +203,13 @@ class PlannedPolicy(Reactive):
             r = tr.rate(t)
             if r <= 0:
                 continue
+            # A rising rate (the short window above the long one) is extrapolated over the
+            # horizon: a ramp is planned for while it builds, not once the 2-minute rate shows it.
+            rs = self.short[pid].rate(t)
+            if rs > r:
+                r = rs + (rs - r)
             key = wl.prefix_wkey[pid]
-            lam, conf = r, 0.6
+            lam = r
             hist = wl.history.get(key)
             if hist is not None and len(hist) >= DAY_BUCKETS:
                 b0 = len(hist) - DAY_BUCKETS + int(t // wl.history_bucket_s)
@@ -188,13 +217,17 @@ class PlannedPolicy(Reactive):
                 if 0 <= b0 and b1 < len(hist) and hist[b0] > 0:
                     ratio = min(3.0, max(0.5, hist[b1] / hist[b0]))
                     lam = r * (0.5 + 0.5 * ratio)  # recent rate blended with yesterday's ramp
-                    conf = 0.8
             day = self.day.get(key)
-            if day is not None:
+            mase = self.day_mase.get(key)
+            if day is not None and mase is not None and mase < 1.0:
                 b = min(len(day) - 1, int((t + H / 2) // wl.history_bucket_s))
                 level = max(0.0, float(day[b])) / wl.history_bucket_s
                 lam = 0.75 * lam + 0.25 * max(level, 0.0)
-            rows.append((lam, pid, tr, conf))
+            else:
+                # No day-scale forecast better than the naive one: the recent rate is the
+                # naive (last-value) forecast, whose MASE is 1 by definition.
+                mase = 1.0
+            rows.append((lam, pid, tr, mase))
         if any(e.state == WARMING for e in sim.engines):
             # Engines joining a scale-out are warmed from the day-scale forecast too: a prefix
             # with no recent traffic yet but a forecast level for the coming window.
@@ -206,19 +239,42 @@ class PlannedPolicy(Reactive):
                 b = min(len(day) - 1, int((t + H / 2) // wl.history_bucket_s))
                 level = max(0.0, float(day[b])) / wl.history_bucket_s
                 if level > 0:
-                    rows.append((level, pid, None, 0.6))
+                    rows.append((level, pid, None, self.day_mase.get(key)))
         rows.sort(key=lambda x: (-x[0], x[1]))
         out = {}
-        for lam, pid, tr, conf in rows[:MAX_CANDIDATES]:
+        load = sim.load(t)
+        cfg = sim.config
+        link = cfg.network_bytes_per_s * max(0.05, 1.0 - cfg.link_share_with_serving * load)
+        for lam, pid, tr, mase in rows[:MAX_CANDIDATES]:
             keys = wl.prefixes[pid]
             tokens = len(keys) * BLOCK_TOKENS
             service = sim.prefill_s(self.mean_suffix, tokens)
             holders = sum(1 for e in sim.serving if e.cache.match(keys) == len(keys))
-            cap = max(1, holders) * (1.0 - sim.load(t)) / service
-            risk = tr.risk(t, cap, H) if tr is not None else 0.0
-            out[pid] = Demand(str(pid), lam * H, risk, lam * BURST_FACTOR, conf, 0.0)
+            # Burst risk against the holders' capacity (the shared demand model, core.demand),
+            # over the horizon plus the time a copy would take now: a copy that is slow on a
+            # busy link must start ahead of a burst that a fast one could follow.
+            cap = max(1, holders) * (1.0 - load) / service
+            risk, recent = 0.0, 0.0
+            if tr is not None and tr.exposure(t) > 0:
+                recent = max(tr.rate(t), self.short[pid].rate(t))
+                lead = H + len(keys) * sim.block_bytes / link
+                risk = burst_probability(recent, tr.cv(t), lead, tr.exposure(t), capacity_rate=cap)
+            out[pid] = demand_for(str(pid), expected_requests=lam * H, horizon_s=H,
+                                  burst_probability=risk, recent_rate=recent, backtest_mase=mase)
             self.forecast_log.setdefault(wl.prefix_wkey[pid], []).append((t, lam))
         return out
+
+    def _retain(self, sim, demand, t, H) -> None:
+        """Keep (lease) what the same ranking values: each prefix expected to serve at least
+        one request per holder in the horizon stays on its holders until the next round (in a
+        real fleet: an LMCache pin lease)."""
+        until = t + 2 * self.tick_s
+        for p in demand:
+            keys = sim.workload.prefixes[int(p)]
+            holders = [e for e in sim.serving if e.cache.match(keys) == len(keys)]
+            if holders and self._lam.get(int(p), 0.0) * H / len(holders) >= PIN_MIN_EXPECTED:
+                for e in holders:
+                    e.cache.pin(keys, until)
 
     def _holdings(self, sim, cands, t) -> list[Holding]:
         rows = []
@@ -251,8 +307,11 @@ class PlannedPolicy(Reactive):
                 starts = self._serve_time(sim, e) - t
             share = sim.config.link_share_with_serving
             link = sim.config.network_bytes_per_s * max(0.05, 1.0 - share * load)
+            e.refresh_busy(t)
+            # Room: free blocks, and unreferenced blocks the ranking counts as cold.
+            room = c.spec_room(self._vf, COLD_VALUE_S)
             out.append(EngineState(
-                e.name, f"n{e.node}", c.capacity * bb, c.spec_room() * bb,
+                e.name, f"n{e.node}", c.capacity * bb, room * bb,
                 len(c.spec) * bb, link, el, "serving" if e.state == SERVING else "warming",
                 max(0.0, starts), {tier.name: tier.bytes_per_s for tier in e.tiers},
                 max(0.0, e.link_free_at - t),
@@ -285,7 +344,10 @@ class PlannedPolicy(Reactive):
             if eta - when > self.budgets.horizon_s:
                 self.skipped += 1
                 return
-            sim.start_copy(pid, it.keys, src, dst, when, speculative=True, ttl_s=ttl)
+            sim.start_copy(pid, it.keys, src, dst, when, speculative=True, ttl_s=ttl,
+                           value_of=self._vf,
+                           budget=max(0.0, it.expected_ttft_saved_s - it.cost_s),
+                           keep_s=self.budgets.horizon_s)
 
         if it.start_in_s > 0:
             sim.events.at(t + it.start_in_s, go)

@@ -1,12 +1,25 @@
-"""The eight policies a run compares: four routers, and four replication policies on top of
-``cache-aware`` routing (``reactive``, ``predictive``, ``oracle``, ``everywhere``)."""
+"""The policies a run compares: four routers, and replication policies on top of ``cache-aware``
+routing (``reactive``, ``reactive-naive``, ``predictive``, ``oracle``, ``everywhere``).
+
+``reactive`` is the fair baseline: the guarded hot-spot copy (``ReactiveRule``) that also counts
+what its copy displaces. A copy takes free blocks and cached blocks no queued or running request
+references, cheapest first by their expected value over the horizon (recent rate of the block's
+prefix x its recompute per block, shared among the prefix's holders), and is made only when the
+value it displaces is below its own expected saving (the requests it will serve in the horizon,
+each saving the holder's extra wait, at most a recompute). So it cannot evict another tenant's
+hot, only copy, which is what made the old rule storm. ``reactive-naive`` is the old guarded
+rule (a copy takes whatever room LRU gives it), kept for comparison.
+"""
 
 from __future__ import annotations
+
+import math
 
 from controlplane.core.policies.reactive import ReactiveRule
 from controlplane.core.prefix_cache import leading_match
 from controlplane.sim import routers
 from controlplane.sim.engine import GONE
+from controlplane.sim.workloads.base import BLOCK_TOKENS
 
 POLICIES = (
     "random",
@@ -14,6 +27,7 @@ POLICIES = (
     "least-loaded",
     "cache-aware",
     "reactive",
+    "reactive-naive",
     "predictive",
     "oracle",
     "everywhere",
@@ -43,18 +57,87 @@ class Policy:
         pass
 
 
+VALUE_HORIZON_S = 120.0  # horizon over which a block's expected value is counted
+
+
 class Reactive(Policy):
-    """Cache-aware routing plus the guarded hot-spot copy (``ReactiveRule``)."""
+    """Cache-aware routing plus the guarded hot-spot copy (``ReactiveRule``); see module doc."""
 
     name = "reactive"
 
-    def __init__(self, rule: ReactiveRule | None = None) -> None:
+    def __init__(self, rule: ReactiveRule | None = None, naive: bool = False) -> None:
         super().__init__()
         self.rule = rule or ReactiveRule()
+        self.naive = naive
+        if naive:
+            self.name = "reactive-naive"
         self.before_route = self._maybe_copy
+        self._seen: dict[int, tuple[float, float]] = {}  # pid -> (decayed count, as of t)
+        self._rec: dict[int, float] = {}  # pid -> recompute seconds per block
+        self._key_pid: dict[int, int] | None = None
 
+    # -- what a block is worth --------------------------------------------------------------
+    def observed_rate(self, pid: int, t: float) -> float:
+        """Recent arrivals/s of ``pid`` (decayed over ``VALUE_HORIZON_S``)."""
+        n, t0 = self._seen.get(pid, (0.0, t))
+        return n * math.exp(-(t - t0) / VALUE_HORIZON_S) / VALUE_HORIZON_S
+
+    def _count(self, pid: int, t: float) -> None:
+        n, t0 = self._seen.get(pid, (0.0, t))
+        self._seen[pid] = (n * math.exp(-(t - t0) / VALUE_HORIZON_S) + 1.0, t)
+
+    def recompute_per_block(self, sim, pid: int, keys=None) -> float:
+        r = self._rec.get(pid)
+        if r is None:
+            keys = keys if keys is not None else sim.workload.prefixes[pid]
+            tokens = len(keys) * BLOCK_TOKENS
+            wl = sim.workload
+            suffix = float(wl.suffix_tokens.mean()) if len(wl) else 0.0
+            r = (sim.prefill_s(suffix + tokens, 0.0) - sim.prefill_s(suffix, tokens)) / max(1, len(keys))
+            self._rec[pid] = r
+        return r
+
+    def rate_of(self, pid: int, t: float) -> float:
+        """The demand rate a block's value is counted at (predictive: its forecast)."""
+        return self.observed_rate(pid, t)
+
+    def value_fn(self, sim, t: float, target=None):
+        """Expected prefill seconds each cached block saves over the horizon on one holder:
+        rate x horizon / holders x recompute per block (0 for a request's own blocks). With a
+        ``target`` engine (the reactive rule, which has no forecast), blocks it used within the
+        horizon are kept whatever their rate says (a bursty tenant idle for a minute is not
+        cold)."""
+        if self._key_pid is None:
+            self._key_pid = {k: pid for pid, keys in enumerate(sim.workload.prefixes) for k in keys}
+        key_pid = self._key_pid
+        memo: dict[int, float] = {}
+        serving = sim.serving
+        prefixes = sim.workload.prefixes
+
+        recent = t - VALUE_HORIZON_S
+        blocks = target.cache.blocks if target is not None else None
+
+        def value_of(k: int) -> float:
+            if blocks is not None and blocks.get(k, -math.inf) > recent:
+                return math.inf
+            pid = key_pid.get(k)
+            if pid is None:
+                return 0.0
+            v = memo.get(pid)
+            if v is None:
+                root = prefixes[pid][0]
+                holders = sum(1 for e in serving if root in e.cache.blocks)
+                v = (self.rate_of(pid, t) * VALUE_HORIZON_S / max(1, holders)
+                     * self.recompute_per_block(sim, pid))
+                memo[pid] = v
+            return v
+
+        return value_of
+
+    # -- the rule ----------------------------------------------------------------------------
     def _maybe_copy(self, sim, i, t, pid, keys) -> None:
         rule = self.rule
+        self._count(pid, t)
         if len(keys) < rule.min_blocks:
             return
         holder, best_m, hwait = None, 0, 0.0
@@ -84,8 +167,21 @@ class Reactive(Policy):
         busy = sim.demand_in_flight
         in_flight = any(k[0] == pid for k in busy) if busy else False
         # Copy only if it lands before the holder frees up (land - t < hwait, implied by 2x).
-        if rule.should_copy(hwait, land - t, in_flight):
+        if not rule.should_copy(hwait, land - t, in_flight):
+            return
+        if self.naive:
             sim.start_copy(pid, chain, holder, target, t, speculative=False)
+            return
+        # The fair rule: what the copy saves (its share of the prefix's requests in the
+        # horizon, each saving the holder's extra wait, at most a recompute) against what it
+        # displaces (start_copy refuses room worth more than that).
+        holders = sum(1 for e in sim.serving if e.cache.match(chain) == best_m)
+        spill = max(1.0, self.observed_rate(pid, t) * VALUE_HORIZON_S / (holders + 1))
+        per_request = min(hwait - twait, self.recompute_per_block(sim, pid, keys) * best_m)
+        saving = spill * max(0.0, per_request)
+        if saving > 0:
+            sim.start_copy(pid, chain, holder, target, t, speculative=False,
+                           value_of=self.value_fn(sim, t, target), budget=saving)
 
 
 class Everywhere(Policy):
@@ -116,8 +212,8 @@ def make_policy(name: str, **options) -> Policy:
         p = Policy(routers.least_loaded)
     elif name == "cache-aware":
         p = Policy()
-    elif name == "reactive":
-        return Reactive(options.get("reactive_rule", ReactiveRule()))
+    elif name in ("reactive", "reactive-naive"):
+        return Reactive(options.get("reactive_rule", ReactiveRule()), naive=name != "reactive")
     elif name == "everywhere":
         return Everywhere()
     elif name in ("predictive", "oracle"):

@@ -7,14 +7,15 @@ import sys
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.metrics import summarize
 from controlplane.sim.policies import make_policy
-from controlplane.sim.scenarios import Setup
+from controlplane.sim.scenarios import Setup, offered_load
 
 
 def run_policies(
     setup: Setup, policies: list[str], seed: int = 0, progress: bool = False,
-    options: dict[str, dict] | None = None,
+    options: dict[str, dict] | None = None, warmup_s: float = 0.0,
 ):
-    """Run each policy (``options``: per-policy keyword arguments for ``make_policy``)."""
+    """Run each policy (``options``: per-policy keyword arguments for ``make_policy``); TTFT
+    figures leave out requests of the first ``warmup_s`` seconds (``metrics.summarize``)."""
     options = options or {}
     cfg, wl = setup.config, setup.workload
     cap = cfg.kv_capacity_blocks * cfg.block_bytes * cfg.engines
@@ -23,13 +24,15 @@ def run_policies(
         bar = _bar(name) if progress and len(wl) > 20_000 else None
         r = Simulation(cfg, wl, make_policy(name, **options.get(name, {})), seed=seed).run(progress=bar)
         results[name] = r
-        summary[name] = summarize(r, cap, wl.duration_s)
+        summary[name] = summarize(r, cap, wl.duration_s, warmup_s)
     doc = {
         "workload": wl.name,
         "cluster": cfg.describe(),
         "assumptions": dict(setup.assumptions),
         "seed": seed,
         "duration_s": wl.duration_s,
+        "warmup_s": warmup_s,
+        "offered_load": offered_load(cfg, wl),
         "policies": summary,
     }
     return doc, results

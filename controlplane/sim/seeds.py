@@ -7,6 +7,14 @@ over ``reactive`` is ``(reactive - policy) / reactive`` of mean or p99 TTFT. A c
 mean gain over seeds and its noise, the half-width of a 95% confidence interval of that mean
 (Student t over the per-seed gains); a gain is *beyond noise* when ``|mean| > noise``. The
 same statistics serve the sweep's map (``controlplane/sim/sweep.py``).
+
+TTFT figures leave out each run's first ``warmup`` seconds (default 300: the cold start).
+A seed is *saturated* when its draw offers more than the fleet can serve in its busiest five
+minutes (offered load >= 1) or when ``reactive``, the baseline, ends the run with engines still
+queueing more than ``metrics.SATURATED_BACKLOG_S`` on average: its queues, not the policies,
+set its TTFT. Saturated seeds are listed per cell (``saturated_seeds``); the headline gains are
+over the other seeds (``gains_over``) while at least two remain, and the gains over all seeds
+are kept beside them (``*_all_seeds``).
 """
 
 from __future__ import annotations
@@ -21,7 +29,15 @@ from controlplane.sim.runner import run_policies
 from controlplane.sim.scenarios import build
 
 # Two-sided 95% Student t quantiles by degrees of freedom (seeds - 1).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+       10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110,
+       18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060,
+       26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
+
+
+def t95(df: int) -> float:
+    """Two-sided 95% Student t quantile (beyond the table: 1.96 + 2.4 / df, within 0.3%)."""
+    return T95.get(df, 1.96 + 2.4 / max(df, 1))
 KEY_CELLS = (
     ("llama3-70b", "steady"), ("llama3-70b", "scaleout"), ("llama3-70b", "slowlink"),
     ("llama3-70b", "tiered"), ("llama3-8b", "steady"), ("llama3-8b", "slowlink"),
@@ -38,7 +54,7 @@ def gain_stats(base: list[float], other: list[float]) -> dict:
     mean = sum(gains) / len(gains)
     if len(gains) > 1:
         se = statistics.stdev(gains) / math.sqrt(len(gains))
-        noise = T95.get(len(gains) - 1, 1.96) * se
+        noise = t95(len(gains) - 1) * se
     else:
         noise = None  # one seed: no noise estimate
     return {"mean": mean, "noise": noise, "per_seed": gains,
@@ -54,8 +70,9 @@ def run_one(job: dict) -> dict:
                   prefix_tokens=job.get("prefix_tokens"), seed=job["seed"])
     if job.get("link_bytes_per_s"):
         setup.config.network_bytes_per_s = job["link_bytes_per_s"]
-    doc, _ = run_policies(setup, job["policies"], seed=job["seed"])
-    return {**job, "policies": doc["policies"]}
+    doc, _ = run_policies(setup, job["policies"], seed=job["seed"],
+                          warmup_s=job.get("warmup", 0.0))
+    return {**job, "policies": doc["policies"], "offered_load": doc["offered_load"]}
 
 
 def run_jobs(jobs: list[dict], workers: int = 1) -> list[dict]:
@@ -65,13 +82,39 @@ def run_jobs(jobs: list[dict], workers: int = 1) -> list[dict]:
         return list(pool.map(run_one, jobs))
 
 
+def saturated(run: dict) -> bool:
+    """The seed's draw exceeds the fleet, or the baseline ends it with long queues."""
+    if (run.get("offered_load") or {}).get("peak_5min", 0.0) >= 1.0:
+        return True
+    return bool(run["policies"].get("reactive", {}).get("saturated", False))
+
+
+def _noise(xs: list[float]) -> float | None:
+    if len(xs) < 2:
+        return None
+    return t95(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+
+
 def summarize_cell(runs: list[dict]) -> dict:
     """Per-policy means over seeds, paired gains over reactive, predictive's VRAM/precision."""
     pols = runs[0]["policies"]
-    out: dict = {"seeds": [r["seed"] for r in runs], "ttft_s": {}}
+    sat = [r["seed"] for r in runs if saturated(r)]
+    kept = [r for r in runs if r["seed"] not in sat]
+    if len(kept) < 2:
+        kept = runs
+    out: dict = {"seeds": [r["seed"] for r in runs], "saturated_seeds": sat,
+                 "gains_over": "unsaturated seeds" if kept is not runs else "all seeds",
+                 "seeds_measured": [r["seed"] for r in kept],
+                 "warmup_s": runs[0].get("warmup", 0.0), "ttft_s": {}, "ttft_s_noise": {}}
+    loads = [r.get("offered_load") or {} for r in runs]
+    out["offered_load"] = {k: sum(x.get(k, 0.0) for x in loads) / len(loads)
+                           for k in ("peak_5min", "mean")}
     for name in pols:
         out["ttft_s"][name] = {
-            stat: sum(r["policies"][name][f"ttft_{stat}_s"] for r in runs) / len(runs)
+            stat: sum(r["policies"][name][f"ttft_{stat}_s"] for r in kept) / len(kept)
+            for stat in ("mean", "p99")}
+        out["ttft_s_noise"][name] = {
+            stat: _noise([r["policies"][name][f"ttft_{stat}_s"] for r in kept])
             for stat in ("mean", "p99")}
     out["per_seed_ttft_s"] = {name: [{stat: r["policies"][name][f"ttft_{stat}_s"]
                                       for stat in ("mean", "p99")} for r in runs]
@@ -80,21 +123,28 @@ def summarize_cell(runs: list[dict]) -> dict:
         if name not in pols:
             continue
         for stat in ("mean", "p99"):
-            g = gain_stats([r["policies"]["reactive"][f"ttft_{stat}_s"] for r in runs],
-                           [r["policies"][name][f"ttft_{stat}_s"] for r in runs])
+            g = gain_stats([r["policies"]["reactive"][f"ttft_{stat}_s"] for r in kept],
+                           [r["policies"][name][f"ttft_{stat}_s"] for r in kept])
             out[f"{name}_gain_{stat}"] = g["mean"]
             out[f"{name}_gain_{stat}_noise"] = g["noise"]
             out[f"{name}_gain_{stat}_per_seed"] = g["per_seed"]
             out[f"{name}_gain_{stat}_beyond_noise"] = g["beyond_noise"]
+            a = gain_stats([r["policies"]["reactive"][f"ttft_{stat}_s"] for r in runs],
+                           [r["policies"][name][f"ttft_{stat}_s"] for r in runs])
+            out[f"{name}_gain_{stat}_all_seeds"] = a["mean"]
+            out[f"{name}_gain_{stat}_all_seeds_noise"] = a["noise"]
     for stat in ("mean", "p99"):
-        xs = [r["policies"]["reactive"][f"ttft_{stat}_s"] for r in runs]
+        xs = [r["policies"]["reactive"][f"ttft_{stat}_s"] for r in kept]
         out[f"reactive_{stat}_spread"] = (max(xs) - min(xs)) / (sum(xs) / len(xs))
     if "predictive" in pols:
-        pred = [r["policies"]["predictive"] for r in runs]
+        pred = [r["policies"]["predictive"] for r in kept]
         out["spec_vram_fraction_mean"] = sum(p["spec_vram_fraction_mean"] for p in pred) / len(pred)
         prec = [p["replica_precision"] for p in pred if p["replica_precision"] is not None]
         out["replica_precision"] = sum(prec) / len(prec) if prec else None
         out["speculative_replicas"] = sum(p["speculative_replicas"] for p in pred) / len(pred)
+    for name in pols:
+        out.setdefault("bytes_moved_mean", {})[name] = (
+            sum(r["policies"][name]["bytes_moved"] for r in kept) / len(kept))
     return out
 
 
@@ -111,11 +161,16 @@ def main_seeds(args) -> int:
     policies = args.policies.split(",")
     if "reactive" not in policies:
         raise SystemExit("--policies must include reactive (the baseline of every gain)")
+    if args.warmup < 0:
+        raise ValueError("--warmup must be >= 0")
     jobs = [{"model": m, "scenario": s, "seed": seed, "policies": policies,
-             "duration": args.duration, "load": args.load}
+             "duration": args.duration, "load": args.load, "warmup": args.warmup,
+             "engines": args.engines}
             for m, s in cells for seed in seeds]
     results = run_jobs(jobs, args.workers)
-    doc = {"duration_s": args.duration, "load": args.load, "seeds": seeds, "cells": []}
+    doc = {"duration_s": args.duration, "load": args.load, "warmup_s": args.warmup,
+           "load_calibration": "busiest 5 minutes of expected demand", "seeds": seeds,
+           "cells": []}
     for m, s in cells:
         runs = [r for r in results if r["model"] == m and r["scenario"] == s]
         cell = {"model": m, "scenario": s, **summarize_cell(runs)}
@@ -138,8 +193,10 @@ def markdown(doc: dict) -> str:
     for c in doc["cells"]:
         closed = c.get("gap_closed_p99")
         prec = c.get("replica_precision")
+        sat = c.get("saturated_seeds") or []
+        seeds = f"{len(c['seeds'])}" + (f" ({len(sat)} saturated)" if sat else "")
         rows.append(
-            f"| {c['model']} | {c['scenario']} | {len(c['seeds'])} | {_mp(c, 'cache-aware')} | "
+            f"| {c['model']} | {c['scenario']} | {seeds} | {_mp(c, 'cache-aware')} | "
             f"{_mp(c, 'reactive')} | {_mp(c, 'predictive')} | {_mp(c, 'oracle')} | "
             f"{_g(c, 'predictive', 'mean')} | {_g(c, 'predictive', 'p99')} | "
             f"{_g(c, 'oracle', 'mean')} | {_g(c, 'oracle', 'p99')} | "
@@ -158,8 +215,9 @@ def _line(c: dict) -> str:
     return (f"{c['model']:<11} {c['scenario']:<9} reactive {t['reactive']['mean']:.3f}/"
             f"{t['reactive']['p99']:.3f}  predictive gain mean {c['predictive_gain_mean']:+.1%}"
             f"±{pct(c['predictive_gain_mean_noise'])} p99 {c['predictive_gain_p99']:+.1%}"
-            f"±{pct(c['predictive_gain_p99_noise'])}  oracle p99 {c['oracle_gain_p99']:+.1%}"
-            f"±{pct(c['oracle_gain_p99_noise'])}")
+            f"±{pct(c['predictive_gain_p99_noise'])}"
+            + (f"  oracle p99 {c['oracle_gain_p99']:+.1%}±{pct(c['oracle_gain_p99_noise'])}"
+               if "oracle_gain_p99" in c else ""))
 
 
 def _mp(c: dict, name: str) -> str:
@@ -168,5 +226,7 @@ def _mp(c: dict, name: str) -> str:
 
 
 def _g(c: dict, name: str, stat: str) -> str:
+    if f"{name}_gain_{stat}" not in c:
+        return "-"
     mark = "**" if c[f"{name}_gain_{stat}_beyond_noise"] else ""
     return f"{mark}{c[f'{name}_gain_{stat}']:+.1%}{mark} ± {pct(c[f'{name}_gain_{stat}_noise'])}"

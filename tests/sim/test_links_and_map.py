@@ -73,9 +73,12 @@ def test_speculative_copy_needs_room_in_the_slice():
     a, b, _ = sim.engines
     assert b.cache.spec_limit == 250  # 25% of 1000 blocks on a serving engine
     b.cache.use(list(range(1000, 1999)), 0.0)  # 999 of 1000 blocks are the engine's own
+    b.queue.append((0.0, 100.0))  # ... and a request that is still running uses them
     assert sim.start_copy(1, (11, 12), a, b, 0.0, speculative=True) is None
     assert sim.bytes_moved == 0 and not b.pending
     assert sim.start_copy(1, (11,), a, b, 0.0, speculative=True) is not None
+    # Once that request has finished, its blocks are cached but unreferenced: room.
+    assert sim.start_copy(2, (21, 22), a, b, 101.0, speculative=True) is not None
 
 
 def test_planned_copy_in_flight_does_not_hold_back_the_reactive_rule():

@@ -88,7 +88,8 @@ def test_cli_run_json_shape(tmp_path):
     out = tmp_path / "r.json"
     html = tmp_path / "r.html"
     rc = main(["run", "--trace", str(FIX / "mooncake_head300.jsonl"), "--format", "mooncake",
-               "--engines", "4", "--model", "llama3-8b", "--json", str(out), "--html", str(html)])
+               "--engines", "4", "--model", "llama3-8b", "--warmup", "0", "--json", str(out),
+               "--html", str(html)])
     assert rc == 0
     doc = json.loads(out.read_text())
     assert set(doc) >= {"workload", "cluster", "assumptions", "policies"}

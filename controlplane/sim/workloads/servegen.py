@@ -62,6 +62,24 @@ def mean_rate(tenants: dict[str, ServegenTenant], start: float, duration_s: floa
     return float(total[sel].mean()) if sel.any() else 0.0
 
 
+def peak_work_rate(tenants: dict[str, ServegenTenant], start: float, duration_s: float,
+                   service_s: dict[str, float], bin_s: float = 300.0) -> float:
+    """Highest expected prefill work per second (sum over tenants of rate x service time) over
+    the ``bin_s`` stretches of ``[start, start + duration_s)`` (window rates are step functions)."""
+    edges = np.arange(start, start + duration_s, bin_s)
+    best = 0.0
+    for a in edges:
+        b = min(a + bin_s, start + duration_s)
+        work = 0.0
+        for name, ten in tenants.items():
+            W = ten.window_seconds
+            lo, hi = ten.window_start_s, ten.window_start_s + W
+            overlap = np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0.0, None)
+            work += float((ten.rate * overlap).sum()) / (b - a) * service_s[name]
+        best = max(best, work)
+    return best
+
+
 def _draw_lengths(rng, n: int, lo: int, hi: int) -> np.ndarray:
     return np.exp(rng.uniform(math.log(lo), math.log(hi), size=n)).astype(int)
 

@@ -1,0 +1,86 @@
+"""Honest measurement: the warm-up cut, load calibrated at the peak, the load estimate from
+t = 0, saturated seeds flagged, and a single engine."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controlplane.core.costmodel import CostModel
+from controlplane.sim.cli import main
+from controlplane.sim.cluster import ClusterConfig, Simulation
+from controlplane.sim.metrics import summarize
+from controlplane.sim.policies import make_policy
+from controlplane.sim.scenarios import build, offered_load
+from controlplane.sim.seeds import summarize_cell
+from controlplane.sim.workloads.base import Workload
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
+SG = dict(trace=str(FIX / "servegen"), fmt="servegen", start=86400 * 2 + 7200, duration=1800,
+          tenants=2)
+
+
+def test_warmup_leaves_the_cold_start_out():
+    s = build(engines=4, **SG)
+    r = Simulation(s.config, s.workload, make_policy("cache-aware")).run()
+    cap = s.config.kv_capacity_blocks * s.config.block_bytes * 4
+    whole = summarize(r, cap, 1800)
+    cut = summarize(r, cap, 1800, warmup_s=300)
+    late = s.workload.t >= 300
+    assert cut["requests"] == int(late.sum()) < whole["requests"]
+    assert cut["ttft_mean_s"] == pytest.approx(float(r.ttft[late].mean()))
+    assert cut["whole_run"]["requests"] == len(s.workload)
+    with pytest.raises(ValueError, match="warm-up"):
+        summarize(r, cap, 1800, warmup_s=1e6)
+
+
+def test_load_is_calibrated_at_the_busiest_five_minutes():
+    for seed in (0, 1):
+        s = build(engines=4, load=0.5, prefix_tokens=(8192, 131072), seed=seed, **SG)
+        ol = offered_load(s.config, s.workload)
+        assert ol["peak_5min"] == pytest.approx(0.5, rel=0.35)  # the draw, around the target
+        assert ol["mean"] <= ol["peak_5min"]
+        assert "busiest 5 minutes" in s.assumptions["load"]
+
+
+def test_load_estimate_is_right_from_the_start():
+    cost = CostModel.preset("llama3-8b", "h100", 1)
+    one = np.zeros(1)
+    wl = Workload("t", one, one.astype(np.int32), one.astype(np.int32), one.astype(np.int32),
+                  [(1,)], ["k"])
+    sim = Simulation(ClusterConfig(cost, 2, 100), wl, make_policy("cache-aware"))
+    # Both engines busy half of the first 10 s: the estimate reads ~0.5, not 10/60 of it.
+    for k in range(10):
+        sim._add_work(float(k), 1.0)
+    assert sim.load(10.0) == pytest.approx(0.5, rel=0.1)
+    assert math.isfinite(sim.load(0.0))
+
+
+def test_one_engine_works(capsys):
+    assert main(["run", "--trace", str(FIX / "mooncake_head300.jsonl"), "--format", "mooncake",
+                 "--engines", "1", "--model", "llama3-8b", "--warmup", "0",
+                 "--policies", "cache-aware,reactive,predictive,oracle"]) == 0
+    assert "reactive" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="scaleout"):
+        build(engines=1, scenario="scaleout", **SG)
+
+
+def _run(seed, reactive, other, sat=False, peak=0.5):
+    pol = {"ttft_mean_s": reactive, "ttft_p99_s": reactive, "saturated": sat,
+           "spec_vram_fraction_mean": 0.0, "replica_precision": None,
+           "speculative_replicas": 0, "bytes_moved": 0}
+    return {"seed": seed, "offered_load": {"peak_5min": peak, "mean": peak / 2},
+            "policies": {"reactive": pol,
+                         "predictive": {**pol, "ttft_mean_s": other, "ttft_p99_s": other}}}
+
+
+def test_saturated_seeds_are_flagged_not_averaged():
+    runs = [_run(0, 1.0, 0.9), _run(1, 1.0, 0.9), _run(2, 1.0, 0.91),
+            _run(3, 50.0, 100.0, sat=True), _run(4, 1.0, 0.9, peak=1.2)]
+    cell = summarize_cell(runs)
+    assert cell["saturated_seeds"] == [3, 4] and cell["gains_over"] == "unsaturated seeds"
+    assert cell["predictive_gain_p99"] == pytest.approx(0.0967, abs=1e-3)
+    assert cell["predictive_gain_p99_beyond_noise"]
+    assert cell["predictive_gain_p99_all_seeds"] < cell["predictive_gain_p99"]
+    assert cell["ttft_s_noise"]["reactive"]["mean"] == pytest.approx(0.0)
