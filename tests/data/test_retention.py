@@ -59,8 +59,9 @@ def _simulate_day(day: int, gpus: list[int], keys: list[int], policy: Policy) ->
     minutes = [t0 + timedelta(minutes=m) for m in range(1440)]
     _insert("fleet_gpusample", ["gpu_id", "at", "memory_used", "kv_bytes", "speculative_bytes", "utilization_gpu"],
             [(g, at, 60 << 30, 40 << 30, 1 << 30, 80.0) for g in gpus for at in minutes])
-    _insert("demand_demandbucket", ["key_id", "start", "seconds", "requests", "prompt_tokens", "cached_tokens"],
-            [(k, at, 60, 3 + (k + i) % 7, 4000, 1000) for k in keys for i, at in enumerate(minutes)])
+    _insert("demand_demandbucket", ["key_id", "start", "seconds", "requests", "prompt_tokens", "cached_tokens",
+                                    "served_records"],
+            [(k, at, 60, 3 + (k + i) % 7, 4000, 1000, 3) for k in keys for i, at in enumerate(minutes)])
     band = json.dumps([1.0] * 10)
     _insert("forecasting_forecast", ["key_id", "generated_at", "start", "bucket_seconds", "horizon", "yhat", "lower",
                                      "upper", "model", "scores", "note"],
