@@ -17,7 +17,7 @@ SERVICES_ENV := DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) PREWARM_TEST_
 # service) is one more target appended here: TEST_PREREQS += my-target. Each half takes all of
 # them but the one it does without. (Append above the rules: make expands prerequisites as it
 # reads each rule.)
-TEST_PREREQS := install services chromium
+TEST_PREREQS := install data services chromium
 # Extra pytest arguments, e.g. `make test-services PYTEST_ARGS="tests/api -x"`.
 PYTEST_ARGS ?=
 # A skip fails the run (tests/conftest.py): what the suite needs is set up above, or left out on
@@ -26,7 +26,7 @@ PYTEST := PREWARM_TEST_STRICT=1 $(PY) -m pytest -p no:cacheprovider
 EMBEDDED_RUN := PREWARM_DATA_DIR=$(CURDIR)/var/test $(PYTEST) -m "not services" $(PYTEST_ARGS)
 SERVICES_RUN := $(SERVICES_ENV) $(PYTEST) -m "not browser" $(PYTEST_ARGS)
 
-.PHONY: install demo test test-embedded test-services services chromium bench lint clean
+.PHONY: install demo test test-embedded test-services services chromium data bench lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ services: install
 
 chromium: install
 	@$(PY) -m tests.prereqs chromium
+
+# The shared traces and vLLM event captures (../shared/data or PREWARM_SHARED_DATA).
+data: install
+	@$(PY) -m tests.prereqs data
 
 # Everything: the embedded default (SQLite, in-process worker; browser tests included), then the
 # same suite on the real PostgreSQL and Redis (live-process and e2e tests included).

@@ -4,6 +4,7 @@
                                                        here when installed but stopped; the
                                                        database in PG_URL created if missing
     python -m tests.prereqs chromium                   Debian's chromium for the browser tests
+    python -m tests.prereqs data                       the shared traces (../shared/data)
 
 Each missing piece stops the run with one line saying what is missing and how to get it (or how
 to leave those tests out on purpose). No Django here: this runs before any settings exist.
@@ -120,12 +121,24 @@ def ensure_chromium() -> str:
     return f"chromium at {CHROMIUM}"
 
 
+def ensure_shared_data() -> str:
+    from controlplane.core.traces.paths import shared_data_dir
+
+    path = shared_data_dir()
+    if not (path / "vllm-kv-events").is_dir() or not (path / "traces").is_dir():
+        raise Missing(f"the shared traces and vLLM event captures are not at {path}: clone the repo "
+                      "with ../shared beside it, or set PREWARM_SHARED_DATA=/path/to/shared/data")
+    return f"shared data at {path}"
+
+
 def main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["services"] and len(argv) == 3:
             found = [ensure_postgres(argv[1]), ensure_redis(argv[2])]
         elif argv == ["chromium"]:
             found = [ensure_chromium()]
+        elif argv == ["data"]:
+            found = [ensure_shared_data()]
         else:
             print(__doc__, file=sys.stderr)
             return 2

@@ -1,5 +1,7 @@
 """Date-time query parameters outside what the database stores are a 400, never a 500."""
 
+from datetime import UTC, datetime
+
 import pytest
 
 
@@ -11,5 +13,20 @@ def test_out_of_range_dates_are_refused(client_for, value):
 
 
 def test_a_sane_date_filters(client_for):
+    from controlplane.audit.models import AuditEvent
+
+    old, new = (AuditEvent.objects.create(actor_label="system", action=a, object_type="t") for a in ("old", "new"))
+    AuditEvent.objects.filter(pk=old.pk).update(at="2025-12-31T23:59:59Z")
+    AuditEvent.objects.filter(pk=new.pk).update(at="2026-01-01T00:00:00Z")  # the bound itself is in
     resp = client_for("operator").get("/api/audit-events/", {"since": "2026-01-01T00:00:00Z"})
     assert resp.status_code == 200
+    actions = {e["action"] for e in resp.json()["results"]}
+    assert "new" in actions and "old" not in actions
+
+
+def test_the_scoreboard_window_is_the_one_asked_for(client_for):
+    resp = client_for("operator").get("/api/scoreboard/", {"since": "2026-01-01T00:00:00Z",
+                                                           "until": "2026-01-02T00:00:00+02:00"})
+    assert resp.status_code == 200
+    window = {k: datetime.fromisoformat(v) for k, v in resp.json()["window"].items()}
+    assert window == {"since": datetime(2026, 1, 1, tzinfo=UTC), "until": datetime(2026, 1, 1, 22, tzinfo=UTC)}
