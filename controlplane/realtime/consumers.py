@@ -24,12 +24,26 @@ CLOSE_FORBIDDEN = 4403
 LIVE_JOBS_IN_SNAPSHOT = 100
 
 
+def cluster_summary() -> dict:
+    """The header figures of the dashboard: the socket's snapshot and the cache map's first paint."""
+    from controlplane.fleet.models import Engine, Node
+    from controlplane.replication.models import ReplicationJob, ReplicationPlan
+    from controlplane.replication.services import LIVE_JOB_STATES, OPEN_PLAN_STATES
+
+    return {
+        "nodes": {state: Node.objects.filter(state=state).count() for state in ("active", "stale", "retired")},
+        "engines": Engine.objects.count(),
+        "open_plans": ReplicationPlan.objects.filter(state__in=OPEN_PLAN_STATES).count(),
+        "live_job_count": ReplicationJob.objects.filter(state__in=LIVE_JOB_STATES).count(),
+    }
+
+
 def dashboard_snapshot(user) -> dict | None:
     """What a freshly opened dashboard needs before deltas make sense; None if the user has no role."""
     from controlplane.accounts.roles import role_of
-    from controlplane.fleet.models import Engine, Gpu, Node
-    from controlplane.replication.models import ReplicationJob, ReplicationPlan
-    from controlplane.replication.services import LIVE_JOB_STATES, OPEN_PLAN_STATES
+    from controlplane.fleet.models import Gpu
+    from controlplane.replication.models import ReplicationJob
+    from controlplane.replication.services import LIVE_JOB_STATES
 
     role = role_of(user)
     if role is None:
@@ -40,11 +54,9 @@ def dashboard_snapshot(user) -> dict | None:
         "at": time.time(),
         "user": user.get_username(),
         "role": role,
-        "nodes": {state: Node.objects.filter(state=state).count() for state in ("active", "stale", "retired")},
-        "engines": Engine.objects.count(),
+        **cluster_summary(),
         "gpus": [{"uuid": g.uuid, "memory_used": g.memory_used, "memory_total": g.memory_total}
                  for g in Gpu.objects.only("uuid", "memory_used", "memory_total")[:1024]],
-        "open_plans": ReplicationPlan.objects.filter(state__in=OPEN_PLAN_STATES).count(),
         "live_jobs": [{"job": str(j.pk), "state": j.state, "bytes": j.bytes, "bytes_done": j.bytes_done}
                       for j in jobs[:LIVE_JOBS_IN_SNAPSHOT]],
     }

@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI from a package: no CDN (offline clusters, our CSP)
     "channels",
     "controlplane.api",
     "controlplane.accounts",
@@ -110,6 +111,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Predictive speculative KV-cache replication: agents, gateways, operators.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "controlplane.replication.choices.JobState.CHOICES",
