@@ -5,6 +5,7 @@ lost; every job ends in a defined state; each recovery time is printed and bound
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 
@@ -12,7 +13,7 @@ import pytest
 
 from tests.e2e.harness import DashboardClient
 from tests.e2e.test_end_to_end import holders, jobs
-from tests.live import wait_for
+from tests.live import REPO, wait_for
 from tests.workflow import burst
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -133,5 +134,10 @@ def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_clus
             assert after.get('prewarm_agent_reports_total{outcome="rejected"}', 0) == 0
             assert after.get("prewarm_agent_spool_dropped_reports_total", 0) == 0
         print("recovery times (s):", json.dumps(timings))
+        # Kept for docs/reliability.md: the run's figures and the machine's load while it ran.
+        out = REPO / "test-artifacts" / "recovery-times.jsonl"
+        out.parent.mkdir(exist_ok=True)
+        with out.open("a") as f:
+            f.write(json.dumps({"at": time.time(), "loadavg": os.getloadavg(), **timings}) + "\n")
     finally:
         dash.close()
