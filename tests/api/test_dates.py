@@ -30,3 +30,13 @@ def test_the_scoreboard_window_is_the_one_asked_for(client_for):
     assert resp.status_code == 200
     window = {k: datetime.fromisoformat(v) for k, v in resp.json()["window"].items()}
     assert window == {"since": datetime(2026, 1, 1, tzinfo=UTC), "until": datetime(2026, 1, 1, 22, tzinfo=UTC)}
+
+
+def test_an_offset_beyond_what_postgresql_stores_is_the_instant_it_names(client_for):
+    """Python takes offsets up to 24 h, PostgreSQL up to 15:59: found by the schema fuzzer."""
+    operator = client_for("operator")
+    resp = operator.get("/api/audit-events/", {"since": "2290-07-25T06:57:00-20:08"})
+    assert resp.status_code == 200 and resp.json()["results"] == []
+    resp = operator.get("/api/scoreboard/", {"since": "2026-01-01T00:00:00-20:08", "until": "2026-01-03T00:00:00Z"})
+    assert resp.status_code == 200
+    assert datetime.fromisoformat(resp.json()["window"]["since"]) == datetime(2026, 1, 1, 20, 8, tzinfo=UTC)
