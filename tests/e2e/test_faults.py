@@ -54,6 +54,16 @@ def health(cluster) -> dict:
         return {"error": repr(exc)}
 
 
+def job_story(cluster) -> list[dict]:
+    """Each job's state, attempt, error and transitions, for a failure message."""
+    try:
+        return [{k: j.get(k) for k in ("id", "state", "attempt", "max_attempts", "error", "source", "target",
+                                       "deadline", "transitions", "created_at", "updated_at")}
+                for j in jobs(cluster)]
+    except Exception as exc:
+        return [{"error": repr(exc)}]
+
+
 def recover(cluster, what: str, t0: float, engines_with_prefix: int, timings: dict) -> None:
     # Healthy includes every job ended: the jobs' own bound can be the longer one.
     ceiling = max(RECOVERY_LIMIT_S, cluster.job_ceiling_s())
@@ -97,8 +107,11 @@ def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_clus
         victim.proc.kill(signal.SIGKILL)
         time.sleep(2)
         cluster.restart_agent(victim)
-        wait_for(lambda: all(j["state"] in TERMINAL for j in jobs(cluster)), cluster.job_ceiling_s(),
-                 what="every job in a terminal state after the agent kill")
+        try:
+            wait_for(lambda: all(j["state"] in TERMINAL for j in jobs(cluster)), cluster.job_ceiling_s(),
+                     what="every job in a terminal state after the agent kill")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {json.dumps(job_story(cluster), default=str)[:6000]}") from None
         timings["agent killed: every job ended"] = round(time.time() - t0, 2)
         finished = jobs(cluster)
         assert {j["state"] for j in finished} == {"succeeded"}, finished
