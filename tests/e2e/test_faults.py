@@ -114,8 +114,20 @@ def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_clus
             raise AssertionError(f"{exc}: {json.dumps(job_story(cluster), default=str)[:6000]}") from None
         timings["agent killed: every job ended"] = round(time.time() - t0, 2)
         finished = jobs(cluster)
-        assert {j["state"] for j in finished} == {"succeeded"}, finished
-        assert max(j["attempt"] for j in finished if j["target"] == running["target"]) >= 2
+        # The product's rule: a job retries (PREWARM_JOB_MAX_ATTEMPTS, with backoff) and succeeds
+        # once its target's agent is back; if the agent takes longer to come back than the retry
+        # window (the backoffs plus the source's own connect retries: seconds; a loaded machine
+        # can take longer to start a Python process), the job fails with every attempt used and
+        # says why. Every other job succeeds.
+        story = json.dumps(job_story(cluster), default=str)[:6000]
+        for j in finished:
+            if j["state"] == "failed":
+                assert j["target"] == running["target"] and j["attempt"] == j["max_attempts"], story
+                assert j["error"], story  # e.g. "source on node 1: transfer to 127.0.0.1:<port> failed: ..."
+            else:
+                assert j["state"] == "succeeded", story
+        assert max(j["attempt"] for j in finished if j["target"] == running["target"]) >= 2, story
+        timings["agent killed: victim's job"] = next(j["state"] for j in finished if j["id"] == running["id"])
         for node in targets:  # the engines load the copied KV: their own events now say so
             node.publish_stored(burst.PREFIX_TOKENS)
         recover(cluster, "agent killed mid-transfer", t0, 3, timings)
