@@ -40,3 +40,9 @@ def test_an_offset_beyond_what_postgresql_stores_is_the_instant_it_names(client_
     resp = operator.get("/api/scoreboard/", {"since": "2026-01-01T00:00:00-20:08", "until": "2026-01-03T00:00:00Z"})
     assert resp.status_code == 200
     assert datetime.fromisoformat(resp.json()["window"]["since"]) == datetime(2026, 1, 1, 20, 8, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("query", [{"limit": "40829804512897751056384"}, {"offset": "40829804512897751056384"}])
+def test_a_limit_or_offset_beyond_a_bigint_is_bounded_not_a_500(client_for, query):
+    resp = client_for("operator").get("/api/nodes/", query)
+    assert resp.status_code == 200 and resp.json()["results"] == []
