@@ -17,7 +17,22 @@ SERVICES_ENV := DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) PREWARM_TEST_
 	SECRET_KEY=test-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz ALLOWED_HOSTS=127.0.0.1,localhost,testserver \
 	PREWARM_SECURE=false PREWARM_DATA_DIR=$(CURDIR)/var/test-services
 
-.PHONY: install vllm-env lmcache-env test-vllm demo test test-embedded test-services bench lint lint-imports clean
+# What the tests need set up before any runs; a new prerequisite (an engine's virtualenv, a
+# service) is one more target appended here: TEST_PREREQS += my-target. Each half takes all of
+# them but the one it does without. (Append above the rules: make expands prerequisites as it
+# reads each rule.)
+TEST_PREREQS := install lint-imports data services chromium vllm-env lmcache-env
+# Extra pytest arguments, e.g. `make test-services PYTEST_ARGS="tests/api -x"`.
+PYTEST_ARGS ?=
+# A skip fails the run (tests/conftest.py): what the suite needs is set up above, or left out on
+# purpose with PREWARM_TEST_WITHOUT=browser (the summary says so; refused under CI=true).
+PYTEST := PREWARM_TEST_STRICT=1 $(PY) -m pytest -p no:cacheprovider
+EMBEDDED_RUN := PREWARM_DATA_DIR=$(CURDIR)/var/test $(PYTEST) -m "not services" $(PYTEST_ARGS)
+# The real vLLM and LMCache processes run once, in the embedded half (they do not depend on the
+# database backend, and two vLLM engines take minutes to start).
+SERVICES_RUN := $(SERVICES_ENV) $(PYTEST) -m "not browser and not vllm and not lmcache" $(PYTEST_ARGS)
+
+.PHONY: install vllm-env lmcache-env test-vllm demo test test-embedded test-services services chromium data bench lint lint-imports clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,17 +73,35 @@ lmcache-env: $(LMCACHE_STAMP)
 demo: install $(if $(filter real,$(PRESET)),vllm-env)
 	$(PY) -m controlplane.demo --host $(HOST) --port $(PORT) --preset $(PRESET)
 
-test: install test-embedded test-services
+# PostgreSQL and Redis answering (started when installed but stopped); one line if missing.
+services: install
+	@$(PY) -m tests.prereqs services $(PG_URL) $(REDIS_TEST_URL)
 
-test-embedded: install
-	PREWARM_DATA_DIR=$(CURDIR)/var/test $(PY) -m pytest -m "not services" -p no:cacheprovider
+chromium: install
+	@$(PY) -m tests.prereqs chromium
 
-# The tests against real vLLM engines (two CPU engines, ~3 GB and ~1 min each to start).
+# The tests against real vLLM engines alone (two CPU engines, ~3 GB and ~1 min each to start).
 test-vllm: install vllm-env
-	PREWARM_DATA_DIR=$(CURDIR)/var/test $(PY) -m pytest -m vllm -p no:cacheprovider tests/realvllm
+	PREWARM_DATA_DIR=$(CURDIR)/var/test $(PYTEST) -m vllm tests/realvllm
 
-test-services: install
-	$(SERVICES_ENV) $(PY) -m pytest -m "not browser" -p no:cacheprovider
+# The shared traces and vLLM event captures (../shared/data or PREWARM_SHARED_DATA).
+data: install
+	@$(PY) -m tests.prereqs data
+
+# Everything: the embedded default (SQLite, in-process worker; browser tests included), then the
+# same suite on the real PostgreSQL and Redis (live-process and e2e tests included).
+test: $(TEST_PREREQS)
+	$(EMBEDDED_RUN)
+	$(SERVICES_RUN)
+
+# Opt-outs: one half only, each says at the end what it left out.
+test-embedded: $(filter-out services,$(TEST_PREREQS))
+	$(EMBEDDED_RUN)
+	@echo "make test-embedded: left out the PostgreSQL + Redis half (make test-services; make test runs both)"
+
+test-services: $(filter-out chromium vllm-env lmcache-env,$(TEST_PREREQS))
+	$(SERVICES_RUN)
+	@echo "make test-services: left out the embedded half, the browser tests and the real vLLM / LMCache tests (make test runs both)"
 
 bench: install
 	@for b in $$(ls bench/[a-z]*.py | grep -v gpu_check); do echo "== $$b"; $(PY) $$b --quick --json var/bench/$$(basename $$b .py).json || exit 1; done

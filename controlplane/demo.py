@@ -10,17 +10,24 @@ one; Ctrl-C stops them all.
 (`controlplane/realvllm/demo.py`).
 
 Each run starts from an empty database under `var/demo/<preset>/` so that the scoreboard is about
-this run's preset; the demo password is kept in `var/demo/password`.
+this run's preset; the demo password is kept in `var/demo/password`. A run holds
+`var/demo/<preset>.lock` (and every process it starts inherits it) until its last process has
+exited: a second run of the same preset waits for the previous one to finish stopping, or says
+plainly that another one is running; so does a run whose port is taken. Two presets run side by
+side on different ports (`PRESET=steady PORT=8001 make demo`).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import fcntl
 import json
 import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -49,6 +56,58 @@ SETTINGS = {"PREWARM_DEMAND_BUCKET_SECONDS": "5", "PREWARM_SCORE_SECONDS": "10",
             # A demo lasts minutes, not days: a verdict after 5 scored replicas, said on the page.
             "PREWARM_SCOREBOARD_MIN_REPLICAS": "5",
             "PREWARM_NODE_STALE_SECONDS": "15", "PREWARM_WARMING_LEAD_SECONDS": "30"}
+
+
+# How long a new run waits for a previous one to let go of the folder or the port: its Ctrl-C
+# stops the cluster's agents, then the web process, each given 15 s to exit.
+WAIT_FOR_PREVIOUS_S = 45.0
+
+
+def _lock(data: Path, timeout_s: float = WAIT_FOR_PREVIOUS_S, beside: str = "PRESET=steady PORT=8001") -> int:
+    """Hold ``<data>.lock`` for this run; wait while a previous run still holds it."""
+    fd = os.open(str(data) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    deadline, told = time.monotonic() + timeout_s, False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                raise SystemExit(f"another demo of this preset is running ({holder}; folder {data}): "
+                                 f"stop it first, or run another preset beside it ({beside} make demo)") from None
+            if not told:
+                print(f"waiting for the previous demo run to stop (it holds {data}) ...", flush=True)
+                told = True
+            time.sleep(0.5)
+            continue
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        return fd
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as daphne binds: TIME_WAIT is no obstacle
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
+def _wait_for_port(host: str, port: int, timeout_s: float = WAIT_FOR_PREVIOUS_S) -> None:
+    deadline, told = time.monotonic() + timeout_s, False
+    while not _port_free(host, port):
+        if time.monotonic() >= deadline:
+            raise SystemExit(f"port {port} on {host} is in use (another demo or server?): stop it, "
+                             f"or choose another port (PORT={port + 1} make demo)")
+        if not told:
+            print(f"waiting for port {port} on {host} to be free ...", flush=True)
+            told = True
+        time.sleep(0.5)
 
 
 def _password() -> str:
@@ -106,7 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown preset {args.preset!r}; known: {', '.join(PRESETS)}")
     preset = PRESETS[args.preset]
     data = DEMO_DIR / args.preset
-    shutil.rmtree(data, ignore_errors=True)  # each run starts empty: the scoreboard is this run's
+    DEMO_DIR.mkdir(parents=True, exist_ok=True)
+    other = next((name for name in PRESETS if name != args.preset), args.preset)
+    # Held by this process and inherited by every child (pass_fds below).
+    lock = _lock(data, beside=f"PRESET={other} PORT={args.port + 1}")
+    _wait_for_port(args.host, args.port)
+    if data.exists():
+        shutil.rmtree(data)  # each run starts empty: the scoreboard is this run's
     data.mkdir(parents=True)
     password = _password()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings",
@@ -138,13 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     procs.append(subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port),
          "controlplane.asgi:application"],
-        cwd=ROOT, env={**env, "PREWARM_EMBEDDED_WORKER": "true"}, stdout=web_log, stderr=subprocess.STDOUT))
+        cwd=ROOT, env={**env, "PREWARM_EMBEDDED_WORKER": "true"}, stdout=web_log, stderr=subprocess.STDOUT,
+        pass_fds=(lock,)))
     _wait_healthy(url, procs[0])
     procs.append(subprocess.Popen(
         [sys.executable, "-m", "controlplane.sim.cli", "cluster", "--preset", preset.name,
          "--control-plane", url.rstrip("/"), "--dir", str(data / "cluster"), "--spawn-agents",
          "--loop", "--credentials", str(credentials), "--json", str(data / "cluster-summary.json")],
-        cwd=ROOT, env=env))
+        cwd=ROOT, env=env, pass_fds=(lock,)))
     print(f"\nPrewarm is running at {url}\n"
           f"  login: admin / {password}  (also operator, viewer)\n"
           f"  preset {preset.name}: {preset.description}; {preset.engines} real agents\n"

@@ -3,8 +3,9 @@
 from django.contrib import admin
 from django.http import JsonResponse
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from controlplane.api.docs import sidecar_asset
 from controlplane.metrics import MetricsView
 
 
@@ -21,12 +22,14 @@ api = [
     path("", include("controlplane.accounts.api.urls")),
     path("metrics/", MetricsView.as_view(), name="metrics"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
 ]
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    # The sidecar's files where drf-spectacular links them (STATIC_URL + the package's folder).
+    path("static/drf_spectacular_sidecar/<path:path>", sidecar_asset, name="sidecar-asset"),
     path("api/", include(api)),
     path("", include("frontend.urls")),
 ]

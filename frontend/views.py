@@ -96,7 +96,10 @@ def plotly_js(request):
 
 @needs(Role.VIEWER)
 def cache_map(request):
-    return page(request, "cachemap.html", "map", states=STATES,
+    from controlplane.realtime.consumers import cluster_summary
+
+    # The header has figures on first paint; the socket only updates them.
+    return page(request, "cachemap.html", "map", states=STATES, summary=cluster_summary(),
                 page_size=DEFAULT_ENGINES_PER_PAGE, prefixes=DEFAULT_PREFIXES)
 
 

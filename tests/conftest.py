@@ -1,6 +1,9 @@
-"""Shared fixtures: users per role, API clients, enrolled agents, gateway tokens."""
+"""Shared fixtures: users per role, API clients, enrolled agents, gateway tokens. The run's rules
+(a skip fails `make test` and CI; PREWARM_TEST_WITHOUT) are the plugin tests/run_rules.py."""
 
 import pytest
+
+pytest_plugins = ["tests.run_rules"]
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,11 @@
-"""A real control plane (daphne) on a loopback port, for tests that cross process boundaries."""
+"""A real control plane (daphne) on a loopback port, for tests that cross process boundaries.
+
+On the SQLite default it uses a file under its data directory. Where the environment's
+``DATABASE_URL`` names a PostgreSQL server (`make test-services`), it creates a database of its own
+there and drops it in ``close()``, as pytest-django does for in-process tests: nothing needs to
+exist beforehand and parallel runs never share one. A caller that passes ``DATABASE_URL`` in
+``env`` (the benchmarks, several web processes on one database) owns that database itself.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,9 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -29,6 +38,12 @@ class LiveControlPlane:
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "PREWARM_DATA_DIR": str(data_dir), "DJANGO_SETTINGS_MODULE": "controlplane.settings",
                     "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.database: str | None = None
+        url = self.env.get("DATABASE_URL", "")
+        if "DATABASE_URL" not in (env or {}) and url.startswith(("postgres://", "postgresql://")):
+            self.database = f"prewarm_live_{uuid.uuid4().hex[:10]}"
+            pg_admin(url, f'CREATE DATABASE "{self.database}"')
+            self.env["DATABASE_URL"] = urlsplit(url)._replace(path=f"/{self.database}").geturl()
         self.proc: subprocess.Popen | None = None
         self.log = open(data_dir / "daphne.log", "ab")  # noqa: SIM115 - closed in close()
 
@@ -65,6 +80,18 @@ class LiveControlPlane:
     def close(self) -> None:
         self.stop()
         self.log.close()
+        if self.database:
+            pg_admin(self.env["DATABASE_URL"], f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+            self.database = None
+
+
+def pg_admin(url: str, sql: str) -> None:
+    """Run one statement on the maintenance database of the server ``url`` names."""
+    import psycopg
+
+    admin = urlsplit(url.replace("postgres://", "postgresql://", 1))._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql)
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.2, what: str = "condition"):

@@ -23,6 +23,20 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 
 
+def cluster_summary() -> dict:
+    """The header figures of the dashboard: the socket's snapshot and the cache map's first paint."""
+    from controlplane.fleet.models import Engine, Node
+    from controlplane.replication.models import ReplicationJob, ReplicationPlan
+    from controlplane.replication.services import LIVE_JOB_STATES, OPEN_PLAN_STATES
+
+    return {
+        "nodes": {state: Node.objects.filter(state=state).count() for state in ("active", "stale", "retired")},
+        "engines": Engine.objects.count(),
+        "open_plans": ReplicationPlan.objects.filter(state__in=OPEN_PLAN_STATES).count(),
+        "live_job_count": ReplicationJob.objects.filter(state__in=LIVE_JOB_STATES).count(),
+    }
+
+
 def dashboard_snapshot(user) -> dict | None:
     """What a freshly opened dashboard needs before deltas make sense; None if the user has no role.
 
@@ -30,9 +44,6 @@ def dashboard_snapshot(user) -> dict | None:
     comes with the cache map's own REST call, jobs with the jobs page's table.
     """
     from controlplane.accounts.roles import role_of
-    from controlplane.fleet.models import Engine, Node
-    from controlplane.replication.models import ReplicationJob, ReplicationPlan
-    from controlplane.replication.services import LIVE_JOB_STATES, OPEN_PLAN_STATES
 
     role = role_of(user)
     if role is None:
@@ -42,10 +53,7 @@ def dashboard_snapshot(user) -> dict | None:
         "at": time.time(),
         "user": user.get_username(),
         "role": role,
-        "nodes": {state: Node.objects.filter(state=state).count() for state in ("active", "stale", "retired")},
-        "engines": Engine.objects.count(),
-        "open_plans": ReplicationPlan.objects.filter(state__in=OPEN_PLAN_STATES).count(),
-        "live_jobs": ReplicationJob.objects.filter(state__in=LIVE_JOB_STATES).count(),
+        **cluster_summary(),
     }
 
 

@@ -291,7 +291,7 @@ def end(job: ReplicationJob, to: str, why: str) -> ReplicationJob | None:
     except IllegalTransition:
         return None
     _cancel_on_agents(job)
-    publish(groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state})
+    publish(groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state, "error": job.error})
     return job
 
 
@@ -311,7 +311,7 @@ def sweep(now=None) -> dict:
             if gone or not roles:
                 expired += bool(end(job, JobState.EXPIRED, f"agent of the {', '.join(gone) or 'target'} is gone"))
             elif job.deadline and job.deadline <= now:
-                expired += bool(end(job, JobState.EXPIRED, "deadline passed"))
+                expired += bool(end(job, JobState.EXPIRED, _deadline_passed(job)))
             elif job.state in DELIVERY_STATES and job.attempt_deadline and job.attempt_deadline <= now:
                 fail(job, f"attempt {job.attempt} took longer than {settings.PREWARM_JOB_ATTEMPT_SECONDS:.0f}s")
                 failed += 1
@@ -327,6 +327,23 @@ def sweep(now=None) -> dict:
                 redelivered += 1
     return {"expired": expired, "failed": failed, "redelivered": redelivered, "dispatched": due,
             **confirm.sweep(now)}
+
+
+def _deadline_passed(job: ReplicationJob) -> str:
+    """Why a job expired by its deadline: in which state, and what held it up."""
+    why = f"deadline passed while {job.state}"
+    if job.state == JobState.APPROVED and job.attempt:
+        why += f", waiting to retry after attempt {job.attempt}/{job.max_attempts}"
+        if job.error:
+            why += f" failed: {job.error}"
+    elif job.state == JobState.APPROVED:
+        why += ", never dispatched"
+    elif job.state == JobState.DISPATCHED:
+        unacked = [r for r in roles_of(job) if job.acks.get(r) != job.attempt]
+        why += f" (attempt {job.attempt}), not acknowledged by the {', '.join(unacked) or 'agents'}"
+    elif job.state == JobState.RUNNING:
+        why += f" (attempt {job.attempt}), {job.bytes_done} of {job.bytes} bytes copied"
+    return why
 
 
 def _dispatch_later(job_id) -> None:

@@ -24,6 +24,8 @@ def transition(job: ReplicationJob, to: str, detail: str = "", **fields) -> Repl
         return locked  # idempotent: the same message delivered twice
     if not can_transition(locked.state, to):
         raise IllegalTransition(f"job {locked.pk}: {locked.state} -> {to} is not allowed")
+    if to in (JobState.FAILED, JobState.EXPIRED) and "error" not in fields:
+        fields["error"] = detail[:2000]  # a job that ended badly says why, in the table and the API
     JobTransition.objects.create(job=locked, from_state=locked.state, to_state=to, detail=detail[:2000])
     locked.state = to
     for name, value in fields.items():

@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI from a package: no CDN (offline clusters, our CSP)
     "channels",
     "axes",  # before controlplane.accounts, whose admin replaces axes' AccessAttempt admin
     "controlplane.api",
@@ -104,7 +105,7 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "controlplane.api.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.api.exceptions.exception_handler",
@@ -119,6 +120,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Predictive speculative KV-cache replication: agents, gateways, operators.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "controlplane.replication.choices.JobState.CHOICES",

@@ -21,12 +21,12 @@ def run(publisher, frames, lost=(), buffer_size=1000, first_seq=0):
     publisher.buffer_size = buffer_size
     res = EngineResidency("vllm-0", 16)
     sub = EngineSubscriber(res, publisher.endpoint, publisher.replay_endpoint)
+    before = publisher.subscriptions
     sub.start()
-    sub.connected.wait(5)
-    time.sleep(0.3)  # PUB/SUB: let the subscription reach the publisher (slow joiner)
+    publisher.wait_subscribed(before)  # PUB/SUB: what is sent before the subscription is lost
     for i, (topic, _seq, payload) in enumerate(frames):
         publisher.publish(topic, first_seq + i, payload, deliver=i not in lost)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a ceiling: the last frame normally lands in milliseconds
     while sub.tracker.last_seq != first_seq + len(frames) - 1 and time.monotonic() < deadline:
         time.sleep(0.02)
     sub.stop()

@@ -11,7 +11,13 @@ import pytest
 from controlplane.core.blockhash import to_hex
 from nodeagent.blockstore import FileBlockStore
 from tests.agent.fake_control_plane import FakeControlPlane
-from tests.agent.test_transfer_processes import free_port, start_agent, stop, wait_result
+from tests.agent.test_transfer_processes import (
+    AGENT_START_S,
+    free_port,
+    start_agent,
+    stop,
+    wait_result,
+)
 
 pytest.importorskip(
     "torch.distributed", reason="the nccl transport needs torch (pip install -e '.[nccl]')"
@@ -51,7 +57,7 @@ def agents(tmp_path_factory):
     src = start_agent(cp, tmp, "src", "enrol-1", store.dir, free_port())
     dst = start_agent(cp, tmp, "dst", "enrol-2", tmp / "dst-blocks", free_port())
     try:
-        assert cp.wait_for(lambda: len(cp.nodes) == 2, 20), "agents did not enrol"
+        assert cp.wait_for(lambda: len(cp.nodes) == 2, AGENT_START_S), "agents did not enrol"
         yield cp, store, keys, FileBlockStore(tmp / "dst-blocks")
     finally:
         stop(src, dst)
@@ -61,11 +67,12 @@ def agents(tmp_path_factory):
 def test_two_agents_move_verified_bytes_over_gloo(agents):
     cp, store, keys, got = agents
     s, d = cp.node_id("src"), cp.node_id("dst")
-    spec = nccl_job(keys, free_port(), deadline_s=30)
+    # The first job starts torch.distributed in both agents: seconds, more on a loaded machine.
+    spec = nccl_job(keys, free_port(), deadline_s=120)
     cp.assign(s, {**spec, "role": "source"})
     cp.assign(d, {**spec, "role": "target"})
-    target = wait_result(cp, spec["id"], d)
-    source = wait_result(cp, spec["id"], s)
+    target = wait_result(cp, spec["id"], d, timeout=120 + 15)  # the agents end it by its deadline
+    source = wait_result(cp, spec["id"], s, timeout=120 + 15)
     assert target["state"] == "succeeded", target["error"]
     assert source["state"] == "succeeded", source["error"]
     assert target["bytes"] == source["bytes"] == len(keys) * BLOCK
@@ -85,7 +92,7 @@ def test_source_never_joins_fails_target_by_deadline_with_nothing_stored(agents)
     fresh = [0x3000 + i for i in range(4)]  # keys the target has never held
     spec = nccl_job(fresh, free_port(), deadline_s=3)
     cp.assign(d, {**spec, "role": "target"})  # the source is never told: it never joins
-    failed = wait_result(cp, spec["id"], d, timeout=20)
+    failed = wait_result(cp, spec["id"], d, timeout=3 + 15)  # failed by its deadline, then reported
     assert failed["state"] == "failed"
     assert "nccl receive failed: peer did not join" in failed["error"]
     assert failed["bytes"] == 0 and failed["checksum"] is None
@@ -101,10 +108,11 @@ def test_bytes_that_do_not_match_the_checksum_are_not_stored(agents):
         store.write(k, os.urandom(BLOCK))
 
     def replicate():
-        spec = nccl_job(keys, free_port(), deadline_s=30)
+        spec = nccl_job(keys, free_port(), deadline_s=120)
         cp.assign(s, {**spec, "role": "source"})
         cp.assign(d, {**spec, "role": "target"})
-        return wait_result(cp, spec["id"], d), wait_result(cp, spec["id"], s)
+        return (wait_result(cp, spec["id"], d, timeout=120 + 15),
+                wait_result(cp, spec["id"], s, timeout=120 + 15))
 
     target, _ = replicate()  # the source agent now holds these blocks' digests
     assert target["state"] == "succeeded", target["error"]

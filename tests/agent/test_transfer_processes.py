@@ -16,6 +16,11 @@ from nodeagent.blockstore import FileBlockStore
 
 REPO = Path(__file__).resolve().parents[2]
 BLOCK = 1 << 20
+# Each job's deadline: the agents end it (succeeded or failed) by then, so it bounds every wait
+# for a result. A passing test waits seconds.
+JOB_DEADLINE_S = 60.0
+# An agent process importing its modules and enrolling: seconds normally, more on a loaded machine.
+AGENT_START_S = 60.0
 
 
 def free_port():
@@ -65,7 +70,7 @@ def job(job_id, keys, src_port, dst_port, attempt=1):
         "source": {"node_id": 1, "transfer": f"127.0.0.1:{src_port}"},
         "target": {"node_id": 2, "transfer": f"127.0.0.1:{dst_port}"},
         "secret": f"secret-{job_id}",  # the control plane's per-job secret
-        "deadline": time.time() + 60,
+        "deadline": time.time() + JOB_DEADLINE_S,
         "attempt": attempt,
     }
 
@@ -75,7 +80,8 @@ def dispatch(cp, spec, src_node, dst_node):
     cp.assign(dst_node, {**spec, "role": "target"})
 
 
-def wait_result(cp, job_id, node, timeout=30):
+def wait_result(cp, job_id, node, timeout=JOB_DEADLINE_S + 15):
+    """An agent ends every job by its deadline, so its result is due by then (plus a report)."""
     def done():
         return [e for e in cp.results(job_id) if e["node"] == node]
 
@@ -106,7 +112,7 @@ def test_two_agents_move_verified_bytes(control_plane, tmp_path, blocks):
     src = start_agent(control_plane, tmp_path, "src", "enrol-1", store.dir, sp)
     dst = start_agent(control_plane, tmp_path, "dst", "enrol-2", tmp_path / "dst-blocks", dp)
     try:
-        assert control_plane.wait_for(lambda: len(control_plane.nodes) == 2, 20)
+        assert control_plane.wait_for(lambda: len(control_plane.nodes) == 2, AGENT_START_S)
         s, d = control_plane.node_id("src"), control_plane.node_id("dst")
         jid = str(uuid.uuid4())
         dispatch(control_plane, job(jid, keys, sp, dp), s, d)
@@ -118,7 +124,7 @@ def test_two_agents_move_verified_bytes(control_plane, tmp_path, blocks):
         assert all(bytes(got.read(k)) == bytes(store.read(k)) for k in keys)
         # Delivering the same job again answers from the journal, nothing runs twice.
         dispatch(control_plane, job(jid, keys, sp, dp), s, d)
-        assert control_plane.wait_for(lambda: len(control_plane.results(jid)) == 4, 10)
+        assert control_plane.wait_for(lambda: len(control_plane.results(jid)) == 4, JOB_DEADLINE_S)
         assert {e["state"] for e in control_plane.results(jid)} == {"succeeded"}
     finally:
         stop(src, dst)
@@ -137,7 +143,7 @@ def test_receiver_killed_mid_transfer_fails_cleanly_then_retry_succeeds(
     dst = start_agent(control_plane, tmp_path, "dst", "enrol-2", tmp_path / "dst-blocks", dp)
     dst2 = None
     try:
-        assert control_plane.wait_for(lambda: len(control_plane.nodes) == 2, 20)
+        assert control_plane.wait_for(lambda: len(control_plane.nodes) == 2, AGENT_START_S)
         s, d = control_plane.node_id("src"), control_plane.node_id("dst")
         jid = str(uuid.uuid4())
         dispatch(control_plane, job(jid, keys, sp, dp), s, d)
@@ -146,7 +152,7 @@ def test_receiver_killed_mid_transfer_fails_cleanly_then_retry_succeeds(
                 e["type"] == "job.progress" and e["node"] == d and e["bytes_done"] >= 4 * BLOCK
                 for e in control_plane.events
             ),
-            20,
+            JOB_DEADLINE_S,
         )
         dst.kill()
         dst.wait()
@@ -155,10 +161,10 @@ def test_receiver_killed_mid_transfer_fails_cleanly_then_retry_succeeds(
         assert not any(FileBlockStore(tmp_path / "dst-blocks").contains(k) for k in keys)
         # The control plane retries the job (attempt 2) with a fresh receiver.
         dst2 = start_agent(control_plane, tmp_path, "dst2", "enrol-3", tmp_path / "dst2-blocks", dp)
-        assert control_plane.wait_for(lambda: len(control_plane.nodes) == 3, 20)
+        assert control_plane.wait_for(lambda: len(control_plane.nodes) == 3, AGENT_START_S)
         d2 = control_plane.node_id("dst2")
         dispatch(control_plane, job(jid, keys, sp, dp, attempt=2), s, d2)
-        ok = wait_result(control_plane, jid, d2, timeout=40)
+        ok = wait_result(control_plane, jid, d2)
         assert ok["state"] == "succeeded"
         got = FileBlockStore(tmp_path / "dst2-blocks")
         assert all(bytes(got.read(k)) == bytes(store.read(k)) for k in keys)

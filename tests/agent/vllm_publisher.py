@@ -8,6 +8,7 @@ answers ``[b"", start_seq]`` with ``[b"", topic, seq, payload]`` for each buffer
 from __future__ import annotations
 
 import threading
+import time
 
 import zmq
 
@@ -17,7 +18,11 @@ class TestPublisher:
 
     def __init__(self, buffer_size: int = 1000):
         self.ctx = zmq.Context()
-        self.pub = self.ctx.socket(zmq.PUB)
+        # XPUB: a PUB that also hears subscriptions, so a test can wait for its subscriber (ZMQ's
+        # slow joiner: what is sent before the subscription arrives is dropped) instead of sleeping.
+        self.pub = self.ctx.socket(zmq.XPUB)
+        self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscription, not just the first per topic
+        self.subscriptions = 0
         self.pub.setsockopt(zmq.LINGER, 0)
         port = self.pub.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
@@ -40,6 +45,17 @@ class TestPublisher:
             del self.buffer[: -self.buffer_size]
         if deliver:
             self.pub.send_multipart([topic, seq.to_bytes(8, "big", signed=True), payload])
+
+    def wait_subscribed(self, more_than: int = 0, timeout: float = 15.0) -> int:
+        """Return (the count) once more than ``more_than`` subscriptions have reached this publisher."""
+        deadline = time.monotonic() + timeout
+        while self.subscriptions <= more_than:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no new subscriber on {self.endpoint} after {timeout}s")
+            if self.pub.poll(int(left * 1000)) and self.pub.recv()[:1] == b"\x01":
+                self.subscriptions += 1
+        return self.subscriptions
 
     def _serve_replay(self) -> None:
         while not self._stop.is_set():

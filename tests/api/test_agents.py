@@ -122,7 +122,9 @@ def test_agent_cannot_touch_another_nodes_engine_or_operator_api(enrol):
     agent_a.post("/api/agents/report/", report(1, [(K[0], None, "GPU")], mode="snapshot"), format="json")
     engine = Engine.objects.get(node__name="node-a")
     resp = agent_b.post(f"/api/engines/{engine.pk}/lifecycle/", {"lifecycle": "draining"}, format="json")
-    assert resp.status_code in (403, 404)
+    assert resp.status_code == 403
+    engine.refresh_from_db()
+    assert engine.lifecycle != "draining"
     assert agent_a.get("/api/plans/").status_code == 403
     assert agent_a.post("/api/request-records/", {"records": []}, format="json").status_code == 403
 

@@ -1,15 +1,15 @@
 """Gateways post request records; they become workload keys and demand buckets."""
 
 import json
-from pathlib import Path
 
 from controlplane.core import blockhash
+from controlplane.core.traces.paths import shared_data_dir
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.fleet.models import Engine
 
 from .helpers import report
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
+SHARED = shared_data_dir()
 
 
 def mooncake_records(n=200):

@@ -187,6 +187,30 @@ class Cluster:
         self.gateway_token = ""
         self.source_bytes: dict[int, bytes] = {}
 
+    # -- the product's bounds, for the tests' ceilings -----------------------------------------
+    def setting(self, name: str) -> float:
+        """A control-plane setting as this cluster's processes see it (env, else the default)."""
+        from django.conf import settings
+
+        return float(self.env.get(name, getattr(settings, name)))
+
+    def job_bound_s(self) -> float:
+        """How long a live job can take to end, by the product's own rules: every attempt runs
+        out its attempt deadline (``PREWARM_JOB_ATTEMPT_SECONDS``), the sweep (every
+        ``PREWARM_SWEEP_SECONDS``) notices, and the backoff before the next attempt passes."""
+        from django.conf import settings
+
+        sweep = float(self.env.get("PREWARM_SWEEP_SECONDS", settings.PREWARM_SCHEDULE["sweep_jobs"]))
+        attempt, base = self.setting("PREWARM_JOB_ATTEMPT_SECONDS"), self.setting("PREWARM_JOB_BACKOFF_SECONDS")
+        most = self.setting("PREWARM_JOB_BACKOFF_MAX_SECONDS")
+        return sum(attempt + sweep + min(most, base * 2 ** (n - 1))
+                   for n in range(1, int(self.setting("PREWARM_JOB_MAX_ATTEMPTS")) + 1))
+
+    def job_ceiling_s(self) -> float:
+        """What a test waits at most for jobs to end: twice the bound, since on a loaded machine
+        the sweep itself runs late. A passing test never waits for it."""
+        return 2 * self.job_bound_s()
+
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> Cluster:
         if self.services:

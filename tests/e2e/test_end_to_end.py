@@ -78,7 +78,7 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
                         60, what="a decided plan with items")
         assert plan["mode"] == "auto" and plan["state"] in ("approved", "executing", "done"), plan
         done = wait_for(lambda: (js := jobs(cluster)) and all(j["state"] in TERMINAL for j in js) and js,
-                        90, what="every job finished")
+                        cluster.job_ceiling_s(), what="every job finished")
         print(f"burst -> every job finished in {time.time() - t0:.1f}s: {[j['state'] for j in done]}")
         assert {j["state"] for j in done} == {"landed"}, done
         for job in done:

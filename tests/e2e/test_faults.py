@@ -5,6 +5,7 @@ lost; every job ends in a defined state; each recovery time is printed and bound
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 
@@ -12,11 +13,13 @@ import pytest
 
 from tests.e2e.harness import DashboardClient
 from tests.e2e.test_end_to_end import holders, jobs
-from tests.live import wait_for
+from tests.live import REPO, wait_for
 from tests.workflow import burst
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 TERMINAL = {"landed", "confirmed", "unconfirmed", "lost", "succeeded", "failed", "cancelled", "expired"}
+# Recovery that involves no job (reports caught up, residency rebuilt) is bounded by the agents'
+# report backoff (1 s here) and the node stale time (10 s): a minute is six times that.
 RECOVERY_LIMIT_S = 60
 
 
@@ -51,9 +54,21 @@ def health(cluster) -> dict:
         return {"error": repr(exc)}
 
 
-def recover(cluster, what: str, t0: float, engines_with_prefix: int, timings: dict) -> None:
+def job_story(cluster) -> list[dict]:
+    """Each job's state, attempt, error and transitions, for a failure message."""
     try:
-        wait_for(lambda: healthy(cluster, engines_with_prefix), RECOVERY_LIMIT_S, interval=0.3,
+        return [{k: j.get(k) for k in ("id", "state", "attempt", "max_attempts", "error", "source", "target",
+                                       "deadline", "transitions", "created_at", "updated_at")}
+                for j in jobs(cluster)]
+    except Exception as exc:
+        return [{"error": repr(exc)}]
+
+
+def recover(cluster, what: str, t0: float, engines_with_prefix: int, timings: dict) -> None:
+    # Healthy includes every job ended: the jobs' own bound can be the longer one.
+    ceiling = max(RECOVERY_LIMIT_S, cluster.job_ceiling_s())
+    try:
+        wait_for(lambda: healthy(cluster, engines_with_prefix), ceiling, interval=0.3,
                  what=f"recovery from {what}")
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {json.dumps(health(cluster), default=str)[:3000]}") from None
@@ -82,26 +97,41 @@ def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_clus
         cluster.worker.kill(signal.SIGKILL)
         time.sleep(1)
         cluster.worker.start()
-        wait_for(lambda: jobs(cluster), RECOVERY_LIMIT_S, what="jobs after the worker's restart")
+        wait_for(lambda: jobs(cluster), cluster.job_ceiling_s(), what="jobs after the worker's restart")
         timings["worker killed: jobs dispatched"] = round(time.time() - t0, 2)
         # 2. A target agent is killed mid-transfer, and comes back.
-        running = wait_for(lambda: [j for j in jobs(cluster) if j["state"] == "running"], 60,
+        running = wait_for(lambda: [j for j in jobs(cluster) if j["state"] == "running"], cluster.job_ceiling_s(),
                            interval=0.05, what="a running job")[0]
         victim = cluster.node_of_engine(running["target"])
         t0 = time.time()
         victim.proc.kill(signal.SIGKILL)
         time.sleep(2)
         cluster.restart_agent(victim)
-        wait_for(lambda: all(j["state"] in TERMINAL for j in jobs(cluster)), RECOVERY_LIMIT_S,
-                 what="every job in a terminal state after the agent kill")
+        try:
+            wait_for(lambda: all(j["state"] in TERMINAL for j in jobs(cluster)), cluster.job_ceiling_s(),
+                     what="every job in a terminal state after the agent kill")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {json.dumps(job_story(cluster), default=str)[:6000]}") from None
+        timings["agent killed: every job ended"] = round(time.time() - t0, 2)
         finished = jobs(cluster)
-        # TCP moves bytes between agents' stores; a copy counts only once the engine shows it.
-        assert {j["state"] for j in finished} == {"landed"}, finished
-        assert max(j["attempt"] for j in finished if j["target"] == running["target"]) >= 2
+        # The product's rule: a job retries (PREWARM_JOB_MAX_ATTEMPTS, with backoff) and succeeds
+        # once its target's agent is back; if the agent takes longer to come back than the retry
+        # window (the backoffs plus the source's own connect retries: seconds; a loaded machine
+        # can take longer to start a Python process), the job fails with every attempt used and
+        # says why. Every other job lands.
+        story = json.dumps(job_story(cluster), default=str)[:6000]
+        for j in finished:
+            if j["state"] == "failed":
+                assert j["target"] == running["target"] and j["attempt"] == j["max_attempts"], story
+                assert j["error"], story  # e.g. "source on node 1: transfer to 127.0.0.1:<port> failed: ..."
+            else:  # TCP moves bytes between agents' stores; a copy counts only once the engine shows it
+                assert j["state"] == "landed", story
+        assert max(j["attempt"] for j in finished if j["target"] == running["target"]) >= 2, story
+        timings["agent killed: victim's job"] = next(j["state"] for j in finished if j["id"] == running["id"])
         for node in targets:  # the engines load the copied KV: their own events now say so
             node.publish_stored(burst.PREFIX_TOKENS)
-        wait_for(lambda: {j["state"] for j in jobs(cluster)} == {"confirmed"}, RECOVERY_LIMIT_S,
-                 what="every copy confirmed by its engine's KV events")
+        wait_for(lambda: all(j["state"] in ("confirmed", "failed") for j in jobs(cluster)), RECOVERY_LIMIT_S,
+                 what="every landed copy confirmed by its engine's KV events")
         recover(cluster, "agent killed mid-transfer", t0, 3, timings)
         # 3. Redis restarts empty (broker, channel layer, residency index all gone).
         t0 = time.time()
@@ -131,5 +161,10 @@ def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_clus
             assert after.get('prewarm_agent_reports_total{outcome="rejected"}', 0) == 0
             assert after.get("prewarm_agent_spool_dropped_reports_total", 0) == 0
         print("recovery times (s):", json.dumps(timings))
+        # Kept for docs/reliability.md: the run's figures and the machine's load while it ran.
+        out = REPO / "test-artifacts" / "recovery-times.jsonl"
+        out.parent.mkdir(exist_ok=True)
+        with out.open("a") as f:
+            f.write(json.dumps({"at": time.time(), "loadavg": os.getloadavg(), **timings}) + "\n")
     finally:
         dash.close()

@@ -131,3 +131,26 @@ def test_paging_keeps_the_filter(world):
         ReplicationJob.objects.create(target=world["engine"], prefix_keys=["01"], bytes=1, state="failed")
     html = signed_in("viewer").get("/jobs/?state=failed").content.decode()
     assert "?page=2&amp;state=failed" in html
+
+
+def test_cache_map_header_has_the_figures_on_first_paint(world):
+    page = signed_in("viewer").get("/").content.decode()
+    figures = dict(re.findall(r'data-stat="(\w+)">([^<]*)<', page))
+    # node-a active with 2 engines; the world's one plan is proposed (open); no jobs yet.
+    assert figures == {"nodes": "1", "stale": "0", "engines": "2", "plans": "1", "jobs": "0", "updated": "–"}
+
+
+def test_api_docs_are_served_whole_by_the_control_plane(db):
+    client = Client()
+    page = client.get("/api/docs/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert not INLINE_SCRIPT.search(html)  # the CSP allows no inline script
+    assets = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert assets and all(a.startswith("/") for a in assets), assets  # no CDN
+    for url in assets:
+        resp = client.get(url)
+        assert resp.status_code == 200, url
+        if url.endswith(".js") or "script" in url:
+            assert "javascript" in resp["Content-Type"], url
+    assert client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/nope.js").status_code == 404

@@ -19,7 +19,7 @@ from nodeagent.transfers.lmcache import LmcacheTransport
 from tests.live import wait_for
 from tests.lmcache.conftest import PIN_CHECK_S, PIN_TIMEOUT_S, tokens
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.lmcache, pytest.mark.slow]
 ENGINE_B = EngineConfig(engine_id="vllm-b", kv_events="tcp://127.0.0.1:1", lmcache_instance_id="B")
 LAPSE_S = PIN_TIMEOUT_S + 4 * PIN_CHECK_S + 10  # a lease ends within its timeout and a check
 

@@ -24,7 +24,7 @@ from nodeagent.transfers.base import Job
 from nodeagent.transfers.lmcache_mp import LmcacheMpTransport
 from tests.lmcache.conftest import tokens
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.lmcache, pytest.mark.slow]
 MODEL = "tiny"
 
 

@@ -24,7 +24,7 @@ from tests.api.conftest import make_user
 from tests.lmcache.conftest import tokens
 from tests.workflow.conftest import eager  # noqa: F401 - the fixture
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.lmcache, pytest.mark.slow]
 BLOCK, BPB = 16, 16 * 4096
 TOKENS = tokens(20_000, 20_512)  # two whole 256-token LMCache chunks
 

@@ -62,10 +62,20 @@ def test_speculation_map_advice(tmp_path):
         load_map(p)
 
 
-def test_bundled_map_loads():
+def test_bundled_map_gives_each_measured_cell_its_own_verdict():
+    """At a measured cell's coordinates the advice is that cell's, and its verdict follows the
+    cell's own beyond-seed-noise findings (recorded by the seeded runs that built the map)."""
     doc = load_map()
-    assert doc["cells"] and advice(0.1, 0.5, doc)["verdict"] in ("speculate", "reactive-enough",
-                                                                  "avoid")
+    assert len(doc["cells"]) >= 2
+    for cell in doc["cells"]:
+        a = advice(cell["copy_to_onset"], cell["load"], doc)
+        assert (a["cell"]["copy_to_onset"], a["cell"]["load"]) == (cell["copy_to_onset"], cell["load"])
+        assert a["expected_gain_p99"] == cell["predictive_gain_p99"]
+        better = cell["predictive_gain_p99_beyond_noise"] and cell["predictive_gain_p99"] > 0
+        worse = any(cell[f"predictive_gain_{s}_beyond_noise"] and cell[f"predictive_gain_{s}"] < 0
+                    for s in ("p99", "mean"))
+        want = "avoid" if worse else "speculate" if better else "reactive-enough"
+        assert a["verdict"] == want, (cell["copy_to_onset"], cell["load"], a)
 
 
 def test_speculative_copy_needs_room_in_the_slice():

@@ -27,7 +27,7 @@ from nodeagent.transfers.base import Job
 from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport
 
 
-def wait_for(pred, timeout=5.0, what="condition"):
+def wait_for(pred, timeout=30.0, what="condition"):  # a ceiling: events land in milliseconds
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():

@@ -7,6 +7,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from controlplane.audit.models import AuditEvent
 from controlplane.core import blockhash
@@ -200,6 +201,51 @@ def test_failed_job_retries_with_backoff_then_expires_when_agent_is_gone(fleet, 
     sweep_jobs.delay()
     job.refresh_from_db()
     assert job.state == JobState.EXPIRED
+    assert job.error == "agent of the target is gone"  # says why, not the earlier attempt's error
+
+
+def _job_via_api(fleet, job) -> dict:
+    resp = fleet.operator.get(f"/api/replication-jobs/{job.pk}/")
+    assert resp.status_code == 200
+    return resp.json()
+
+
+def test_a_job_whose_deadline_passes_says_in_which_state(fleet):
+    _, plan = run_cycle(fleet, "auto")
+    job = ReplicationJob.objects.filter(item__plan=plan).first()
+    names = {v: k for k, v in fleet.nodes.items()}
+    target = fleet.agents[names[job.target.node_id]]
+    assert target.post(f"/api/agents/jobs/{job.pk}/events/", {"type": "job.ack"}, format="json").status_code == 200
+    target.post(f"/api/agents/jobs/{job.pk}/events/", {"type": "job.progress", "bytes_done": 1024}, format="json")
+    ReplicationJob.objects.filter(pk=job.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    want = f"deadline passed while running (attempt 1), 1024 of {job.bytes} bytes copied"
+    assert job.state == JobState.EXPIRED and job.error == want
+    assert _job_via_api(fleet, job)["error"] == want
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(User.objects.get(username="op"))
+    page = browser.get("/jobs/?state=expired")
+    assert page.status_code == 200 and want in page.content.decode()  # the Error column
+
+
+def test_a_checksum_mismatch_fails_the_attempt_and_says_so(fleet, settings):
+    settings.PREWARM_JOB_MAX_ATTEMPTS = 1
+    _, plan = run_cycle(fleet, "auto")
+    job = ReplicationJob.objects.filter(item__plan=plan).first()
+    ReplicationJob.objects.filter(pk=job.pk).update(max_attempts=1)
+    names = {v: k for k, v in fleet.nodes.items()}
+    for engine, checksum in ((job.source, "ab" * 32), (job.target, "cd" * 32)):
+        agent = fleet.agents[names[engine.node_id]]
+        for msg in ({"type": "job.ack"}, {"type": "job.result", "state": "succeeded", "checksum": checksum,
+                                          "bytes": job.bytes}):
+            assert agent.post(f"/api/agents/jobs/{job.pk}/events/", msg, format="json").status_code == 200
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert _job_via_api(fleet, job)["error"] == "target checksum differs from the source's"
 
 
 def test_warming_engine_is_prewarmed_and_reports_readiness(fleet):

@@ -152,4 +152,4 @@ def _when(value, field):
         parsed = None
     if parsed is None or not in_range(parsed):
         raise ApiError("invalid", f"{field} is not an ISO 8601 date-time between 1970 and 9000", field)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)  # PG: offsets <= 15:59

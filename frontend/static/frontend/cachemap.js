@@ -106,6 +106,7 @@ async function load() {
   state.data = await api("GET", `/api/cache-map/?${q}`);
   state.states = state.data.states;
   render();
+  stat("updated", new Date().toLocaleTimeString());
 }
 
 // Live: refetch only the engines a delta touched, if they are on this page.
@@ -145,7 +146,7 @@ async function refresh() {
 onLive((msg) => {
   if (msg.type === "snapshot") {
     stat("nodes", msg.nodes.active); stat("stale", msg.nodes.stale); stat("engines", msg.engines);
-    stat("plans", msg.open_plans); stat("jobs", msg.live_jobs);
+    stat("plans", msg.open_plans); stat("jobs", msg.live_job_count);
     return;
   }
   stat("updated", new Date().toLocaleTimeString());

@@ -1,0 +1,52 @@
+"""`make demo` again right after Ctrl-C: a run waits for the previous one to let go of its folder
+and port, or says plainly what holds them; two presets live side by side."""
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from controlplane import demo
+
+
+def _holder(lock_path) -> subprocess.Popen:
+    """A previous run's straggler: a child that inherited the lock and is still stopping."""
+    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
+            "fcntl.flock(fd, fcntl.LOCK_EX); os.pwrite(fd, b'pid straggler', 0); print('held', flush=True);"
+            "sys.stdin.read()")
+    p = subprocess.Popen([sys.executable, "-c", code, str(lock_path)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_a_run_waits_for_the_previous_one_then_takes_the_folder(tmp_path, capsys):
+    data = tmp_path / "burst"
+    straggler = _holder(str(data) + ".lock")
+    try:
+        with pytest.raises(SystemExit) as refused:
+            demo._lock(data, timeout_s=0.5)
+        assert "another demo of this preset is running (pid straggler" in str(refused.value)
+        assert "waiting for the previous demo run to stop" in capsys.readouterr().out
+    finally:
+        straggler.communicate("")  # it exits, letting go of the lock
+    fd = demo._lock(data, timeout_s=5)
+    try:
+        other = demo._lock(tmp_path / "steady", timeout_s=0.5)  # another preset: its own lock
+        demo.os.close(other)
+    finally:
+        demo.os.close(fd)
+
+
+def test_a_taken_port_is_waited_for_then_named():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert not demo._port_free("127.0.0.1", port)
+        with pytest.raises(SystemExit) as refused:
+            demo._wait_for_port("127.0.0.1", port, timeout_s=0.5)
+        assert f"port {port} on 127.0.0.1 is in use" in str(refused.value)
+        assert f"PORT={port + 1} make demo" in str(refused.value)
+    demo._wait_for_port("127.0.0.1", port, timeout_s=5)  # free again: returns at once
