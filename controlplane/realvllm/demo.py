@@ -98,6 +98,10 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
         print(f"make demo PRESET=real: {exc}", file=sys.stderr)
         return 2
     data = demo.DEMO_DIR / "real"
+    demo.DEMO_DIR.mkdir(parents=True, exist_ok=True)
+    # A run right after Ctrl-C waits for the previous one to let go of the folder and the port.
+    lock = demo._lock(data, beside=f"PRESET=burst PORT={port + 1}")  # noqa: F841 (held until exit)
+    demo._wait_for_port(host, port)
     shutil.rmtree(data, ignore_errors=True)  # each run starts empty: the scoreboard is this run's
     data.mkdir(parents=True)
     password = demo._password()
