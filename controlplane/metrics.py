@@ -140,14 +140,16 @@ class StateCollector:
                                  labels=["state", "transport"])
         moved = GaugeMetricFamily(
             "prewarm_moved_bytes",
-            "Bytes moved by succeeded replication jobs on record (PREWARM_JOB_KEEP_DAYS), by transport",
+            "Bytes moved by replication jobs on record whose executor did its part (landed, confirmed, "
+            "unconfirmed, lost, succeeded; PREWARM_JOB_KEEP_DAYS), by transport",
             labels=["transport"])
         rows = {(r["state"], r["transport"]): r for r in ReplicationJob.objects.values("state", "transport")
                 .annotate(n=Count("id"), b=Sum("bytes_done"))}
         for transport, _ in Transport.CHOICES:
             for state, _ in JobState.CHOICES:
                 jobs.add_metric([state, transport], (rows.get((state, transport)) or {}).get("n", 0))
-            moved.add_metric([transport], (rows.get((JobState.SUCCEEDED, transport)) or {}).get("b") or 0)
+            moved.add_metric([transport], sum((rows.get((state, transport)) or {}).get("b") or 0
+                                              for state in JobState.DONE))
         yield jobs
         yield moved
 

@@ -104,7 +104,7 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
                 reports=metric(m, "prewarm_reports_applied_total") - metric(before, "prewarm_reports_applied_total"),
                 latencies=metric(m, "prewarm_report_apply_seconds_count")
                 - metric(before, "prewarm_report_apply_seconds_count"),
-                jobs=metric(m, "prewarm_jobs", state="succeeded", transport="tcp"),
+                jobs=metric(m, "prewarm_jobs", state="confirmed", transport="tcp"),
                 bytes=metric(m, "prewarm_moved_bytes", transport="tcp"),
                 approved=metric(m, "prewarm_plan_items", decision="approved"),
                 live=metric(m, "prewarm_replicas", kind="live"),
