@@ -24,6 +24,9 @@ def run(publisher, frames, lost=(), buffer_size=1000, first_seq=0):
     before = publisher.subscriptions
     sub.start()
     publisher.wait_subscribed(before)  # PUB/SUB: what is sent before the subscription is lost
+    # The start-up catch-up from the replay socket comes first: once it is done, what is
+    # published next arrives live (and a lost frame is a gap), not in the catch-up.
+    assert sub.caught_up.wait(30), "the subscriber's start-up catch-up never finished"
     for i, (topic, _seq, payload) in enumerate(frames):
         publisher.publish(topic, first_seq + i, payload, deliver=i not in lost)
     deadline = time.monotonic() + 30  # a ceiling: the last frame normally lands in milliseconds
