@@ -16,7 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from controlplane.realtime.routing import websocket_urlpatterns  # noqa: E402
+from controlplane.routing import websocket_urlpatterns  # noqa: E402
 
 AGENT_SOCKET_PREFIX = "/ws/agent/"
 

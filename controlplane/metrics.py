@@ -1,46 +1,23 @@
-"""The control plane's Prometheus metrics, served at ``GET /api/metrics/`` (docs/deploy.md).
+"""The control plane's Prometheus registry and the series counted where they happen.
 
-Two kinds of series, so that they are right however many web and worker processes run:
-
-- *Counted where it happens*, in the web process that applies agent reports (reports applied and
-  rejected, apply latency, residency deltas) and holds agent sockets. Each web process exports its
-  own; Prometheus scrapes every one (``instance`` label) and ``sum``s them. Workers count nothing,
-  so Celery needs no multiprocess mode.
-- *Read from the database at scrape time* (``StateCollector``): agents by state, the latest plan's
-  cycle time, plan items by decision, jobs by state and transport, bytes moved, live and shadow
-  replicas, precision and the verdict. Every process reports the same values; take ``max``.
-
-Metric names follow ``prewarm_<thing>_<unit>`` with few labels (docs/STYLE). The registry is
-Prewarm's own (plus process and platform collectors), so nothing else a library registers leaks in.
+Counted in the web process that applies agent reports (reports applied and rejected, apply
+latency, residency deltas) and holds agent sockets. Each web process exports its own; Prometheus
+scrapes every one (``instance`` label) and ``sum``s them. The series read from the database at
+scrape time, and the ``GET /api/metrics/`` view, are in ``controlplane/readmodels/metrics.py``
+(they join apps; this module is plumbing every app may import).
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from datetime import timedelta
-
-from django.db.models import Count, Max, Sum
-from django.http import HttpResponse
-from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     PLATFORM_COLLECTOR,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     ProcessCollector,
-    generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
-from rest_framework.views import APIView
 
-from controlplane.accounts.choices import Role
-
-log = logging.getLogger(__name__)
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
 REGISTRY.register(PLATFORM_COLLECTOR)
@@ -70,139 +47,3 @@ def report_applied(seconds: float, deltas: int) -> None:
 
 def report_rejected(reason: str) -> None:
     REPORTS_REJECTED.labels(reason or "error").inc()
-
-
-VERDICTS = ("insufficient_data", "reactive_enough", "speculation_pays")
-
-
-class StateCollector:
-    """Gauges computed from the database on every scrape (the same from any process)."""
-
-    def describe(self):
-        return []  # computed at scrape time: nothing to query when the collector is registered
-
-    def collect(self):
-        t0 = time.perf_counter()
-        try:
-            yield from self._collect()
-        except Exception:  # a scrape must not 500 because one query failed; say so instead
-            log.exception("metrics: reading the state from the database failed")
-            up = GaugeMetricFamily("prewarm_state_up", "1 if the database state could be read")
-            up.add_metric([], 0)
-            yield up
-            return
-        up = GaugeMetricFamily("prewarm_state_up", "1 if the database state could be read")
-        up.add_metric([], 1)
-        yield up
-        took = GaugeMetricFamily("prewarm_state_scrape_seconds", "Time to read the state gauges")
-        took.add_metric([], time.perf_counter() - t0)
-        yield took
-
-    def _collect(self):
-        from controlplane.fleet.choices import NodeState
-        from controlplane.fleet.models import Node
-        from controlplane.replication.choices import ItemDecision, JobState, Transport
-        from controlplane.replication.models import (
-            PlanItem,
-            ReplicationJob,
-            ReplicationPlan,
-            SpeculativeReplica,
-        )
-        from controlplane.replication.scoreboard import scoreboard
-
-        now = timezone.now()
-        nodes = GaugeMetricFamily("prewarm_agents", "Enrolled agents (nodes) by state", labels=["state"])
-        counts = dict(Node.objects.values_list("state").annotate(n=Count("id")))
-        for state, _ in NodeState.CHOICES:
-            nodes.add_metric([state], counts.get(state, 0))
-        yield nodes
-
-        latest = ReplicationPlan.objects.order_by("-created_at", "-id").first()
-        cycle = GaugeMetricFamily("prewarm_plan_cycle_seconds",
-                                  "Gather + plan time of the latest plan cycle")
-        at = GaugeMetricFamily("prewarm_plan_last_timestamp_seconds", "When the latest plan was made")
-        if latest is not None:
-            cycle.add_metric([], float(latest.summary.get("planner_seconds") or 0.0))
-            at.add_metric([], latest.created_at.timestamp())
-        yield cycle
-        yield at
-
-        items = GaugeMetricFamily("prewarm_plan_items",
-                                  "Items of the plans made in the last hour, by decision",
-                                  labels=["decision"])
-        counts = dict(PlanItem.objects.filter(plan__created_at__gte=now - timedelta(hours=1))
-                      .values_list("decision").annotate(n=Count("id")))
-        for decision, _ in ItemDecision.CHOICES:
-            items.add_metric([decision], counts.get(decision, 0))
-        yield items
-
-        jobs = GaugeMetricFamily("prewarm_jobs", "Replication jobs on record by state and transport",
-                                 labels=["state", "transport"])
-        moved = GaugeMetricFamily(
-            "prewarm_moved_bytes",
-            "Bytes moved by replication jobs on record whose executor did its part (landed, confirmed, "
-            "unconfirmed, lost, succeeded; PREWARM_JOB_KEEP_DAYS), by transport",
-            labels=["transport"])
-        rows = {(r["state"], r["transport"]): r for r in ReplicationJob.objects.values("state", "transport")
-                .annotate(n=Count("id"), b=Sum("bytes_done"))}
-        for transport, _ in Transport.CHOICES:
-            for state, _ in JobState.CHOICES:
-                jobs.add_metric([state, transport], (rows.get((state, transport)) or {}).get("n", 0))
-            moved.add_metric([transport], sum((rows.get((state, transport)) or {}).get("b") or 0
-                                              for state in JobState.DONE))
-        yield jobs
-        yield moved
-
-        replicas = GaugeMetricFamily("prewarm_replicas", "Speculative replicas in place (not evicted or expired)",
-                                     labels=["kind"])
-        held = dict(SpeculativeReplica.objects.filter(evicted_at__isnull=True, expires_at__gt=now)
-                    .values_list("shadow").annotate(n=Count("id")))
-        replicas.add_metric(["live"], held.get(False, 0))
-        replicas.add_metric(["shadow"], held.get(True, 0))
-        yield replicas
-
-        board = scoreboard(until=now)
-        precision = GaugeMetricFamily(
-            "prewarm_replica_precision",
-            "Share of scored replicas (last 7 days) hit at least once; absent until one is scored",
-            labels=["kind"])
-        for kind, block in (("live", board["totals"]), ("shadow", board["shadow_totals"])):
-            if block["precision"] is not None:
-                precision.add_metric([kind], block["precision"])
-        yield precision
-        scored = GaugeMetricFamily("prewarm_replica_hits", "Hits on replicas placed in the last 7 days",
-                                   labels=["kind"])
-        scored.add_metric(["live"], board["totals"]["hits"])
-        scored.add_metric(["shadow"], board["shadow_totals"]["hits"])
-        yield scored
-        verdict = GaugeMetricFamily("prewarm_verdict", "The scoreboard's verdict: 1 for the current one",
-                                    labels=["verdict"])
-        current = board["recommendation"]["verdict"]
-        for v in VERDICTS:
-            verdict.add_metric([v], 1 if v == current else 0)
-        yield verdict
-        newest = SpeculativeReplica.objects.aggregate(at=Max("scored_at"))["at"]
-        if newest is not None:
-            last = GaugeMetricFamily("prewarm_score_last_timestamp_seconds", "When a replica was last scored")
-            last.add_metric([], newest.timestamp())
-            yield last
-
-
-REGISTRY.register(StateCollector())
-
-
-class MetricsView(APIView):
-    """Prometheus text exposition of the control plane's series (docs/deploy.md, scrape config).
-
-    Protected like the rest of the API: a viewer's session or a user token (``pwu_``) of a
-    viewer or above; agent and gateway tokens are refused.
-    """
-
-    read_role = Role.VIEWER
-
-    @extend_schema(
-        tags=["metrics"],
-        responses={(200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="Prometheus text format")},
-    )
-    def get(self, request):
-        return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

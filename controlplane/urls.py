@@ -6,7 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from controlplane.api.docs import sidecar_asset
-from controlplane.metrics import MetricsView
+from controlplane.readmodels.metrics import MetricsView
 
 
 def healthz(request):
@@ -18,8 +18,9 @@ api = [
     path("", include("controlplane.demand.api.urls")),
     path("", include("controlplane.forecasting.api.urls")),
     path("", include("controlplane.replication.api.urls")),
-    path("", include("controlplane.audit.api.urls")),
     path("", include("controlplane.accounts.api.urls")),
+    path("", include("controlplane.agentapi.urls")),
+    path("", include("controlplane.readmodels.api.urls")),
     path("metrics/", MetricsView.as_view(), name="metrics"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),

@@ -25,9 +25,10 @@ from controlplane.accounts.choices import Role
 from controlplane.accounts.roles import has_role, role_of
 from controlplane.audit.models import AuditEvent
 from controlplane.demand.models import DemandBucket, WorkloadKey
-from controlplane.fleet.cachemap import DEFAULT_ENGINES_PER_PAGE, DEFAULT_PREFIXES, STATES
 from controlplane.fleet.models import Engine, Gpu, GpuSample, Node
 from controlplane.fleet.residency import get_index
+from controlplane.readmodels.cachemap import DEFAULT_ENGINES_PER_PAGE, DEFAULT_PREFIXES, STATES
+from controlplane.readmodels.dashboard import cluster_summary
 from controlplane.replication.choices import JobState, OverrideKind, PolicyMode, Tier, Transport
 from controlplane.replication.models import (
     Override,
@@ -96,8 +97,6 @@ def plotly_js(request):
 
 @needs(Role.VIEWER)
 def cache_map(request):
-    from controlplane.realtime.consumers import cluster_summary
-
     # The header has figures on first paint; the socket only updates them.
     return page(request, "cachemap.html", "map", states=STATES, summary=cluster_summary(),
                 page_size=DEFAULT_ENGINES_PER_PAGE, prefixes=DEFAULT_PREFIXES)

@@ -1,4 +1,8 @@
-"""Bearer-token authentication for automation, gateway and agent tokens."""
+"""Bearer-token authentication for automation, gateway and agent tokens.
+
+Agents are authenticated one way, ``authenticate_agent``: by their report and heartbeat views
+(``AgentTokenAuthentication``), the jobs long-poll and the jobs websocket (controlplane/agentapi).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,12 @@ from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from .choices import TokenKind
 from .models import ApiToken, digest
+
+INVALID_TOKEN = "invalid, expired or revoked token"
+AGENT_TOKEN_REQUIRED = "an agent token is required (Authorization: Bearer ...)"
+NOT_AN_AGENT = "your role does not allow this"  # RolePermission's answer to other tokens
 
 
 def token_from_header(value: str | None) -> str | None:
@@ -30,6 +39,49 @@ def resolve_token(raw: str) -> ApiToken | None:
     return token
 
 
+class AgentAuthFailed(Exception):
+    """Not an agent: ``status`` 401 (no usable token) or 403 (a token, but not an agent's)."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def authenticate_agent(authorization: str | None) -> ApiToken:
+    """The agent token an ``Authorization`` header carries (bound to its node), or AgentAuthFailed.
+
+    The header only: a token in a URL would end up in proxy and access logs.
+    """
+    raw = token_from_header(authorization)
+    if raw is None:
+        raise AgentAuthFailed(401, AGENT_TOKEN_REQUIRED)
+    token = resolve_token(raw)
+    if token is None:
+        raise AgentAuthFailed(401, INVALID_TOKEN)
+    if token.kind != TokenKind.AGENT or token.node_id is None:
+        raise AgentAuthFailed(403, NOT_AN_AGENT)
+    return token
+
+
+class AgentTokenAuthentication(authentication.BaseAuthentication):
+    """DRF's face of ``authenticate_agent`` for the agents' views; request.auth is the ApiToken."""
+
+    def authenticate(self, request):
+        header = request.META.get("HTTP_AUTHORIZATION")
+        if token_from_header(header) is None:
+            return None  # no bearer token: 401 unless a later class (a session) authenticates
+        try:
+            return (AnonymousUser(), authenticate_agent(header))
+        except AgentAuthFailed as exc:
+            if exc.status == 401:
+                raise exceptions.AuthenticationFailed(exc.detail) from None
+            raise exceptions.PermissionDenied(exc.detail) from None
+
+    def authenticate_header(self, request):
+        return "Bearer"
+
+
 class ApiTokenAuthentication(authentication.BaseAuthentication):
     """`Authorization: Bearer <token>`; request.auth is the ApiToken."""
 
@@ -39,9 +91,9 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             return None
         token = resolve_token(raw)
         if token is None:
-            raise exceptions.AuthenticationFailed("invalid, expired or revoked token")
-        user = token.user if token.kind == "user" and token.user else AnonymousUser()
-        if token.kind == "user" and (token.user is None or not token.user.is_active):
+            raise exceptions.AuthenticationFailed(INVALID_TOKEN)
+        user = token.user if token.kind == TokenKind.USER and token.user else AnonymousUser()
+        if token.kind == TokenKind.USER and (token.user is None or not token.user.is_active):
             raise exceptions.AuthenticationFailed("token's user is inactive")
         return (user, token)
 

@@ -15,6 +15,7 @@ from controlplane.core import blockhash
 from controlplane.core.prefix_groups import OTHER, group_of, shared_chain
 
 from .models import DemandBucket, WorkloadKey
+from .signals import requests_served
 
 MAX_GROUPS_PER_TENANT_MODEL = 64
 GROUP_TOKENS = 1024
@@ -54,39 +55,6 @@ def _serving_engines(records: list[dict]) -> dict[str, int]:
         raise UnknownEngine(f"unknown serving engine {missing[0]!r}: give the engine's id as the "
                             "residency lookup names it, or 'node/engine_id'")
     return out
-
-
-def _count_served(served: list[tuple[int, int, float, int]]) -> int:
-    """Requests served by a speculative replica's engine during its hold: each one counts for
-    the replica, and is a hit when its cached tokens cover the replica's prefix.
-    ``served`` rows: (workload key id, engine id, unix time, cached tokens)."""
-    from controlplane.replication.models import SpeculativeReplica
-
-    if not served:
-        return 0
-    t0 = datetime.fromtimestamp(min(r[2] for r in served), tz=UTC)
-    t1 = datetime.fromtimestamp(max(r[2] for r in served), tz=UTC)
-    replicas = list(SpeculativeReplica.objects.filter(
-        shadow=False, engine_id__in={r[1] for r in served}, workload_key_id__in={r[0] for r in served},
-        placed_at__lte=t1, expires_at__gt=t0, confirmed_at__isnull=False)
-        .values_list("pk", "engine_id", "workload_key_id", "placed_at", "expires_at", "evicted_at",
-                     "prefix_keys", "engine__block_size"))
-    if not replicas:
-        return 0
-    by = defaultdict(list)
-    for pk, engine, key, placed, expires, evicted, chain, bs in replicas:
-        end = min(expires, evicted) if evicted else expires
-        by[(key, engine)].append((pk, placed.timestamp(), end.timestamp(), len(chain) * bs))
-    seen: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    for key, engine, t, cached in served:
-        for pk, start, end, tokens in by.get((key, engine), ()):
-            if start <= t < end:
-                seen[pk][0] += 1
-                seen[pk][1] += cached >= tokens
-    for pk, (n, hits) in seen.items():
-        SpeculativeReplica.objects.filter(pk=pk).update(
-            served_requests=F("served_requests") + n, served_hits=F("served_hits") + hits)
-    return len(seen)
 
 
 @transaction.atomic
@@ -166,7 +134,8 @@ def ingest_records(records: list[dict]) -> dict:
             DemandBucket.objects.filter(pk=bucket.pk).update(
                 requests=F("requests") + n, prompt_tokens=F("prompt_tokens") + toks,
                 cached_tokens=F("cached_tokens") + cached, served_records=F("served_records") + nserved)
-    _count_served(served)
+    # Replication credits its replicas with the requests they served (it sits above demand).
+    requests_served.send(sender=ingest_records, served=served)
     return {"accepted": len(records), "buckets_touched": len(counts), "workload_keys_created": created}
 
 

@@ -24,10 +24,11 @@ bucket after its hold ended; until then each scoring pass recomputes it from scr
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from controlplane.core import blockhash
@@ -109,3 +110,35 @@ def score_all(now=None) -> int:
         changed, ["hits", "tokens_hit", "hits_measured", "ttft_saved_s", "vram_byte_seconds",
                   "host_byte_seconds", "scored_at"], batch_size=2000)
     return len(changed)
+
+
+def credit_served(served: list[tuple[int, int, float, int]], **_signal) -> int:
+    """Requests served by a speculative replica's engine during its hold: each one counts for
+    the replica, and is a hit when its cached tokens cover the replica's prefix.
+    ``served`` rows: (workload key id, engine id, unix time, cached tokens). Connected to
+    ``demand.signals.requests_served`` (demand's ingest of request records)."""
+    if not served:
+        return 0
+    t0 = datetime.fromtimestamp(min(r[2] for r in served), tz=UTC)
+    t1 = datetime.fromtimestamp(max(r[2] for r in served), tz=UTC)
+    replicas = list(SpeculativeReplica.objects.filter(
+        shadow=False, engine_id__in={r[1] for r in served}, workload_key_id__in={r[0] for r in served},
+        placed_at__lte=t1, expires_at__gt=t0, confirmed_at__isnull=False)
+        .values_list("pk", "engine_id", "workload_key_id", "placed_at", "expires_at", "evicted_at",
+                     "prefix_keys", "engine__block_size"))
+    if not replicas:
+        return 0
+    by = defaultdict(list)
+    for pk, engine, key, placed, expires, evicted, chain, bs in replicas:
+        end = min(expires, evicted) if evicted else expires
+        by[(key, engine)].append((pk, placed.timestamp(), end.timestamp(), len(chain) * bs))
+    seen: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for key, engine, t, cached in served:
+        for pk, start, end, tokens in by.get((key, engine), ()):
+            if start <= t < end:
+                seen[pk][0] += 1
+                seen[pk][1] += cached >= tokens
+    for pk, (n, hits) in seen.items():
+        SpeculativeReplica.objects.filter(pk=pk).update(
+            served_requests=F("served_requests") + n, served_hits=F("served_hits") + hits)
+    return len(seen)

@@ -37,6 +37,8 @@ INSTALLED_APPS = [
     "controlplane.forecasting",
     "controlplane.replication",
     "controlplane.realtime",
+    "controlplane.agentapi",
+    "controlplane.readmodels",
     "frontend",
 ]
 

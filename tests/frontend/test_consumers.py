@@ -10,12 +10,8 @@ from django.contrib.auth.models import AnonymousUser
 from rest_framework.test import APIClient
 
 from controlplane.realtime import groups
-from controlplane.realtime.consumers import (
-    CLOSE_FORBIDDEN,
-    CLOSE_UNAUTHENTICATED,
-    DashboardConsumer,
-)
 from controlplane.realtime.publish import send_now
+from frontend.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, DashboardConsumer
 
 from . import cluster
 

@@ -5,9 +5,9 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane.accounts.throttling import TokenScopedRateThrottle
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
-from controlplane.api.throttling import TokenScopedRateThrottle
 
 from .. import services
 from ..models import WorkloadKey

@@ -13,7 +13,6 @@ urlpatterns = [
     path("agents/report/", views.ReportView.as_view(), name="agent-report"),
     path("agents/rotate-token/", views.RotateTokenView.as_view(), name="agent-rotate-token"),
     path("agents/heartbeat/", views.HeartbeatView.as_view(), name="agent-heartbeat"),
-    path("cache-map/", views.CacheMapView.as_view(), name="cache-map"),
     path("residency/lookup/", views.ResidencyLookupView.as_view(), name="residency-lookup"),
     *router.urls,
 ]

@@ -8,6 +8,7 @@ from django.conf import settings
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny
@@ -15,11 +16,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane import metrics
-from controlplane.accounts.choices import Role
+from controlplane.accounts.authentication import AgentTokenAuthentication
+from controlplane.accounts.choices import Role, TokenKind
+from controlplane.accounts.throttling import TokenScopedRateThrottle
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 from controlplane.api.parsers import MsgpackParser
-from controlplane.api.throttling import TokenScopedRateThrottle
 from controlplane.audit.services import record, snapshot
 from controlplane.core import blockhash
 from controlplane.core.agent_report import ReportError, parse_report
@@ -34,7 +36,10 @@ from . import serializers as s
 class AgentView(APIView):
     """Base for endpoints only an agent token may call, each for its own node."""
 
-    token_kinds = {"agent"}
+    # One way to authenticate an agent (accounts.authentication.authenticate_agent); a session
+    # still authenticates so a signed-in person is told 403, as on every token-only view.
+    authentication_classes = [AgentTokenAuthentication, SessionAuthentication]
+    token_kinds = {TokenKind.AGENT}
     token_kinds_only = True
     throttle_classes = [TokenScopedRateThrottle]
     throttle_scope = "agent"
@@ -207,45 +212,3 @@ class ResidencyLookupView(APIView):
             out.append({"engine": engine.pk, "engine_name": engine.engine_id, "node": engine.node.name,
                         "depth": h.depth, "tokens": h.depth * engine.block_size, "tier": h.tier})
         return Response({"keys": [blockhash.to_hex(k) for k in keys], "holders": out})
-
-
-def _int_param(request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError("invalid", f"{name} must be an integer", name) from None
-    if not lo <= value <= hi:
-        raise ApiError("invalid", f"{name} must be between {lo} and {hi}", name)
-    return value
-
-
-class CacheMapView(APIView):
-    """One page of engines (grouped by node) x the hottest prefixes, and each GPU's VRAM split."""
-
-    read_role = Role.VIEWER
-
-    @extend_schema(responses={200: dict}, tags=["dashboard"])
-    def get(self, request):
-        from ..cachemap import (
-            DEFAULT_ENGINES_PER_PAGE,
-            DEFAULT_PREFIXES,
-            MAX_ENGINES_PER_PAGE,
-            MAX_PREFIXES,
-            cache_map,
-        )
-
-        engine_ids = None
-        if request.query_params.get("engines"):
-            try:
-                engine_ids = [int(x) for x in request.query_params["engines"].split(",")][:MAX_ENGINES_PER_PAGE]
-            except ValueError:
-                raise ApiError("invalid", "engines must be comma-separated engine ids", "engines") from None
-        return Response(cache_map(
-            offset=_int_param(request, "offset", 0, 0, 10**9),
-            limit=_int_param(request, "limit", DEFAULT_ENGINES_PER_PAGE, 1, MAX_ENGINES_PER_PAGE),
-            prefixes=_int_param(request, "prefixes", DEFAULT_PREFIXES, 1, MAX_PREFIXES),
-            engine_ids=engine_ids,
-        ))

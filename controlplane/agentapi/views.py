@@ -17,13 +17,14 @@ from django.http import JsonResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
+from controlplane.accounts.authentication import AgentAuthFailed
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 from controlplane.fleet.api.views import AgentView
 from controlplane.realtime import groups
-from controlplane.realtime.agent_consumer import _node_of, _pending
+from controlplane.replication.dispatch import EventError, apply_event
 
-from ..dispatch import EventError, apply_event
+from .jobs import agent_node, pending
 
 MAX_WAIT_S = 25
 
@@ -36,11 +37,11 @@ def _error(status: int, code: str, detail: str, field: str | None = None) -> Jso
 async def agent_jobs(request):
     if request.method != "GET":
         return _error(405, "method_not_allowed", "use GET")
-    from controlplane.accounts.authentication import token_from_header
-
-    node_id = await _node_of(token_from_header(request.headers.get("Authorization")))
-    if node_id is None:
-        return _error(401, "not_authenticated", "an agent token is required (Authorization: Bearer ...)")
+    try:
+        node_id = await agent_node(request.headers.get("Authorization"))
+    except AgentAuthFailed as exc:
+        code = "not_authenticated" if exc.status == 401 else "permission_denied"
+        return _error(exc.status, code, exc.detail)
     try:
         wait = float(request.GET.get("wait", "0"))
     except ValueError:
@@ -55,10 +56,10 @@ async def agent_jobs(request):
     try:
         deadline = time.monotonic() + wait
         while True:
-            pending = await _pending(node_id)
+            jobs = await pending(node_id)
             left = deadline - time.monotonic()
-            if pending or left <= 0:
-                return JsonResponse(pending, safe=False)
+            if jobs or left <= 0:
+                return JsonResponse(jobs, safe=False)
             try:
                 if channel:
                     await asyncio.wait_for(layer.receive(channel), min(left, 1.0))

@@ -3,7 +3,7 @@ host in tests) must not share one budget, and one leaked token must not spend ev
 
 from rest_framework.throttling import ScopedRateThrottle
 
-from controlplane.accounts.models import ApiToken
+from .models import ApiToken
 
 
 class TokenScopedRateThrottle(ScopedRateThrottle):

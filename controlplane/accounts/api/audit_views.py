@@ -1,11 +1,13 @@
+"""The audit log's read API (the audit app sits below accounts: accounts writes audit events)."""
+
 from django_filters import rest_framework as filters
 from rest_framework import viewsets
 
-from controlplane.accounts.choices import Role
 from controlplane.api.filters import BoundedIsoDateTimeFilter
+from controlplane.audit.models import AuditEvent
 
-from ..models import AuditEvent
-from .serializers import AuditEventSerializer
+from ..choices import Role
+from .audit_serializers import AuditEventSerializer
 
 
 class AuditEventFilter(filters.FilterSet):

@@ -16,45 +16,12 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from . import groups
-from .coalesce import Coalescer
+from controlplane.readmodels.dashboard import dashboard_snapshot
+from controlplane.realtime import groups
+from controlplane.realtime.coalesce import Coalescer
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
-
-
-def cluster_summary() -> dict:
-    """The header figures of the dashboard: the socket's snapshot and the cache map's first paint."""
-    from controlplane.fleet.models import Engine, Node
-    from controlplane.replication.models import ReplicationJob, ReplicationPlan
-    from controlplane.replication.services import LIVE_JOB_STATES, OPEN_PLAN_STATES
-
-    return {
-        "nodes": {state: Node.objects.filter(state=state).count() for state in ("active", "stale", "retired")},
-        "engines": Engine.objects.count(),
-        "open_plans": ReplicationPlan.objects.filter(state__in=OPEN_PLAN_STATES).count(),
-        "live_job_count": ReplicationJob.objects.filter(state__in=LIVE_JOB_STATES).count(),
-    }
-
-
-def dashboard_snapshot(user) -> dict | None:
-    """What a freshly opened dashboard needs before deltas make sense; None if the user has no role.
-
-    Only what the pages read (frontend/static/frontend/cachemap.js: the header counts): GPU memory
-    comes with the cache map's own REST call, jobs with the jobs page's table.
-    """
-    from controlplane.accounts.roles import role_of
-
-    role = role_of(user)
-    if role is None:
-        return None
-    return {
-        "type": "snapshot",
-        "at": time.time(),
-        "user": user.get_username(),
-        "role": role,
-        **cluster_summary(),
-    }
 
 
 class DashboardConsumer(AsyncJsonWebsocketConsumer):

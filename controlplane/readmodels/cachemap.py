@@ -13,10 +13,9 @@ from django.utils import timezone
 
 from controlplane.core import blockhash
 from controlplane.demand.models import WorkloadKey
+from controlplane.fleet.models import Engine
+from controlplane.fleet.residency import get_index
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
-
-from .models import Engine
-from .residency import get_index
 
 MAX_ENGINES_PER_PAGE = 256
 MAX_PREFIXES = 64

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from ..models import AuditEvent
+from controlplane.audit.models import AuditEvent
 
 
 class AuditEventSerializer(serializers.ModelSerializer):

@@ -1,0 +1,7 @@
+"""What demand tells the apps above it (they connect in their AppConfig.ready)."""
+
+from django.dispatch import Signal
+
+# Sent inside ingest_records' transaction with ``served``: rows (workload key id, serving engine
+# id, unix time, cached tokens) of the records that named their serving engine.
+requests_served = Signal()

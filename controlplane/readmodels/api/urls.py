@@ -1,0 +1,7 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("cache-map/", views.CacheMapView.as_view(), name="cache-map"),
+]
