@@ -1,6 +1,6 @@
 """Benchmark: burst statistics of the ServeGen m-large tenants and how `burst_risk` calibrates.
 
-Bursts: a window is in a burst when its rate exceeds 2x the tenant's usual rate (its median
+Bursts: a window is in a burst when its rate exceeds BURST_FACTOR (2x) the tenant's usual rate (its median
 10-minute rate over the 14 days; a tenant idle most of the time uses its mean instead).
 Calibration: at every window w with traffic, `burst_risk` predicts from w's rate and
 inter-arrival CV (measured over w, so `window_s` = 600) whether the next window's arrivals exceed
@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from controlplane.core.demand import BURST_FACTOR  # noqa: E402
 from controlplane.core.forecast import burst_risk  # noqa: E402
 from controlplane.core.traces import load_servegen_windows  # noqa: E402
 
@@ -41,7 +42,7 @@ def burst_stats(tenants) -> dict:
     runs: list[int] = []
     for t in tenants.values():
         counts = t.expected_counts()
-        burst = t.rate > 2 * usual_rate(t.rate)
+        burst = t.rate > BURST_FACTOR * usual_rate(t.rate)
         volume += counts.sum()
         burst_volume += counts[burst].sum()
         high_cv_volume += counts[t.cv > 4].sum()
@@ -64,7 +65,7 @@ def calibration(tenants, capacity: str) -> dict:
         usual = usual_rate(t.rate)
         for w in np.flatnonzero(t.rate[:-1] > 0):
             rate, cv = float(t.rate[w]), float(t.cv[w])
-            cap = 2 * usual if capacity == "2x_usual" else 1.5 * rate
+            cap = BURST_FACTOR * usual if capacity == "2x_usual" else 1.5 * rate
             for name, c in (("model", cv), ("poisson", 1.0)):
                 preds[name].append(
                     burst_risk(

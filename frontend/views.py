@@ -29,7 +29,13 @@ from controlplane.fleet.models import Engine, Gpu, GpuSample, Node
 from controlplane.fleet.residency import get_index
 from controlplane.readmodels.cachemap import DEFAULT_ENGINES_PER_PAGE, DEFAULT_PREFIXES, STATES
 from controlplane.readmodels.dashboard import cluster_summary
-from controlplane.replication.choices import JobState, OverrideKind, PolicyMode, Tier, Transport
+from controlplane.replication.choices import (
+    JobState,
+    OverrideKind,
+    PolicyMode,
+    StorageTier,
+    Transport,
+)
 from controlplane.replication.models import (
     Override,
     Policy,
@@ -210,7 +216,7 @@ def overrides(request):
     return page(request, "overrides.html", "overrides",
                 overrides_page=paged(request, Override.objects.select_related("node", "engine__node", "created_by"), 50),
                 kinds=OverrideKind.CHOICES, nodes=Node.objects.all()[:1000],
-                engines=Engine.objects.select_related("node")[:2000], tiers=Tier.CHOICES)
+                engines=Engine.objects.select_related("node")[:2000], tiers=StorageTier.CHOICES)
 
 
 WINDOWS = {"1d": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}

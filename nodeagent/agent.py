@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import zmq
 
+from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore, FileBlockStore, MemoryBlockStore
 from nodeagent.config import NEEDS_LISTEN, AgentConfig, enabled_transports, listens_everywhere
 from nodeagent.config import transport_names as configured_transports
@@ -23,7 +24,7 @@ from nodeagent.metrics import AgentMetrics
 from nodeagent.reporter import Backoff, Reporter
 from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
-from nodeagent.transfers.base import Transport
+from nodeagent.transfers.base import Executor
 from nodeagent.transfers.lmcache import LmcacheTransport
 from nodeagent.transfers.lmcache_mp import LmcacheMpTransport
 from nodeagent.transfers.nccl import NcclTransport
@@ -71,7 +72,7 @@ class Agent:
         self.enabled_transports = enabled_transports(t)
         # The transfer server runs only for tcp, on the address the operator named.
         self.server: TcpTransferServer | None = None
-        if "tcp" in self.enabled_transports:
+        if wire.TRANSPORT_TCP in self.enabled_transports:
             self.server = TcpTransferServer(t.listen, self.store, t.hash_threads)
         self.transfer_address = ""
         if any(n in NEEDS_LISTEN for n in self.enabled_transports):
@@ -81,16 +82,16 @@ class Agent:
             self.transfer_address = t.advertise or (
                 f"{socket.gethostname()}:{port}" if listens_everywhere(t) else f"{host}:{port}"
             )
-        available: dict[str, Callable[[], Transport]] = {
-            "tcp": lambda: TcpTransport(
+        available: dict[str, Callable[[], Executor]] = {
+            wire.TRANSPORT_TCP: lambda: TcpTransport(
                 self.server, t.rate_limit_bytes_per_s, t.chunk_bytes, t.connect_timeout_s, t.retries
             ),
-            "nccl": NcclTransport,
-            "lmcache": lambda: LmcacheTransport(
+            wire.TRANSPORT_NCCL: NcclTransport,
+            wire.TRANSPORT_LMCACHE: lambda: LmcacheTransport(
                 {e.engine_id: e for e in cfg.engines}, cfg.lmcache_controller_url, cfg.lmcache_renew_s,
                 state / "lmcache-leases.json"),
-            "warmup": lambda: WarmupTransport({e.engine_id: e for e in cfg.engines}),
-            "lmcache-mp": lambda: LmcacheMpTransport({e.engine_id: e for e in cfg.engines},
+            wire.TRANSPORT_WARMUP: lambda: WarmupTransport({e.engine_id: e for e in cfg.engines}),
+            wire.TRANSPORT_LMCACHE_MP: lambda: LmcacheMpTransport({e.engine_id: e for e in cfg.engines},
                                                      cfg.lmcache_coordinator_url),
         }
         transports = {n: available[n]() for n in self.enabled_transports}
@@ -114,7 +115,7 @@ class Agent:
         self.runner = JobRunner(
             Journal(state / "jobs.journal"), self.store, transports, self.metrics
         )
-        self.lmcache_leases = transports["lmcache"].leases  # type: ignore[attr-defined]
+        self.lmcache_leases = transports[wire.TRANSPORT_LMCACHE].leases  # type: ignore[attr-defined]
         self.lmcache_leases.on_reading = self.runner.notify
         self.channel = JobChannel(
             cfg.control_plane_url,

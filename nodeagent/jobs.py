@@ -22,7 +22,7 @@ import websockets
 from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.reporter import Backoff
-from nodeagent.transfers.base import Job, JobError, TransferResult, Transport
+from nodeagent.transfers.base import Executor, Job, JobError, TransferResult
 
 log = logging.getLogger(__name__)
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -60,7 +60,7 @@ class JobRunner:
         self,
         journal: Journal,
         store: BlockStore,
-        transports: dict[str, Transport],
+        transports: dict[str, Executor],
         metrics: Any = None,
     ):
         self.journal = journal

@@ -45,8 +45,9 @@ MSG_JOB_CANCEL = "job.cancel"  # server -> agent
 MSG_JOB_ACK = "job.ack"  # agent -> server
 MSG_JOB_PROGRESS = "job.progress"  # agent -> server
 MSG_JOB_RESULT = "job.result"  # agent -> server
+MSG_JOB_CONFIRM = "job.confirm"  # agent -> server: its engine shows a landed copy (LMCache pin)
 MSG_ERROR = "error"  # server -> agent: a message it could not apply
-AGENT_MESSAGES = (MSG_JOB_ACK, MSG_JOB_PROGRESS, MSG_JOB_RESULT)
+AGENT_MESSAGES = (MSG_JOB_ACK, MSG_JOB_PROGRESS, MSG_JOB_RESULT, MSG_JOB_CONFIRM)
 
 ROLE_SOURCE = "source"
 ROLE_TARGET = "target"
@@ -81,8 +82,9 @@ JOB_STATES = (JOB_PENDING, JOB_APPROVED, JOB_DISPATCHED, JOB_RUNNING, JOB_LANDED
 RESULT_STATES = (JOB_SUCCEEDED, JOB_FAILED)  # what a job.result may say
 
 # Fields of the ``job`` object of a ``job.assign`` (docs/agent-protocol.md, "Replication jobs").
+FIELD_LMCACHE = TRANSPORT_LMCACHE  # the lmcache executor's parameters (controller URL, instance)
 JOB_FIELDS = ("id", "action", "role", "transport", "keys", "bytes", "bytes_per_block", ROLE_SOURCE,
-              ROLE_TARGET, "rendezvous", "lmcache", "deadline", "attempt")
+              ROLE_TARGET, "rendezvous", FIELD_LMCACHE, "deadline", "attempt")
 
 
 def job_ack(job_id: str) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 Calls the pure forecasters (``controlplane.core.forecast``): every model that accepts the key's
 history is backtested and the best kept; a key with too little history gets the baseline the
 forecasters fall back to, and the stored ``note`` says so. Burst risk is the chance that the
-next horizon brings more than ``BURST_FACTOR`` x the recent rate, from the recent rate and the
-dispersion of recent bucket counts: ``controlplane.core.demand.risk_from_counts``, the demand
+next horizon brings more than ``core.demand.BURST_FACTOR`` x the recent rate, from the recent
+rate and the dispersion of recent bucket counts: ``controlplane.core.demand.risk_from_counts``, the demand
 model the simulator's predictive policy shares.
 """
 
@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from controlplane.core.demand import BURST_FACTOR, risk_from_counts
+from controlplane.core.demand import risk_from_counts
 from controlplane.core.forecast import forecast_counts
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.realtime import groups
@@ -29,7 +29,7 @@ from controlplane.realtime.publish import publish
 from .models import Forecast
 
 log = logging.getLogger(__name__)
-__all__ = ["BURST_FACTOR", "forecast_key", "history", "keys_to_forecast", "risk_of"]
+__all__ = ["forecast_key", "history", "keys_to_forecast", "risk_of"]
 RECENT_BUCKETS = 10  # the window burst risk reads its rate and dispersion from
 
 

@@ -12,9 +12,11 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from controlplane.core import blockhash
+from controlplane.core import protocol as wire
 from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine
 from controlplane.fleet.residency import get_index
+from controlplane.replication.choices import JobAction, JobState
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
 
 MAX_ENGINES_PER_PAGE = 256
@@ -33,7 +35,7 @@ STATES = {
     LANDED: "copy landed, not yet confirmed by the engine",
     LOST: "copy lost or never confirmed",
 }
-IN_FLIGHT_JOB_STATES = ("approved", "dispatched", "running")
+IN_FLIGHT_JOB_STATES = (JobState.APPROVED, JobState.DISPATCHED, JobState.RUNNING)
 
 
 def hottest_prefixes(limit: int) -> list[WorkloadKey]:
@@ -63,12 +65,12 @@ def _speculative(engine_ids: list[int], now) -> tuple[dict, dict]:
     rank = {CONFIRMED: 3, CONFIRMED_HOST: 3, LANDED: 2, LOST: 1}
     for engine_id, keys, tier, size, confirmed, lost, evicted, job_state in rows:
         if confirmed and not lost and not evicted:
-            st = CONFIRMED if tier == "GPU" else CONFIRMED_HOST
-            if tier == "GPU":
+            st = CONFIRMED if tier == wire.TIER_GPU else CONFIRMED_HOST
+            if tier == wire.TIER_GPU:
                 spec_bytes[engine_id] = spec_bytes.get(engine_id, 0) + size
-        elif job_state == "landed" and not evicted:
+        elif job_state == JobState.LANDED and not evicted:
             st = LANDED
-        elif lost or job_state == "unconfirmed":
+        elif lost or job_state == JobState.UNCONFIRMED:
             st = LOST
         else:
             continue  # ended by its TTL or an eviction
@@ -78,13 +80,13 @@ def _speculative(engine_ids: list[int], now) -> tuple[dict, dict]:
     return status, spec_bytes
 
 
-CONFIRMED = "confirmed"
+CONFIRMED = JobState.CONFIRMED
 CONFIRMED_HOST = "confirmed-host"  # in host memory (LMCache's CPU tier): no KV events show it
 
 
 def _in_flight(engine_ids: list[int]) -> set:
     rows = ReplicationJob.objects.filter(
-        target_id__in=engine_ids, action="replicate", state__in=IN_FLIGHT_JOB_STATES
+        target_id__in=engine_ids, action=JobAction.REPLICATE, state__in=IN_FLIGHT_JOB_STATES
     ).values_list("target_id", "prefix_keys")
     return {(engine_id, _chain_key(keys)) for engine_id, keys in rows}
 
@@ -164,7 +166,7 @@ def cache_map(offset: int = 0, limit: int = DEFAULT_ENGINES_PER_PAGE,
             elif (spec == CONFIRMED and d >= n) or spec == CONFIRMED_HOST:
                 state = SPECULATIVE
                 if spec == CONFIRMED_HOST and d < n:
-                    tier = "CPU"  # confirmed by LMCache, in a tier vLLM's KV events do not report
+                    tier = wire.TIER_CPU  # confirmed by LMCache, in a tier vLLM's KV events do not report
             elif spec == LANDED:
                 state = LANDED
             elif spec == LOST and d < n:
@@ -178,7 +180,7 @@ def cache_map(offset: int = 0, limit: int = DEFAULT_ENGINES_PER_PAGE,
             cells.append(state)
             depths.append(d)
             tiers.append(tier[:1])
-        gpu_blocks[engine.pk] = index.usage(engine.pk).blocks.get("GPU", 0)
+        gpu_blocks[engine.pk] = index.usage(engine.pk).blocks.get(wire.TIER_GPU, 0)
         rows.append({
             "id": engine.pk, "name": engine.engine_id, "node": engine.node.name,
             "node_id": engine.node_id, "node_state": engine.node.state, "model": engine.model,

@@ -39,7 +39,9 @@ class ItemDecision:
     CHOICES = [(PENDING, "Pending"), (APPROVED, "Approved"), (REJECTED, "Rejected")]
 
 
-class Tier:
+class StorageTier:
+    """Where a block or replica lives (the wire's tier names); not the simulator's engine tier."""
+
     GPU = wire.TIER_GPU
     CPU = wire.TIER_CPU
     DISK = wire.TIER_DISK

@@ -26,6 +26,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.core import protocol as wire
 from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Engine
 from controlplane.realtime import groups
@@ -38,7 +39,7 @@ from .models import ReplicationJob, SpeculativeReplica
 from .transfer_auth import transfer_secret
 
 log = logging.getLogger(__name__)
-SOURCE, TARGET = "source", "target"
+SOURCE, TARGET = wire.ROLE_SOURCE, wire.ROLE_TARGET
 DELIVERY_STATES = (JobState.DISPATCHED, JobState.RUNNING)
 
 
@@ -68,14 +69,14 @@ def assign_message(job: ReplicationJob, role: str) -> dict:
     tokens = tokens_for(job) if job.transport in Transport.NEEDS_TOKENS else []
     hold = SpeculativeReplica.objects.filter(job=job).values_list("expires_at", flat=True).first()
     ttl = job.item.plan.policy.replica_ttl_seconds if job.item_id else 900
-    return {"type": "job.assign", "job": {
+    return {"type": wire.MSG_JOB_ASSIGN, "job": {
         "id": str(job.pk), "action": job.action, "role": role, "transport": job.transport,
         "keys": list(job.prefix_keys), "bytes": job.bytes, "bytes_per_block": bpb,
-        "source": src, "target": tgt,
+        SOURCE: src, TARGET: tgt,
         # One port per job so concurrent NCCL jobs between the same pair do not collide.
         "rendezvous": {"master_addr": master, "world_size": 2,
                        "master_port": 29500 + zlib.crc32(job.pk.bytes) % 2000},
-        "lmcache": _lmcache(job),
+        wire.FIELD_LMCACHE: _lmcache(job),
         "tokens": tokens or [], "block_size": (job.target or job.source).block_size if tokens else 0,
         # Until when a landed copy is held (LMCache leases are renewed until then).
         "hold_until": (hold.timestamp() if hold else time.time() + ttl + 60),
@@ -132,7 +133,7 @@ def dispatch(job_id) -> ReplicationJob | None:
         if job.retry_at and job.retry_at > timezone.now():
             return job  # backing off; the sweep dispatches it when the time comes
         roles = roles_of(job)
-        gone = [r for r, e in roles.items() if not _node_ok(e)] or ([] if roles else ["target"])
+        gone = [r for r, e in roles.items() if not _node_ok(e)] or ([] if roles else [TARGET])
         if gone:
             return transition(job, JobState.EXPIRED, f"agent of the {', '.join(gone)} is gone")
         if job.action == JobAction.REPLICATE and job.transport in Transport.NEEDS_TOKENS \
@@ -155,7 +156,7 @@ def dispatch(job_id) -> ReplicationJob | None:
 
 def _push(job: ReplicationJob, roles: dict[str, Engine]) -> None:
     for role, engine in roles.items():
-        publish(groups.agent(engine.node_id), "job.assign", assign_message(job, role))
+        publish(groups.agent(engine.node_id), wire.MSG_JOB_ASSIGN, assign_message(job, role))
     publish(groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state, "attempt": job.attempt})
 
 
@@ -178,7 +179,7 @@ class EventError(ValueError):
 def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
     """Apply one agent event (job.ack / job.progress / job.result) from ``node_id``."""
     kind = msg.get("type")
-    if kind not in ("job.ack", "job.progress", "job.result", "job.confirm"):
+    if kind not in wire.AGENT_MESSAGES:
         raise EventError(f"unknown event type {kind!r}")
     with transaction.atomic():
         # of=self: PostgreSQL cannot lock the nullable side of the outer join to an evict job's source.
@@ -189,13 +190,13 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
         roles = [r for r, e in roles_of(job).items() if e.node_id == node_id]
         if not roles:
             raise EventError(f"job {job.pk} does not involve this node")
-        if kind == "job.confirm":
+        if kind == wire.MSG_JOB_CONFIRM:
             if TARGET not in roles:
                 raise EventError("only the target's agent confirms a copy")
             return confirm.on_agent_confirmation(job, msg)
         if job.state in JobState.TERMINAL:
             return job  # a late event for a cancelled/expired/finished job changes nothing
-        if kind == "job.ack":
+        if kind == wire.MSG_JOB_ACK:
             acks = dict(job.acks)
             for r in roles:
                 acks[r] = job.attempt
@@ -203,7 +204,7 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
             job.save(update_fields=["acks", "updated_at"])
             if job.state == JobState.DISPATCHED:
                 job = transition(job, JobState.RUNNING, f"acknowledged by node {node_id}")
-        elif kind == "job.progress":
+        elif kind == wire.MSG_JOB_PROGRESS:
             done = int(msg.get("bytes_done") or 0)
             if TARGET in roles and done > job.bytes_done:
                 job.bytes_done = min(done, job.bytes or done)
@@ -217,15 +218,15 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
 
 def _result(job: ReplicationJob, node_id: int, roles: list[str], msg: dict) -> ReplicationJob:
     state = msg.get("state")
-    if state not in ("succeeded", "failed"):
-        raise EventError("job.result state must be succeeded or failed")
+    if state not in wire.RESULT_STATES:
+        raise EventError(f"{wire.MSG_JOB_RESULT} state must be {' or '.join(wire.RESULT_STATES)}")
     results = dict(job.results)
     for r in roles:
         results[r] = {**{k: msg.get(k) for k in ("state", "checksum", "bytes", "error")},
                       **{k: msg[k] for k in RESULT_EXTRA if msg.get(k) is not None}}
     job.results = results
     job.save(update_fields=["results", "updated_at"])
-    if state == "failed":
+    if state == JobState.FAILED:
         if not any(job.acks.get(r) == job.attempt for r in roles):
             return job  # the failure of an earlier attempt, reported after its retry was sent
         return fail(job, f"{'/'.join(roles)} on node {node_id}: {msg.get('error') or 'failed'}")
@@ -281,7 +282,7 @@ def fail(job: ReplicationJob, why: str) -> ReplicationJob:
 
 def _cancel_on_agents(job: ReplicationJob) -> None:
     for engine in roles_of(job).values():
-        publish(groups.agent(engine.node_id), "job.cancel", {"type": "job.cancel", "job_id": str(job.pk)})
+        publish(groups.agent(engine.node_id), wire.MSG_JOB_CANCEL, wire.job_cancel(str(job.pk)))
 
 
 def end(job: ReplicationJob, to: str, why: str) -> ReplicationJob | None:
@@ -323,7 +324,8 @@ def sweep(now=None) -> dict:
                 ReplicationJob.objects.filter(pk=job.pk).update(dispatched_at=now)
                 for role, engine in roles.items():
                     if job.acks.get(role) != job.attempt:
-                        publish(groups.agent(engine.node_id), "job.assign", assign_message(job, role))
+                        publish(groups.agent(engine.node_id), wire.MSG_JOB_ASSIGN,
+                                assign_message(job, role))
                 redelivered += 1
     return {"expired": expired, "failed": failed, "redelivered": redelivered, "dispatched": due,
             **confirm.sweep(now)}

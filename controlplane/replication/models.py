@@ -13,7 +13,7 @@ from .choices import (
     OverrideKind,
     PlanState,
     PolicyMode,
-    Tier,
+    StorageTier,
     Transport,
 )
 
@@ -97,7 +97,7 @@ class PlanItem(models.Model):
     prefix_tokens = models.PositiveIntegerField(default=0)
     source = models.ForeignKey("fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     target = models.ForeignKey("fleet.Engine", on_delete=models.CASCADE, related_name="+")
-    tier = models.CharField(max_length=8, choices=Tier.CHOICES, default=Tier.GPU)
+    tier = models.CharField(max_length=8, choices=StorageTier.CHOICES, default=StorageTier.GPU)
     bytes = models.BigIntegerField()
     expected_ttft_saved_s = models.FloatField()
     cost_s = models.FloatField()
@@ -125,7 +125,7 @@ class ReplicationJob(models.Model):
     source = models.ForeignKey("fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     target = models.ForeignKey("fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     prefix_keys = models.JSONField()
-    tier = models.CharField(max_length=8, choices=Tier.CHOICES, default=Tier.GPU)
+    tier = models.CharField(max_length=8, choices=StorageTier.CHOICES, default=StorageTier.GPU)
     bytes = models.BigIntegerField(default=0)
     bytes_done = models.BigIntegerField(default=0)
     state = models.CharField(max_length=16, choices=JobState.CHOICES, default=JobState.PENDING, db_index=True)
@@ -173,7 +173,7 @@ class SpeculativeReplica(models.Model):
     engine = models.ForeignKey("fleet.Engine", on_delete=models.CASCADE, related_name="speculative_replicas")
     workload_key = models.ForeignKey("demand.WorkloadKey", null=True, blank=True, on_delete=models.SET_NULL)
     prefix_keys = models.JSONField()
-    tier = models.CharField(max_length=8, choices=Tier.CHOICES, default=Tier.GPU)
+    tier = models.CharField(max_length=8, choices=StorageTier.CHOICES, default=StorageTier.GPU)
     bytes = models.BigIntegerField()
     shadow = models.BooleanField(default=False)
     forecaster = models.CharField(max_length=40, blank=True)

@@ -130,7 +130,7 @@ SPECTACULAR_SETTINGS = {
         "TransportEnum": "controlplane.replication.choices.Transport.CHOICES",
         "NodeStateEnum": "controlplane.fleet.choices.NodeState.CHOICES",
         "PlanStateEnum": "controlplane.replication.choices.PlanState.CHOICES",
-        "TierEnum": "controlplane.replication.choices.Tier.CHOICES",
+        "TierEnum": "controlplane.replication.choices.StorageTier.CHOICES",
     },
 }
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from controlplane.core import protocol as wire
 from controlplane.core.blockhash import from_hex
 from nodeagent.blockstore import BlockStore
 
@@ -46,16 +47,16 @@ class Job:
             keys = [from_hex(k) for k in msg.get("keys") or []]
             job = cls(
                 id=str(msg["id"]),
-                action=msg.get("action", "replicate"),
+                action=msg.get("action", wire.ACTION_REPLICATE),
                 role=msg["role"],
-                transport=msg.get("transport", "tcp"),
+                transport=msg.get("transport", wire.TRANSPORT_TCP),
                 keys=keys,
                 bytes=int(msg.get("bytes") or 0),
                 bytes_per_block=int(msg.get("bytes_per_block") or 0),
-                source=msg.get("source") or {},
-                target=msg.get("target") or {},
+                source=msg.get(wire.ROLE_SOURCE) or {},
+                target=msg.get(wire.ROLE_TARGET) or {},
                 rendezvous=msg.get("rendezvous") or {},
-                lmcache=msg.get("lmcache") or {},
+                lmcache=msg.get(wire.FIELD_LMCACHE) or {},
                 secret=str(msg.get("secret") or ""),
                 deadline=float(msg.get("deadline") or time.time() + 300),
                 attempt=int(msg.get("attempt") or 1),
@@ -65,10 +66,10 @@ class Job:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise JobError(f"malformed job: {exc}") from None
-        if job.role not in ("source", "target"):
-            raise JobError(f"job {job.id}: role must be source or target")
-        if job.action not in ("replicate", "evict"):
-            raise JobError(f"job {job.id}: action must be replicate or evict")
+        if job.role not in wire.ROLES:
+            raise JobError(f"job {job.id}: role must be {' or '.join(wire.ROLES)}")
+        if job.action not in wire.ACTIONS:
+            raise JobError(f"job {job.id}: action must be {' or '.join(wire.ACTIONS)}")
         return job
 
     def seconds_left(self) -> float:
@@ -93,8 +94,8 @@ class TransferResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class Transport(Protocol):
-    """Moves the blocks of ``job.keys`` from the source agent's store to the target's.
+class Executor(Protocol):
+    """A transport's executor (tcp, nccl, lmcache, ...). Moves the blocks of ``job.keys`` from the source agent's store to the target's.
 
     The source side calls ``send``; the target side ``receive``. Only a ``receive`` that
     verified the checksum may return ``ok=True``.

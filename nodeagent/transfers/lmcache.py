@@ -44,12 +44,13 @@ from typing import Any
 
 import httpx
 
+from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
 
 log = logging.getLogger(__name__)
-NAME = "lmcache"
+NAME = wire.TRANSPORT_LMCACHE
 PIN = "lmcache-pin"
 
 
@@ -176,7 +177,7 @@ class LeaseKeeper:
             if ended:
                 self._save()
         for lease in due:
-            msg: dict[str, Any] = {"type": "job.confirm", "job_id": lease.job_id, "by": PIN,
+            msg: dict[str, Any] = {"type": wire.MSG_JOB_CONFIRM, "job_id": lease.job_id, "by": PIN,
                                    "expected": lease.expected, "instance_id": lease.instance_id,
                                    "tokens": 0, "error": None}
             try:

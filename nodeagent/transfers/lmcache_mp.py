@@ -25,11 +25,12 @@ from typing import Any
 
 import httpx
 
+from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
 
-NAME = "lmcache-mp"
+NAME = wire.TRANSPORT_LMCACHE_MP
 DIRECTORY = "lmcache-directory"
 
 

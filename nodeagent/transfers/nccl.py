@@ -29,6 +29,7 @@ import warnings
 from datetime import timedelta
 from typing import Any
 
+from controlplane.core import protocol as wire
 from controlplane.core.blockhash import to_hex
 from nodeagent.blockstore import BlockStore, BlockStoreFull, block_digest, transfer_checksum
 from nodeagent.transfers.auth import MAC_FIELD, AuthError, answer, sign, verify, verify_answer
@@ -53,7 +54,7 @@ class RendezvousError(RuntimeError):
 
 
 class NcclTransport:
-    name = "nccl"
+    name = wire.TRANSPORT_NCCL
 
     def __init__(self, device: str | None = None):
         self.device = device

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from controlplane.core import protocol as wire
 from controlplane.core.blockhash import from_hex, to_hex
 from nodeagent.blockstore import BlockStore, BlockStoreFull, block_digest, transfer_checksum
 from nodeagent.transfers.auth import MAC_FIELD, AuthError, answer, sign, verify, verify_answer
@@ -226,7 +227,7 @@ class TcpTransferServer:
 
 
 class TcpTransport:
-    name = "tcp"
+    name = wire.TRANSPORT_TCP
 
     def __init__(
         self,

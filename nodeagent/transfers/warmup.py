@@ -28,11 +28,12 @@ from typing import Any
 
 import httpx
 
+from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
 
-NAME = "warmup"
+NAME = wire.TRANSPORT_WARMUP
 
 
 class WarmupTransport:

@@ -13,8 +13,7 @@ from controlplane.core import protocol as wire
 ROOT = Path(__file__).resolve().parents[2]
 
 # Modules that speak the protocol and take every spelling from controlplane/core/protocol.py.
-# Still to convert (others are changing them): controlplane/replication/dispatch.py,
-# controlplane/realtime/agent_consumer.py, nodeagent/transfers/*, controlplane/sim/*.
+# Still to convert (another branch is changing them): controlplane/sim/*.
 CONVERTED = [
     "controlplane/core/agent_report.py",
     "controlplane/core/residency.py",
@@ -25,11 +24,29 @@ CONVERTED = [
     "nodeagent/reporter.py",
     "nodeagent/residency.py",
     "nodeagent/jobs.py",
+    "nodeagent/agent.py",
+    "nodeagent/transfers/base.py",
+    "nodeagent/transfers/auth.py",
+    "nodeagent/transfers/lmcache.py",
+    "nodeagent/transfers/lmcache_mp.py",
+    "nodeagent/transfers/nccl.py",
+    "nodeagent/transfers/tcp.py",
+    "nodeagent/transfers/warmup.py",
+    "controlplane/replication/dispatch.py",
+    "controlplane/agentapi/consumer.py",
+    "controlplane/agentapi/views.py",
+    "controlplane/agentapi/jobs.py",
+    "controlplane/readmodels/cachemap.py",
+    "controlplane/readmodels/dashboard.py",
+    "controlplane/fleet/models.py",
+    "frontend/views.py",
+    "frontend/urls.py",
     "bench/ingest.py",
 ]
 
 # The same words meaning something else: plan and plan-item states, a metric's outcome label,
-# a GPU that NVML lost, a method name.
+# a GPU that NVML lost, a method name, a sweep's counts, LMCache's own prefetch states, torch's
+# process-group backend, the dashboard socket's first message.
 NOT_WIRE = {
     "controlplane/replication/choices.py": {"pending", "approved"},
     "controlplane/core/agent_report.py": {"lost"},
@@ -37,6 +54,11 @@ NOT_WIRE = {
     "controlplane/fleet/api/views.py": {"lost"},
     "nodeagent/jobs.py": {"evict"},  # an executor's method name
     "nodeagent/reporter.py": {"failed"},
+    "controlplane/replication/dispatch.py": {"expired", "failed", "dispatched"},
+    "nodeagent/transfers/lmcache_mp.py": {"failed", "cancelled"},
+    "nodeagent/transfers/nccl.py": {"nccl"},
+    "controlplane/readmodels/cachemap.py": {"lost"},
+    "controlplane/readmodels/dashboard.py": {"snapshot"},
 }
 
 VOCABULARY = {
