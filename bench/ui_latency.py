@@ -3,7 +3,7 @@
 Runs the real server (daphne, Channels, in-memory channel layer, SQLite file) with a 256-engine
 cluster (32 nodes x 8 engines) built through the agent API, opens N websocket dashboards with real
 sessions, posts agent reports over HTTP and times each until every dashboard has a delta naming
-that node. Baselines in the same run: the report POST alone (what the dashboard path adds to it),
+the engine it changed. Baselines in the same run: the report POST alone (what the dashboard path adds to it),
 and the cache map payload without its bounds (every engine x the maximum number of prefixes).
 
     python bench/ui_latency.py [--quick] [--json PATH] [--dashboards 50]
@@ -90,7 +90,7 @@ async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float)
     cookies = {"sessionid": data["session"]}
     seq = {name: 1 for name, _ in agents}
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-        node_ids = {}
+        engine_ids = {}
         for i, (name, token) in enumerate(agents):  # everything resident somewhere: a full map
             rows = {f"vllm-{e}": cluster.stored(chains[(i + e) % PREFIXES][: 1 + (i * e) % 8])
                     for e in range(ENGINES_PER_NODE)}
@@ -108,7 +108,8 @@ async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float)
         payload = len(cmap.content)
         full = await http.get("/api/cache-map/?limit=256&prefixes=64", cookies=cookies)
         for engine in cmap.json()["engines"]:
-            node_ids[engine["node"]] = engine["node_id"]
+            if engine["name"] == "vllm-0":  # the engine each timed report changes
+                engine_ids[engine["node"]] = engine["id"]
 
         # Dashboards.
         host = url.split("//")[1]
@@ -125,8 +126,8 @@ async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float)
                         msg = json.loads(await asyncio.wait_for(ws.recv(), 0.5))
                     except TimeoutError:
                         continue
-                    nodes = set(msg.get("residency", {}).get("nodes", []))
-                    arrivals[i].append((time.perf_counter(), nodes))
+                    engines = set(msg.get("residency", {}).get("engines", []))
+                    arrivals[i].append((time.perf_counter(), engines))
 
         done = asyncio.Event()
         readies = [asyncio.Event() for _ in range(dashboards)]
@@ -143,16 +144,16 @@ async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float)
             resp = await http.post("/api/agents/report/", json=body, headers={"Authorization": f"Bearer {token}"})
             post_ms.append((time.perf_counter() - t0) * 1000)
             resp.raise_for_status()
-            sent.append((t0, node_ids[name]))
+            sent.append((t0, engine_ids[name]))
             await asyncio.sleep(gap_s)
         await asyncio.sleep(1.0)
         done.set()
         await asyncio.gather(*tasks)
 
     latencies, missed = [], 0
-    for t0, node in sent:
+    for t0, engine in sent:
         for got in arrivals:
-            hit = next((t for t, nodes in got if t >= t0 and node in nodes), None)
+            hit = next((t for t, engines in got if t >= t0 and engine in engines), None)
             if hit is None:
                 missed += 1
             else:

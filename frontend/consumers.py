@@ -67,7 +67,8 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
     async def on_event(self, event: str, payload: dict) -> None:
         if not hasattr(self, "coalescer"):
             return
-        self.coalescer.add(event, payload)
+        if not self.coalescer.add(event, payload):
+            return  # nothing a page reads
         if self.flush_task is not None:
             return  # a flush is already due; it will carry this event too
         wait = self.last_flush + self.interval - time.monotonic()

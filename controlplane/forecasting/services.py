@@ -23,8 +23,6 @@ from django.utils import timezone
 from controlplane.core.demand import risk_from_counts
 from controlplane.core.forecast import forecast_counts
 from controlplane.demand.models import DemandBucket, WorkloadKey
-from controlplane.realtime import groups
-from controlplane.realtime.publish import publish
 
 from .models import Forecast
 
@@ -81,8 +79,7 @@ def forecast_key(key_id: int, horizon_s: float, now=None) -> Forecast | None:
         model=res.model, backtest_mase=res.backtest_mase,
         scores={k: (None if not math.isfinite(v) else v) for k, v in res.scores.items()},
         burst_risk=risk_of(counts, bucket_s, horizon_s), note=note[:4000])
-    publish(groups.FORECASTS, "forecast.created", {"key": key_id, "forecast": f.pk, "model": f.model})
-    return f
+    return f  # no page shows forecasts live (the forecasts page reads the table on load)
 
 
 def keys_to_forecast(now=None) -> list[int]:

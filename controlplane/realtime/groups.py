@@ -3,7 +3,6 @@
 CLUSTER = "cluster"  # residency, VRAM, engines: the cache map
 JOBS = "jobs"  # job progress
 PLANS = "plans"  # new plans, decisions
-FORECASTS = "forecasts"
 
 
 def agent(node_id: int) -> str:
@@ -11,4 +10,4 @@ def agent(node_id: int) -> str:
     return f"agent.{node_id}"
 
 
-DASHBOARD_GROUPS = (CLUSTER, JOBS, PLANS, FORECASTS)
+DASHBOARD_GROUPS = (CLUSTER, JOBS, PLANS)

@@ -1,4 +1,4 @@
-"""Merging of realtime events: latest value per object, no object dropped."""
+"""Merging of realtime events: latest value per object, no object dropped, only what pages read."""
 
 from controlplane.realtime.coalesce import Coalescer
 
@@ -14,11 +14,24 @@ def test_merges_per_object_and_resets():
     c.add("job.update", {"job": "a", "state": "running"})
     c.add("job.progress", {"job_id": "a", "bytes_done": 10})
     c.add("plan.decided", {"plan": 9, "state": "approved"})
-    c.add("node.stale", {"node": 2})
     out = c.drain()
-    assert out["events"] == 6 and out["at"] == 6.0
-    assert out["residency"] == {"engines": [3, 4], "nodes": [1, 2], "gpus": [{"uuid": "g", "memory_used": 2}]}
-    assert out["jobs"] == [{"job": "a", "state": "running", "job_id": "a", "bytes_done": 10}]
-    assert out["plans"] == [{"plan": 9, "state": "approved", "event": "plan.decided"}]
-    assert out["stale_nodes"] == [2]
+    assert out == {"type": "delta", "events": 5, "at": 6.0, "residency": {"engines": [3, 4]},
+                   "jobs": [{"job": "a", "state": "running", "bytes_done": 10}],
+                   "plans": [{"plan": 9, "state": "approved"}]}
     assert c.drain() is None
+
+
+def test_only_what_a_page_reads_is_sent():
+    c = Coalescer()
+    # No page reads these: a node gone stale, a forecast, readiness, GPU figures without residency
+    # (the cache map reads GPU memory with its rows), a job's attempt or detail, a plan's mode.
+    assert not c.add("node.stale", {"node": 2})
+    assert not c.add("forecast.created", {"key": 7, "model": "ewma"})
+    assert not c.add("engine.readiness", {"readiness": {"1": 0.5}})
+    assert not c.add("residency.delta", {"node": 1, "engines": {}, "gpus": [{"uuid": "g"}]})
+    assert c.drain() is None and not c.pending
+    assert c.add("job.update", {"job": "a", "state": "failed", "attempt": 2, "detail": "x", "error": "e"})
+    assert c.add("plan.created", {"plan": 3, "mode": "auto", "state": "proposed", "items": 4})
+    assert c.drain() == {"type": "delta", "events": 2,
+                         "jobs": [{"job": "a", "state": "failed", "error": "e"}],
+                         "plans": [{"plan": 3, "state": "proposed"}]}
