@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from controlplane.core import blockhash
 from controlplane.core.prefix_groups import OTHER, group_of, shared_chain
+from controlplane.fleet.models import Engine
 
 from .models import DemandBucket, WorkloadKey
 from .signals import requests_served
@@ -35,8 +36,6 @@ class UnknownEngine(ValueError):
 
 def _serving_engines(records: list[dict]) -> dict[str, int]:
     """Each record's ``engine`` (an engine id, or 'node/engine_id') -> the engine's id."""
-    from controlplane.fleet.models import Engine
-
     refs = {str(r["engine"]) for r in records if r.get("engine") not in (None, "")}
     if not refs:
         return {}

@@ -36,7 +36,7 @@ from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
 
 from .choices import Confirmation, JobAction, JobState, Transport
-from .jobstates import IllegalTransition, transition
+from .jobstates import EventError, IllegalTransition, transition
 from .models import ReplicationJob, SpeculativeReplica
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,6 @@ def on_agent_confirmation(job: ReplicationJob, msg: dict) -> ReplicationJob:
     """A ``job.confirm`` event: an LMCache executor's pin (renewal) or directory reading."""
     ok, by, detail = _pin_ok(msg)
     if not by or by not in ENGINE_SIDE:
-        from .dispatch import EventError
-
         raise EventError(f"job.confirm needs by = one of {sorted(ENGINE_SIDE)}")
     if job.state in (JobState.LANDED, JobState.UNCONFIRMED) and ok:
         return confirm(job, None, by, detail)

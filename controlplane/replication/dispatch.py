@@ -21,11 +21,13 @@ import time
 import zlib
 from datetime import timedelta
 
+from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.core import blockhash
 from controlplane.core import protocol as wire
 from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Engine
@@ -34,7 +36,7 @@ from controlplane.realtime.publish import publish
 
 from . import confirm
 from .choices import JobAction, JobState, Transport
-from .jobstates import IllegalTransition, transition
+from .jobstates import EventError, IllegalTransition, transition
 from .models import ReplicationJob, SpeculativeReplica
 from .transfer_auth import transfer_secret
 
@@ -101,8 +103,6 @@ def _lmcache(job: ReplicationJob) -> dict:
 def tokens_for(job: ReplicationJob) -> list[int] | None:
     """The prefix's token ids, from its workload key (only kept where a gateway sent them and a
     plan uses the key), checked against the job's chain; None when unknown or stale."""
-    from controlplane.core import blockhash
-
     key = job.item.workload_key if job.item_id and job.item.workload_key_id else None
     engine = job.target or job.source
     if key is None or engine is None or not key.prefix_token_ids:
@@ -170,10 +170,6 @@ def pending_for_node(node_id: int) -> list[dict]:
             if engine.node_id == node_id and job.acks.get(role) != job.attempt:
                 out.append(assign_message(job, role))
     return out
-
-
-class EventError(ValueError):
-    """An agent event that cannot be applied (unknown job, wrong node, malformed)."""
 
 
 def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
@@ -274,8 +270,6 @@ def fail(job: ReplicationJob, why: str) -> ReplicationJob:
         delay = backoff_seconds(job.attempt)
         job = transition(job, JobState.APPROVED, f"retry {job.attempt + 1}/{job.max_attempts} in {delay:.1f}s",
                          retry_at=timezone.now() + timedelta(seconds=delay))
-        from .tasks import dispatch_job
-
         transaction.on_commit(lambda: dispatch_job.apply_async((str(job.pk),), countdown=delay))
     return job
 
@@ -349,6 +343,12 @@ def _deadline_passed(job: ReplicationJob) -> str:
 
 
 def _dispatch_later(job_id) -> None:
-    from .tasks import dispatch_job
-
     dispatch_job.delay(str(job_id))
+
+
+# The task beside what it runs (tasks.py re-exports it), so dispatching needs no import of
+# tasks.py, which imports this module; its name (and queue) stay the tasks module's.
+@shared_task(name="controlplane.replication.tasks.dispatch_job")
+def dispatch_job(job_id: str) -> str | None:
+    job = dispatch(job_id)
+    return job.state if job else None

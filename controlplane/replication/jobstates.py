@@ -12,6 +12,10 @@ class IllegalTransition(ValueError):
     """A job state change the state machine does not allow."""
 
 
+class EventError(ValueError):
+    """An agent event that cannot be applied (unknown job, wrong node, malformed)."""
+
+
 def can_transition(current: str, to: str) -> bool:
     return to in JobState.ALLOWED.get(current, set())
 

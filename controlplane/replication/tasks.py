@@ -18,6 +18,7 @@ from controlplane.forecasting.tasks import forecast_all
 
 from . import dispatch, planning, scoring
 from .choices import JobAction, JobState, Transport
+from .dispatch import dispatch_job
 from .jobstates import transition
 from .models import Policy, ReplicationJob, SpeculativeReplica
 
@@ -57,12 +58,6 @@ def plan_after_forecasts(done: int | list[int], policy_id: int | None = None) ->
 def plan_cycle(policy_id: int | None = None) -> int | None:
     plan = planning.run_cycle(policy_id)
     return plan.pk if plan else None
-
-
-@shared_task
-def dispatch_job(job_id: str) -> str | None:
-    job = dispatch.dispatch(job_id)
-    return job.state if job else None
 
 
 @shared_task

@@ -2,6 +2,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..models import Engine, Gpu, GpuSample, Node
+from ..residency import get_index
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -42,8 +43,6 @@ class EngineSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
     def get_blocks(self, engine):
-        from ..residency import get_index
-
         return get_index().usage(engine.pk).blocks
 
 
