@@ -33,6 +33,9 @@ CALLS = [
 ]
 
 
+# Transactional: the long-poll is async and reads the database from another thread, which on
+# PostgreSQL cannot join the test's transaction.
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("method, path, body", CALLS, ids=[p for _, p, _ in CALLS])
 def test_every_agent_endpoint_answers_alike(enrol, method, path, body):
     _, agent = enrol("node-a")
