@@ -1,19 +1,10 @@
-from django_filters import rest_framework as filters
 from rest_framework import viewsets
 
 from controlplane.accounts.choices import Role
-from controlplane.api.filters import BoundedIsoDateTimeFilter
 
+from ..filtersets import AuditEventFilterSet
 from ..models import AuditEvent
 from .serializers import AuditEventSerializer
-
-
-class AuditEventFilter(filters.FilterSet):
-    since = BoundedIsoDateTimeFilter(field_name="at", lookup_expr="gte")
-
-    class Meta:
-        model = AuditEvent
-        fields = ["action", "object_type", "object_id", "actor_label"]
 
 
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
@@ -21,5 +12,5 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = AuditEvent.objects.all()
     serializer_class = AuditEventSerializer
-    filterset_class = AuditEventFilter
+    filterset_class = AuditEventFilterSet
     read_role = Role.OPERATOR
