@@ -303,3 +303,17 @@ def test_an_illegal_job_transition_is_a_409_on_state(client_for, engine):
                                        format="json")
     assert resp.status_code == 409
     assert resp.json()["error"] == "illegal_transition" and resp.json()["field"] == "state"
+
+
+def test_views_pages_and_commands_write_the_audit_trail_only_through_services():
+    """The audit trail is written by service functions; the API views, the pages and the
+    management commands call those (a direct audit.record there is a second mechanism)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    callers = [*root.glob("controlplane/*/api/*.py"), *root.glob("frontend/*.py"),
+               *root.glob("controlplane/*/management/commands/*.py")]
+    assert len(callers) > 20
+    direct = [str(p.relative_to(root)) for p in callers
+              if "controlplane.audit.services" in p.read_text()]
+    assert direct == []
