@@ -243,6 +243,25 @@ def test_job_states_change_in_the_admin_only_through_cancel(boss, engine):
                      {"state": "cancelled"}).status_code == 403
 
 
+def test_plans_are_decided_in_the_admin_through_the_same_service(boss, engine):
+    from controlplane.replication.models import PlanItem
+
+    plan = ReplicationPlan.objects.create(policy=Policy.objects.get(active=True), mode="manual")
+    item = PlanItem.objects.create(plan=plan, prefix_keys=["01"], target=engine, bytes=1,
+                                   expected_ttft_saved_s=1.0, cost_s=0.1, confidence=0.9)
+    resp = boss.post("/admin/replication/replicationplan/",
+                     {"action": "reject_plans", "_selected_action": [plan.pk]})
+    assert resp.status_code == 302
+    plan.refresh_from_db()
+    item.refresh_from_db()
+    assert plan.state == "rejected" and item.decision == "rejected"
+    assert plan.decided_by.username == "boss"
+    [event] = events("plan.rejected")
+    assert event.actor_label == "user:boss" and event.after["items"] == [item.pk]
+    assert boss.post(f"/admin/replication/replicationplan/{plan.pk}/change/",
+                     {"state": "approved"}).status_code == 403
+
+
 # -- filtersets: the API and the pages filter the same way ------------------------------------
 
 
