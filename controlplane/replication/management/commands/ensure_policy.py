@@ -7,7 +7,7 @@ from django.db import transaction
 
 from controlplane.replication.api.serializers import PolicySerializer
 from controlplane.replication.models import Policy
-from controlplane.replication.services import save_policy
+from controlplane.replication.services import activate_policy
 
 
 class Command(BaseCommand):
@@ -33,5 +33,5 @@ class Command(BaseCommand):
         saved = policy or Policy()
         for field, value in ser.validated_data.items():
             setattr(saved, field, value)
-        save_policy(saved, None, reason="manage.py ensure_policy")  # deactivates the others
+        activate_policy(saved, None, reason="manage.py ensure_policy")  # deactivates the others
         self.stdout.write(f"{'updated' if policy else 'created'} policy {name} ({saved.mode}), active")
