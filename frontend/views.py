@@ -212,7 +212,8 @@ def jobs(request):
     qs = ReplicationJob.objects.select_related("source__node", "target__node").prefetch_related("transitions")
     qs, refused = filtered(request, ReplicationJobFilterSet, qs)
     return page(request, "jobs.html", "jobs", jobs_page=paged(request, qs, 50),
-                state=request.GET.get("state", ""), states=[s for s, _ in JobState.CHOICES], **refused)
+                state=request.GET.get("state", ""), states=[s for s, _ in JobState.CHOICES],
+                **refused)
 
 
 @needs(Role.VIEWER)
@@ -225,8 +226,8 @@ def policies(request):
 def overrides(request):
     qs, refused = filtered(request, OverrideFilterSet,
                            Override.objects.select_related("node", "engine__node", "created_by"))
-    return page(request, "overrides.html", "overrides", overrides_page=paged(request, qs, 50), **refused,
-                kinds=OverrideKind.CHOICES, nodes=Node.objects.all()[:1000],
+    return page(request, "overrides.html", "overrides", overrides_page=paged(request, qs, 50),
+                kinds=OverrideKind.CHOICES, **refused, nodes=Node.objects.all()[:1000],
                 engines=Engine.objects.select_related("node")[:2000], tiers=Tier.CHOICES)
 
 
@@ -247,5 +248,5 @@ def scoreboard(request):
 def audit(request):
     qs, refused = filtered(request, AuditEventFilterSet, AuditEvent.objects.select_related("actor"))
     return page(request, "audit.html", "audit", events=paged(request, qs, 50),
-                action=request.GET.get("action", ""), object_type=request.GET.get("object_type", ""),
-                **refused)
+                action=request.GET.get("action", ""),
+                object_type=request.GET.get("object_type", ""), **refused)

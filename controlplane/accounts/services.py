@@ -43,6 +43,6 @@ def issue_enrolment_token(who, ttl_seconds: int | None = None, *, labels: dict |
                           created_by=None, reason: str = "") -> tuple[EnrolmentToken, str]:
     """A one-time enrolment token for an agent; returns it with the raw token (shown once)."""
     token, raw = EnrolmentToken.issue(ttl_seconds, labels=labels or {}, created_by=created_by)
-    record(who, "enrolment_token.created", token,
-           after={"prefix": token.prefix, "expires_at": token.expires_at.isoformat()}, reason=reason)
+    after = {"prefix": token.prefix, "expires_at": token.expires_at.isoformat()}
+    record(who, "enrolment_token.created", token, after=after, reason=reason)
     return token, raw
