@@ -23,7 +23,9 @@ from django.views.static import serve
 
 from controlplane.accounts.choices import Role
 from controlplane.accounts.roles import has_role, role_of
+from controlplane.audit.filtersets import AuditEventFilterSet
 from controlplane.audit.models import AuditEvent
+from controlplane.demand.filtersets import WorkloadKeyFilterSet
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.fleet.models import Engine, Gpu, GpuSample, Node
 from controlplane.fleet.residency import get_index
@@ -35,6 +37,11 @@ from controlplane.replication.choices import (
     PolicyMode,
     StorageTier,
     Transport,
+)
+from controlplane.replication.filtersets import (
+    OverrideFilterSet,
+    ReplicationJobFilterSet,
+    ReplicationPlanFilterSet,
 )
 from controlplane.replication.models import (
     Override,
@@ -67,7 +74,7 @@ def needs(role: str):
     return wrap
 
 
-def page(request, template: str, nav: str, **context):
+def page(request, template: str, nav: str, status: int = 200, **context):
     role = role_of(request.user)
     kept = request.GET.copy()  # filters survive paging
     kept.pop("page", None)
@@ -76,11 +83,21 @@ def page(request, template: str, nav: str, **context):
         "can_operate": has_role(request.user, Role.OPERATOR),
         "can_admin": has_role(request.user, Role.ADMIN),
         **context,
-    })
+    }, status=status)
 
 
 def paged(request, queryset, per_page: int):
     return Paginator(queryset, per_page).get_page(request.GET.get("page"))
+
+
+def filtered(request, filterset_class, queryset) -> tuple:
+    """``queryset`` filtered by the app's FilterSet (the one the API uses) from the query string:
+    (queryset, context for page()). A bad value is a 400 page naming the field, with no rows."""
+    filterset = filterset_class(request.GET, queryset=queryset, request=request)
+    if filterset.is_valid():
+        return filterset.qs, {}
+    field, errors = next(iter(filterset.errors.items()))
+    return queryset.none(), {"status": 400, "filter_error": f"{field}: {errors[0]}"}
 
 
 @require_GET
@@ -153,6 +170,7 @@ def engine_detail(request, pk: int):
 @needs(Role.VIEWER)
 def forecasts(request):
     keys = WorkloadKey.objects.order_by("tenant", "model", "prefix_group")
+    keys, refused = filtered(request, WorkloadKeyFilterSet, keys)
     keys_page = paged(request, keys, 50)
     latest = {}
     for key in keys_page:
@@ -175,17 +193,16 @@ def forecasts(request):
                          yhat=forecast.yhat, lower=forecast.lower, upper=forecast.upper, model=forecast.model)
     rows = [(k, latest.get(k.pk)) for k in keys_page]
     return page(request, "forecasts.html", "forecasts", keys_page=keys_page, rows=rows, selected=selected,
-                forecast=forecast, chart=chart)
+                forecast=forecast, chart=chart, **refused)
 
 
 @needs(Role.VIEWER)
 def plans(request):
     qs = ReplicationPlan.objects.select_related("policy").order_by("-created_at", "-id").annotate(
         saving=Sum("items__expected_ttft_saved_s"), bytes=Sum("items__bytes"), cost=Sum("items__cost_s"))
-    state = request.GET.get("state", "")
-    if state:
-        qs = qs.filter(state=state)
-    return page(request, "plans.html", "plans", plans_page=paged(request, qs, 25), state=state)
+    qs, refused = filtered(request, ReplicationPlanFilterSet, qs)
+    return page(request, "plans.html", "plans", plans_page=paged(request, qs, 25),
+                state=request.GET.get("state", ""), **refused)
 
 
 @needs(Role.VIEWER)
@@ -198,11 +215,10 @@ def plan_detail(request, pk: int):
 @needs(Role.VIEWER)
 def jobs(request):
     qs = ReplicationJob.objects.select_related("source__node", "target__node").prefetch_related("transitions")
-    state = request.GET.get("state", "")
-    if state:
-        qs = qs.filter(state=state)
-    return page(request, "jobs.html", "jobs", jobs_page=paged(request, qs, 50), state=state,
-                states=[s for s, _ in JobState.CHOICES])
+    qs, refused = filtered(request, ReplicationJobFilterSet, qs)
+    return page(request, "jobs.html", "jobs", jobs_page=paged(request, qs, 50),
+                state=request.GET.get("state", ""), states=[s for s, _ in JobState.CHOICES],
+                **refused)
 
 
 @needs(Role.VIEWER)
@@ -213,9 +229,10 @@ def policies(request):
 
 @needs(Role.VIEWER)
 def overrides(request):
-    return page(request, "overrides.html", "overrides",
-                overrides_page=paged(request, Override.objects.select_related("node", "engine__node", "created_by"), 50),
-                kinds=OverrideKind.CHOICES, nodes=Node.objects.all()[:1000],
+    qs, refused = filtered(request, OverrideFilterSet,
+                           Override.objects.select_related("node", "engine__node", "created_by"))
+    return page(request, "overrides.html", "overrides", overrides_page=paged(request, qs, 50),
+                kinds=OverrideKind.CHOICES, **refused, nodes=Node.objects.all()[:1000],
                 engines=Engine.objects.select_related("node")[:2000], tiers=StorageTier.CHOICES)
 
 
@@ -234,9 +251,7 @@ def scoreboard(request):
 
 @needs(Role.OPERATOR)
 def audit(request):
-    qs = AuditEvent.objects.select_related("actor")
-    for field in ("action", "object_type"):
-        if request.GET.get(field):
-            qs = qs.filter(**{field: request.GET[field]})
+    qs, refused = filtered(request, AuditEventFilterSet, AuditEvent.objects.select_related("actor"))
     return page(request, "audit.html", "audit", events=paged(request, qs, 50),
-                action=request.GET.get("action", ""), object_type=request.GET.get("object_type", ""))
+                action=request.GET.get("action", ""),
+                object_type=request.GET.get("object_type", ""), **refused)

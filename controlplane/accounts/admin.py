@@ -3,21 +3,40 @@ from axes.admin import AccessAttemptAdmin
 from axes.models import AccessAttempt
 from django.contrib import admin
 
+from . import services
 from .lockout import unlock
 from .models import ApiToken, EnrolmentToken
 
 
+class IssuedElsewhere:
+    """Tokens are issued by the API or manage.py, which show the raw token once and audit it;
+    here they are read, and API tokens revoked (audited too)."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(IssuedElsewhere, admin.ModelAdmin):
     list_display = ("name", "kind", "prefix", "user", "node", "created_at", "expires_at", "revoked_at")
     list_filter = ("kind",)
-    readonly_fields = ("digest", "prefix", "last_used_at")
+    exclude = ("digest",)
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request, queryset):
+        for token in queryset:
+            services.revoke_api_token(token, request, reason="admin")
+        self.message_user(request, f"Revoked {queryset.count()} token(s).")
 
 
 @admin.register(EnrolmentToken)
-class EnrolmentTokenAdmin(admin.ModelAdmin):
+class EnrolmentTokenAdmin(IssuedElsewhere, admin.ModelAdmin):
     list_display = ("prefix", "created_at", "expires_at", "used_at", "node")
-    readonly_fields = ("digest", "prefix", "used_at", "node")
+    exclude = ("digest",)
 
 
 if admin.site.is_registered(AccessAttempt):

@@ -1,4 +1,7 @@
-"""Every API error as {"error", "detail", "field"} with a 4xx status."""
+"""Every API error as {"error", "detail", "field"} with a 4xx status: the one exception handler.
+
+Services raise ``controlplane.core.errors.DomainError`` (code, field and status, no DRF); views
+may still raise ``ApiError``, the same thing shaped as a DRF exception. Both map here."""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 from rest_framework.views import set_rollback
+
+from controlplane.core.errors import DomainError
 
 
 class ApiError(exceptions.APIException):
@@ -46,6 +51,9 @@ def exception_handler(exc, context):
         set_rollback()
         body = {"error": exc.error_code, "detail": str(exc.detail), "field": exc.field, **exc.extra}
         return Response(body, status=exc.status_code)
+    if isinstance(exc, DomainError):
+        set_rollback()
+        return Response(exc.body(), status=exc.status)
     response = drf_handler(exc, context)
     if response is None:
         return None

@@ -71,6 +71,31 @@ def record(
     )
 
 
+def stored_snapshot(obj: models.Model) -> dict[str, Any] | None:
+    """The snapshot of ``obj`` as the database holds it now (None for a new object)."""
+    if obj.pk is None:
+        return None
+    return snapshot(type(obj)._default_manager.filter(pk=obj.pk).first())
+
+
+@transaction.atomic
+def save_audited(obj: models.Model, who: Any, action: str, *, reason: str = "",
+                 update_fields: list[str] | None = None) -> models.Model:
+    """Save ``obj`` (fields already set) and record the stored state before and after, in one
+    transaction. ``update_fields`` writes only those (a row agents also write, e.g. a node)."""
+    before = stored_snapshot(obj)
+    obj.save(update_fields=update_fields)
+    record(who, action, obj, before=before, after=snapshot(obj), reason=reason)
+    return obj
+
+
+@transaction.atomic
+def delete_audited(obj: models.Model, who: Any, action: str, *, reason: str = "") -> None:
+    """Delete ``obj`` and record what it was, in one transaction."""
+    record(who, action, obj, before=snapshot(obj), reason=reason)
+    obj.delete()
+
+
 @transaction.atomic
 def prune_audit(now=None) -> dict:
     """Events older than the admin-set horizon (PREWARM_AUDIT_KEEP_DAYS; 0 keeps everything)."""

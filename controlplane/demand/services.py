@@ -12,6 +12,7 @@ from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from controlplane.core import blockhash
+from controlplane.core.errors import Invalid
 from controlplane.core.prefix_groups import OTHER, group_of, shared_chain
 from controlplane.fleet.models import Engine
 
@@ -30,8 +31,13 @@ def _keys_of(record: dict) -> list[int]:
                                 blockhash.extra_for(record.get("lora_name")))
 
 
-class UnknownEngine(ValueError):
-    """A record names a serving engine Prewarm does not know."""
+class UnknownEngine(Invalid, ValueError):
+    """A record names a serving engine Prewarm does not know (400 on the API)."""
+
+    code = "unknown_engine"
+
+    def __init__(self, detail: str):
+        super().__init__(detail, field="records.engine")
 
 
 def _serving_engines(records: list[dict]) -> dict[str, int]:

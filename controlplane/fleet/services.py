@@ -13,14 +13,15 @@ from django.utils import timezone
 from controlplane.accounts.choices import TokenKind
 from controlplane.accounts.models import ApiToken, EnrolmentToken, digest
 from controlplane.api.exceptions import ApiError
-from controlplane.audit.services import record
+from controlplane.audit.services import record, save_audited, snapshot
 from controlplane.core.agent_report import Report
+from controlplane.core.errors import Conflict, Forbidden, Invalid
 from controlplane.core.protocol import MODE_SNAPSHOT
 from controlplane.core.residency import Delta
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
 
-from .choices import NodeState
+from .choices import EngineLifecycle, NodeState
 from .models import Engine, Gpu, GpuSample, Node
 from .residency import get_index
 
@@ -39,8 +40,8 @@ def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
     token = EnrolmentToken.objects.select_for_update().filter(digest=digest(raw_token)).first()
     now = timezone.now()
     if token is None or token.used_at is not None or token.expires_at <= now:
-        raise ApiError("invalid_enrolment_token", "enrolment token is unknown, used or expired",
-                       "enrolment_token", status_code=403)
+        raise Forbidden("enrolment token is unknown, used or expired",
+                        code="invalid_enrolment_token", field="enrolment_token")
     node, created = Node.objects.get_or_create(name=hostname, defaults={"labels": {**token.labels, **labels}})
     if not created:
         # Re-enrolling a host (reinstalled agent): its old tokens stop working.
@@ -74,6 +75,29 @@ def rotate_agent_token(node: Node, current: ApiToken | None, who=None) -> str:
     record(who, "node.token_rotated", node, after={"prefix": token.prefix},
            reason=f"revoked {', '.join(p + '…' for p in prefixes) or 'none'}")
     return raw
+
+
+def update_node(node: Node, who, fields: list[str], *, reason: str = "") -> Node:
+    """Save an operator's change to ``fields`` of a node (labels; state, e.g. retiring it),
+    audited. Only those fields are written: the node's agent updates the same row."""
+    return save_audited(node, who, "node.updated", reason=reason, update_fields=fields)
+
+
+@transaction.atomic
+def change_engine_lifecycle(engine: Engine, to: str, who, *, reason: str = "") -> Engine:
+    """Move an engine to lifecycle ``to`` if EngineLifecycle.ALLOWED permits it, audited.
+    Setting the state it is already in is allowed (and recorded)."""
+    engine = Engine.objects.select_for_update().get(pk=engine.pk)
+    if to not in dict(EngineLifecycle.CHOICES):
+        raise Invalid(f"unknown lifecycle {to!r}", field="lifecycle")
+    if to != engine.lifecycle and to not in EngineLifecycle.ALLOWED[engine.lifecycle]:
+        raise Conflict(f"{engine.lifecycle} -> {to} is not allowed", code="illegal_lifecycle",
+                       field="lifecycle")
+    before = snapshot(engine)
+    engine.lifecycle = to
+    engine.save(update_fields=["lifecycle"])
+    record(who, "engine.lifecycle", engine, before=before, after=snapshot(engine), reason=reason)
+    return engine
 
 
 def _mark_lost(node: Node, gpus: list[dict]) -> None:

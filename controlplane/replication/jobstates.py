@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from controlplane.core.errors import Conflict
+
 from .choices import JobState
 from .models import JobTransition, ReplicationJob
 
 
-class IllegalTransition(ValueError):
-    """A job state change the state machine does not allow."""
+class IllegalTransition(Conflict, ValueError):
+    """A job state change the state machine does not allow (409 on the API)."""
+
+    code = "illegal_transition"
+
+    def __init__(self, detail: str):
+        super().__init__(detail, field="state")
 
 
 class EventError(ValueError):

@@ -49,6 +49,11 @@ class Policy(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def validate_constraints(self, exclude=None):
+        # Activating a policy deactivates the others (replication.services.save_policy), so a
+        # form that activates one is valid; the constraint still guards the database.
+        super().validate_constraints(exclude={*(exclude or ()), "active"})
+
 
 class Override(models.Model):
     """An operator's rule that always wins over plans: pin, exclude or freeze."""

@@ -9,7 +9,8 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from controlplane.audit.services import record, snapshot
+from controlplane.audit.services import delete_audited, record, save_audited, snapshot
+from controlplane.core.errors import Conflict, Invalid
 from controlplane.fleet.choices import NodeState
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
@@ -95,9 +96,8 @@ def decide(plan_id: int, who, approve: bool, item_ids: list[int] | None = None, 
         found = {i.pk: i for i in items.filter(pk__in=item_ids)}
         missing = set(item_ids) - set(found)
         if missing:
-            from controlplane.api.exceptions import ApiError
-
-            raise ApiError("unknown_items", f"items {sorted(missing)} are not in plan {plan.pk}", "items", status_code=400)
+            raise Invalid(f"items {sorted(missing)} are not in plan {plan.pk}",
+                          code="unknown_items", field="items")
         selected = list(found.values())
     else:
         selected = list(items.filter(decision=ItemDecision.PENDING))
@@ -159,13 +159,46 @@ def cancel_job(job: ReplicationJob, who, reason: str = "") -> ReplicationJob:
     return job
 
 
-def audited_save(serializer, who, action: str):
-    """Save a serializer and write before/after to the audit log in one transaction."""
-    with transaction.atomic():
-        before = snapshot(serializer.instance)
-        obj = serializer.save()
-        record(who, action, obj, before=before, after=snapshot(obj))
-    return obj
+@transaction.atomic
+def save_policy(policy: Policy, who, *, reason: str = "") -> Policy:
+    """Create or update ``policy`` (its fields already set), audited. The one rule for the
+    active policy: saving an active one deactivates every other, each deactivation audited."""
+    action = "policy.updated" if policy.pk is not None else "policy.created"
+    if policy.active:
+        others = Policy.objects.select_for_update().filter(active=True)
+        if policy.pk is not None:
+            others = others.exclude(pk=policy.pk)
+        for other in others:
+            before = snapshot(other)
+            other.active = False
+            other.save(update_fields=["active", "updated_at"])
+            record(who, "policy.deactivated", other, before=before, after=snapshot(other),
+                   reason=f"{policy.name} activated")
+    return save_audited(policy, who, action, reason=reason)
+
+
+def activate_policy(policy: Policy, who, *, reason: str = "") -> Policy:
+    """Make ``policy`` the one the planner uses."""
+    policy.active = True
+    return save_policy(policy, who, reason=reason)
+
+
+@transaction.atomic
+def delete_policy(policy: Policy, who, *, reason: str = "") -> None:
+    """Delete a policy no plan refers to (one with plans is deactivated instead)."""
+    if policy.plans.exists():
+        raise Conflict("this policy has plans; deactivate it instead", code="in_use")
+    delete_audited(policy, who, "policy.deleted", reason=reason)
+
+
+def save_override(override: Override, who, *, reason: str = "") -> Override:
+    """Create or update an override (pin, exclusion, freeze), audited."""
+    action = "override.updated" if override.pk is not None else "override.created"
+    return save_audited(override, who, action, reason=reason)
+
+
+def delete_override(override: Override, who, *, reason: str = "") -> None:
+    delete_audited(override, who, "override.deleted", reason=reason)
 
 
 @transaction.atomic

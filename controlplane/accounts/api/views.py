@@ -1,7 +1,5 @@
 """Tokens for automation and gateways, enrolment tokens for agents, and who am I."""
 
-from django.db import transaction
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
@@ -9,8 +7,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.accounts.choices import Role, TokenKind
-from controlplane.audit.services import record
 
+from .. import services
+from ..filtersets import ApiTokenFilterSet
 from ..models import ApiToken, EnrolmentToken
 from ..roles import role_of
 from . import serializers as s
@@ -21,28 +20,22 @@ class ApiTokenViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Ret
 
     queryset = ApiToken.objects.select_related("user").exclude(kind=TokenKind.AGENT)
     serializer_class = s.ApiTokenSerializer
-    filterset_fields = ["kind"]
+    filterset_class = ApiTokenFilterSet
     read_role = Role.ADMIN
     write_role = Role.ADMIN
 
-    @transaction.atomic
     def perform_create(self, serializer):
         v = serializer.validated_data
         user = self.request.user if v["kind"] == TokenKind.USER else None
-        token, raw = ApiToken.issue(v["kind"], v["name"], user=user, expires_at=v.get("expires_at"))
-        record(self.request, "token.created", token, after={"kind": token.kind, "name": token.name, "prefix": token.prefix})
+        token, raw = services.issue_api_token(self.request, v["kind"], v["name"], user=user,
+                                              expires_at=v.get("expires_at"))
         serializer.instance = token
         token.token = raw
 
     @extend_schema(request=None, responses=s.ApiTokenSerializer)
     @action(detail=True, methods=["post"])
     def revoke(self, request, pk=None):
-        token = self.get_object()
-        with transaction.atomic():
-            if token.revoked_at is None:
-                token.revoked_at = timezone.now()
-                token.save(update_fields=["revoked_at"])
-                record(request, "token.revoked", token, after={"prefix": token.prefix})
+        token = services.revoke_api_token(self.get_object(), request)
         return Response(s.ApiTokenSerializer(token).data)
 
 
@@ -54,12 +47,11 @@ class EnrolmentTokenViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, view
     read_role = Role.ADMIN
     write_role = Role.ADMIN
 
-    @transaction.atomic
     def perform_create(self, serializer):
         v = serializer.validated_data
         user = self.request.user if self.request.user.is_authenticated else None
-        token, raw = EnrolmentToken.issue(v.get("ttl_seconds"), labels=v.get("labels", {}), created_by=user)
-        record(self.request, "enrolment_token.created", token, after={"prefix": token.prefix, "expires_at": token.expires_at.isoformat()})
+        token, raw = services.issue_enrolment_token(self.request, v.get("ttl_seconds"),
+                                                    labels=v.get("labels", {}), created_by=user)
         serializer.instance = token
         token.token = raw
 

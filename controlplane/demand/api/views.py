@@ -10,6 +10,7 @@ from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 
 from .. import services
+from ..filtersets import WorkloadKeyFilterSet
 from ..models import WorkloadKey
 from . import serializers as s
 
@@ -30,10 +31,8 @@ class RequestRecordsView(APIView):
             raise ApiError("too_many_records", f"at most {settings.PREWARM_MAX_RECORDS_PER_BATCH} records per batch", "records", status_code=413)
         batch = s.RequestBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
-        try:
-            return Response(services.ingest_records(batch.validated_data["records"]))
-        except services.UnknownEngine as exc:
-            raise ApiError("unknown_engine", str(exc), "records.engine", status_code=400) from None
+        # An unknown serving engine is services.UnknownEngine: a 400 naming records.engine.
+        return Response(services.ingest_records(batch.validated_data["records"]))
 
 
 class WorkloadKeyViewSet(viewsets.ReadOnlyModelViewSet):
@@ -41,7 +40,7 @@ class WorkloadKeyViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = WorkloadKey.objects.all()
     serializer_class = s.WorkloadKeySerializer
-    filterset_fields = ["tenant", "model", "prefix_group"]
+    filterset_class = WorkloadKeyFilterSet
 
     @extend_schema(responses=s.DemandBucketSerializer(many=True))
     @action(detail=True)

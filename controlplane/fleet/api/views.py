@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 from django.conf import settings
-from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.authentication import SessionAuthentication
@@ -22,12 +21,11 @@ from controlplane.accounts.throttling import TokenScopedRateThrottle
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 from controlplane.api.parsers import MsgpackParser
-from controlplane.audit.services import record, snapshot
 from controlplane.core import blockhash
 from controlplane.core.agent_report import ReportError, parse_report
 
 from .. import services
-from ..choices import EngineLifecycle
+from ..filtersets import EngineFilterSet, GpuFilterSet, NodeFilterSet
 from ..models import Engine, Gpu, Node
 from ..residency import get_index
 from . import serializers as s
@@ -115,25 +113,20 @@ class RotateTokenView(AgentView):
         return Response({"agent_token": raw}, status=status.HTTP_201_CREATED)
 
 
-class NodeFilter(filters.FilterSet):
-    class Meta:
-        model = Node
-        fields = {"state": ["exact"], "name": ["exact", "icontains"]}
-
-
 class NodeViewSet(viewsets.ModelViewSet):
     """GPU nodes; admins may relabel or retire them."""
 
     queryset = Node.objects.all()
     serializer_class = s.NodeSerializer
-    filterset_class = NodeFilter
+    filterset_class = NodeFilterSet
     http_method_names = ["get", "patch", "head", "options"]
     write_role = Role.ADMIN
 
     def perform_update(self, serializer):
-        before = snapshot(serializer.instance)
-        node = serializer.save()
-        record(self.request, "node.updated", node, before=before, after=snapshot(node))
+        node = serializer.instance
+        for field, value in serializer.validated_data.items():
+            setattr(node, field, value)
+        services.update_node(node, self.request, list(serializer.validated_data))
 
 
 class GpuViewSet(viewsets.ReadOnlyModelViewSet):
@@ -141,7 +134,7 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = Gpu.objects.select_related("node")
     serializer_class = s.GpuSerializer
-    filterset_fields = ["node", "lost"]
+    filterset_class = GpuFilterSet
 
     @extend_schema(responses=s.GpuSampleSerializer(many=True))
     @action(detail=True)
@@ -155,7 +148,7 @@ class EngineViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = Engine.objects.select_related("node").prefetch_related("gpus")
     serializer_class = s.EngineSerializer
-    filterset_fields = ["node", "kind", "lifecycle", "model"]
+    filterset_class = EngineFilterSet
     action_roles = {"lifecycle": Role.OPERATOR}
     token_kinds = {"agent"}
 
@@ -173,15 +166,8 @@ class EngineViewSet(viewsets.ReadOnlyModelViewSet):
             raise ApiError("forbidden", "an agent may only change its own node's engines", status_code=403)
         data = s.LifecycleSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        to = data.validated_data["lifecycle"]
-        if to != engine.lifecycle and to not in EngineLifecycle.ALLOWED[engine.lifecycle]:
-            raise ApiError("illegal_lifecycle", f"{engine.lifecycle} -> {to} is not allowed", "lifecycle",
-                           status_code=409)
-        before = snapshot(engine)
-        engine.lifecycle = to
-        engine.save(update_fields=["lifecycle"])
-        record(request, "engine.lifecycle", engine, before=before, after=snapshot(engine),
-               reason=data.validated_data.get("reason", ""))
+        engine = services.change_engine_lifecycle(engine, data.validated_data["lifecycle"], request,
+                                                  reason=data.validated_data.get("reason", ""))
         return Response(s.EngineSerializer(engine).data)
 
 

@@ -1,5 +1,6 @@
 from rest_framework import viewsets
 
+from ..filtersets import ForecastFilterSet
 from ..models import Forecast
 from .serializers import ForecastSerializer
 
@@ -9,4 +10,4 @@ class ForecastViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = Forecast.objects.select_related("key")
     serializer_class = ForecastSerializer
-    filterset_fields = ["key", "model"]
+    filterset_class = ForecastFilterSet

@@ -2,7 +2,6 @@
 
 from datetime import UTC, timedelta
 
-from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -14,13 +13,26 @@ from rest_framework.views import APIView
 from controlplane.accounts.choices import Role
 from controlplane.api.exceptions import ApiError
 from controlplane.api.filters import in_range
-from controlplane.audit.services import record, snapshot
 
 from .. import services
-from ..jobstates import IllegalTransition
+from ..filtersets import (
+    OverrideFilterSet,
+    PolicyFilterSet,
+    ReplicationJobFilterSet,
+    ReplicationPlanFilterSet,
+    SpeculativeReplicaFilterSet,
+)
 from ..models import Override, Policy, ReplicationJob, ReplicationPlan, SpeculativeReplica
 from ..scoreboard import scoreboard
 from . import serializers as s
+
+
+def _apply(serializer, instance):
+    """``instance`` with the serializer's validated fields set (the service saves it)."""
+    for field, value in serializer.validated_data.items():
+        setattr(instance, field, value)
+    serializer.instance = instance
+    return instance
 
 
 class PolicyViewSet(viewsets.ModelViewSet):
@@ -28,31 +40,17 @@ class PolicyViewSet(viewsets.ModelViewSet):
 
     queryset = Policy.objects.all()
     serializer_class = s.PolicySerializer
-    filterset_fields = ["active", "mode"]
+    filterset_class = PolicyFilterSet
     write_role = Role.ADMIN
 
     def perform_create(self, serializer):
-        self._save(serializer, "policy.created")
+        services.save_policy(_apply(serializer, Policy()), self.request)
 
     def perform_update(self, serializer):
-        self._save(serializer, "policy.updated")
-
-    def _save(self, serializer, action_name):
-        with transaction.atomic():
-            if serializer.validated_data.get("active"):
-                # One active policy: activating one deactivates the others (audited too).
-                for other in Policy.objects.select_for_update().filter(active=True).exclude(pk=getattr(serializer.instance, "pk", None)):
-                    before = snapshot(other)
-                    other.active = False
-                    other.save(update_fields=["active"])
-                    record(self.request, "policy.deactivated", other, before=before, after=snapshot(other))
-            services.audited_save(serializer, self.request, action_name)
+        services.save_policy(_apply(serializer, serializer.instance), self.request)
 
     def perform_destroy(self, instance):
-        if instance.plans.exists():
-            raise ApiError("in_use", "this policy has plans; deactivate it instead", status_code=409)
-        record(self.request, "policy.deleted", instance, before=snapshot(instance))
-        instance.delete()
+        services.delete_policy(instance, self.request)
 
 
 class OverrideViewSet(viewsets.ModelViewSet):
@@ -60,20 +58,19 @@ class OverrideViewSet(viewsets.ModelViewSet):
 
     queryset = Override.objects.select_related("created_by")
     serializer_class = s.OverrideSerializer
-    filterset_fields = ["kind", "active", "node", "engine"]
+    filterset_class = OverrideFilterSet
     write_role = Role.OPERATOR
 
     def perform_create(self, serializer):
-        serializer.validated_data["created_by"] = self.request.user if self.request.user.is_authenticated else None
-        services.audited_save(serializer, self.request, "override.created")
+        override = _apply(serializer, Override())
+        override.created_by = self.request.user if self.request.user.is_authenticated else None
+        services.save_override(override, self.request)
 
     def perform_update(self, serializer):
-        services.audited_save(serializer, self.request, "override.updated")
+        services.save_override(_apply(serializer, serializer.instance), self.request)
 
     def perform_destroy(self, instance):
-        with transaction.atomic():
-            record(self.request, "override.deleted", instance, before=snapshot(instance))
-            instance.delete()
+        services.delete_override(instance, self.request)
 
 
 class PlanViewSet(viewsets.ReadOnlyModelViewSet):
@@ -81,7 +78,7 @@ class PlanViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = ReplicationPlan.objects.prefetch_related("items__target__node", "items__source__node")
     serializer_class = s.PlanSerializer
-    filterset_fields = ["state", "mode", "policy"]
+    filterset_class = ReplicationPlanFilterSet
     action_roles = {"approve": Role.OPERATOR, "reject": Role.OPERATOR}
 
     def _decide(self, request, approve: bool):
@@ -109,16 +106,14 @@ class ReplicationJobViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = ReplicationJob.objects.prefetch_related("transitions")
     serializer_class = s.ReplicationJobSerializer
-    filterset_fields = ["state", "action", "transport", "source", "target"]
+    filterset_class = ReplicationJobFilterSet
     action_roles = {"cancel": Role.OPERATOR}
 
     @extend_schema(request=s.DecisionSerializer, responses=s.ReplicationJobSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        try:
-            job = services.cancel_job(self.get_object(), request, (request.data or {}).get("reason", "") if isinstance(request.data, dict) else "")
-        except IllegalTransition as exc:
-            raise ApiError("illegal_transition", str(exc), "state", status_code=409) from None
+        reason = (request.data or {}).get("reason", "") if isinstance(request.data, dict) else ""
+        job = services.cancel_job(self.get_object(), request, reason)  # IllegalTransition: 409
         return Response(s.ReplicationJobSerializer(job).data)
 
 
@@ -127,7 +122,7 @@ class SpeculativeReplicaViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = SpeculativeReplica.objects.all()
     serializer_class = s.SpeculativeReplicaSerializer
-    filterset_fields = ["engine", "shadow", "tier", "workload_key"]
+    filterset_class = SpeculativeReplicaFilterSet
 
 
 class ScoreboardView(APIView):

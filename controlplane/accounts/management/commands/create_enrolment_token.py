@@ -4,8 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from controlplane.accounts.models import EnrolmentToken
-from controlplane.audit.services import record
+from controlplane.accounts.services import issue_enrolment_token
 
 
 class Command(BaseCommand):
@@ -22,6 +21,6 @@ class Command(BaseCommand):
             raise CommandError(f"--labels is not JSON: {exc}") from None
         if not isinstance(labels, dict):
             raise CommandError("--labels must be a JSON object")
-        token, raw = EnrolmentToken.issue(ttl, labels=labels)
-        record(None, "enrolment_token.created", token, after={"prefix": token.prefix, "via": "manage.py"})
+        _, raw = issue_enrolment_token(None, ttl, labels=labels,
+                                       reason="manage.py create_enrolment_token")
         self.stdout.write(raw)

@@ -5,8 +5,7 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.accounts.choices import Role, TokenKind
-from controlplane.accounts.models import ApiToken
-from controlplane.audit.services import record
+from controlplane.accounts.services import issue_api_token
 
 
 class Command(BaseCommand):
@@ -32,8 +31,6 @@ class Command(BaseCommand):
         user.groups.set([Group.objects.get(name=role)])
         self.stdout.write(f"{'created' if created else 'updated'} {username} ({role})")
         if issue_token:
-            token, raw = ApiToken.issue(TokenKind.USER, issue_token, user=user)
-            record(None, "token.created", token, after={"kind": token.kind, "name": token.name,
-                                                        "prefix": token.prefix, "user": username},
-                   reason="manage.py ensure_user --issue-token")
+            _, raw = issue_api_token(None, TokenKind.USER, issue_token, user=user,
+                                     reason="manage.py ensure_user --issue-token")
             self.stdout.write(raw)

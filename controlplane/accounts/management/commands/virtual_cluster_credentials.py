@@ -10,8 +10,7 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.accounts.choices import Role, TokenKind
-from controlplane.accounts.models import ApiToken, EnrolmentToken
-from controlplane.audit.services import record
+from controlplane.accounts.services import issue_api_token, issue_enrolment_token
 
 USER = "virtual-cluster"
 
@@ -34,12 +33,11 @@ class Command(BaseCommand):
         user.set_unusable_password()  # it signs in with its token only
         user.save()
         user.groups.set([Group.objects.get(name=Role.OPERATOR)])
-        gateway, gw_raw = ApiToken.issue(TokenKind.GATEWAY, USER)
-        operator, op_raw = ApiToken.issue(TokenKind.USER, USER, user=user)
-        enrol = [EnrolmentToken.issue(ttl, labels={"virtual": "true"})[1] for _ in range(agents)]
-        for tok in (gateway, operator):
-            record(None, "token.created", tok, after={"kind": tok.kind, "name": tok.name,
-                                                      "prefix": tok.prefix, "via": "manage.py"})
+        why = "manage.py virtual_cluster_credentials"
+        _, gw_raw = issue_api_token(None, TokenKind.GATEWAY, USER, reason=why)
+        _, op_raw = issue_api_token(None, TokenKind.USER, USER, user=user, reason=why)
+        enrol = [issue_enrolment_token(None, ttl, labels={"virtual": "true"}, reason=why)[1]
+                 for _ in range(agents)]
         doc = json.dumps({"gateway_token": gw_raw, "operator_token": op_raw,
                           "enrolment_tokens": enrol})
         if not out:

@@ -5,9 +5,9 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from controlplane.audit.services import record
 from controlplane.replication.api.serializers import PolicySerializer
 from controlplane.replication.models import Policy
+from controlplane.replication.services import activate_policy
 
 
 class Command(BaseCommand):
@@ -30,8 +30,8 @@ class Command(BaseCommand):
         ser = PolicySerializer(policy, data={**data, "name": name, "active": True}, partial=policy is not None)
         if not ser.is_valid():
             raise CommandError(f"invalid policy: {json.dumps(ser.errors)}")
-        Policy.objects.filter(active=True).exclude(name=name).update(active=False)
-        saved = ser.save()
-        record(None, "policy.updated" if policy else "policy.created", saved,
-               after={**ser.data, "via": "manage.py"})
+        saved = policy or Policy()
+        for field, value in ser.validated_data.items():
+            setattr(saved, field, value)
+        activate_policy(saved, None, reason="manage.py ensure_policy")  # deactivates the others
         self.stdout.write(f"{'updated' if policy else 'created'} policy {name} ({saved.mode}), active")
