@@ -123,13 +123,15 @@ def main() -> None:
     ap.add_argument("--data", help="ServeGen folder (default: the bundled m-large tenants)")
     ap.add_argument("--celery", action="store_true",
                     help="time the Celery forecast -> plan cycle with 1 and 2 worker processes")
+    ap.add_argument("--nice", type=int, default=10,
+                    help="--celery: the worker processes' nice value (0 for a measurement)")
     args = ap.parse_args()
     n_keys = 100 if args.quick else 1000
     keys, names = build_keys(n_keys, args.data)
     if args.celery:
         from _forecast_celery import run
 
-        out = run(keys)
+        out = run(keys, nice=args.nice)
         print(f"Celery cycle, {n_keys} keys: " + ", ".join(
             f"{r['worker_processes']} worker(s) {r['cycle_seconds']} s (load {r['load_avg_1m']})"
             for r in out["runs"]) + f"; speedup {out.get('speedup_2_vs_1')}")

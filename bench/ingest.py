@@ -157,11 +157,18 @@ def components(n_reports: int, n: int) -> dict:
     return out
 
 
-def run_backend(name: str, env: dict[str, str], quick: bool) -> dict:
+def run_backend(name: str, env: dict[str, str], quick: bool, profile: Path | None = None) -> dict:
+    import sys
+
     from tests.live import LiveControlPlane
 
+    daphne = None
+    if profile:  # daphne under cProfile: <profile>/<backend>.loop.prof and .views.prof
+        profile.mkdir(parents=True, exist_ok=True)
+        daphne = [sys.executable, str(Path(__file__).parent / "_profile_daphne.py"),
+                  str(profile / name)]
     with TemporaryDirectory() as tmp:
-        cp = LiveControlPlane(Path(tmp), env={**env, "LOG_LEVEL": "WARNING"})
+        cp = LiveControlPlane(Path(tmp), env={**env, "LOG_LEVEL": "WARNING"}, daphne=daphne)
         cp.manage("migrate", "-v0")
         if name == "redis":
             import redis
@@ -189,12 +196,25 @@ def run_backend(name: str, env: dict[str, str], quick: bool) -> dict:
             "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
 
+class _NotRun(Exception):
+    pass
+
+
 def main() -> None:
-    args = parser(__doc__.splitlines()[0]).parse_args()
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--profile", type=Path,
+                   help="run daphne under cProfile; profiles go to this folder")
+    p.add_argument("--backends", default="inprocess,redis", help="which of inprocess,redis to run")
+    args = p.parse_args()
+    backends = args.backends.split(",")
     base_env = {"DATABASE_URL": "", "REDIS_URL": ""}
     load0 = round(os.getloadavg()[0], 2)
-    results = {"load_avg_1m_start": load0, "inprocess": run_backend("inprocess", base_env, args.quick)}
+    results = {"load_avg_1m_start": load0}
+    results["inprocess"] = (run_backend("inprocess", base_env, args.quick, args.profile)
+                            if "inprocess" in backends else {"error": "not run (--backends)"})
     try:
+        if "redis" not in backends:
+            raise _NotRun
         import psycopg
         import redis
 
@@ -205,7 +225,9 @@ def main() -> None:
                 conn.execute(f'CREATE DATABASE "{db}"')
         env = {"DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET,
                "ALLOWED_HOSTS": "127.0.0.1,localhost", "PREWARM_SECURE": "false"}
-        results["redis"] = run_backend("redis", env, args.quick)
+        results["redis"] = run_backend("redis", env, args.quick, args.profile)
+    except _NotRun:
+        results["redis"] = {"error": "not run (--backends)"}
     except Exception as exc:  # services missing: say so, keep the in-process figures
         results["redis"] = {"error": f"PostgreSQL/Redis not available: {exc}"}
     results["baseline_direct_apply_deltas_per_s"] = round(baseline(20 if args.quick else 100, 5000))
