@@ -12,6 +12,8 @@ run is measured, with every key's forecast stored. Forecasts are deleted between
 from __future__ import annotations
 
 import os
+import re
+import resource
 import subprocess
 import sys
 import time
@@ -87,6 +89,18 @@ def _plan_ran(log_dir: str, n: int) -> bool:
                for p in Path(log_dir).glob(f"worker-{n}-*.log") for line in p.read_text().splitlines())
 
 
+def _batch_seconds(log_dir: str, n: int) -> list[float]:
+    """How long each forecast_batch task took, from the workers' logs."""
+    pattern = re.compile(r"forecast_batch\[.*\] succeeded in ([0-9.]+)s")
+    return sorted(float(m.group(1)) for p in Path(log_dir).glob(f"worker-{n}-*.log")
+                  for m in map(pattern.search, p.read_text().splitlines()) if m)
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # waited-for descendants, stan included
+    return usage.ru_utime + usage.ru_stime
+
+
 def run(keys, worker_counts=(1, 2), limit_s: float = 1800, nice: int = 10) -> dict:
     with TemporaryDirectory() as tmp:
         env = _env(tmp)
@@ -111,6 +125,7 @@ def run(keys, worker_counts=(1, 2), limit_s: float = 1800, nice: int = 10) -> di
         for n in worker_counts:
             Forecast.objects.all().delete()
             redis.Redis.from_url(REDIS_URL).flushdb()
+            cpu0 = _children_cpu_s()
             procs = _workers(n, env, tmp, nice)
             try:
                 _wait_ready(app, n)
@@ -123,17 +138,25 @@ def run(keys, worker_counts=(1, 2), limit_s: float = 1800, nice: int = 10) -> di
                         raise RuntimeError(f"the cycle with {n} workers did not finish in {limit_s:.0f} s")
                     time.sleep(0.2)
                 elapsed = time.perf_counter() - t0
+                batches = _batch_seconds(tmp, n)
                 run_ = {"worker_processes": n, "cycle_seconds": round(elapsed, 1),
-                        "forecasts": Forecast.objects.count(),
+                        "forecasts": Forecast.objects.count(), "batches": len(batches),
+                        "batch_seconds_p50": round(batches[len(batches) // 2], 2) if batches else None,
                         "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]}
                 out["runs"].append(run_)
-                print(f"  {n} worker process(es): cycle {elapsed:.1f} s, {run_['forecasts']} forecasts, "
-                      f"load {run_['load_avg_1m']}", flush=True)
             finally:
                 for p in procs:
                     p.terminate()
                 for p in procs:
                     p.wait(30)
-        if len(out["runs"]) >= 2:
-            out["speedup_2_vs_1"] = round(out["runs"][0]["cycle_seconds"] / out["runs"][1]["cycle_seconds"], 2)
+            # CPU the worker processes (and their Stan fits) got, over the cycle: ~n cores when the
+            # machine gives each process a core of its own, less when other work takes them.
+            run_["worker_cpu_seconds"] = round(_children_cpu_s() - cpu0, 1)
+            run_["cores_used"] = round(run_["worker_cpu_seconds"] / elapsed, 2)
+            print(f"  {n} worker process(es): cycle {elapsed:.1f} s, {run_['forecasts']} forecasts, "
+                  f"batch p50 {run_['batch_seconds_p50']} s, {run_['cores_used']} cores used, "
+                  f"load {run_['load_avg_1m']}", flush=True)
+        by_n = {r["worker_processes"]: r["cycle_seconds"] for r in out["runs"]}
+        if 1 in by_n and 2 in by_n:
+            out["speedup_2_vs_1"] = round(by_n[1] / by_n[2], 2)
     return out

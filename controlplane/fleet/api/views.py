@@ -71,7 +71,7 @@ class ReportView(AgentView):
 
     Not one transaction per request (``ATOMIC_REQUESTS``): the body is decoded and validated
     before any transaction starts (``apply_report`` is the transaction), so a 5,000-delta report's
-    parsing holds neither a pooled PostgreSQL connection nor the embedded SQLite's write lock.
+    parsing keeps no transaction open (nor, on the embedded SQLite, its one write lock).
     """
 
     @extend_schema(request=s.ReportDocSerializer, responses={200: s.ReportResponseSerializer}, tags=["agents"])
