@@ -196,7 +196,7 @@ def run_backend(name: str, env: dict[str, str], quick: bool, profile: Path | Non
             agents = [Agent(t, random.Random(rng.random())) for t in agent_tokens]
             load0 = os.getloadavg()[0]
             tput = asyncio.run(throughput(cp.url, agents[:4], 4 if quick else 15, 5000))
-            serial = asyncio.run(service_time(cp.url, agents[4], 60 if quick else 300, 200))
+            serial = asyncio.run(service_time(cp.url, agents[4], 30 if quick else 300, 200))
             lat = asyncio.run(latency(cp.url, agents, 5 if quick else 20, 200))
         finally:
             cp.close()
