@@ -3,7 +3,8 @@
 PostgreSQL + Redis (``PREWARM_BENCH_PG_URL``, ``PREWARM_BENCH_REDIS_URL``). The keys are the
 forecast benchmark's (ServeGen m-large tenants x origins, 10-minute buckets), written as workload
 keys with their demand buckets ending now. For each worker count, ``celery -A controlplane.celery
-worker -Q forecast,plan -c 1`` processes are started (niced), the cycle is sent as ``tick`` sends it
+worker -Q forecast,plan -c 1`` processes are started (``nice -n 10`` unless told otherwise), the
+cycle is sent as ``tick`` sends it
 (``forecast_all | plan_after_forecasts``), and the time from sending it to the plan step having
 run is measured, with every key's forecast stored. Forecasts are deleted between runs.
 """
@@ -11,6 +12,8 @@ run is measured, with every key's forecast stored. Forecasts are deleted between
 from __future__ import annotations
 
 import os
+import re
+import resource
 import subprocess
 import sys
 import time
@@ -49,22 +52,24 @@ def _seed(keys) -> int:
         for i in range(len(keys))])
     table = DemandBucket._meta.db_table
     with connection.cursor() as cur, cur.cursor.copy(
-            f"COPY {table} (key_id, start, seconds, requests, prompt_tokens, cached_tokens) FROM STDIN") as copy:
+            f"COPY {table} (key_id, start, seconds, requests, prompt_tokens, cached_tokens, "
+            "served_records) FROM STDIN") as copy:
         for wk, (history, _actual, _start) in zip(made, keys, strict=True):
             first = end - len(history) * BUCKET_S
             for j, count in enumerate(history):
                 if count > 0:
                     copy.write_row((wk.pk, datetime.fromtimestamp(first + j * BUCKET_S, UTC), BUCKET_S,
-                                    int(round(count)), 0, 0))
+                                    int(round(count)), 0, 0, 0))
     return sum(1 for h, _a, _s in keys if h.sum() > 0)
 
 
-def _workers(n: int, env: dict, log_dir: str) -> list[subprocess.Popen]:
+def _workers(n: int, env: dict, log_dir: str, nice: int) -> list[subprocess.Popen]:
     procs = []
     for i in range(n):
         log = open(f"{log_dir}/worker-{n}-{i}.log", "w")  # noqa: SIM115 (closed with the process)
         procs.append(subprocess.Popen(
-            ["nice", "-n", "10", sys.executable, "-m", "celery", "-A", "controlplane.celery", "worker",
+            ["nice", "-n", str(nice), sys.executable, "-m", "celery", "-A", "controlplane.celery",
+             "worker",
              "-Q", "forecast,plan", "-c", "1", "-n", f"bench{n}-{i}@%h", "--loglevel", "INFO",
              "--without-mingle", "--without-gossip"],
             env={**os.environ, **env}, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
@@ -84,7 +89,19 @@ def _plan_ran(log_dir: str, n: int) -> bool:
                for p in Path(log_dir).glob(f"worker-{n}-*.log") for line in p.read_text().splitlines())
 
 
-def run(keys, worker_counts=(1, 2), limit_s: float = 1800) -> dict:
+def _batch_seconds(log_dir: str, n: int) -> list[float]:
+    """How long each forecast_batch task took, from the workers' logs."""
+    pattern = re.compile(r"forecast_batch\[.*\] succeeded in ([0-9.]+)s")
+    return sorted(float(m.group(1)) for p in Path(log_dir).glob(f"worker-{n}-*.log")
+                  for m in map(pattern.search, p.read_text().splitlines()) if m)
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # waited-for descendants, stan included
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(keys, worker_counts=(1, 2), limit_s: float = 1800, nice: int = 10) -> dict:
     with TemporaryDirectory() as tmp:
         env = _env(tmp)
         os.environ.update(env)
@@ -104,11 +121,12 @@ def run(keys, worker_counts=(1, 2), limit_s: float = 1800) -> dict:
         with_demand = _seed(keys)
         seed_s = time.perf_counter() - t0
         out = {"keys": len(keys), "keys_with_demand": with_demand, "seed_seconds": round(seed_s, 1),
-               "runs": []}
+               "worker_nice": nice, "cpus": len(os.sched_getaffinity(0)), "runs": []}
         for n in worker_counts:
             Forecast.objects.all().delete()
             redis.Redis.from_url(REDIS_URL).flushdb()
-            procs = _workers(n, env, tmp)
+            cpu0 = _children_cpu_s()
+            procs = _workers(n, env, tmp, nice)
             try:
                 _wait_ready(app, n)
                 load0 = os.getloadavg()[0]
@@ -120,17 +138,25 @@ def run(keys, worker_counts=(1, 2), limit_s: float = 1800) -> dict:
                         raise RuntimeError(f"the cycle with {n} workers did not finish in {limit_s:.0f} s")
                     time.sleep(0.2)
                 elapsed = time.perf_counter() - t0
+                batches = _batch_seconds(tmp, n)
                 run_ = {"worker_processes": n, "cycle_seconds": round(elapsed, 1),
-                        "forecasts": Forecast.objects.count(),
+                        "forecasts": Forecast.objects.count(), "batches": len(batches),
+                        "batch_seconds_p50": round(batches[len(batches) // 2], 2) if batches else None,
                         "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]}
                 out["runs"].append(run_)
-                print(f"  {n} worker process(es): cycle {elapsed:.1f} s, {run_['forecasts']} forecasts, "
-                      f"load {run_['load_avg_1m']}", flush=True)
             finally:
                 for p in procs:
                     p.terminate()
                 for p in procs:
                     p.wait(30)
-        if len(out["runs"]) >= 2:
-            out["speedup_2_vs_1"] = round(out["runs"][0]["cycle_seconds"] / out["runs"][1]["cycle_seconds"], 2)
+            # CPU the worker processes (and their Stan fits) got, over the cycle: ~n cores when the
+            # machine gives each process a core of its own, less when other work takes them.
+            run_["worker_cpu_seconds"] = round(_children_cpu_s() - cpu0, 1)
+            run_["cores_used"] = round(run_["worker_cpu_seconds"] / elapsed, 2)
+            print(f"  {n} worker process(es): cycle {elapsed:.1f} s, {run_['forecasts']} forecasts, "
+                  f"batch p50 {run_['batch_seconds_p50']} s, {run_['cores_used']} cores used, "
+                  f"load {run_['load_avg_1m']}", flush=True)
+        by_n = {r["worker_processes"]: r["cycle_seconds"] for r in out["runs"]}
+        if 1 in by_n and 2 in by_n:
+            out["speedup_2_vs_1"] = round(by_n[1] / by_n[2], 2)
     return out

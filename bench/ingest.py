@@ -4,9 +4,11 @@ Reports are built with the agent's own encoder (``controlplane.core.protocol`` r
 ``nodeagent.reporter.encode_report``): msgpack with integer keys, stored rows chained to their
 parents, as ``nodeagent`` sends them.
 
-Two phases per index backend:
+Three phases per index backend:
 - throughput: concurrent simulated agents post reports of 5,000 residency deltas back to back;
   deltas/s of the one web process;
+- service time: one agent posts 200-delta reports back to back, one at a time; ms per report,
+  with nothing queued (64 agents at 1 Hz fit in one process only if this is well under 15.6 ms);
 - latency: 64 agents report once a second with realistic churn (200 deltas each); p50/p99.
 Baseline in the same run: the same deltas applied straight to the index (no HTTP, no database),
 the ceiling for the endpoint.
@@ -91,6 +93,12 @@ async def throughput(url: str, agents: list[Agent], seconds: float, n: int) -> f
         return done / (time.perf_counter() - start)
 
 
+async def service_time(url: str, agent: Agent, reports: int, n: int) -> list[float]:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await post(client, agent, agent.next_body(10))
+        return [await post(client, agent, agent.next_body(n)) for _ in range(reports)]
+
+
 async def latency(url: str, agents: list[Agent], seconds: float, n: int) -> list[float]:
     lat: list[float] = []
     async with httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_connections=len(agents))) as client:
@@ -157,11 +165,18 @@ def components(n_reports: int, n: int) -> dict:
     return out
 
 
-def run_backend(name: str, env: dict[str, str], quick: bool) -> dict:
+def run_backend(name: str, env: dict[str, str], quick: bool, profile: Path | None = None) -> dict:
+    import sys
+
     from tests.live import LiveControlPlane
 
+    daphne = None
+    if profile:  # daphne under cProfile: <profile>/<backend>.loop.prof and .views.prof
+        profile.mkdir(parents=True, exist_ok=True)
+        daphne = [sys.executable, str(Path(__file__).parent / "_profile_daphne.py"),
+                  str(profile / name)]
     with TemporaryDirectory() as tmp:
-        cp = LiveControlPlane(Path(tmp), env={**env, "LOG_LEVEL": "WARNING"})
+        cp = LiveControlPlane(Path(tmp), env={**env, "LOG_LEVEL": "WARNING"}, daphne=daphne)
         cp.manage("migrate", "-v0")
         if name == "redis":
             import redis
@@ -181,20 +196,37 @@ def run_backend(name: str, env: dict[str, str], quick: bool) -> dict:
             agents = [Agent(t, random.Random(rng.random())) for t in agent_tokens]
             load0 = os.getloadavg()[0]
             tput = asyncio.run(throughput(cp.url, agents[:4], 4 if quick else 15, 5000))
+            serial = asyncio.run(service_time(cp.url, agents[4], 30 if quick else 300, 200))
             lat = asyncio.run(latency(cp.url, agents, 5 if quick else 20, 200))
         finally:
             cp.close()
-    return {"deltas_per_s": round(tput), "report_p50_ms": round(percentile(lat, 50) * 1000, 1),
+    return {"deltas_per_s": round(tput),
+            "service_ms_p50": round(percentile(serial, 50) * 1000, 1),
+            "service_ms_mean": round(sum(serial) / len(serial) * 1000, 1),
+            "report_p50_ms": round(percentile(lat, 50) * 1000, 1),
             "report_p99_ms": round(percentile(lat, 99) * 1000, 1), "latency_reports": len(lat),
             "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
 
+class _NotRun(Exception):
+    pass
+
+
 def main() -> None:
-    args = parser(__doc__.splitlines()[0]).parse_args()
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--profile", type=Path,
+                   help="run daphne under cProfile; profiles go to this folder")
+    p.add_argument("--backends", default="inprocess,redis", help="which of inprocess,redis to run")
+    args = p.parse_args()
+    backends = args.backends.split(",")
     base_env = {"DATABASE_URL": "", "REDIS_URL": ""}
     load0 = round(os.getloadavg()[0], 2)
-    results = {"load_avg_1m_start": load0, "inprocess": run_backend("inprocess", base_env, args.quick)}
+    results = {"load_avg_1m_start": load0}
+    results["inprocess"] = (run_backend("inprocess", base_env, args.quick, args.profile)
+                            if "inprocess" in backends else {"error": "not run (--backends)"})
     try:
+        if "redis" not in backends:
+            raise _NotRun
         import psycopg
         import redis
 
@@ -205,7 +237,9 @@ def main() -> None:
                 conn.execute(f'CREATE DATABASE "{db}"')
         env = {"DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET,
                "ALLOWED_HOSTS": "127.0.0.1,localhost", "PREWARM_SECURE": "false"}
-        results["redis"] = run_backend("redis", env, args.quick)
+        results["redis"] = run_backend("redis", env, args.quick, args.profile)
+    except _NotRun:
+        results["redis"] = {"error": "not run (--backends)"}
     except Exception as exc:  # services missing: say so, keep the in-process figures
         results["redis"] = {"error": f"PostgreSQL/Redis not available: {exc}"}
     results["baseline_direct_apply_deltas_per_s"] = round(baseline(20 if args.quick else 100, 5000))
@@ -214,11 +248,15 @@ def main() -> None:
     rows = []
     for name in ("inprocess", "redis"):
         r = results[name]
-        rows.append((name, f"{r.get('deltas_per_s', 0):,}", str(r.get("report_p50_ms", "-")), str(r.get("report_p99_ms", "-"))))
-    rows.append(("baseline: parse+apply, no HTTP/DB", f"{results['baseline_direct_apply_deltas_per_s']:,}", "-", "-"))
+        rows.append((name, f"{r.get('deltas_per_s', 0):,}", str(r.get("service_ms_p50", "-")),
+                     str(r.get("report_p50_ms", "-")), str(r.get("report_p99_ms", "-"))))
+    rows.append(("baseline: parse+apply, no HTTP/DB",
+                 f"{results['baseline_direct_apply_deltas_per_s']:,}", "-", "-", "-"))
     for name, value in results["components_deltas_per_s"].items():
-        rows.append((f"component: {name}", f"{value:,}" if isinstance(value, int) else value, "-", "-"))
-    print(table(rows, ("index", "deltas/s (1 web process)", "p50 ms (64 agents @1Hz)", "p99 ms")))
+        rows.append((f"component: {name}", f"{value:,}" if isinstance(value, int) else value,
+                     "-", "-", "-"))
+    print(table(rows, ("index", "deltas/s (1 web process)", "ms/report alone (p50)",
+                       "p50 ms (64 agents @1Hz)", "p99 ms")))
     print(f"load average (1 min): {results['load_avg_1m_start']} at the start, "
           f"{results['load_avg_1m_end']} at the end")
     print("targets: >= 200,000 deltas/s per process; p99 < 100 ms with 64 agents at 1 Hz")

@@ -32,7 +32,11 @@ def free_port() -> int:
 class LiveControlPlane:
     """daphne serving controlplane.asgi on its own SQLite database (or the env's services)."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None):
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None,
+                 daphne: list[str] | None = None):
+        # ``daphne``: the command that starts it (a benchmark's profiler wraps it); its arguments
+        # follow.
+        self.daphne = daphne or [sys.executable, "-m", "daphne"]
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -54,7 +58,8 @@ class LiveControlPlane:
 
     def start(self, timeout: float = 30.0) -> LiveControlPlane:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "controlplane.asgi:application"],
+            [*self.daphne, "-b", "127.0.0.1", "-p", str(self.port),
+             "controlplane.asgi:application"],
             env=self.env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

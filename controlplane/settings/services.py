@@ -29,19 +29,27 @@ else:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            # Django's SQLite with writers queued in-process (controlplane/backends/sqlite/base.py).
+            "ENGINE": "controlplane.backends.sqlite",
             "NAME": get_from_env("SQLITE_PATH", str(DATA_DIR / "prewarm.sqlite3")),
             "ATOMIC_REQUESTS": True,
             # IMMEDIATE: concurrent writers wait on the busy timeout instead of failing when a read
             # transaction tries to upgrade to a write (SQLITE_BUSY_SNAPSHOT under WAL).
-            "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE"},
+            # synchronous=NORMAL (WAL): a commit is not fsynced, so a power loss may undo the last
+            # commits, a process that dies loses nothing; ~1 ms less per write on this machine.
+            "OPTIONS": {"timeout": 20,
+                        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                        "transaction_mode": "IMMEDIATE"},
         }
     }
 
 if REDIS_URL:
     # Shared by every web process, so rate limits (DRF throttles) hold across the fleet of them.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                          "LOCATION": get_from_env("CACHE_REDIS_URL", REDIS_URL)}}
+                          "LOCATION": get_from_env("CACHE_REDIS_URL", REDIS_URL),
+                          # One pool per process, not one per request's thread (redis_pool.py).
+                          "OPTIONS": {"pool_class":
+                                      "controlplane.backends.redis_pool.SharedConnectionPool"}}}
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",

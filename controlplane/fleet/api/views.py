@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 from django.conf import settings
+from django.db import connections, transaction
+from django.utils.decorators import method_decorator
 from drf_spectacular.utils import extend_schema
 from rest_framework import status, viewsets
 from rest_framework.authentication import SessionAuthentication
@@ -66,8 +68,14 @@ class EnrolView(APIView):
                         status=status.HTTP_201_CREATED)
 
 
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
 class ReportView(AgentView):
-    """GPU stats, engines and residency deltas or snapshots, applied atomically."""
+    """GPU stats, engines and residency deltas or snapshots, applied atomically.
+
+    Not one transaction per request (``ATOMIC_REQUESTS``): the body is decoded and validated
+    before any transaction starts (``apply_report`` is the transaction), so a 5,000-delta report's
+    parsing keeps no transaction open (nor, on the embedded SQLite, its one write lock).
+    """
 
     @extend_schema(request=s.ReportDocSerializer, responses={200: s.ReportResponseSerializer}, tags=["agents"])
     def post(self, request):
@@ -83,6 +91,21 @@ class ReportView(AgentView):
         metrics.report_applied(time.perf_counter() - t0,
                                sum(len(r.stored) + len(r.removed) for r in report.residency))
         return Response(body)
+
+    def get_exception_handler(self):
+        handler = super().get_exception_handler()
+
+        def refuse(exc, context):
+            # The refusal rolled its own transaction back (apply_report's); the API's handler
+            # marks the innermost open transaction for rollback, which here is never this
+            # request's, but may be an enclosing one (a test's): leave those as they were.
+            marks = {c.alias: c.get_rollback() for c in connections.all() if c.in_atomic_block}
+            response = handler(exc, context)
+            for alias, mark in marks.items():
+                connections[alias].set_rollback(mark)
+            return response
+
+        return refuse
 
     def handle_exception(self, exc):
         # Every refusal, whatever raised it (auth, throttle, size, validation, stale seq).

@@ -1,0 +1,1 @@
+"""SQLite backend of the embedded default (``ENGINE = "controlplane.backends.sqlite"``)."""
