@@ -22,7 +22,7 @@ from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 from controlplane.fleet.api.views import AgentView
 from controlplane.realtime import groups
-from controlplane.replication.dispatch import EventError, apply_event
+from controlplane.replication.dispatch import apply_event
 
 from .jobs import agent_node, pending
 
@@ -83,9 +83,5 @@ class JobEventsView(AgentView):
             raise ApiError("invalid", "expected a JSON object", None)
         if str(msg.get("job_id", job_id)) != str(job_id):
             raise ApiError("invalid", "job_id in the body differs from the URL", "job_id")
-        try:
-            job = apply_event(self.node(request).pk, {**msg, "job_id": str(job_id)})
-        except EventError as exc:
-            raise ApiError("invalid_event", str(exc), "type" if "type" in str(exc) else "job_id",
-                           status_code=404 if "unknown job" in str(exc) or "does not involve" in str(exc) else 400) from None
+        job = apply_event(self.node(request).pk, {**msg, "job_id": str(job_id)})
         return Response({"job_id": str(job.pk), "state": job.state})

@@ -176,16 +176,16 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
     """Apply one agent event (job.ack / job.progress / job.result) from ``node_id``."""
     kind = msg.get("type")
     if kind not in wire.AGENT_MESSAGES:
-        raise EventError(f"unknown event type {kind!r}")
+        raise EventError(f"unknown event type {kind!r}", field="type")
     with transaction.atomic():
         # of=self: PostgreSQL cannot lock the nullable side of the outer join to an evict job's source.
         job = (ReplicationJob.objects.select_for_update(of=("self",))
                .select_related("source__node", "target__node").filter(pk=msg.get("job_id")).first())
         if job is None:
-            raise EventError(f"unknown job {msg.get('job_id')!r}")
+            raise EventError(f"unknown job {msg.get('job_id')!r}", status=404)
         roles = [r for r, e in roles_of(job).items() if e.node_id == node_id]
         if not roles:
-            raise EventError(f"job {job.pk} does not involve this node")
+            raise EventError(f"job {job.pk} does not involve this node", status=404)
         if kind == wire.MSG_JOB_CONFIRM:
             if TARGET not in roles:
                 raise EventError("only the target's agent confirms a copy")
