@@ -424,3 +424,24 @@ def test_hits_come_from_served_request_records_where_gateways_name_the_engine(fl
     browser.force_login(User.objects.get(username="op"))
     page = browser.get("/scoreboard/")
     assert page.status_code == 200 and b"Hits (measured)" in page.content
+
+
+def test_job_events_the_node_cannot_apply_are_refused_with_their_field_and_status(fleet):
+    """The error's field and status come from where it was raised, not from its wording."""
+    _, plan = run_cycle(fleet, "auto")
+    job = ReplicationJob.objects.get(item=plan.items.first())
+    names = {v: k for k, v in fleet.nodes.items()}
+    target = fleet.agents[names[job.target.node_id]]
+    bystander = next(a for n, a in fleet.agents.items()
+                     if fleet.nodes[n] not in (job.source.node_id, job.target.node_id))
+    url = f"/api/agents/jobs/{job.pk}/events/"
+    cases = [
+        (target, url, {"type": "job.bogus"}, 400, "type"),
+        (target, "/api/agents/jobs/00000000-0000-4000-8000-000000000000/events/", {"type": "job.ack"}, 404, "job_id"),
+        (bystander, url, {"type": "job.ack"}, 404, "job_id"),
+    ]
+    for agent, path, msg, status, field in cases:
+        r = agent.post(path, msg, format="json")
+        assert r.status_code == status, (msg, r.content)
+        assert r.json()["error"] == "invalid_event" and r.json()["field"] == field, r.content
+    assert ReplicationJob.objects.get(pk=job.pk).state == JobState.DISPATCHED  # nothing changed
