@@ -127,7 +127,7 @@ class EngineResidency:
                 row: Row = (key, report_parent, FLAG_ENGINE_SCOPED)
             else:
                 try:
-                    key = block_key(parent, token_ids[i * bs : (i + 1) * bs], extra)  # type: ignore[index]
+                    key = block_key(parent, token_ids[i * bs : (i + 1) * bs], extra)  # type: ignore[index,arg-type]
                 except ValueError as exc:  # token ids outside [0, 2**32) or not integers
                     raise EventDecodeError(f"BlockStored: {exc}") from None
                 row = (key, report_parent, 0)

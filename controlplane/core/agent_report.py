@@ -94,7 +94,7 @@ GPU_INT_FIELDS = ("memory_total", "memory_used", "memory_free")
 
 def _gpu(raw: Any, where: str) -> dict[str, Any]:
     g = _dict(raw, where, optional=False)
-    out = {
+    out: dict[str, Any] = {
         # A GPU NVML cannot read (lost, fallen off the bus) comes without a uuid: it is matched
         # by index and marked lost.
         "uuid": _str(g.get("uuid"), f"{where}.uuid", optional=True) or None,
@@ -103,9 +103,10 @@ def _gpu(raw: Any, where: str) -> dict[str, Any]:
     }
     for name in GPU_INT_FIELDS:
         value = g.get(name)
-        out[name] = None if value is None else int(_num(value, f"{where}.{name}") or 0)
-        if out[name] is not None and not 0 <= out[name] <= _MAX_BYTES:
+        nbytes = None if value is None else int(_num(value, f"{where}.{name}") or 0)
+        if nbytes is not None and not 0 <= nbytes <= _MAX_BYTES:
             raise ReportError(f"{where}.{name}", f"expected bytes in [0, {_MAX_BYTES}]")
+        out[name] = nbytes
     out["utilization_gpu"] = _num(g.get("utilization_gpu"), f"{where}.utilization_gpu")
     out["nvlink_peers"] = [
         _str(p, f"{where}.nvlink_peers[{i}]") for i, p in enumerate(_list(g.get("nvlink_peers", []), f"{where}.nvlink_peers", 64))

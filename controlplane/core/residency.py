@@ -12,7 +12,7 @@ process). Engines are identified by an int (the control plane's Engine id).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -116,7 +116,7 @@ class ResidencyIndex(Protocol):
 
 
 def longest_prefix(
-    keys: Sequence[int], engines_of: callable, limit: int  # type: ignore[valid-type]
+    keys: Sequence[int], engines_of: Callable[[int], dict[int, str]], limit: int
 ) -> list[Holder]:
     """Walk ``keys`` root first; an engine's depth ends at the first block it lacks."""
     alive: dict[int, str] | None = None  # engine -> slowest tier seen along the prefix
@@ -145,7 +145,9 @@ def longest_prefix(
 MASK_RANK = {mask: TIER_RANK[m] for mask, m in FASTEST.items()}
 
 
-def full_holders(keys: Sequence[int], lookup: callable, rank: dict, limit: int) -> list[Holder]:  # type: ignore[valid-type]
+def full_holders(
+    keys: Sequence[int], lookup: Callable[[int], dict | None], rank: dict, limit: int
+) -> list[Holder]:
     """Engines holding every block of ``keys``, at their slowest tier, ranked as
     ``longest_prefix`` ranks them. ``lookup(key)`` gives engine -> medium value (or None) and
     ``rank`` maps a medium value to its tier rank."""
