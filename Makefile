@@ -21,7 +21,7 @@ SERVICES_ENV := DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) PREWARM_TEST_
 # service) is one more target appended here: TEST_PREREQS += my-target. Each half takes all of
 # them but the one it does without. (Append above the rules: make expands prerequisites as it
 # reads each rule.)
-TEST_PREREQS := install lint-imports data services chromium vllm-env lmcache-env
+TEST_PREREQS := install lint data services chromium vllm-env lmcache-env
 # Extra pytest arguments, e.g. `make test-services PYTEST_ARGS="tests/api -x"`.
 PYTEST_ARGS ?=
 # A skip fails the run (tests/conftest.py): what the suite needs is set up above, or left out on
@@ -106,9 +106,13 @@ test-services: $(filter-out chromium vllm-env lmcache-env,$(TEST_PREREQS))
 bench: install
 	@for b in $$(ls bench/[a-z]*.py | grep -v gpu_check); do echo "== $$b"; $(PY) $$b --quick --json var/bench/$$(basename $$b .py).json || exit 1; done
 
+# Style and layers: ruff's rules, ruff's format (100 columns), mypy over the pure logic, and the
+# import-linter layer contracts. Part of `make test`; `$(PY) -m ruff format .` fixes the format.
 lint: install
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(LMCACHE_VENV) var
