@@ -3,7 +3,8 @@
 The same function serves the Celery ``plan`` task, the simulator's ``predictive`` policy (fed
 forecasts and burst risk) and its ``oracle`` (fed the true future arrivals). It knows nothing of
 the simulator: callers describe prefixes, demand, residency, engines, budgets and overrides with
-the dataclasses below, and get back ``PlanItem`` s.
+the dataclasses below, and get back ``PlannedMove`` s (a copy or a promotion each; the
+Celery path stores them as ``replication.models.PlanItem`` rows).
 
 Benefit model (all in seconds of TTFT, per planning horizon ``H``):
 - A prefix ``p`` has per-request service time ``service_s`` where it is cached and
@@ -46,7 +47,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-GPU, CPU, SSD = "gpu", "cpu", "ssd"
+from controlplane.core.protocol import TIER_GPU
+
 LIFECYCLES = ("warming", "serving", "draining")
 
 
@@ -77,7 +79,7 @@ class Demand:
 class Holding:
     prefix_id: str
     engine_id: str
-    tier: str = GPU
+    tier: str = TIER_GPU  # protocol tier names: TIER_GPU, TIER_CPU, TIER_DISK
 
 
 @dataclass(frozen=True)
@@ -135,12 +137,12 @@ class Overrides:
 
 
 @dataclass(frozen=True)
-class PlanItem:
+class PlannedMove:
     prefix_id: str
     keys: tuple[int, ...]
     source: str  # engine id holding it (the target itself for a promotion)
     target: str
-    tier: str  # the tier it comes from: gpu (a copy) or cpu/ssd (a promotion)
+    tier: str  # the tier it comes from: TIER_GPU (a copy) or TIER_CPU/TIER_DISK (a promotion)
     nbytes: int
     start_in_s: float  # when to start, from now (ahead of the forecast burst)
     expected_ttft_saved_s: float
@@ -156,7 +158,7 @@ def plan(
     engines: Sequence[EngineState],
     budgets: Budgets | None = None,
     overrides: Overrides | None = None,
-) -> list[PlanItem]:
+) -> list[PlannedMove]:
     """Plan items, best first, within ``budgets`` and ``overrides``."""
     budgets = budgets or Budgets()
     overrides = overrides or Overrides()
@@ -173,7 +175,7 @@ def plan(
     for h in holdings:
         if h.engine_id not in by_engine:
             continue
-        if h.tier == GPU:
+        if h.tier == TIER_GPU:
             gpu_holders.setdefault(h.prefix_id, []).append(h.engine_id)
         else:
             lower.setdefault(h.prefix_id, []).append((h.engine_id, h.tier))
@@ -195,7 +197,7 @@ def plan(
         for e in engines
     }
     bytes_left = budgets.max_bytes_per_interval
-    items: list[PlanItem] = []
+    items: list[PlannedMove] = []
     cands = {c.prefix_id: c for c in candidates}
 
     def eligible(c: Candidate, d: Demand | None) -> bool:
@@ -226,7 +228,7 @@ def plan(
             held.add(eid)
             start = max(0.0, (d.first_arrival_s if d else 0.0) - 2.0 * promo_s)
             items.append(
-                PlanItem(pid, c.keys, eid, eid, tier, c.nbytes, start, benefit, 0.0, conf,
+                PlannedMove(pid, c.keys, eid, eid, tier, c.nbytes, start, benefit, 0.0, conf,
                          f"promote from {tier} ahead of ~{d.expected_requests if d else 0:.1f} "
                          f"expected requests ({promo_s:.2f} s at tier bandwidth)")
             )
@@ -301,7 +303,8 @@ def plan(
             f"{c.recompute_s:.2f} s of prefill; copy {copy_s:.2f} s"
         )
         items.append(
-            PlanItem(pid, c.keys, src, best, GPU, c.nbytes, start, benefit, cost, conf, why)
+            PlannedMove(pid, c.keys, src, best, TIER_GPU, c.nbytes, start, benefit, cost, conf,
+                        why)
         )
         if state[pid][0] > 1e-9:
             heapq.heappush(heap, (-c.recompute_s * state[pid][0], seq, pid))
@@ -313,7 +316,7 @@ def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, el
     """Warm-up copies to engines that start serving within the horizon (see module doc)."""
     H = budgets.horizon_s
     active = sum(1 for e in by_engine.values() if e.lifecycle in ("serving", "warming"))
-    items: list[PlanItem] = []
+    items: list[PlannedMove] = []
     for e in by_engine.values():
         if e.lifecycle != "warming" or e.engine_id not in allowed or e.starts_serving_in_s > H:
             continue
@@ -344,8 +347,8 @@ def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, el
             why = (f"warm {e.engine_id} before it serves (in {e.starts_serving_in_s:.0f} s): "
                    f"~{x:.1f} requests of it expected there in {H:.0f} s, the first would "
                    f"recompute {c.recompute_s:.2f} s; copy {copy_s:.2f} s")
-            items.append(PlanItem(pid, c.keys, src.engine_id, e.engine_id, GPU, c.nbytes, 0.0,
-                                  benefit, copy_s, d.confidence, why))
+            items.append(PlannedMove(pid, c.keys, src.engine_id, e.engine_id, TIER_GPU, c.nbytes,
+                                     0.0, benefit, copy_s, d.confidence, why))
     return bytes_left, items
 
 

@@ -26,8 +26,6 @@ import numpy as np
 from controlplane.core.demand import burst_probability, demand_for
 from controlplane.core.forecast import BurstTracker, forecast_counts
 from controlplane.core.planner import (
-    CPU,
-    GPU,
     Budgets,
     Candidate,
     Demand,
@@ -37,6 +35,7 @@ from controlplane.core.planner import (
     plan,
 )
 from controlplane.core.policies.reactive import ReactiveRule
+from controlplane.core.protocol import TIER_CPU, TIER_DISK, TIER_GPU
 from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING
 from controlplane.sim.policies import Reactive
 from controlplane.sim.workloads.base import BLOCK_TOKENS
@@ -285,7 +284,7 @@ class PlannedPolicy(Reactive):
                     continue
                 m, lower = e.match(c.keys, t)
                 if m == n:
-                    rows.append(Holding(c.prefix_id, e.name, GPU))
+                    rows.append(Holding(c.prefix_id, e.name, TIER_GPU))
                 elif lower and m + sum(k for _, k in lower) == n:
                     rows.append(Holding(c.prefix_id, e.name, lower[-1][0].name))
         return rows
@@ -334,7 +333,7 @@ class PlannedPolicy(Reactive):
             self.reasons.append(f"t={t:.0f}s {it.prefix_id}->{it.target}: {it.reason}")
 
         def go(when: float) -> None:
-            if it.tier in (CPU, "ssd"):
+            if it.tier in (TIER_CPU, TIER_DISK):
                 sim.promote(dst, it.keys, when, ttl)
                 return
             src = sim.engines[int(it.source[1:])]

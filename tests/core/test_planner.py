@@ -11,6 +11,7 @@ from controlplane.core.planner import (
     Overrides,
     plan,
 )
+from controlplane.core.protocol import TIER_CPU
 
 GB = 1e9
 
@@ -64,9 +65,9 @@ def test_cold_prefix_and_promotion():
     c, d = hot()
     assert plan([c], [d], [], engines()) == []  # nothing holds it: nothing to copy
     e = [EngineState("e0", "n0", 100 * GB, 100 * GB, 0, 12.5e9, 0.2,
-                     tier_bytes_per_s={"cpu": 32e9})]
-    items = plan([c], [d], [Holding("p", "e0", "cpu")], e)
-    assert len(items) == 1 and items[0].tier == "cpu" and items[0].target == "e0"
+                     tier_bytes_per_s={TIER_CPU: 32e9})]
+    items = plan([c], [d], [Holding("p", "e0", TIER_CPU)], e)
+    assert len(items) == 1 and items[0].tier == TIER_CPU and items[0].target == "e0"
 
 
 def test_budget_validation():
