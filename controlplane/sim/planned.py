@@ -153,11 +153,11 @@ class PlannedPolicy(Reactive):
         ro = self._onset_rate(pid, t)
         if ro <= 0 or len(keys) < self.rule.min_blocks:
             return
-        self._onset_at[pid] = t
         service = sim.prefill_s(self.mean_suffix, len(keys) * BLOCK_TOKENS)
         holders = sum(1 for e in sim.serving if e.cache.match(keys) == len(keys))
         if ro <= max(1, holders) * (1.0 - sim.load(t)) / service:
             return  # its holders absorb it
+        self._onset_at[pid] = t
         self.onset_replans += 1
         self._plan_round(sim, t, only=(pid,))
 
