@@ -3,7 +3,8 @@
 The same function serves the Celery ``plan`` task, the simulator's ``predictive`` policy (fed
 forecasts and burst risk) and its ``oracle`` (fed the true future arrivals). It knows nothing of
 the simulator: callers describe prefixes, demand, residency, engines, budgets and overrides with
-the dataclasses below, and get back ``PlanItem`` s.
+the dataclasses below, and get back ``PlannedMove`` s (a copy or a promotion each; the
+Celery path stores them as ``replication.models.PlanItem`` rows).
 
 Benefit model (all in seconds of TTFT, per planning horizon ``H``):
 - A prefix ``p`` has per-request service time ``service_s`` where it is cached and
@@ -16,8 +17,11 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
   saving ``recompute_s``; times ``confidence``. Its cost is the copy time (the link is shared
   with serving traffic) times ``Budgets.copy_cost_weight``.
 - Prefixes held only on a lower tier (CPU, SSD) of an engine get a promotion item on that engine
-  when demand is expected there: the benefit is the promotion time a request would otherwise
-  wait, for up to one request per horizon.
+  when demand is expected to reach it: the part of the prefix's rate its HBM holders (and the
+  promotions already chosen) cannot take at the target utilisation, at least
+  ``min_expected_hits`` requests in the horizon (the router prefers a copy already in HBM, so
+  a promotion beside one is never used); the benefit is the promotion time a request would
+  otherwise wait, for up to one request per horizon.
 - Engines warming up (joining a scale-out, ``lifecycle="warming"``) will take their share
   (1/number of serving+warming engines) of every prefix's traffic once they serve, and the
   first request of a prefix there pays its full ``recompute_s``. A warm-up copy saves that with
@@ -46,7 +50,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-GPU, CPU, SSD = "gpu", "cpu", "ssd"
+from controlplane.core.protocol import TIER_GPU
+
 LIFECYCLES = ("warming", "serving", "draining")
 
 
@@ -77,7 +82,7 @@ class Demand:
 class Holding:
     prefix_id: str
     engine_id: str
-    tier: str = GPU
+    tier: str = TIER_GPU  # protocol tier names: TIER_GPU, TIER_CPU, TIER_DISK
 
 
 @dataclass(frozen=True)
@@ -135,12 +140,12 @@ class Overrides:
 
 
 @dataclass(frozen=True)
-class PlanItem:
+class PlannedMove:
     prefix_id: str
     keys: tuple[int, ...]
     source: str  # engine id holding it (the target itself for a promotion)
     target: str
-    tier: str  # the tier it comes from: gpu (a copy) or cpu/ssd (a promotion)
+    tier: str  # the tier it comes from: TIER_GPU (a copy) or TIER_CPU/TIER_DISK (a promotion)
     nbytes: int
     start_in_s: float  # when to start, from now (ahead of the forecast burst)
     expected_ttft_saved_s: float
@@ -156,7 +161,7 @@ def plan(
     engines: Sequence[EngineState],
     budgets: Budgets | None = None,
     overrides: Overrides | None = None,
-) -> list[PlanItem]:
+) -> list[PlannedMove]:
     """Plan items, best first, within ``budgets`` and ``overrides``."""
     budgets = budgets or Budgets()
     overrides = overrides or Overrides()
@@ -173,7 +178,7 @@ def plan(
     for h in holdings:
         if h.engine_id not in by_engine:
             continue
-        if h.tier == GPU:
+        if h.tier == TIER_GPU:
             gpu_holders.setdefault(h.prefix_id, []).append(h.engine_id)
         else:
             lower.setdefault(h.prefix_id, []).append((h.engine_id, h.tier))
@@ -195,8 +200,9 @@ def plan(
         for e in engines
     }
     bytes_left = budgets.max_bytes_per_interval
-    items: list[PlanItem] = []
+    items: list[PlannedMove] = []
     cands = {c.prefix_id: c for c in candidates}
+    promoted: dict[str, set[str]] = {}  # engines this plan promotes each prefix on
 
     def eligible(c: Candidate, d: Demand | None) -> bool:
         if c.prefix_id in overrides.pinned:
@@ -210,6 +216,11 @@ def plan(
         if c is None or not eligible(c, d):
             continue
         held = set(gpu_holders.get(pid, ()))
+        # Requests reach a lower-tier copy only where the HBM holders (and the promotions
+        # this plan adds) cannot take them: the router prefers a copy already in HBM.
+        lam = _rate(d, H) if d else 0.0
+        per_s = budgets.target_utilisation / c.service_s if c.service_s > 0 else math.inf
+        cap = sum(spare.get(h, 0.0) for h in held if h in by_engine) * per_s
         for eid, tier in rows:
             e = by_engine[eid]
             bw = e.tier_bytes_per_s.get(tier, 0.0)
@@ -217,18 +228,24 @@ def plan(
                 continue
             promo_s = c.nbytes / bw
             conf = d.confidence if d else 1.0
-            benefit = min(promo_s, c.recompute_s) * min(1.0, d.expected_requests if d else 1.0)
-            benefit *= conf
+            reach = max(0.0, lam - cap) * H if d else 1.0
+            if pid in overrides.pinned:
+                reach = max(reach, 1.0)
+            elif reach <= 0 or reach < budgets.min_expected_hits:
+                continue
+            benefit = min(promo_s, c.recompute_s) * min(1.0, reach) * conf
             if benefit <= 0 or c.nbytes > bytes_left:
                 continue
             room[eid] -= c.nbytes
             bytes_left -= c.nbytes
             held.add(eid)
+            promoted.setdefault(pid, set()).add(eid)
+            cap += spare[eid] * per_s
             start = max(0.0, (d.first_arrival_s if d else 0.0) - 2.0 * promo_s)
             items.append(
-                PlanItem(pid, c.keys, eid, eid, tier, c.nbytes, start, benefit, 0.0, conf,
-                         f"promote from {tier} ahead of ~{d.expected_requests if d else 0:.1f} "
-                         f"expected requests ({promo_s:.2f} s at tier bandwidth)")
+                PlannedMove(pid, c.keys, eid, eid, tier, c.nbytes, start, benefit, 0.0, conf,
+                         f"promote from {tier} ahead of ~{reach:.1f} requests expected to "
+                         f"reach it ({promo_s:.2f} s at tier bandwidth)")
             )
 
     bytes_left, warm = _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets,
@@ -240,6 +257,7 @@ def plan(
 
     # Replicas: a heap of the next replica of each prefix with overflow.
     heap: list[tuple[float, int, str]] = []
+    queued: dict[str, float] = {}  # seconds of this plan's copies on each engine's link
     state: dict[str, list] = {}
     seq = 0
     for c in candidates:
@@ -250,12 +268,16 @@ def plan(
         if not holders:
             continue  # nothing to copy from (a cold prefix is computed where it lands)
         lam = _rate(d, H) if d else 0.0
-        cap = sum(spare[h] for h in holders) / c.service_s * budgets.target_utilisation
+        # Engines this plan promotes it on hold it too (no copy to them, their capacity counts).
+        up = promoted.get(c.prefix_id, set())
+        cap = (sum(spare[h] for h in set(holders) | up) / c.service_s
+               * budgets.target_utilisation)
         overflow = lam - cap
         pinned = c.prefix_id in overrides.pinned
         if overflow <= 0 and not pinned:
             continue
-        state[c.prefix_id] = [max(overflow, 0.0), set(holders) | warmed.get(c.prefix_id, set()), 0]
+        state[c.prefix_id] = [max(overflow, 0.0),
+                              set(holders) | up | warmed.get(c.prefix_id, set()), 0]
         heapq.heappush(heap, (-c.recompute_s * max(overflow, 1e-9), seq, c.prefix_id))
         seq += 1
 
@@ -270,8 +292,9 @@ def plan(
         if best is None:
             continue
         tgt = by_engine[best]
-        # Copy only from engines that hold it now, not from replicas this plan adds.
-        src = _best_source(gpu_holders[pid], by_engine, tgt)
+        # Copy only from engines that hold it now, not from replicas this plan adds; spread
+        # over them by when each link is free (this plan's own copies included).
+        src = _best_source(gpu_holders[pid], by_engine, tgt, queued)
         conf = d.confidence if d else 1.0
         served = min(overflow, spare[best] / c.service_s * budgets.target_utilisation) * H
         if pid in overrides.pinned:
@@ -283,9 +306,11 @@ def plan(
         cost = copy_s * budgets.copy_cost_weight
         if benefit - cost <= 0 and pid not in overrides.pinned:
             continue
-        if _link_busy(by_engine[src], tgt, copy_s, H) and pid not in overrides.pinned:
+        if _link_busy(by_engine[src], tgt, copy_s, H, queued) and pid not in overrides.pinned:
             continue
         room[best] -= c.nbytes
+        queued[src] = queued.get(src, 0.0) + copy_s
+        queued[best] = queued.get(best, 0.0) + copy_s
         bytes_left -= c.nbytes
         spare[best] = max(0.0, spare[best] - served / H * c.service_s)
         holders.add(best)
@@ -301,7 +326,8 @@ def plan(
             f"{c.recompute_s:.2f} s of prefill; copy {copy_s:.2f} s"
         )
         items.append(
-            PlanItem(pid, c.keys, src, best, GPU, c.nbytes, start, benefit, cost, conf, why)
+            PlannedMove(pid, c.keys, src, best, TIER_GPU, c.nbytes, start, benefit, cost, conf,
+                        why)
         )
         if state[pid][0] > 1e-9:
             heapq.heappush(heap, (-c.recompute_s * state[pid][0], seq, pid))
@@ -313,7 +339,7 @@ def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, el
     """Warm-up copies to engines that start serving within the horizon (see module doc)."""
     H = budgets.horizon_s
     active = sum(1 for e in by_engine.values() if e.lifecycle in ("serving", "warming"))
-    items: list[PlanItem] = []
+    items: list[PlannedMove] = []
     for e in by_engine.values():
         if e.lifecycle != "warming" or e.engine_id not in allowed or e.starts_serving_in_s > H:
             continue
@@ -344,14 +370,18 @@ def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, el
             why = (f"warm {e.engine_id} before it serves (in {e.starts_serving_in_s:.0f} s): "
                    f"~{x:.1f} requests of it expected there in {H:.0f} s, the first would "
                    f"recompute {c.recompute_s:.2f} s; copy {copy_s:.2f} s")
-            items.append(PlanItem(pid, c.keys, src.engine_id, e.engine_id, GPU, c.nbytes, 0.0,
-                                  benefit, copy_s, d.confidence, why))
+            items.append(PlannedMove(pid, c.keys, src.engine_id, e.engine_id, TIER_GPU, c.nbytes,
+                                     0.0, benefit, copy_s, d.confidence, why))
     return bytes_left, items
 
 
-def _link_busy(src: EngineState, dst: EngineState, copy_s: float, horizon: float) -> bool:
-    """The copy would land more than half a horizon from now: its links are busy."""
-    return max(src.link_queue_s, dst.link_queue_s) + copy_s > 0.5 * horizon
+def _link_busy(src: EngineState, dst: EngineState, copy_s: float, horizon: float,
+               queued: dict[str, float] | None = None) -> bool:
+    """The copy would land more than half a horizon from now: its links are busy (with
+    copies already queued, and ``queued`` seconds of this plan's own)."""
+    q = queued or {}
+    return (max(src.link_queue_s + q.get(src.engine_id, 0.0),
+                dst.link_queue_s + q.get(dst.engine_id, 0.0)) + copy_s > 0.5 * horizon)
 
 
 def _rate(d: Demand, horizon: float) -> float:
@@ -379,9 +409,14 @@ def _best_target(c, holders, allowed, room, spare, by_engine) -> str | None:
     return best
 
 
-def _best_source(holders, by_engine, target) -> str:
+def _best_source(holders, by_engine, target, queued: dict[str, float] | None = None) -> str:
+    """Same node first (NVLink), then the link that frees up first, the fastest, the least
+    loaded."""
+    q = queued or {}
+
     def key(h):
         e = by_engine[h]
-        return (e.node == target.node, e.link_bytes_per_s, -e.load, h)
+        return (e.node == target.node, -(e.link_queue_s + q.get(h, 0.0)), e.link_bytes_per_s,
+                -e.load, h)
 
     return max(holders, key=key)

@@ -27,6 +27,7 @@ from django.utils.dateparse import parse_datetime
 from controlplane.core import blockhash, planner
 from controlplane.core.costmodel import MODELS, CostModel
 from controlplane.core.demand import confidence, demand_for
+from controlplane.core.protocol import TIER_CPU, TIER_DISK, TIER_GPU
 from controlplane.demand.models import WorkloadKey
 from controlplane.demand.services import want_prefix_tokens
 from controlplane.fleet.choices import EngineLifecycle, NodeState
@@ -41,10 +42,8 @@ from .models import PlanItem, Policy, ReplicationJob, ReplicationPlan, Speculati
 from .services import OPEN_PLAN_STATES, active_overrides, decide
 
 log = logging.getLogger(__name__)
-TIER_TO_PLANNER = {"GPU": planner.GPU, "CPU": planner.CPU, "DISK": planner.SSD}
-TIER_FROM_PLANNER = {v: k for k, v in TIER_TO_PLANNER.items()}
 # Promotion bandwidth from CPU DRAM (PCIe 5 x16, ~50 GB/s usable) and SSD (NVMe, ~6 GB/s).
-TIER_BYTES_PER_S = {planner.CPU: 50e9, planner.SSD: 6e9}
+TIER_BYTES_PER_S = {TIER_CPU: 50e9, TIER_DISK: 6e9}
 
 
 def cost_model_for(model_name: str) -> CostModel:
@@ -178,7 +177,7 @@ def gather(policy: Policy, now=None) -> Inputs:
     # One batched residency read for every prefix (100k holders() calls were 100k round trips);
     # the planner copies only from engines holding the whole chain.
     index = get_index()
-    holdings = [planner.Holding(c.prefix_id, str(h.engine), TIER_TO_PLANNER[h.tier])
+    holdings = [planner.Holding(c.prefix_id, str(h.engine), h.tier)
                 for c, found in zip(cands, index.full_holders_many([c.keys for c in cands], limit=64),
                                     strict=True)
                 for h in found]
@@ -235,7 +234,7 @@ def _overrides() -> planner.Overrides:
         frozen=any(o.kind == OverrideKind.FREEZE for o in ov))
 
 
-def _pin_items(inputs: Inputs) -> list[planner.PlanItem]:
+def _pin_items(inputs: Inputs) -> list[planner.PlannedMove]:
     """Pins: copy the pinned chain to the pinned engine from a holder, whatever the forecast."""
     if inputs.overrides.frozen:
         return []
@@ -247,18 +246,19 @@ def _pin_items(inputs: Inputs) -> list[planner.PlanItem]:
             continue
         src = next(iter(holders))
         nbytes = len(chain) * (o.engine.bytes_per_block or 0)
-        out.append(planner.PlanItem(f"pin:{o.pk}", chain, str(src), str(o.engine_id), planner.GPU, nbytes,
-                                    0.0, 0.0, 0.0, 1.0, f"pinned by override #{o.pk}: {o.reason or 'no reason given'}"))
+        out.append(planner.PlannedMove(f"pin:{o.pk}", chain, str(src), str(o.engine_id), TIER_GPU,
+                                       nbytes, 0.0, 0.0, 0.0, 1.0,
+                                       f"pinned by override #{o.pk}: {o.reason or 'no reason given'}"))
     return out
 
 
-def update_readiness(inputs: Inputs, planned: list[planner.PlanItem]) -> dict[int, float]:
+def update_readiness(inputs: Inputs, planned: list[planner.PlannedMove]) -> dict[int, float]:
     """Readiness of each warming engine: the share of the bytes of the forecast-hot prefixes it
     is planned to hold that are already resident there. 1.0 when none are planned for it."""
     wanted: dict[str, set[str]] = {}
     for it in planned:
         wanted.setdefault(it.target, set()).add(it.prefix_id)
-    held = {(h.prefix_id, h.engine_id) for h in inputs.holdings if h.tier == planner.GPU}
+    held = {(h.prefix_id, h.engine_id) for h in inputs.holdings if h.tier == TIER_GPU}
     for it in SpeculativeReplica.objects.filter(evicted_at__isnull=True, shadow=False) \
             .values_list("workload_key_id", "engine_id"):
         wanted.setdefault(str(it[1]), set()).add(str(it[0]))
@@ -305,7 +305,7 @@ def run_cycle(policy_id: int | None = None, now=None) -> ReplicationPlan | None:
 
 
 @transaction.atomic
-def store(policy: Policy, inputs: Inputs, items: list[planner.PlanItem], planned_s: float) -> ReplicationPlan:
+def store(policy: Policy, inputs: Inputs, items: list[planner.PlannedMove], planned_s: float) -> ReplicationPlan:
     # A new proposal supersedes the open ones: approving a stale plan would act on old residency.
     ReplicationPlan.objects.filter(state=PlanState.PROPOSED).update(state=PlanState.SUPERSEDED)
     plan = ReplicationPlan.objects.create(
@@ -324,7 +324,7 @@ def store(policy: Policy, inputs: Inputs, items: list[planner.PlanItem], planned
         rows.append(PlanItem(
             plan=plan, workload_key_id=key.pk if key else None, prefix_keys=list(map(blockhash.to_hex, it.keys)),
             prefix_tokens=key.prefix_tokens if key else 0, source_id=int(it.source), target_id=int(it.target),
-            tier=TIER_FROM_PLANNER[it.tier], bytes=it.nbytes, expected_ttft_saved_s=it.expected_ttft_saved_s,
+            tier=it.tier, bytes=it.nbytes, expected_ttft_saved_s=it.expected_ttft_saved_s,
             cost_s=it.cost_s, confidence=it.confidence, reason=it.reason[:2000]))
     PlanItem.objects.bulk_create(rows, batch_size=2000)
     if policy.default_transport in Transport.NEEDS_TOKENS:

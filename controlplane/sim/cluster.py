@@ -31,7 +31,7 @@ import numpy as np
 
 from controlplane.core.costmodel import CostModel, transfer_seconds
 from controlplane.core.prefix_cache import PrefixCache
-from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING, Engine, Tier
+from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING, Engine, OffloadTier
 from controlplane.sim.events import EventQueue
 from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
 
@@ -168,7 +168,7 @@ class Simulation:
         self.events = EventQueue()
         self.engines: list[Engine] = []
         for eid in range(config.engines):
-            tiers = [Tier(t.name, PrefixCache(t.capacity_blocks), t.bytes_per_s) for t in config.tiers]
+            tiers = [OffloadTier(t.name, PrefixCache(t.capacity_blocks), t.bytes_per_s) for t in config.tiers]
             self.engines.append(
                 Engine(eid, eid // max(1, config.engines_per_node),
                        PrefixCache(config.kv_capacity_blocks), tiers)

@@ -17,10 +17,10 @@ PLANNED, WARMING, SERVING, GONE = "planned", "warming", "serving", "gone"
 
 
 @dataclass
-class Tier:
+class OffloadTier:
     """A KV tier below the GPU (CPU DRAM, SSD): capacity and promotion bandwidth to HBM."""
 
-    name: str
+    name: str  # controlplane.core.protocol.TIER_CPU or TIER_DISK
     cache: PrefixCache
     bytes_per_s: float
 
@@ -30,7 +30,7 @@ class Engine:
     eid: int
     node: int
     cache: PrefixCache
-    tiers: list[Tier] = field(default_factory=list)
+    tiers: list[OffloadTier] = field(default_factory=list)
     free_at: float = 0.0
     link_free_at: float = 0.0  # the link drains all copies
     demand_free_at: float = 0.0  # the link drains on-demand copies (they go first)
@@ -58,7 +58,7 @@ class Engine:
     def wait(self, now: float) -> float:
         return self.free_at - now if self.free_at > now else 0.0
 
-    def match(self, keys: tuple[int, ...], start: float) -> tuple[int, list[tuple[Tier, int]]]:
+    def match(self, keys: tuple[int, ...], start: float) -> tuple[int, list[tuple[OffloadTier, int]]]:
         """Blocks of ``keys`` on HBM (or landing there by ``start``), then per lower tier."""
         m = self.cache.match(keys)
         n = len(keys)
@@ -66,7 +66,7 @@ class Engine:
             pending = self.pending
             while m < n and pending.get(keys[m], float("inf")) <= start:
                 m += 1
-        lower: list[tuple[Tier, int]] = []
+        lower: list[tuple[OffloadTier, int]] = []
         if m < n and self.tiers:
             pos = m
             for tier in self.tiers:

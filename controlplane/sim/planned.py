@@ -26,8 +26,6 @@ import numpy as np
 from controlplane.core.demand import burst_probability, demand_for
 from controlplane.core.forecast import BurstTracker, forecast_counts
 from controlplane.core.planner import (
-    CPU,
-    GPU,
     Budgets,
     Candidate,
     Demand,
@@ -37,6 +35,7 @@ from controlplane.core.planner import (
     plan,
 )
 from controlplane.core.policies.reactive import ReactiveRule
+from controlplane.core.protocol import TIER_CPU, TIER_DISK, TIER_GPU
 from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING
 from controlplane.sim.policies import Reactive
 from controlplane.sim.workloads.base import BLOCK_TOKENS
@@ -50,6 +49,14 @@ COLD_VALUE_S = 0.5
 TREND_WINDOW_S = 30.0  # short window whose rate, above the 120 s one, says demand is rising
 PIN_MIN_EXPECTED = 1.0  # requests expected per holder in the horizon to keep a prefix there
 MIN_EXPECTED_HITS = 1.6  # expected uses in the horizon: P(used) >= 0.8 for Poisson arrivals
+# A burst's onset, seen on arrivals rather than at the next tick: a prefix whose rate over the
+# last ONSET_WINDOW_S (at least ONSET_MIN_ARRIVALS arrivals) is ONSET_RATIO x its 120 s rate and
+# above its holders' capacity is re-planned at once (at most every ONSET_REPLAN_S), with that
+# rate as its demand: replicas fan out while the burst builds, from every holder that has one.
+ONSET_WINDOW_S = 5.0
+ONSET_MIN_ARRIVALS = 8
+ONSET_RATIO = 2.0
+ONSET_REPLAN_S = 2.0
 
 
 class PlannedPolicy(Reactive):
@@ -76,6 +83,7 @@ class PlannedPolicy(Reactive):
         self._vf = None
         self.plan_items = 0
         self.skipped = 0
+        self.onset_replans = 0
         self.reasons: list[str] = []
 
     # -- setup -----------------------------------------------------------------------------
@@ -89,6 +97,8 @@ class PlannedPolicy(Reactive):
             max_warming_fraction=min(b.max_warming_fraction, cfg.warming_spec_fraction))
         self.trackers: dict[int, BurstTracker] = {}
         self.short: dict[int, BurstTracker] = {}  # the same arrivals over TREND_WINDOW_S
+        self.onset: dict[int, BurstTracker] = {}  # ... and over ONSET_WINDOW_S
+        self._onset_at: dict[int, float] = {}  # last onset re-plan per prefix
         self.seen: dict[int, int] = {}
         self.mean_suffix = float(wl.suffix_tokens.mean()) if len(wl) else 0.0
         self.day: dict[str, np.ndarray] = {}
@@ -114,14 +124,42 @@ class PlannedPolicy(Reactive):
         if tr is None:
             tr = self.trackers[pid] = BurstTracker(window_s=120.0, start=0.0)
             self.short[pid] = BurstTracker(window_s=TREND_WINDOW_S, start=0.0)
+            self.onset[pid] = BurstTracker(window_s=ONSET_WINDOW_S, start=0.0)
         tr.observe(t)
         self.short[pid].observe(t)
+        self.onset[pid].observe(t)
         self.seen[pid] = self.seen.get(pid, 0) + 1
 
     def _before(self, sim, i, t, pid, keys) -> None:
         if self.name == "predictive":
             self._observe(sim, i, t, pid, keys)
+            self._maybe_onset(sim, t, pid, keys)
         self._maybe_copy(sim, i, t, pid, keys)
+
+    def _onset_rate(self, pid: int, t: float) -> float:
+        """The prefix's rate over the last ``ONSET_WINDOW_S`` where it is a burst's onset
+        (enough arrivals, ``ONSET_RATIO`` x the 120 s rate), else 0."""
+        tr = self.onset.get(pid)
+        if tr is None:
+            return 0.0
+        ro = tr.rate(t)
+        if ro * ONSET_WINDOW_S < ONSET_MIN_ARRIVALS or ro < ONSET_RATIO * self.trackers[pid].rate(t):
+            return 0.0
+        return ro
+
+    def _maybe_onset(self, sim, t, pid, keys) -> None:
+        if t - self._onset_at.get(pid, -math.inf) < ONSET_REPLAN_S or self.seen.get(pid, 0) < 3:
+            return
+        ro = self._onset_rate(pid, t)
+        if ro <= 0 or len(keys) < self.rule.min_blocks:
+            return
+        service = sim.prefill_s(self.mean_suffix, len(keys) * BLOCK_TOKENS)
+        holders = sum(1 for e in sim.serving if e.cache.match(keys) == len(keys))
+        if ro <= max(1, holders) * (1.0 - sim.load(t)) / service:
+            return  # its holders absorb it
+        self._onset_at[pid] = t
+        self.onset_replans += 1
+        self._plan_round(sim, t, only=(pid,))
 
     @property
     def before_route(self):  # noqa: D401 - a hook the simulator calls before routing
@@ -141,14 +179,26 @@ class PlannedPolicy(Reactive):
         for e in sim.engines:
             e.cache.expire(t)
             e.cache.unpin_expired(t)
+        self._plan_round(sim, t)
+
+    def _plan_round(self, sim, t: float, only: tuple[int, ...] | None = None) -> None:
+        """Plan and execute: every prefix at a tick, or ``only`` these (a burst's onset)."""
         H = self.budgets.horizon_s
-        demand = self._oracle_demand(sim, t, H) if self.name == "oracle" else self._predicted(sim, t, H)
-        self._lam = {int(p): d.expected_requests / H + d.burst_probability
-                     * max(0.0, d.peak_rate - d.expected_requests / H) for p, d in demand.items()}
+        if self.name == "oracle":
+            demand = self._oracle_demand(sim, t, H)
+        else:
+            demand = self._predicted(sim, t, H, only)
+        lam = {int(p): d.expected_requests / H + d.burst_probability
+               * max(0.0, d.peak_rate - d.expected_requests / H) for p, d in demand.items()}
+        if only is None:
+            self._lam = lam
+        else:
+            self._lam.update(lam)
         self._vf = self.value_fn(sim, t)
         if not demand:
             return
-        self._retain(sim, demand, t, H)
+        if only is None:
+            self._retain(sim, demand, t, H)
         wl = sim.workload
         bb = sim.block_bytes
         cands = []
@@ -194,10 +244,12 @@ class PlannedPolicy(Reactive):
                 (t, float(counts[p]) / H))
         return out
 
-    def _predicted(self, sim, t, H) -> dict[int, Demand]:
+    def _predicted(self, sim, t, H, only: tuple[int, ...] | None = None) -> dict[int, Demand]:
         wl = sim.workload
         rows = []
-        for pid, tr in self.trackers.items():
+        pids = self.trackers if only is None else only
+        for pid in pids:
+            tr = self.trackers[pid]
             if self.seen.get(pid, 0) < 3:
                 continue  # no signal yet: the reactive rule covers it
             r = tr.rate(t)
@@ -208,6 +260,8 @@ class PlannedPolicy(Reactive):
             rs = self.short[pid].rate(t)
             if rs > r:
                 r = rs + (rs - r)
+            # A burst's onset: the last seconds' rate, when it is one, is the rate now.
+            r = max(r, self._onset_rate(pid, t))
             key = wl.prefix_wkey[pid]
             lam = r
             hist = wl.history.get(key)
@@ -228,7 +282,7 @@ class PlannedPolicy(Reactive):
                 # naive (last-value) forecast, whose MASE is 1 by definition.
                 mase = 1.0
             rows.append((lam, pid, tr, mase))
-        if any(e.state == WARMING for e in sim.engines):
+        if only is None and any(e.state == WARMING for e in sim.engines):
             # Engines joining a scale-out are warmed from the day-scale forecast too: a prefix
             # with no recent traffic yet but a forecast level for the coming window.
             have = {pid for _, pid, _, _ in rows}
@@ -256,7 +310,7 @@ class PlannedPolicy(Reactive):
             cap = max(1, holders) * (1.0 - load) / service
             risk, recent = 0.0, 0.0
             if tr is not None and tr.exposure(t) > 0:
-                recent = max(tr.rate(t), self.short[pid].rate(t))
+                recent = max(tr.rate(t), self.short[pid].rate(t), self._onset_rate(pid, t))
                 lead = H + len(keys) * sim.block_bytes / link
                 risk = burst_probability(recent, tr.cv(t), lead, tr.exposure(t), capacity_rate=cap)
             out[pid] = demand_for(str(pid), expected_requests=lam * H, horizon_s=H,
@@ -267,7 +321,11 @@ class PlannedPolicy(Reactive):
     def _retain(self, sim, demand, t, H) -> None:
         """Keep (lease) what the same ranking values: each prefix expected to serve at least
         one request per holder in the horizon stays on its holders until the next round (in a
-        real fleet: an LMCache pin lease)."""
+        real fleet: an LMCache pin lease). Not above the planner's load gate
+        (``Budgets.max_load``): near saturation the room a lease holds is worth more to the
+        requests queueing now than to the demand it was kept for."""
+        if sim.load(t) > self.budgets.max_load:
+            return
         until = t + 2 * self.tick_s
         for p in demand:
             keys = sim.workload.prefixes[int(p)]
@@ -285,7 +343,7 @@ class PlannedPolicy(Reactive):
                     continue
                 m, lower = e.match(c.keys, t)
                 if m == n:
-                    rows.append(Holding(c.prefix_id, e.name, GPU))
+                    rows.append(Holding(c.prefix_id, e.name, TIER_GPU))
                 elif lower and m + sum(k for _, k in lower) == n:
                     rows.append(Holding(c.prefix_id, e.name, lower[-1][0].name))
         return rows
@@ -334,7 +392,7 @@ class PlannedPolicy(Reactive):
             self.reasons.append(f"t={t:.0f}s {it.prefix_id}->{it.target}: {it.reason}")
 
         def go(when: float) -> None:
-            if it.tier in (CPU, "ssd"):
+            if it.tier in (TIER_CPU, TIER_DISK):
                 sim.promote(dst, it.keys, when, ttl)
                 return
             src = sim.engines[int(it.source[1:])]

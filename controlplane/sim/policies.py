@@ -34,7 +34,7 @@ POLICIES = (
 )
 
 
-class Policy:
+class RoutingPolicy:
     """Routing plus, optionally, replication. Subclasses override the hooks they need."""
 
     name = "cache-aware"
@@ -60,7 +60,7 @@ class Policy:
 VALUE_HORIZON_S = 120.0  # horizon over which a block's expected value is counted
 
 
-class Reactive(Policy):
+class Reactive(RoutingPolicy):
     """Cache-aware routing plus the guarded hot-spot copy (``ReactiveRule``); see module doc."""
 
     name = "reactive"
@@ -184,7 +184,7 @@ class Reactive(Policy):
                            value_of=self.value_fn(sim, t, target), budget=saving)
 
 
-class Everywhere(Policy):
+class Everywhere(RoutingPolicy):
     """Every prefix computed anywhere is on every engine, free: the placement bound."""
 
     name = "everywhere"
@@ -203,15 +203,15 @@ class Everywhere(Policy):
         return e.cache.use(chain, t)
 
 
-def make_policy(name: str, **options) -> Policy:
+def make_policy(name: str, **options) -> RoutingPolicy:
     if name == "random":
-        p = Policy(routers.random_router)
+        p = RoutingPolicy(routers.random_router)
     elif name == "round-robin":
-        p = Policy(routers.RoundRobin())
+        p = RoutingPolicy(routers.RoundRobin())
     elif name == "least-loaded":
-        p = Policy(routers.least_loaded)
+        p = RoutingPolicy(routers.least_loaded)
     elif name == "cache-aware":
-        p = Policy()
+        p = RoutingPolicy()
     elif name in ("reactive", "reactive-naive"):
         return Reactive(options.get("reactive_rule", ReactiveRule()), naive=name != "reactive")
     elif name == "everywhere":

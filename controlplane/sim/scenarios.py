@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from controlplane.core.costmodel import CostModel
+from controlplane.core.protocol import TIER_CPU, TIER_DISK
 from controlplane.core.traces.paths import shared_data_dir
 from controlplane.sim.cluster import ClusterConfig, EngineChange, TierSpec
 from controlplane.sim.workloads import servegen as sg
@@ -119,7 +120,8 @@ def build(
     elif scenario == "tiered":
         gpu_blocks = max(8, int(blocks * TIERED_GPU_SHARE))
         cfg.kv_capacity_blocks = gpu_blocks
-        cfg.tiers = (TierSpec("cpu", blocks * 4, CPU_TIER_BPS), TierSpec("ssd", blocks * 16, SSD_TIER_BPS))
+        cfg.tiers = (TierSpec(TIER_CPU, blocks * 4, CPU_TIER_BPS),
+                     TierSpec(TIER_DISK, blocks * 16, SSD_TIER_BPS))
         notes["tiers"] = (f"HBM keeps {TIERED_GPU_SHARE:.0%} of the KV capacity for cached prefixes; "
                           f"CPU DRAM 4x at {CPU_TIER_BPS / 1e9:.0f} GB/s, SSD 16x at "
                           f"{SSD_TIER_BPS / 1e9:.0f} GB/s; evicted blocks are demoted a tier")

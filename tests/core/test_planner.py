@@ -11,6 +11,7 @@ from controlplane.core.planner import (
     Overrides,
     plan,
 )
+from controlplane.core.protocol import TIER_CPU
 
 GB = 1e9
 
@@ -64,9 +65,30 @@ def test_cold_prefix_and_promotion():
     c, d = hot()
     assert plan([c], [d], [], engines()) == []  # nothing holds it: nothing to copy
     e = [EngineState("e0", "n0", 100 * GB, 100 * GB, 0, 12.5e9, 0.2,
-                     tier_bytes_per_s={"cpu": 32e9})]
-    items = plan([c], [d], [Holding("p", "e0", "cpu")], e)
-    assert len(items) == 1 and items[0].tier == "cpu" and items[0].target == "e0"
+                     tier_bytes_per_s={TIER_CPU: 32e9})]
+    items = plan([c], [d], [Holding("p", "e0", TIER_CPU)], e)
+    assert len(items) == 1 and items[0].tier == TIER_CPU and items[0].target == "e0"
+
+
+def test_no_promotion_beside_an_hbm_copy_that_takes_the_demand():
+    c, _ = hot()
+    e = [EngineState(f"e{i}", "n0", 100 * GB, 100 * GB, 0, 12.5e9, 0.2,
+                     tier_bytes_per_s={TIER_CPU: 32e9}) for i in range(2)]
+    held = [Holding("p", "e0"), Holding("p", "e1", TIER_CPU)]
+    light = Demand("p", 60.0, 0.0, 0.0, 0.9)  # 0.5/s: e0 alone takes 0.8 x 0.8 / 0.2 = 3.2/s
+    assert plan([c], [light], held, e, Budgets(horizon_s=120)) == []
+    heavy = Demand("p", 1200.0, 0.0, 0.0, 0.9)  # 10/s: 6.8/s beyond e0 reach e1 (CPU)
+    items = plan([c], [heavy], held, e, Budgets(horizon_s=120))
+    assert [(i.target, i.tier) for i in items] == [("e1", TIER_CPU)]
+    assert "816.0 requests expected to reach it" in items[0].reason
+
+
+def test_a_rounds_copies_are_spread_over_the_holders_links():
+    c, d = hot(expected=6000.0)
+    e = [EngineState(f"e{i}", f"n{i}", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.2) for i in range(6)]
+    items = plan([c], [d], [Holding("p", "e0"), Holding("p", "e1")], e, Budgets(horizon_s=60))
+    assert len(items) == 4
+    assert sorted(i.source for i in items) == ["e0", "e0", "e1", "e1"]
 
 
 def test_budget_validation():

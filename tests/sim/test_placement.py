@@ -1,9 +1,12 @@
 """Value-aware placement in the simulator: the fair reactive rule counts what its copy displaces
 (and so cannot storm), the naive one does not; planned replicas are leased for the horizon."""
 
+import math
+
 import numpy as np
 
 from controlplane.core.costmodel import CostModel
+from controlplane.core.policies.reactive import ReactiveRule
 from controlplane.sim.cluster import ClusterConfig, Simulation
 from controlplane.sim.policies import make_policy
 from controlplane.sim.workloads.base import Workload
@@ -55,3 +58,22 @@ def test_a_planned_replica_is_leased_for_the_horizon():
     assert b.cache.match(P) == len(P) and set(P) <= set(b.cache.spec)
     b.cache.use((21, 22, 23), land + 1.0)  # the target's own traffic needs room
     assert b.cache.match(P) == len(P)  # the lease keeps the replica; cold Q went instead
+
+
+def test_predictive_replans_a_bursts_onset_before_the_next_tick():
+    # One tenant at 1/s for a minute, then 60/s: its holder cannot take that. The planner's
+    # tick comes every 15 s (at 60 s and 75 s); the onset re-plan copies within seconds (the
+    # reactive fallback is switched off to see the planner's own copies).
+    cost = CostModel.preset("llama3-70b", "h100", 4)
+    cfg = ClusterConfig(cost, 4, 1200, network_bytes_per_s=25e9)
+    t = np.concatenate([np.arange(0.5, 60.0, 1.0), 60.2 + np.arange(0.0, 20.0, 1 / 60)])
+    n = len(t)
+    prefix = tuple(range(100, 356))  # 256 blocks, 128k tokens: ~20 s to recompute
+    wl = Workload("t", t, np.zeros(n, dtype=np.int32), np.full(n, 600, dtype=np.int32),
+                  np.full(n, 100, dtype=np.int32), [prefix], ["p"], duration_s=80.0)
+    pol = make_policy("predictive", reactive_rule=ReactiveRule(threshold_s=math.inf))
+    r = Simulation(cfg, wl, pol).run()
+    assert pol.onset_replans >= 1
+    landed = sorted(x.placed_at for x in r.replicas if x.speculative and x.pid == 0)
+    assert landed and 60.2 < landed[0] < 64.0, landed
+    assert r.replica_used and all(r.replica_used.values())

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from controlplane.core.costmodel import CostModel
+from controlplane.core.protocol import TIER_CPU, TIER_DISK
 from controlplane.sim.cli import main
 from controlplane.sim.cluster import ClusterConfig, Simulation
 from controlplane.sim.policies import POLICIES, make_policy
@@ -113,7 +114,7 @@ def test_scaleout_and_tiered_setups_build():
               start=86400 * 2 + 7200, duration=1800, tenants=2)
     assert len(s.config.changes) == 2 and all(c.serve_s > c.announce_s for c in s.config.changes)
     t = build(trace=str(FIX / "mooncake_head300.jsonl"), fmt="mooncake", scenario="tiered", engines=4)
-    assert [x.name for x in t.config.tiers] == ["cpu", "ssd"]
+    assert [x.name for x in t.config.tiers] == [TIER_CPU, TIER_DISK]
 
 
 def test_servegen_load_holds_for_every_seed():
