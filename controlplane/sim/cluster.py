@@ -179,10 +179,10 @@ class Simulation:
             e = self.engines[ch.eid]
             if ch.serve_s > 0:
                 e.state = PLANNED
-                self.events.at(ch.announce_s, lambda t, e=e: self._set_state(e, WARMING))
-                self.events.at(ch.serve_s, lambda t, e=e: self._set_state(e, SERVING, t))
+                self.events.at(ch.announce_s, lambda t, e=e: self._set_state(e, WARMING))  # type: ignore[misc]
+                self.events.at(ch.serve_s, lambda t, e=e: self._set_state(e, SERVING, t))  # type: ignore[misc]
             if not math.isinf(ch.leave_s):
-                self.events.at(ch.leave_s, lambda t, e=e: self._set_state(e, GONE))
+                self.events.at(ch.leave_s, lambda t, e=e: self._set_state(e, GONE))  # type: ignore[misc]
         for e in self.engines:
             self._spec_slice(e)
         self.serving = [e for e in self.engines if e.state == SERVING]

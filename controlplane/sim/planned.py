@@ -227,7 +227,7 @@ class PlannedPolicy(Reactive):
         bucket = ((times - t) // 30.0).astype(np.int64)
         pairs = pids.astype(np.int64) * 1_000 + bucket
         uniq, pc = np.unique(pairs, return_counts=True)
-        peak = {}
+        peak: dict[int, int] = {}
         for u, c in zip((uniq // 1_000).tolist(), pc.tolist(), strict=True):
             peak[u] = max(peak.get(u, 0), c)
         first: dict[int, float] = {}
@@ -246,7 +246,7 @@ class PlannedPolicy(Reactive):
 
     def _predicted(self, sim, t, H, only: tuple[int, ...] | None = None) -> dict[int, Demand]:
         wl = sim.workload
-        rows = []
+        rows: list[tuple[float, int, BurstTracker | None, float | None]] = []
         pids = self.trackers if only is None else only
         for pid in pids:
             tr = self.trackers[pid]
@@ -299,7 +299,7 @@ class PlannedPolicy(Reactive):
         load = sim.load(t)
         cfg = sim.config
         link = cfg.network_bytes_per_s * max(0.05, 1.0 - cfg.link_share_with_serving * load)
-        for lam, pid, tr, mase in rows[:MAX_CANDIDATES]:
+        for lam, pid, tracker, mase in rows[:MAX_CANDIDATES]:
             keys = wl.prefixes[pid]
             tokens = len(keys) * BLOCK_TOKENS
             service = sim.prefill_s(self.mean_suffix, tokens)
@@ -309,10 +309,10 @@ class PlannedPolicy(Reactive):
             # busy link must start ahead of a burst that a fast one could follow.
             cap = max(1, holders) * (1.0 - load) / service
             risk, recent = 0.0, 0.0
-            if tr is not None and tr.exposure(t) > 0:
-                recent = max(tr.rate(t), self.short[pid].rate(t), self._onset_rate(pid, t))
+            if tracker is not None and tracker.exposure(t) > 0:
+                recent = max(tracker.rate(t), self.short[pid].rate(t), self._onset_rate(pid, t))
                 lead = H + len(keys) * sim.block_bytes / link
-                risk = burst_probability(recent, tr.cv(t), lead, tr.exposure(t), capacity_rate=cap)
+                risk = burst_probability(recent, tracker.cv(t), lead, tracker.exposure(t), capacity_rate=cap)
             out[pid] = demand_for(str(pid), expected_requests=lam * H, horizon_s=H,
                                   burst_probability=risk, recent_rate=recent, backtest_mase=mase)
             self.forecast_log.setdefault(wl.prefix_wkey[pid], []).append((t, lam))

@@ -14,6 +14,8 @@ rule (a copy takes whatever room LRU gives it), kept for comparison.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from controlplane.core.policies.reactive import ReactiveRule
 from controlplane.core.prefix_cache import leading_match
@@ -39,7 +41,7 @@ class RoutingPolicy:
 
     name = "cache-aware"
     tick_s = 0.0
-    before_route = None  # (sim, i, t, pid, keys) -> None
+    before_route: Callable[..., Any] | None = None  # (sim, i, t, pid, keys) -> None
 
     def __init__(self, router=routers.cache_aware) -> None:
         self.router = router
@@ -143,7 +145,7 @@ class Reactive(RoutingPolicy):
         holder, best_m, hwait = None, 0, 0.0
         for e in sim.serving:
             m = e.cache.match(keys)
-            if m > best_m or (m == best_m and m and e.free_at < holder.free_at):
+            if m > best_m or (m == best_m and m and holder is not None and e.free_at < holder.free_at):
                 holder, best_m = e, m
         if holder is None or best_m < rule.min_blocks:
             return

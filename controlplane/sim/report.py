@@ -35,7 +35,7 @@ def table(doc: dict) -> str:
             elif v is None:
                 cells.append(f"{'-':>11}")
             else:
-                cells.append(f"{fmt.format(v):>11}")
+                cells.append(f"{(fmt or '{}').format(v):>11}")
         lines.append(f"{name:<13}" + "".join(cells))
     return "\n".join(lines)
 
@@ -101,7 +101,7 @@ def _vram(results) -> go.Figure:
 
 def _forecast(results, workload) -> go.Figure:
     fig = go.Figure()
-    keys = {}
+    keys: dict[str, list[int]] = {}
     for p, k in enumerate(workload.prefix_wkey):
         keys.setdefault(k, []).append(p)
     counts = np.bincount(workload.pid, minlength=len(workload.prefixes))

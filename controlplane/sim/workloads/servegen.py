@@ -146,9 +146,9 @@ def load_servegen(
     n = len(t)
     suffix = np.minimum(8192, rng.lognormal(math.log(600), 0.8, size=n)).astype(np.int32)
     out = np.minimum(4096, rng.lognormal(math.log(250), 0.8, size=n)).astype(np.int32)
-    w = Workload("servegen", t[order], pid[order], suffix, out, prefixes, names,
+    workload = Workload("servegen", t[order], pid[order], suffix, out, prefixes, names,
                  history=history, history_bucket_s=600.0, duration_s=duration_s)
-    w.assumptions.update(
+    workload.assumptions.update(
         {
             "source": "ServeGen m-large per-tenant 10-minute windows (Alibaba Cloud Model Studio)",
             "window": f"start {start:.0f} s into the trace (day {start / DAY_S:.2f}), {duration_s:.0f} s",
@@ -161,7 +161,7 @@ def load_servegen(
             "request": "own prompt log-normal median 600 tokens (sigma 0.8, <= 8k); output median 250",
         }
     )
-    return w
+    return workload
 
 
 def _window_arrivals(rng, w0: float, W: float, rate: float, pattern: str, shape: float) -> np.ndarray:
