@@ -31,7 +31,13 @@ def percentile(values: list[float], q: float) -> float:
 
 def table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))  # noqa: E731
+
+    def line(r):
+        return "  ".join(
+            str(c).rjust(w) if i else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+
     return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
 
 

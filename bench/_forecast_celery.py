@@ -28,11 +28,18 @@ BUCKET_S = 600
 
 
 def _env(data_dir: str) -> dict[str, str]:
-    return {"DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-            "SECRET_KEY": "bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
-            "ALLOWED_HOSTS": "127.0.0.1,localhost", "PREWARM_SECURE": "false", "PREWARM_DATA_DIR": data_dir,
-            "PREWARM_DEMAND_BUCKET_SECONDS": str(BUCKET_S), "PREWARM_FORECAST_HISTORY_DAYS": "14",
-            "LOG_LEVEL": "WARNING"}
+    return {
+        "DATABASE_URL": PG_URL,
+        "REDIS_URL": REDIS_URL,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "SECRET_KEY": "bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "PREWARM_SECURE": "false",
+        "PREWARM_DATA_DIR": data_dir,
+        "PREWARM_DEMAND_BUCKET_SECONDS": str(BUCKET_S),
+        "PREWARM_FORECAST_HISTORY_DAYS": "14",
+        "LOG_LEVEL": "WARNING",
+    }
 
 
 def _seed(keys) -> int:
@@ -47,19 +54,37 @@ def _seed(keys) -> int:
     WorkloadKey.objects.all().delete()
     now = datetime.now(UTC)
     end = now.timestamp() // BUCKET_S * BUCKET_S
-    made = WorkloadKey.objects.bulk_create([
-        WorkloadKey(tenant=f"bench-{i}", model="llama3-70b", prefix_group=f"{i:016x}", last_seen=now)
-        for i in range(len(keys))])
+    made = WorkloadKey.objects.bulk_create(
+        [
+            WorkloadKey(
+                tenant=f"bench-{i}", model="llama3-70b", prefix_group=f"{i:016x}", last_seen=now
+            )
+            for i in range(len(keys))
+        ]
+    )
     table = DemandBucket._meta.db_table
-    with connection.cursor() as cur, cur.cursor.copy(
+    with (
+        connection.cursor() as cur,
+        cur.cursor.copy(
             f"COPY {table} (key_id, start, seconds, requests, prompt_tokens, cached_tokens, "
-            "served_records) FROM STDIN") as copy:
+            "served_records) FROM STDIN"
+        ) as copy,
+    ):
         for wk, (history, _actual, _start) in zip(made, keys, strict=True):
             first = end - len(history) * BUCKET_S
             for j, count in enumerate(history):
                 if count > 0:
-                    copy.write_row((wk.pk, datetime.fromtimestamp(first + j * BUCKET_S, UTC), BUCKET_S,
-                                    int(round(count)), 0, 0, 0))
+                    copy.write_row(
+                        (
+                            wk.pk,
+                            datetime.fromtimestamp(first + j * BUCKET_S, UTC),
+                            BUCKET_S,
+                            int(round(count)),
+                            0,
+                            0,
+                            0,
+                        )
+                    )
     return sum(1 for h, _a, _s in keys if h.sum() > 0)
 
 
@@ -67,12 +92,35 @@ def _workers(n: int, env: dict, log_dir: str, nice: int) -> list[subprocess.Pope
     procs = []
     for i in range(n):
         log = open(f"{log_dir}/worker-{n}-{i}.log", "w")  # noqa: SIM115 (closed with the process)
-        procs.append(subprocess.Popen(
-            ["nice", "-n", str(nice), sys.executable, "-m", "celery", "-A", "controlplane.celery",
-             "worker",
-             "-Q", "forecast,plan", "-c", "1", "-n", f"bench{n}-{i}@%h", "--loglevel", "INFO",
-             "--without-mingle", "--without-gossip"],
-            env={**os.environ, **env}, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                [
+                    "nice",
+                    "-n",
+                    str(nice),
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "controlplane.celery",
+                    "worker",
+                    "-Q",
+                    "forecast,plan",
+                    "-c",
+                    "1",
+                    "-n",
+                    f"bench{n}-{i}@%h",
+                    "--loglevel",
+                    "INFO",
+                    "--without-mingle",
+                    "--without-gossip",
+                ],
+                env={**os.environ, **env},
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
     return procs
 
 
@@ -85,15 +133,22 @@ def _wait_ready(app, n: int, limit_s: float = 120) -> None:
 
 
 def _plan_ran(log_dir: str, n: int) -> bool:
-    return any("plan_after_forecasts" in line and "succeeded" in line
-               for p in Path(log_dir).glob(f"worker-{n}-*.log") for line in p.read_text().splitlines())
+    return any(
+        "plan_after_forecasts" in line and "succeeded" in line
+        for p in Path(log_dir).glob(f"worker-{n}-*.log")
+        for line in p.read_text().splitlines()
+    )
 
 
 def _batch_seconds(log_dir: str, n: int) -> list[float]:
     """How long each forecast_batch task took, from the workers' logs."""
     pattern = re.compile(r"forecast_batch\[.*\] succeeded in ([0-9.]+)s")
-    return sorted(float(m.group(1)) for p in Path(log_dir).glob(f"worker-{n}-*.log")
-                  for m in map(pattern.search, p.read_text().splitlines()) if m)
+    return sorted(
+        float(m.group(1))
+        for p in Path(log_dir).glob(f"worker-{n}-*.log")
+        for m in map(pattern.search, p.read_text().splitlines())
+        if m
+    )
 
 
 def _children_cpu_s() -> float:
@@ -120,8 +175,14 @@ def run(keys, worker_counts=(1, 2), limit_s: float = 1800, nice: int = 10) -> di
         t0 = time.perf_counter()
         with_demand = _seed(keys)
         seed_s = time.perf_counter() - t0
-        out = {"keys": len(keys), "keys_with_demand": with_demand, "seed_seconds": round(seed_s, 1),
-               "worker_nice": nice, "cpus": len(os.sched_getaffinity(0)), "runs": []}
+        out = {
+            "keys": len(keys),
+            "keys_with_demand": with_demand,
+            "seed_seconds": round(seed_s, 1),
+            "worker_nice": nice,
+            "cpus": len(os.sched_getaffinity(0)),
+            "runs": [],
+        }
         for n in worker_counts:
             Forecast.objects.all().delete()
             redis.Redis.from_url(REDIS_URL).flushdb()
@@ -135,14 +196,20 @@ def run(keys, worker_counts=(1, 2), limit_s: float = 1800, nice: int = 10) -> di
                 deadline = time.monotonic() + limit_s
                 while not _plan_ran(tmp, n):
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"the cycle with {n} workers did not finish in {limit_s:.0f} s")
+                        raise RuntimeError(
+                            f"the cycle with {n} workers did not finish in {limit_s:.0f} s"
+                        )
                     time.sleep(0.2)
                 elapsed = time.perf_counter() - t0
                 batches = _batch_seconds(tmp, n)
-                run_ = {"worker_processes": n, "cycle_seconds": round(elapsed, 1),
-                        "forecasts": Forecast.objects.count(), "batches": len(batches),
-                        "batch_seconds_p50": round(batches[len(batches) // 2], 2) if batches else None,
-                        "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+                run_ = {
+                    "worker_processes": n,
+                    "cycle_seconds": round(elapsed, 1),
+                    "forecasts": Forecast.objects.count(),
+                    "batches": len(batches),
+                    "batch_seconds_p50": round(batches[len(batches) // 2], 2) if batches else None,
+                    "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
+                }
                 out["runs"].append(run_)
             finally:
                 for p in procs:
@@ -153,9 +220,12 @@ def run(keys, worker_counts=(1, 2), limit_s: float = 1800, nice: int = 10) -> di
             # machine gives each process a core of its own, less when other work takes them.
             run_["worker_cpu_seconds"] = round(_children_cpu_s() - cpu0, 1)
             run_["cores_used"] = round(run_["worker_cpu_seconds"] / elapsed, 2)
-            print(f"  {n} worker process(es): cycle {elapsed:.1f} s, {run_['forecasts']} forecasts, "
-                  f"batch p50 {run_['batch_seconds_p50']} s, {run_['cores_used']} cores used, "
-                  f"load {run_['load_avg_1m']}", flush=True)
+            print(
+                f"  {n} worker process(es): cycle {elapsed:.1f} s, {run_['forecasts']} forecasts, "
+                f"batch p50 {run_['batch_seconds_p50']} s, {run_['cores_used']} cores used, "
+                f"load {run_['load_avg_1m']}",
+                flush=True,
+            )
         by_n = {r["worker_processes"]: r["cycle_seconds"] for r in out["runs"]}
         if 1 in by_n and 2 in by_n:
             out["speedup_2_vs_1"] = round(by_n[1] / by_n[2], 2)

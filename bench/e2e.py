@@ -32,14 +32,27 @@ from pathlib import Path
 
 from _common import REPO, parser, percentile, table, write_json
 
-STAGES = ("report_to_residency", "report_to_dashboard", "approve_post", "approve_to_ack", "approve_to_replica")
+STAGES = (
+    "report_to_residency",
+    "report_to_dashboard",
+    "approve_post",
+    "approve_to_ack",
+    "approve_to_replica",
+)
 BLOCKS = 4
 
 
 def _configure_django(env: dict[str, str]) -> None:
     """This process talks to the cluster's database (and Redis) the way its web process does."""
-    for k in ("DATABASE_URL", "REDIS_URL", "PREWARM_DATA_DIR", "SECRET_KEY", "PREWARM_SECURE",
-              "ALLOWED_HOSTS", "DJANGO_SETTINGS_MODULE"):
+    for k in (
+        "DATABASE_URL",
+        "REDIS_URL",
+        "PREWARM_DATA_DIR",
+        "SECRET_KEY",
+        "PREWARM_SECURE",
+        "ALLOWED_HOSTS",
+        "DJANGO_SETTINGS_MODULE",
+    ):
         if k in env:
             os.environ[k] = env[k]
     os.environ["PREWARM_EMBEDDED_WORKER"] = "false"  # never a second in-process worker here
@@ -59,14 +72,19 @@ def _wait(pred, timeout: float, what: str, interval: float = 0.01):
 def _holds(cluster, engine: int, hexes: list[str]) -> bool:
     resp = cluster.api("POST", "/api/residency/lookup/", json={"keys": hexes})
     return resp.status_code == 200 and any(
-        h["engine"] == engine and h["depth"] == len(hexes) for h in resp.json()["holders"])
+        h["engine"] == engine and h["depth"] == len(hexes) for h in resp.json()["holders"]
+    )
 
 
 def _dashboard_delta_at(dash, engine_pk: int, since: float) -> float | None:
     """Arrival of the first dashboard delta after ``since`` naming the engine's residency (a
     report names an engine only when its residency changed; every report carries GPUs)."""
     for t, m in list(dash.messages):
-        if t >= since and m.get("type") == "delta" and engine_pk in (m.get("residency") or {}).get("engines", []):
+        if (
+            t >= since
+            and m.get("type") == "delta"
+            and engine_pk in (m.get("residency") or {}).get("engines", [])
+        ):
             return t
     return None
 
@@ -74,25 +92,41 @@ def _dashboard_delta_at(dash, engine_pk: int, since: float) -> float | None:
 def _one_plan(policy_id: int, source: int, target: int, hexes: list[str], nbytes: int) -> int:
     from controlplane.replication.models import PlanItem, ReplicationPlan
 
-    plan = ReplicationPlan.objects.create(policy_id=policy_id, mode="manual", state="proposed",
-                                          summary={"items": 1, "bench": "e2e"})
-    PlanItem.objects.create(plan=plan, prefix_keys=hexes, prefix_tokens=BLOCKS * 16, source_id=source,
-                            target_id=target, tier="GPU", bytes=nbytes, expected_ttft_saved_s=1.0,
-                            cost_s=0.01, confidence=0.9, reason="bench/e2e.py: one copy")
+    plan = ReplicationPlan.objects.create(
+        policy_id=policy_id, mode="manual", state="proposed", summary={"items": 1, "bench": "e2e"}
+    )
+    PlanItem.objects.create(
+        plan=plan,
+        prefix_keys=hexes,
+        prefix_tokens=BLOCKS * 16,
+        source_id=source,
+        target_id=target,
+        tier="GPU",
+        bytes=nbytes,
+        expected_ttft_saved_s=1.0,
+        cost_s=0.01,
+        confidence=0.9,
+        reason="bench/e2e.py: one copy",
+    )
     return plan.pk
 
 
 def _ack_and_success(plan_id: int) -> tuple[float, float] | None:
     from controlplane.replication.models import JobTransition
 
-    rows = dict(JobTransition.objects.filter(job__item__plan_id=plan_id, to_state__in=["running", "landed"])
-                .values_list("to_state", "at"))
+    rows = dict(
+        JobTransition.objects.filter(
+            job__item__plan_id=plan_id, to_state__in=["running", "landed"]
+        ).values_list("to_state", "at")
+    )
     if "running" in rows and "landed" in rows:
         return rows["running"].timestamp(), rows["landed"].timestamp()
     return None
 
 
-def _one_round(cluster, dash, policy_id: int, source_node, source: dict, target: dict, i: int) -> dict:
+def _one_round(
+    cluster, dash, policy_id: int, source_node, source: dict, target: dict, i: int
+) -> dict:
     """Engine 0 stores a new chain; a one-item plan copies it to ``target``. Stage times in ms."""
     from controlplane.core import blockhash
     from nodeagent.blockstore import FileBlockStore
@@ -135,20 +169,36 @@ def run_setup(setup: str, engines: int, iterations: int) -> dict:
             cluster.start()
             started_s = time.time() - t_start
             _configure_django(cluster.env)
-            policy = cluster.activate_policy("manual", plan_every_seconds=3600, forecast_every_seconds=3600,
-                                             max_bytes_per_interval=10**13, max_spec_vram_fraction=0.5)
+            policy = cluster.activate_policy(
+                "manual",
+                plan_every_seconds=3600,
+                forecast_every_seconds=3600,
+                max_bytes_per_interval=10**13,
+                max_spec_vram_fraction=0.5,
+            )
             dash = DashboardClient(cluster)
-            _wait(lambda: any(m.get("type") == "snapshot" for _, m in dash.messages), 30, "dashboard snapshot")
+            _wait(
+                lambda: any(m.get("type") == "snapshot" for _, m in dash.messages),
+                30,
+                "dashboard snapshot",
+            )
             by_node = {e["node_name"]: e for e in cluster.engines().values()}
             source_node = cluster.nodes[0]
             source = by_node[source_node.name]
             samples: dict[str, list[float]] = {s: [] for s in STAGES}
             for i in range(iterations):
                 target = by_node[cluster.nodes[1 + i % (engines - 1)].name]
-                for stage, ms in _one_round(cluster, dash, policy["id"], source_node, source, target, i).items():
+                for stage, ms in _one_round(
+                    cluster, dash, policy["id"], source_node, source, target, i
+                ).items():
                     samples[stage].append(ms)
-            return {"setup": setup, "engines": engines, "iterations": iterations,
-                    "cluster_start_s": round(started_s, 1), "samples_ms": samples}
+            return {
+                "setup": setup,
+                "engines": engines,
+                "iterations": iterations,
+                "cluster_start_s": round(started_s, 1),
+                "samples_ms": samples,
+            }
         finally:
             if dash:
                 dash.close()
@@ -180,21 +230,49 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     results = []
     for setup in setups:
-        out = subprocess.run([sys.executable, __file__, "--child", setup, "--engines", str(engines),
-                              "--iterations", str(iterations)], capture_output=True, text=True, cwd=REPO)
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                setup,
+                "--engines",
+                str(engines),
+                "--iterations",
+                str(iterations),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
         if out.returncode:
             print(out.stdout[-3000:], out.stderr[-5000:], file=sys.stderr)
             return out.returncode
         results.append(summarise(json.loads(out.stdout.strip().splitlines()[-1])))
-    rows = [(f"{stage} p50 / p99 (ms)", *(f"{r[f'{stage}_p50_ms']} / {r[f'{stage}_p99_ms']}" for r in results))
-            for stage in STAGES]
+    rows = [
+        (
+            f"{stage} p50 / p99 (ms)",
+            *(f"{r[f'{stage}_p50_ms']} / {r[f'{stage}_p99_ms']}" for r in results),
+        )
+        for stage in STAGES
+    ]
     rows.append(("cluster start (s)", *(str(r["cluster_start_s"]) for r in results)))
-    print(table(rows, ("measure", *(f"{r['setup']} ({r['engines']} engines, n={r['iterations']})"
-                                     for r in results))))
+    print(
+        table(
+            rows,
+            (
+                "measure",
+                *(f"{r['setup']} ({r['engines']} engines, n={r['iterations']})" for r in results),
+            ),
+        )
+    )
     print("baseline: approve_post is the approval request alone; the stages after it include it")
     load = os.getloadavg()
     print(f"load average before / after: {load_before[0]:.2f} / {load[0]:.2f} (1 min)")
-    write_json(args.json, {"setups": results, "load_average_before": load_before, "load_average_after": load})
+    write_json(
+        args.json,
+        {"setups": results, "load_average_before": load_before, "load_average_after": load},
+    )
     return 0
 
 

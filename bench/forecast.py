@@ -121,12 +121,22 @@ def main() -> None:
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--data", help="ServeGen folder (default: the bundled m-large tenants)")
-    ap.add_argument("--celery", action="store_true",
-                    help="time the Celery forecast -> plan cycle with 1 and 2 worker processes")
-    ap.add_argument("--celery-workers", default="1,2",
-                    help="--celery: worker process counts to run, in this order")
-    ap.add_argument("--nice", type=int, default=10,
-                    help="--celery: the worker processes' nice value (0 for a measurement)")
+    ap.add_argument(
+        "--celery",
+        action="store_true",
+        help="time the Celery forecast -> plan cycle with 1 and 2 worker processes",
+    )
+    ap.add_argument(
+        "--celery-workers",
+        default="1,2",
+        help="--celery: worker process counts to run, in this order",
+    )
+    ap.add_argument(
+        "--nice",
+        type=int,
+        default=10,
+        help="--celery: the worker processes' nice value (0 for a measurement)",
+    )
     args = ap.parse_args()
     n_keys = 100 if args.quick else 1000
     keys, names = build_keys(n_keys, args.data)
@@ -134,10 +144,15 @@ def main() -> None:
         from _forecast_celery import run
 
         out = run(keys, [int(n) for n in args.celery_workers.split(",")], nice=args.nice)
-        print(f"Celery cycle, {n_keys} keys: " + ", ".join(
-            f"{r['worker_processes']} worker(s) {r['cycle_seconds']} s ({r['cores_used']} cores used, "
-            f"load {r['load_avg_1m']})"
-            for r in out["runs"]) + f"; speedup {out.get('speedup_2_vs_1')}")
+        print(
+            f"Celery cycle, {n_keys} keys: "
+            + ", ".join(
+                f"{r['worker_processes']} worker(s) {r['cycle_seconds']} s ({r['cores_used']} cores used, "
+                f"load {r['load_avg_1m']})"
+                for r in out["runs"]
+            )
+            + f"; speedup {out.get('speedup_2_vs_1')}"
+        )
         if args.json:
             Path(args.json).write_text(json.dumps(out, indent=2))
         return

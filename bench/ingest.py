@@ -36,8 +36,14 @@ REDIS_URL = os.environ.get("PREWARM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13
 SECRET = "bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 
-def body(seq: int, boot: str, n_deltas: int, rng: random.Random, mode: str = wire.MODE_DELTA,
-         encoding: str = wire.ENCODING_MSGPACK) -> bytes:
+def body(
+    seq: int,
+    boot: str,
+    n_deltas: int,
+    rng: random.Random,
+    mode: str = wire.MODE_DELTA,
+    encoding: str = wire.ENCODING_MSGPACK,
+) -> bytes:
     """One report as the agent builds it: 3/4 stored (chains of 8 blocks), 1/4 removed."""
     stored: list[tuple[int, int | None, str, int]] = []
     parent = None
@@ -47,14 +53,41 @@ def body(seq: int, boot: str, n_deltas: int, rng: random.Random, mode: str = wir
         parent = None if i % 8 == 7 else key
     removed = [(rng.getrandbits(64), wire.TIER_GPU) for _ in range(n_deltas - len(stored))]
     hex_keys = encoding == wire.ENCODING_JSON
-    return encode_report({
-        "seq": seq, "boot_id": boot, "sent_at": time.time(),
-        "gpus": [{"uuid": f"GPU-{boot}", "index": 0, "memory_total": 80 << 30, "memory_used": 60 << 30, "memory_free": 20 << 30}],
-        "engines": [{"engine_id": "e0", "block_size": 16, "bytes_per_block": 5 << 20, "kv_capacity_blocks": 10000,
-                     "gpu_uuids": [f"GPU-{boot}"]}],
-        "residency": [wire.residency_entry("e0", mode, wire.encode_stored(stored, hex_keys),
-                                           wire.encode_removed(removed, hex_keys), False)],
-    }, encoding)
+    return encode_report(
+        {
+            "seq": seq,
+            "boot_id": boot,
+            "sent_at": time.time(),
+            "gpus": [
+                {
+                    "uuid": f"GPU-{boot}",
+                    "index": 0,
+                    "memory_total": 80 << 30,
+                    "memory_used": 60 << 30,
+                    "memory_free": 20 << 30,
+                }
+            ],
+            "engines": [
+                {
+                    "engine_id": "e0",
+                    "block_size": 16,
+                    "bytes_per_block": 5 << 20,
+                    "kv_capacity_blocks": 10000,
+                    "gpu_uuids": [f"GPU-{boot}"],
+                }
+            ],
+            "residency": [
+                wire.residency_entry(
+                    "e0",
+                    mode,
+                    wire.encode_stored(stored, hex_keys),
+                    wire.encode_removed(removed, hex_keys),
+                    False,
+                )
+            ],
+        },
+        encoding,
+    )
 
 
 class Agent:
@@ -63,13 +96,22 @@ class Agent:
 
     def next_body(self, n: int) -> bytes:
         self.seq += 1
-        return body(self.seq, self.boot, n, self.rng, wire.MODE_SNAPSHOT if self.seq == 1 else wire.MODE_DELTA)
+        return body(
+            self.seq,
+            self.boot,
+            n,
+            self.rng,
+            wire.MODE_SNAPSHOT if self.seq == 1 else wire.MODE_DELTA,
+        )
 
 
 async def post(client: httpx.AsyncClient, agent: Agent, payload: bytes) -> float:
     t0 = time.perf_counter()
-    resp = await client.post("/api/agents/report/", content=payload,
-                             headers={"Authorization": f"Bearer {agent.token}", "Content-Type": wire.CONTENT_MSGPACK})
+    resp = await client.post(
+        "/api/agents/report/",
+        content=payload,
+        headers={"Authorization": f"Bearer {agent.token}", "Content-Type": wire.CONTENT_MSGPACK},
+    )
     if resp.status_code != 200:
         raise RuntimeError(f"report refused: {resp.status_code} {resp.text[:200]}")
     return time.perf_counter() - t0
@@ -101,7 +143,9 @@ async def service_time(url: str, agent: Agent, reports: int, n: int) -> list[flo
 
 async def latency(url: str, agents: list[Agent], seconds: float, n: int) -> list[float]:
     lat: list[float] = []
-    async with httpx.AsyncClient(base_url=url, timeout=30, limits=httpx.Limits(max_connections=len(agents))) as client:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=30, limits=httpx.Limits(max_connections=len(agents))
+    ) as client:
         for a in agents:
             await post(client, a, a.next_body(10))
 
@@ -141,8 +185,10 @@ def components(n_reports: int, n: int) -> dict:
 
     rng = random.Random(2)
     ints = [body(i + 2, "b", n, rng) for i in range(n_reports)]
-    hexes = [msgpack.packb(json.loads(body(i + 2, "b", n, rng, encoding=wire.ENCODING_JSON)))
-             for i in range(n_reports)]
+    hexes = [
+        msgpack.packb(json.loads(body(i + 2, "b", n, rng, encoding=wire.ENCODING_JSON)))
+        for i in range(n_reports)
+    ]
     out = {}
     for name, bodies in (("decode_parse_int_keys", ints), ("decode_parse_hex_keys", hexes)):
         t0 = time.perf_counter()
@@ -157,7 +203,9 @@ def components(n_reports: int, n: int) -> dict:
         index.clear()
         t0 = time.perf_counter()
         for i, rep in enumerate(reports):
-            index.apply([Delta(1 + i % 4, stored=r.stored, removed=r.removed) for r in rep.residency])
+            index.apply(
+                [Delta(1 + i % 4, stored=r.stored, removed=r.removed) for r in rep.residency]
+            )
         out["redis_apply"] = round(n * n_reports / (time.perf_counter() - t0))
         index.clear()
     except Exception as exc:  # no Redis here: the other figures stand
@@ -173,8 +221,11 @@ def run_backend(name: str, env: dict[str, str], quick: bool, profile: Path | Non
     daphne = None
     if profile:  # daphne under cProfile: <profile>/<backend>.loop.prof and .views.prof
         profile.mkdir(parents=True, exist_ok=True)
-        daphne = [sys.executable, str(Path(__file__).parent / "_profile_daphne.py"),
-                  str(profile / name)]
+        daphne = [
+            sys.executable,
+            str(Path(__file__).parent / "_profile_daphne.py"),
+            str(profile / name),
+        ]
     with TemporaryDirectory() as tmp:
         cp = LiveControlPlane(Path(tmp), env={**env, "LOG_LEVEL": "WARNING"}, daphne=daphne)
         cp.manage("migrate", "-v0")
@@ -183,14 +234,21 @@ def run_backend(name: str, env: dict[str, str], quick: bool, profile: Path | Non
 
             redis.Redis.from_url(REDIS_URL).flushdb()
         # One process for the 64 tokens: 64 manage.py starts took minutes on a busy machine.
-        out = cp.manage("shell", "-c", "from controlplane.accounts.models import EnrolmentToken\n"
-                        "for _ in range(64): print('TOKEN', EnrolmentToken.issue()[1])")
+        out = cp.manage(
+            "shell",
+            "-c",
+            "from controlplane.accounts.models import EnrolmentToken\n"
+            "for _ in range(64): print('TOKEN', EnrolmentToken.issue()[1])",
+        )
         tokens = [line.split()[1] for line in out.splitlines() if line.startswith("TOKEN ")]
         cp.start()
         try:
             agent_tokens = []
             for i, tok in enumerate(tokens):
-                resp = httpx.post(f"{cp.url}/api/agents/enrol/", json={"enrolment_token": tok, "hostname": f"bench-{i}"})
+                resp = httpx.post(
+                    f"{cp.url}/api/agents/enrol/",
+                    json={"enrolment_token": tok, "hostname": f"bench-{i}"},
+                )
                 agent_tokens.append(resp.json()["agent_token"])
             rng = random.Random(7)
             agents = [Agent(t, random.Random(rng.random())) for t in agent_tokens]
@@ -200,12 +258,15 @@ def run_backend(name: str, env: dict[str, str], quick: bool, profile: Path | Non
             lat = asyncio.run(latency(cp.url, agents, 5 if quick else 20, 200))
         finally:
             cp.close()
-    return {"deltas_per_s": round(tput),
-            "service_ms_p50": round(percentile(serial, 50) * 1000, 1),
-            "service_ms_mean": round(sum(serial) / len(serial) * 1000, 1),
-            "report_p50_ms": round(percentile(lat, 50) * 1000, 1),
-            "report_p99_ms": round(percentile(lat, 99) * 1000, 1), "latency_reports": len(lat),
-            "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+    return {
+        "deltas_per_s": round(tput),
+        "service_ms_p50": round(percentile(serial, 50) * 1000, 1),
+        "service_ms_mean": round(sum(serial) / len(serial) * 1000, 1),
+        "report_p50_ms": round(percentile(lat, 50) * 1000, 1),
+        "report_p99_ms": round(percentile(lat, 99) * 1000, 1),
+        "latency_reports": len(lat),
+        "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
+    }
 
 
 class _NotRun(Exception):
@@ -214,16 +275,20 @@ class _NotRun(Exception):
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--profile", type=Path,
-                   help="run daphne under cProfile; profiles go to this folder")
+    p.add_argument(
+        "--profile", type=Path, help="run daphne under cProfile; profiles go to this folder"
+    )
     p.add_argument("--backends", default="inprocess,redis", help="which of inprocess,redis to run")
     args = p.parse_args()
     backends = args.backends.split(",")
     base_env = {"DATABASE_URL": "", "REDIS_URL": ""}
     load0 = round(os.getloadavg()[0], 2)
     results = {"load_avg_1m_start": load0}
-    results["inprocess"] = (run_backend("inprocess", base_env, args.quick, args.profile)
-                            if "inprocess" in backends else {"error": "not run (--backends)"})
+    results["inprocess"] = (
+        run_backend("inprocess", base_env, args.quick, args.profile)
+        if "inprocess" in backends
+        else {"error": "not run (--backends)"}
+    )
     try:
         if "redis" not in backends:
             raise _NotRun
@@ -235,8 +300,13 @@ def main() -> None:
             db = PG_URL.rsplit("/", 1)[1]
             if not conn.execute("SELECT 1 FROM pg_database WHERE datname=%s", (db,)).fetchone():
                 conn.execute(f'CREATE DATABASE "{db}"')
-        env = {"DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET,
-               "ALLOWED_HOSTS": "127.0.0.1,localhost", "PREWARM_SECURE": "false"}
+        env = {
+            "DATABASE_URL": PG_URL,
+            "REDIS_URL": REDIS_URL,
+            "SECRET_KEY": SECRET,
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "PREWARM_SECURE": "false",
+        }
         results["redis"] = run_backend("redis", env, args.quick, args.profile)
     except _NotRun:
         results["redis"] = {"error": "not run (--backends)"}
@@ -248,17 +318,44 @@ def main() -> None:
     rows = []
     for name in ("inprocess", "redis"):
         r = results[name]
-        rows.append((name, f"{r.get('deltas_per_s', 0):,}", str(r.get("service_ms_p50", "-")),
-                     str(r.get("report_p50_ms", "-")), str(r.get("report_p99_ms", "-"))))
-    rows.append(("baseline: parse+apply, no HTTP/DB",
-                 f"{results['baseline_direct_apply_deltas_per_s']:,}", "-", "-", "-"))
+        rows.append(
+            (
+                name,
+                f"{r.get('deltas_per_s', 0):,}",
+                str(r.get("service_ms_p50", "-")),
+                str(r.get("report_p50_ms", "-")),
+                str(r.get("report_p99_ms", "-")),
+            )
+        )
+    rows.append(
+        (
+            "baseline: parse+apply, no HTTP/DB",
+            f"{results['baseline_direct_apply_deltas_per_s']:,}",
+            "-",
+            "-",
+            "-",
+        )
+    )
     for name, value in results["components_deltas_per_s"].items():
-        rows.append((f"component: {name}", f"{value:,}" if isinstance(value, int) else value,
-                     "-", "-", "-"))
-    print(table(rows, ("index", "deltas/s (1 web process)", "ms/report alone (p50)",
-                       "p50 ms (64 agents @1Hz)", "p99 ms")))
-    print(f"load average (1 min): {results['load_avg_1m_start']} at the start, "
-          f"{results['load_avg_1m_end']} at the end")
+        rows.append(
+            (f"component: {name}", f"{value:,}" if isinstance(value, int) else value, "-", "-", "-")
+        )
+    print(
+        table(
+            rows,
+            (
+                "index",
+                "deltas/s (1 web process)",
+                "ms/report alone (p50)",
+                "p50 ms (64 agents @1Hz)",
+                "p99 ms",
+            ),
+        )
+    )
+    print(
+        f"load average (1 min): {results['load_avg_1m_start']} at the start, "
+        f"{results['load_avg_1m_end']} at the end"
+    )
     print("targets: >= 200,000 deltas/s per process; p99 < 100 ms with 64 agents at 1 Hz")
     write_json(args.json, results)
 

@@ -53,11 +53,17 @@ def seed(env: dict, agents: int) -> dict:
     user = User.objects.create_user(f"load-{uuid.uuid4().hex[:6]}", password=uuid.uuid4().hex)
     user.groups.add(Group.objects.get(name="viewer"))
     session = SessionStore()
-    session[SESSION_KEY], session[BACKEND_SESSION_KEY] = str(user.pk), "django.contrib.auth.backends.ModelBackend"
+    session[SESSION_KEY], session[BACKEND_SESSION_KEY] = (
+        str(user.pk),
+        "django.contrib.auth.backends.ModelBackend",
+    )
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
-    return {"session": session.session_key, "enrol": [EnrolmentToken.issue()[1] for _ in range(agents)],
-            "gateway": ApiToken.issue(TokenKind.GATEWAY, "load")[1]}
+    return {
+        "session": session.session_key,
+        "enrol": [EnrolmentToken.issue()[1] for _ in range(agents)],
+        "gateway": ApiToken.issue(TokenKind.GATEWAY, "load")[1],
+    }
 
 
 def reports_applied(names: list[str]) -> int:
@@ -70,26 +76,50 @@ def reports_applied(names: list[str]) -> int:
 
 def records(rng: random.Random) -> bytes:
     now = time.time()
-    return json.dumps({"records": [
-        {"time": now, "model": "llama3-70b", "tenant": f"t{rng.randrange(8)}", "block_size": 16,
-         "keys": [f"{(rng.randrange(16) << 8) + b:016x}" for b in range(8)]}
-        for _ in range(RECORDS_PER_BATCH)]}).encode()
+    return json.dumps(
+        {
+            "records": [
+                {
+                    "time": now,
+                    "model": "llama3-70b",
+                    "tenant": f"t{rng.randrange(8)}",
+                    "block_size": 16,
+                    "keys": [f"{(rng.randrange(16) << 8) + b:016x}" for b in range(8)],
+                }
+                for _ in range(RECORDS_PER_BATCH)
+            ]
+        }
+    ).encode()
 
 
-async def step(urls: list[str], agents: list[Agent], gateways: int, dashboards: int, seconds: float,
-               session: str, gateway_token: str) -> dict:
+async def step(
+    urls: list[str],
+    agents: list[Agent],
+    gateways: int,
+    dashboards: int,
+    seconds: float,
+    session: str,
+    gateway_token: str,
+) -> dict:
     lat = {"report": [], "records": [], "browser": []}
     counts = {"reports_ok": 0, "errors": 0, "records": 0}
     errors: list[str] = []
     stop = asyncio.Event()
-    clients = [httpx.AsyncClient(base_url=u, timeout=10, limits=httpx.Limits(max_connections=len(agents) + 8))
-               for u in urls]
+    clients = [
+        httpx.AsyncClient(
+            base_url=u, timeout=10, limits=httpx.Limits(max_connections=len(agents) + 8)
+        )
+        for u in urls
+    ]
 
     async def post(client, path, body, token, ctype, kind) -> bool:
         t0 = time.perf_counter()
         try:
-            resp = await client.post(path, content=body, headers={"Authorization": f"Bearer {token}",
-                                                                  "Content-Type": ctype})
+            resp = await client.post(
+                path,
+                content=body,
+                headers={"Authorization": f"Bearer {token}", "Content-Type": ctype},
+            )
         except httpx.HTTPError as exc:
             counts["errors"] += 1
             errors.append(f"{kind}: {exc!r}")
@@ -105,8 +135,14 @@ async def step(urls: list[str], agents: list[Agent], gateways: int, dashboards: 
         await asyncio.sleep(i / len(agents))  # spread over the second, like real agents
         nxt = time.perf_counter()
         while not stop.is_set():
-            if await post(clients[i % len(urls)], "/api/agents/report/", a.next_body(200), a.token,
-                          "application/msgpack", "report"):
+            if await post(
+                clients[i % len(urls)],
+                "/api/agents/report/",
+                a.next_body(200),
+                a.token,
+                "application/msgpack",
+                "report",
+            ):
                 counts["reports_ok"] += 1
             nxt += 1.0
             await asyncio.sleep(max(0.0, nxt - time.perf_counter()))
@@ -115,8 +151,14 @@ async def step(urls: list[str], agents: list[Agent], gateways: int, dashboards: 
         rng = random.Random(i)
         await asyncio.sleep(rng.random())
         while not stop.is_set():
-            if await post(clients[i % len(urls)], "/api/request-records/", records(rng), gateway_token,
-                          "application/json", "records"):
+            if await post(
+                clients[i % len(urls)],
+                "/api/request-records/",
+                records(rng),
+                gateway_token,
+                "application/json",
+                "records",
+            ):
                 counts["records"] += RECORDS_PER_BATCH
             await asyncio.sleep(1.0)
 
@@ -124,8 +166,11 @@ async def step(urls: list[str], agents: list[Agent], gateways: int, dashboards: 
         url = urls[i % len(urls)]
         headers = {"Cookie": f"sessionid={session}", "Origin": url}
         try:
-            async with websockets.connect(url.replace("http", "ws") + "/ws/dashboard/",
-                                          additional_headers=headers, open_timeout=20) as ws:
+            async with websockets.connect(
+                url.replace("http", "ws") + "/ws/dashboard/",
+                additional_headers=headers,
+                open_timeout=20,
+            ) as ws:
                 await ws.recv()  # the snapshot
                 ready.set()
                 while not stop.is_set():
@@ -156,13 +201,22 @@ async def step(urls: list[str], agents: list[Agent], gateways: int, dashboards: 
     for c in clients:
         await c.aclose()
     ms = {k: round(percentile(v, 99) * 1000, 1) if v else None for k, v in lat.items()}
-    return {"agents": len(agents), "gateways": gateways, "dashboards": dashboards,
-            "dashboards_per_web": round(dashboards / len(urls), 1),
-            "reports_per_s": round(counts["reports_ok"] / elapsed, 1),
-            "records_per_s": round(counts["records"] / elapsed, 1),
-            "report_p99_ms": ms["report"], "records_p99_ms": ms["records"], "browser_p99_ms": ms["browser"],
-            "browser_updates": len(lat["browser"]), "errors": counts["errors"], "first_errors": errors[:3],
-            "reports_ok": counts["reports_ok"], "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+    return {
+        "agents": len(agents),
+        "gateways": gateways,
+        "dashboards": dashboards,
+        "dashboards_per_web": round(dashboards / len(urls), 1),
+        "reports_per_s": round(counts["reports_ok"] / elapsed, 1),
+        "records_per_s": round(counts["records"] / elapsed, 1),
+        "report_p99_ms": ms["report"],
+        "records_p99_ms": ms["records"],
+        "browser_p99_ms": ms["browser"],
+        "browser_updates": len(lat["browser"]),
+        "errors": counts["errors"],
+        "first_errors": errors[:3],
+        "reports_ok": counts["reports_ok"],
+        "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
+    }
 
 
 def broken(r: dict) -> str | None:
@@ -175,16 +229,23 @@ def broken(r: dict) -> str | None:
     return None
 
 
-def run_backend(name: str, quick: bool, web: int, steps: list[int] | None = None,
-                keep_going: bool = False) -> dict:
+def run_backend(
+    name: str, quick: bool, web: int, steps: list[int] | None = None, keep_going: bool = False
+) -> dict:
     from tests.live import LiveControlPlane
 
     steps = steps or ([8, 16] if quick else [16, 32, 64, 96, 128, 192])
     seconds = 4.0 if quick else 10.0
     with TemporaryDirectory() as tmp:
-        env = {"DATABASE_URL": "", "REDIS_URL": "", "LOG_LEVEL": "WARNING", "PREWARM_DATA_DIR": tmp,
-               # Load is the point here: the throttles are verified by tests/security.
-               "PREWARM_THROTTLE_AGENT": "1000000/min", "PREWARM_THROTTLE_GATEWAY": "1000000/min"}
+        env = {
+            "DATABASE_URL": "",
+            "REDIS_URL": "",
+            "LOG_LEVEL": "WARNING",
+            "PREWARM_DATA_DIR": tmp,
+            # Load is the point here: the throttles are verified by tests/security.
+            "PREWARM_THROTTLE_AGENT": "1000000/min",
+            "PREWARM_THROTTLE_GATEWAY": "1000000/min",
+        }
         workers: list[subprocess.Popen] = []
         if name == "services":
             import psycopg
@@ -195,8 +256,15 @@ def run_backend(name: str, quick: bool, web: int, steps: list[int] | None = None
                 db = PG_URL.rsplit("/", 1)[1]  # PREWARM_BENCH_PG_URL's database, never another
                 conn.execute(f'DROP DATABASE IF EXISTS "{db}"')
                 conn.execute(f'CREATE DATABASE "{db}"')
-            env.update({"DATABASE_URL": PG_URL, "REDIS_URL": REDIS_URL, "SECRET_KEY": SECRET,
-                        "ALLOWED_HOSTS": "127.0.0.1,localhost", "PREWARM_SECURE": "false"})
+            env.update(
+                {
+                    "DATABASE_URL": PG_URL,
+                    "REDIS_URL": REDIS_URL,
+                    "SECRET_KEY": SECRET,
+                    "ALLOWED_HOSTS": "127.0.0.1,localhost",
+                    "PREWARM_SECURE": "false",
+                }
+            )
         else:
             web = 1  # embedded: the channel layer and residency index live in the one process
         data = seed(env, max(steps))
@@ -205,24 +273,57 @@ def run_backend(name: str, quick: bool, web: int, steps: list[int] | None = None
             for s in servers:
                 s.start(60)
             if name == "services":
-                workers.append(subprocess.Popen(
-                    [sys.executable, "-m", "celery", "-A", "controlplane.celery", "worker", "-c", "1",
-                     "-Q", "default,forecast,plan,dispatch", "--loglevel", "WARNING"],
-                    env={**os.environ, **env}, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                workers.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "celery",
+                            "-A",
+                            "controlplane.celery",
+                            "worker",
+                            "-c",
+                            "1",
+                            "-Q",
+                            "default,forecast,plan,dispatch",
+                            "--loglevel",
+                            "WARNING",
+                        ],
+                        env={**os.environ, **env},
+                        cwd=REPO,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
             agents, names, results = [], [], []
             for i, tok in enumerate(data["enrol"]):
                 names.append(f"load-{i}")
-                resp = httpx.post(f"{servers[0].url}/api/agents/enrol/",
-                                  json={"enrolment_token": tok, "hostname": names[-1]}, timeout=30)
+                resp = httpx.post(
+                    f"{servers[0].url}/api/agents/enrol/",
+                    json={"enrolment_token": tok, "hostname": names[-1]},
+                    timeout=30,
+                )
                 agents.append(Agent(resp.json()["agent_token"], random.Random(i)))
             first_break, sustained = None, None
             for n in steps:
-                r = asyncio.run(step([s.url for s in servers], agents[:n], max(1, n // 16), max(1, n // 4),
-                                     seconds, data["session"], data["gateway"]))
+                r = asyncio.run(
+                    step(
+                        [s.url for s in servers],
+                        agents[:n],
+                        max(1, n // 16),
+                        max(1, n // 4),
+                        seconds,
+                        data["session"],
+                        data["gateway"],
+                    )
+                )
                 results.append(r)
                 why = broken(r)
-                print(f"  {name}: {n} agents -> report p99 {r['report_p99_ms']} ms, browser p99 "
-                      f"{r['browser_p99_ms']} ms, errors {r['errors']}, load {r['load_avg_1m']}", flush=True)
+                print(
+                    f"  {name}: {n} agents -> report p99 {r['report_p99_ms']} ms, browser p99 "
+                    f"{r['browser_p99_ms']} ms, errors {r['errors']}, load {r['load_avg_1m']}",
+                    flush=True,
+                )
                 if why:
                     r["broke"] = why
                     first_break = first_break or f"at {n} agents: {why}"
@@ -231,21 +332,32 @@ def run_backend(name: str, quick: bool, web: int, steps: list[int] | None = None
                     continue
                 if not first_break:
                     sustained = r
-            sent_ok = sum(r["reports_ok"] for r in results)  # each agent's first report is its snapshot
+            sent_ok = sum(
+                r["reports_ok"] for r in results
+            )  # each agent's first report is its snapshot
             applied = reports_applied(names)
         finally:
             if any(r["errors"] for r in results or []):
                 log_text = (Path(tmp) / "daphne.log").read_text()
                 at = log_text.find("Traceback")
-                print(f"--- first server error:\n{log_text[at:at + 2500] if at >= 0 else log_text[-1500:]}")
+                print(
+                    f"--- first server error:\n{log_text[at : at + 2500] if at >= 0 else log_text[-1500:]}"
+                )
             for w in workers:
                 w.terminate()
                 w.wait(20)
             for s in servers:
                 s.close()
-    return {"backend": name, "web_processes": web, "worker_processes": len(workers), "steps": results,
-            "sustained": sustained, "first_break": first_break or f"nothing up to {steps[-1]} agents",
-            "reports_sent_ok": sent_ok, "reports_applied": applied}
+    return {
+        "backend": name,
+        "web_processes": web,
+        "worker_processes": len(workers),
+        "steps": results,
+        "sustained": sustained,
+        "first_break": first_break or f"nothing up to {steps[-1]} agents",
+        "reports_sent_ok": sent_ok,
+        "reports_applied": applied,
+    }
 
 
 def main() -> int:
@@ -253,39 +365,85 @@ def main() -> int:
     p.add_argument("--backend", choices=["embedded", "services", "both"], default="both")
     p.add_argument("--web", type=int, default=2, help="web processes for the services backend")
     p.add_argument("--steps", help="agent counts to run, e.g. 64,128 (default: a ramp)")
-    p.add_argument("--keep-going", action="store_true",
-                   help="run every step even after one breaks a target (to measure a given size)")
+    p.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="run every step even after one breaks a target (to measure a given size)",
+    )
     args = p.parse_args()
     steps = [int(x) for x in args.steps.split(",")] if args.steps else None
     if args.backend == "both":  # one process per backend: Django is set up once per process
         out = {}
         for b in ("embedded", "services"):
             with TemporaryDirectory() as tmp:
-                cmd = [sys.executable, __file__, "--backend", b, "--web", str(args.web),
-                       "--json", f"{tmp}/r.json"] + (["--quick"] if args.quick else []) \
-                    + (["--steps", args.steps] if args.steps else []) \
+                cmd = (
+                    [
+                        sys.executable,
+                        __file__,
+                        "--backend",
+                        b,
+                        "--web",
+                        str(args.web),
+                        "--json",
+                        f"{tmp}/r.json",
+                    ]
+                    + (["--quick"] if args.quick else [])
+                    + (["--steps", args.steps] if args.steps else [])
                     + (["--keep-going"] if args.keep_going else [])
+                )
                 subprocess.run(cmd, cwd=REPO)  # a non-zero exit (lost reports) is reported below
                 if not Path(f"{tmp}/r.json").exists():
                     out[b] = {"error": "run failed (see above; PostgreSQL/Redis missing?)"}
                     continue
                 out[b] = json.loads(Path(f"{tmp}/r.json").read_text())[b]
     else:
-        out = {args.backend: run_backend(args.backend, args.quick, args.web, steps, args.keep_going)}
+        out = {
+            args.backend: run_backend(args.backend, args.quick, args.web, steps, args.keep_going)
+        }
     rows = []
     for b, r in out.items():
         s = r.get("sustained") or {}
-        rows.append((b, str(r.get("web_processes", "-")), str(s.get("agents", 0)), str(s.get("reports_per_s", "-")),
-                     str(s.get("records_per_s", "-")), str(s.get("dashboards_per_web", "-")),
-                     str(s.get("report_p99_ms", "-")), str(s.get("browser_p99_ms", "-")),
-                     f"{r.get('reports_sent_ok', '-')}/{r.get('reports_applied', '-')}",
-                     r.get("first_break", r.get("error", ""))))
-    print(table(rows, ("backend", "web", "agents", "reports/s", "records/s", "dash/web", "report p99 ms",
-                       "browser p99 ms", "sent/applied", "what broke first")))
-    print(f"targets: report p99 < {REPORT_P99_MS:.0f} ms, browser update p99 < {BROWSER_P99_MS:.0f} ms; "
-          "baseline: the first step (lightest load) of the same run")
+        rows.append(
+            (
+                b,
+                str(r.get("web_processes", "-")),
+                str(s.get("agents", 0)),
+                str(s.get("reports_per_s", "-")),
+                str(s.get("records_per_s", "-")),
+                str(s.get("dashboards_per_web", "-")),
+                str(s.get("report_p99_ms", "-")),
+                str(s.get("browser_p99_ms", "-")),
+                f"{r.get('reports_sent_ok', '-')}/{r.get('reports_applied', '-')}",
+                r.get("first_break", r.get("error", "")),
+            )
+        )
+    print(
+        table(
+            rows,
+            (
+                "backend",
+                "web",
+                "agents",
+                "reports/s",
+                "records/s",
+                "dash/web",
+                "report p99 ms",
+                "browser p99 ms",
+                "sent/applied",
+                "what broke first",
+            ),
+        )
+    )
+    print(
+        f"targets: report p99 < {REPORT_P99_MS:.0f} ms, browser update p99 < {BROWSER_P99_MS:.0f} ms; "
+        "baseline: the first step (lightest load) of the same run"
+    )
     write_json(args.json, out)
-    lost = [b for b, r in out.items() if "reports_applied" in r and r["reports_applied"] != r["reports_sent_ok"]]
+    lost = [
+        b
+        for b, r in out.items()
+        if "reports_applied" in r and r["reports_applied"] != r["reports_sent_ok"]
+    ]
     if lost:
         print(f"LOST OR DUPLICATED REPORTS: {lost}")
     return 1 if lost else 0

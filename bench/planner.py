@@ -22,8 +22,15 @@ TARGET_S = 1.0
 def inputs(n_prefix: int, n_engine: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     engines = [
-        EngineState(f"e{i}", f"n{i // 8}", 130e9, float(rng.uniform(5e9, 60e9)), 0.0, 12.5e9,
-                    float(rng.uniform(0.2, 0.9)))
+        EngineState(
+            f"e{i}",
+            f"n{i // 8}",
+            130e9,
+            float(rng.uniform(5e9, 60e9)),
+            0.0,
+            12.5e9,
+            float(rng.uniform(0.2, 0.9)),
+        )
         for i in range(n_engine)
     ]
     tokens = rng.integers(16, 256, size=n_prefix) * 512
@@ -64,8 +71,16 @@ def main() -> int:
     print(f"target < {TARGET_S} s: {'met' if big < TARGET_S else 'NOT met'}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"plan_seconds": big, "items": items, "plan_seconds_10k": small,
-                       "target_s": TARGET_S}, fh, indent=2)
+            json.dump(
+                {
+                    "plan_seconds": big,
+                    "items": items,
+                    "plan_seconds_10k": small,
+                    "target_s": TARGET_S,
+                },
+                fh,
+                indent=2,
+            )
     return 0
 
 

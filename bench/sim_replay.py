@@ -33,7 +33,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
-    setup = build(workload="mooncake", engines=16, model="llama3-70b", gpu="a800", gpus_per_engine=8)
+    setup = build(
+        workload="mooncake", engines=16, model="llama3-70b", gpu="a800", gpus_per_engine=8
+    )
     repeats = 2 if args.quick else 5
     rps = measure(setup, "least-loaded", repeats)
     base = measure(setup, "cache-aware", repeats)
@@ -43,8 +45,16 @@ def main() -> int:
     print(f"target >= {TARGET:,}: {'met' if rps >= TARGET else 'NOT met'}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"requests_per_s": rps, "cache_aware_requests_per_s": base,
-                       "requests": len(setup.workload), "target": TARGET}, fh, indent=2)
+            json.dump(
+                {
+                    "requests_per_s": rps,
+                    "cache_aware_requests_per_s": base,
+                    "requests": len(setup.workload),
+                    "target": TARGET,
+                },
+                fh,
+                indent=2,
+            )
     return 0
 
 

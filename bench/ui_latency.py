@@ -52,7 +52,10 @@ def seed(env: dict) -> dict:
         cluster.hot_prefix(f"tenant-{i:02d}", keys, requests=1000 - i)
     agents = [(f"node-{n:02d}", cluster.enrol(f"node-{n:02d}")[1]) for n in range(NODES)]
     session = SessionStore()
-    session[SESSION_KEY], session[BACKEND_SESSION_KEY] = str(user.pk), "django.contrib.auth.backends.ModelBackend"
+    session[SESSION_KEY], session[BACKEND_SESSION_KEY] = (
+        str(user.pk),
+        "django.contrib.auth.backends.ModelBackend",
+    )
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
     return {"chains": chains, "agents": agents, "session": session.session_key}
@@ -67,9 +70,22 @@ def free_port() -> int:
 def start_server(env: dict, port: int) -> subprocess.Popen:
     import httpx
 
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "controlplane.asgi:application"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "controlplane.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(150):
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
@@ -92,10 +108,14 @@ async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float)
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         engine_ids = {}
         for i, (name, token) in enumerate(agents):  # everything resident somewhere: a full map
-            rows = {f"vllm-{e}": cluster.stored(chains[(i + e) % PREFIXES][: 1 + (i * e) % 8])
-                    for e in range(ENGINES_PER_NODE)}
+            rows = {
+                f"vllm-{e}": cluster.stored(chains[(i + e) % PREFIXES][: 1 + (i * e) % 8])
+                for e in range(ENGINES_PER_NODE)
+            }
             body = cluster.report(seq[name], name, ENGINES_PER_NODE, rows, mode="snapshot")
-            resp = await http.post("/api/agents/report/", json=body, headers={"Authorization": f"Bearer {token}"})
+            resp = await http.post(
+                "/api/agents/report/", json=body, headers={"Authorization": f"Bearer {token}"}
+            )
             resp.raise_for_status()
         # Cache map: first load (page + data, cold), payload at 256 engines, unbounded baseline.
         loads = []
@@ -104,7 +124,10 @@ async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float)
             page = await http.get("/", cookies=cookies)
             cmap = await http.get(f"/api/cache-map/?limit=256&prefixes={PREFIXES}", cookies=cookies)
             loads.append((time.perf_counter() - t0) * 1000)
-            assert page.status_code == 200 and cmap.status_code == 200, (page.status_code, cmap.status_code)
+            assert page.status_code == 200 and cmap.status_code == 200, (
+                page.status_code,
+                cmap.status_code,
+            )
         payload = len(cmap.content)
         full = await http.get("/api/cache-map/?limit=256&prefixes=64", cookies=cookies)
         for engine in cmap.json()["engines"]:
@@ -117,7 +140,9 @@ async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float)
 
         async def dashboard(i: int, ready: asyncio.Event, done: asyncio.Event):
             headers = {"Cookie": f"sessionid={data['session']}", "Origin": url}
-            async with websockets.connect(f"ws://{host}/ws/dashboard/", additional_headers=headers) as ws:
+            async with websockets.connect(
+                f"ws://{host}/ws/dashboard/", additional_headers=headers
+            ) as ws:
                 first = json.loads(await ws.recv())
                 assert first["type"] == "snapshot", first
                 ready.set()
@@ -141,7 +166,9 @@ async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float)
             rows = {"vllm-0": cluster.stored(chains[(r + 3) % PREFIXES][:4])}
             body = cluster.report(seq[name], name, ENGINES_PER_NODE, rows, mode="snapshot")
             t0 = time.perf_counter()
-            resp = await http.post("/api/agents/report/", json=body, headers={"Authorization": f"Bearer {token}"})
+            resp = await http.post(
+                "/api/agents/report/", json=body, headers={"Authorization": f"Bearer {token}"}
+            )
             post_ms.append((time.perf_counter() - t0) * 1000)
             resp.raise_for_status()
             sent.append((t0, engine_ids[name]))
@@ -159,7 +186,9 @@ async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float)
             else:
                 latencies.append((hit - t0) * 1000)
     return {
-        "dashboards": dashboards, "reports": reports, "engines": NODES * ENGINES_PER_NODE,
+        "dashboards": dashboards,
+        "reports": reports,
+        "engines": NODES * ENGINES_PER_NODE,
         "report_to_browser_p50_ms": round(pct(latencies, 50), 1),
         "report_to_browser_p99_ms": round(pct(latencies, 99), 1),
         "deliveries_missed": missed,
@@ -179,40 +208,67 @@ def main() -> int:
     parser.add_argument("--dashboards", type=int, default=50)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="prewarm-ui-bench-"))
-    env = {**os.environ, "PREWARM_DATA_DIR": str(tmp), "SQLITE_PATH": str(tmp / "db.sqlite3"),
-           "DJANGO_SETTINGS_MODULE": "controlplane.settings", "ALLOWED_HOSTS": "127.0.0.1,localhost",
-           "PREWARM_NODE_STALE_SECONDS": "3600", "LOG_LEVEL": "WARNING"}
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+    env = {
+        **os.environ,
+        "PREWARM_DATA_DIR": str(tmp),
+        "SQLITE_PATH": str(tmp / "db.sqlite3"),
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "PREWARM_NODE_STALE_SECONDS": "3600",
+        "LOG_LEVEL": "WARNING",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
+    )
     data = seed(env)
     port = free_port()
     server = start_server(env, port)
     try:
         reports = 40 if args.quick else 300
-        out = asyncio.run(run(f"http://127.0.0.1:{port}", data, args.dashboards, reports, gap_s=0.1))
+        out = asyncio.run(
+            run(f"http://127.0.0.1:{port}", data, args.dashboards, reports, gap_s=0.1)
+        )
     finally:
         server.terminate()
         server.wait(timeout=10)
     out["mode"] = "quick" if args.quick else "full"
     rows = [
-        ("report -> browser p99 (ms)", out["report_to_browser_p99_ms"], f"< {TARGETS['report_to_browser_p99_ms']:.0f}"),
+        (
+            "report -> browser p99 (ms)",
+            out["report_to_browser_p99_ms"],
+            f"< {TARGETS['report_to_browser_p99_ms']:.0f}",
+        ),
         ("report -> browser p50 (ms)", out["report_to_browser_p50_ms"], ""),
         ("baseline: report POST alone p50 (ms)", out["baseline_report_post_p50_ms"], ""),
         ("baseline: report POST alone p99 (ms)", out["baseline_report_post_p99_ms"], ""),
         ("deliveries missed", out["deliveries_missed"], "0"),
-        ("cache map first load (ms)", out["cache_map_first_load_ms"], f"< {TARGETS['cache_map_first_load_ms']:.0f}"),
+        (
+            "cache map first load (ms)",
+            out["cache_map_first_load_ms"],
+            f"< {TARGETS['cache_map_first_load_ms']:.0f}",
+        ),
         ("cache map load median (ms)", out["cache_map_load_median_ms"], ""),
         ("cache map payload, 256 engines (bytes)", out["cache_map_payload_bytes"], "bounded"),
-        ("baseline: 256 engines x 64 prefixes (bytes)", out["baseline_unbounded_payload_bytes"], ""),
+        (
+            "baseline: 256 engines x 64 prefixes (bytes)",
+            out["baseline_unbounded_payload_bytes"],
+            "",
+        ),
     ]
-    print(f"ui_latency ({out['mode']}): {out['engines']} engines, {out['dashboards']} dashboards, "
-          f"{out['reports']} reports")
+    print(
+        f"ui_latency ({out['mode']}): {out['engines']} engines, {out['dashboards']} dashboards, "
+        f"{out['reports']} reports"
+    )
     for name, value, target in rows:
         print(f"  {name:<46} {value:>12} {target}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2))
-    ok = (out["report_to_browser_p99_ms"] < TARGETS["report_to_browser_p99_ms"]
-          and out["cache_map_first_load_ms"] < TARGETS["cache_map_first_load_ms"] and not out["deliveries_missed"])
+    ok = (
+        out["report_to_browser_p99_ms"] < TARGETS["report_to_browser_p99_ms"]
+        and out["cache_map_first_load_ms"] < TARGETS["cache_map_first_load_ms"]
+        and not out["deliveries_missed"]
+    )
     return 0 if ok else 1
 
 

@@ -48,8 +48,10 @@ TASK_QUEUES = {
     "controlplane.replication.tasks.score_replicas": Queue.DEFAULT,
     "controlplane.replication.tasks.tick": Queue.DEFAULT,
     "controlplane.fleet.tasks.mark_stale": Queue.DEFAULT,
-    **{f"controlplane.{app}.tasks.retention": Queue.DEFAULT
-       for app in ("fleet", "demand", "forecasting", "replication", "audit")},
+    **{
+        f"controlplane.{app}.tasks.retention": Queue.DEFAULT
+        for app in ("fleet", "demand", "forecasting", "replication", "audit")
+    },
 }
 
 app = Celery("prewarm")
@@ -57,8 +59,15 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_default_queue = Queue.DEFAULT.value
 app.conf.task_routes = {name: {"queue": q.value} for name, q in TASK_QUEUES.items()}
 app.conf.task_create_missing_queues = True
-app.autodiscover_tasks(["controlplane.forecasting", "controlplane.replication", "controlplane.fleet",
-                        "controlplane.demand", "controlplane.audit"])
+app.autodiscover_tasks(
+    [
+        "controlplane.forecasting",
+        "controlplane.replication",
+        "controlplane.fleet",
+        "controlplane.demand",
+        "controlplane.audit",
+    ]
+)
 
 # Threads that never touched an app (web request threads, the embedded worker) fall back to the
 # default app: make that this one, not an unconfigured Celery().

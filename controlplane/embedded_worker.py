@@ -37,14 +37,21 @@ def start() -> None:
     publish.set_home_loop(getattr(sys.modules.get("daphne.server"), "twisted_loop", None))
     app.loader.import_default_modules()
     worker = app.WorkController(
-        hostname="embedded@prewarm", pool_cls="solo", concurrency=1,
-        queues=[q.value for q in Queue], without_mingle=True, without_gossip=True,
-        without_heartbeat=True, loglevel="INFO")
+        hostname="embedded@prewarm",
+        pool_cls="solo",
+        concurrency=1,
+        queues=[q.value for q in Queue],
+        without_mingle=True,
+        without_gossip=True,
+        without_heartbeat=True,
+        loglevel="INFO",
+    )
     threading.Thread(target=worker.start, name="celery-worker", daemon=True).start()
     from django.conf import settings
 
     # Beat's schedule state belongs with the rest of the instance's data, not in the checkout.
-    beat = EmbeddedService(app, thread=True,
-                           schedule_filename=str(settings.DATA_DIR / "celerybeat-schedule"))
+    beat = EmbeddedService(
+        app, thread=True, schedule_filename=str(settings.DATA_DIR / "celerybeat-schedule")
+    )
     beat.start()
     log.info("embedded Celery worker and beat started (in-memory broker)")

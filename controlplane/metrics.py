@@ -22,16 +22,24 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
 REGISTRY.register(PLATFORM_COLLECTOR)
 
-REPORTS_APPLIED = Counter("prewarm_reports_applied_total", "Agent reports applied", registry=REGISTRY)
+REPORTS_APPLIED = Counter(
+    "prewarm_reports_applied_total", "Agent reports applied", registry=REGISTRY
+)
 REPORTS_REJECTED = Counter(
-    "prewarm_reports_rejected_total", "Agent reports refused, by error code", ["reason"], registry=REGISTRY
+    "prewarm_reports_rejected_total",
+    "Agent reports refused, by error code",
+    ["reason"],
+    registry=REGISTRY,
 )
 REPORT_APPLY_SECONDS = Histogram(
-    "prewarm_report_apply_seconds", "Time to validate and apply one agent report", registry=REGISTRY,
+    "prewarm_report_apply_seconds",
+    "Time to validate and apply one agent report",
+    registry=REGISTRY,
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
 RESIDENCY_DELTAS = Counter(
-    "prewarm_residency_deltas_total", "Block deltas (stored + removed) received in applied reports",
+    "prewarm_residency_deltas_total",
+    "Block deltas (stored + removed) received in applied reports",
     registry=REGISTRY,
 )
 AGENT_SOCKETS = Gauge(

@@ -78,12 +78,19 @@ def page(request, template: str, nav: str, status: int = 200, **context):
     role = role_of(request.user)
     kept = request.GET.copy()  # filters survive paging
     kept.pop("page", None)
-    return render(request, f"frontend/{template}", {
-        "nav": nav, "role": role, "extra_query": f"&{kept.urlencode()}" if kept else "",
-        "can_operate": has_role(request.user, Role.OPERATOR),
-        "can_admin": has_role(request.user, Role.ADMIN),
-        **context,
-    }, status=status)
+    return render(
+        request,
+        f"frontend/{template}",
+        {
+            "nav": nav,
+            "role": role,
+            "extra_query": f"&{kept.urlencode()}" if kept else "",
+            "can_operate": has_role(request.user, Role.OPERATOR),
+            "can_admin": has_role(request.user, Role.ADMIN),
+            **context,
+        },
+        status=status,
+    )
 
 
 def paged(request, queryset, per_page: int):
@@ -121,22 +128,36 @@ def plotly_js(request):
 @needs(Role.VIEWER)
 def cache_map(request):
     # The header has figures on first paint; the socket only updates them.
-    return page(request, "cachemap.html", "map", states=STATES, summary=cluster_summary(),
-                page_size=DEFAULT_ENGINES_PER_PAGE, prefixes=DEFAULT_PREFIXES)
+    return page(
+        request,
+        "cachemap.html",
+        "map",
+        states=STATES,
+        summary=cluster_summary(),
+        page_size=DEFAULT_ENGINES_PER_PAGE,
+        prefixes=DEFAULT_PREFIXES,
+    )
 
 
 def _history(gpus) -> list[dict]:
     since = timezone.now() - HISTORY
     out = []
     for gpu in gpus:
-        samples = list(GpuSample.objects.filter(gpu=gpu, at__gte=since).order_by("-at")[:MAX_HISTORY_POINTS])
+        samples = list(
+            GpuSample.objects.filter(gpu=gpu, at__gte=since).order_by("-at")[:MAX_HISTORY_POINTS]
+        )
         samples.reverse()
-        out.append({"gpu": str(gpu), "total": gpu.memory_total,
-                    "at": [s.at.isoformat() for s in samples],
-                    "memory_used": [s.memory_used for s in samples],
-                    "kv_bytes": [s.kv_bytes for s in samples],
-                    "speculative_bytes": [s.speculative_bytes for s in samples],
-                    "utilization": [s.utilization_gpu for s in samples]})
+        out.append(
+            {
+                "gpu": str(gpu),
+                "total": gpu.memory_total,
+                "at": [s.at.isoformat() for s in samples],
+                "memory_used": [s.memory_used for s in samples],
+                "kv_bytes": [s.kv_bytes for s in samples],
+                "speculative_bytes": [s.speculative_bytes for s in samples],
+                "utilization": [s.utilization_gpu for s in samples],
+            }
+        )
     return out
 
 
@@ -148,13 +169,17 @@ def node_detail(request, pk: int):
     index = get_index()
     for engine in engines:
         engine.blocks = index.usage(engine.pk).blocks
-    return page(request, "node.html", "map", node=node, gpus=gpus, engines=engines, history=_history(gpus))
+    return page(
+        request, "node.html", "map", node=node, gpus=gpus, engines=engines, history=_history(gpus)
+    )
 
 
 @needs(Role.VIEWER)
 def gpu_detail(request, pk: int):
     gpu = get_object_or_404(Gpu.objects.select_related("node"), pk=pk)
-    return page(request, "gpu.html", "map", gpu=gpu, engines=gpu.engines.all(), history=_history([gpu]))
+    return page(
+        request, "gpu.html", "map", gpu=gpu, engines=gpu.engines.all(), history=_history([gpu])
+    )
 
 
 @needs(Role.VIEWER)
@@ -163,8 +188,17 @@ def engine_detail(request, pk: int):
     gpus = list(engine.gpus.all())
     replicas = SpeculativeReplica.objects.filter(engine=engine).select_related("workload_key")[:50]
     jobs = ReplicationJob.objects.filter(target=engine).select_related("source__node")[:50]
-    return page(request, "engine.html", "map", engine=engine, gpus=gpus, replicas=replicas, jobs=jobs,
-                blocks=get_index().usage(engine.pk).blocks, history=_history(gpus))
+    return page(
+        request,
+        "engine.html",
+        "map",
+        engine=engine,
+        gpus=gpus,
+        replicas=replicas,
+        jobs=jobs,
+        blocks=get_index().usage(engine.pk).blocks,
+        history=_history(gpus),
+    )
 
 
 @needs(Role.VIEWER)
@@ -183,26 +217,60 @@ def forecasts(request):
     chart, forecast = None, None
     if selected is not None:
         forecast = selected.forecasts.order_by("-generated_at").first()
-        buckets = list(DemandBucket.objects.filter(key=selected).order_by("-start")[:MAX_HISTORY_POINTS])
+        buckets = list(
+            DemandBucket.objects.filter(key=selected).order_by("-start")[:MAX_HISTORY_POINTS]
+        )
         buckets.reverse()
-        chart = {"title": str(selected), "actual_at": [b.start.isoformat() for b in buckets],
-                 "actual": [b.requests for b in buckets]}
+        chart = {
+            "title": str(selected),
+            "actual_at": [b.start.isoformat() for b in buckets],
+            "actual": [b.requests for b in buckets],
+        }
         if forecast is not None:
             step = timedelta(seconds=forecast.bucket_seconds)
-            chart.update(forecast_at=[(forecast.start + i * step).isoformat() for i in range(len(forecast.yhat))],
-                         yhat=forecast.yhat, lower=forecast.lower, upper=forecast.upper, model=forecast.model)
+            chart.update(
+                forecast_at=[
+                    (forecast.start + i * step).isoformat() for i in range(len(forecast.yhat))
+                ],
+                yhat=forecast.yhat,
+                lower=forecast.lower,
+                upper=forecast.upper,
+                model=forecast.model,
+            )
     rows = [(k, latest.get(k.pk)) for k in keys_page]
-    return page(request, "forecasts.html", "forecasts", keys_page=keys_page, rows=rows, selected=selected,
-                forecast=forecast, chart=chart, **refused)
+    return page(
+        request,
+        "forecasts.html",
+        "forecasts",
+        keys_page=keys_page,
+        rows=rows,
+        selected=selected,
+        forecast=forecast,
+        chart=chart,
+        **refused,
+    )
 
 
 @needs(Role.VIEWER)
 def plans(request):
-    qs = ReplicationPlan.objects.select_related("policy").order_by("-created_at", "-id").annotate(
-        saving=Sum("items__expected_ttft_saved_s"), bytes=Sum("items__bytes"), cost=Sum("items__cost_s"))
+    qs = (
+        ReplicationPlan.objects.select_related("policy")
+        .order_by("-created_at", "-id")
+        .annotate(
+            saving=Sum("items__expected_ttft_saved_s"),
+            bytes=Sum("items__bytes"),
+            cost=Sum("items__cost_s"),
+        )
+    )
     qs, refused = filtered(request, ReplicationPlanFilterSet, qs)
-    return page(request, "plans.html", "plans", plans_page=paged(request, qs, 25),
-                state=request.GET.get("state", ""), **refused)
+    return page(
+        request,
+        "plans.html",
+        "plans",
+        plans_page=paged(request, qs, 25),
+        state=request.GET.get("state", ""),
+        **refused,
+    )
 
 
 @needs(Role.VIEWER)
@@ -214,26 +282,52 @@ def plan_detail(request, pk: int):
 
 @needs(Role.VIEWER)
 def jobs(request):
-    qs = ReplicationJob.objects.select_related("source__node", "target__node").prefetch_related("transitions")
+    qs = ReplicationJob.objects.select_related("source__node", "target__node").prefetch_related(
+        "transitions"
+    )
     qs, refused = filtered(request, ReplicationJobFilterSet, qs)
-    return page(request, "jobs.html", "jobs", jobs_page=paged(request, qs, 50),
-                state=request.GET.get("state", ""), states=[s for s, _ in JobState.CHOICES],
-                **refused)
+    return page(
+        request,
+        "jobs.html",
+        "jobs",
+        jobs_page=paged(request, qs, 50),
+        state=request.GET.get("state", ""),
+        states=[s for s, _ in JobState.CHOICES],
+        **refused,
+    )
 
 
 @needs(Role.VIEWER)
 def policies(request):
-    return page(request, "policies.html", "policies", policies=Policy.objects.all(), blank=Policy(),
-                modes=PolicyMode.CHOICES, transports=Transport.CHOICES)
+    return page(
+        request,
+        "policies.html",
+        "policies",
+        policies=Policy.objects.all(),
+        blank=Policy(),
+        modes=PolicyMode.CHOICES,
+        transports=Transport.CHOICES,
+    )
 
 
 @needs(Role.VIEWER)
 def overrides(request):
-    qs, refused = filtered(request, OverrideFilterSet,
-                           Override.objects.select_related("node", "engine__node", "created_by"))
-    return page(request, "overrides.html", "overrides", overrides_page=paged(request, qs, 50),
-                kinds=OverrideKind.CHOICES, **refused, nodes=Node.objects.all()[:1000],
-                engines=Engine.objects.select_related("node")[:2000], tiers=StorageTier.CHOICES)
+    qs, refused = filtered(
+        request,
+        OverrideFilterSet,
+        Override.objects.select_related("node", "engine__node", "created_by"),
+    )
+    return page(
+        request,
+        "overrides.html",
+        "overrides",
+        overrides_page=paged(request, qs, 50),
+        kinds=OverrideKind.CHOICES,
+        **refused,
+        nodes=Node.objects.all()[:1000],
+        engines=Engine.objects.select_related("node")[:2000],
+        tiers=StorageTier.CHOICES,
+    )
 
 
 WINDOWS = {"1d": timedelta(days=1), "7d": timedelta(days=7), "30d": timedelta(days=30)}
@@ -245,13 +339,25 @@ def scoreboard(request):
     if window not in WINDOWS:
         window = "7d"
     now = timezone.now()
-    return page(request, "scoreboard.html", "scoreboard", board=score(now - WINDOWS[window], now),
-                window=window, windows=list(WINDOWS))
+    return page(
+        request,
+        "scoreboard.html",
+        "scoreboard",
+        board=score(now - WINDOWS[window], now),
+        window=window,
+        windows=list(WINDOWS),
+    )
 
 
 @needs(Role.OPERATOR)
 def audit(request):
     qs, refused = filtered(request, AuditEventFilterSet, AuditEvent.objects.select_related("actor"))
-    return page(request, "audit.html", "audit", events=paged(request, qs, 50),
-                action=request.GET.get("action", ""),
-                object_type=request.GET.get("object_type", ""), **refused)
+    return page(
+        request,
+        "audit.html",
+        "audit",
+        events=paged(request, qs, 50),
+        action=request.GET.get("action", ""),
+        object_type=request.GET.get("object_type", ""),
+        **refused,
+    )

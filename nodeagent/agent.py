@@ -88,11 +88,15 @@ class Agent:
             ),
             wire.TRANSPORT_NCCL: NcclTransport,
             wire.TRANSPORT_LMCACHE: lambda: LmcacheTransport(
-                {e.engine_id: e for e in cfg.engines}, cfg.lmcache_controller_url, cfg.lmcache_renew_s,
-                state / "lmcache-leases.json"),
+                {e.engine_id: e for e in cfg.engines},
+                cfg.lmcache_controller_url,
+                cfg.lmcache_renew_s,
+                state / "lmcache-leases.json",
+            ),
             wire.TRANSPORT_WARMUP: lambda: WarmupTransport({e.engine_id: e for e in cfg.engines}),
-            wire.TRANSPORT_LMCACHE_MP: lambda: LmcacheMpTransport({e.engine_id: e for e in cfg.engines},
-                                                     cfg.lmcache_coordinator_url),
+            wire.TRANSPORT_LMCACHE_MP: lambda: LmcacheMpTransport(
+                {e.engine_id: e for e in cfg.engines}, cfg.lmcache_coordinator_url
+            ),
         }
         transports = {n: available[n]() for n in self.enabled_transports}
         self.reporter = Reporter(
@@ -191,18 +195,22 @@ class Agent:
             self.metrics.serve(self.cfg.metrics_listen)
         for sub in self.subscribers:
             sub.start()
-        off = [n for n in configured_transports(self.cfg.transfer) if n not in self.enabled_transports]
+        off = [
+            n for n in configured_transports(self.cfg.transfer) if n not in self.enabled_transports
+        ]
         if off:
             log.warning(
                 "transports %s are off: transfer.listen is not set (name this node's private "
-                "address, docs/security.md)", ", ".join(off)
+                "address, docs/security.md)",
+                ", ".join(off),
             )
         if self.server:
             self.server.start()
             if listens_everywhere(self.cfg.transfer):
                 log.warning(
                     "transfer server listens on every interface (%s): bind it to the private "
-                    "network's address instead (docs/security.md)", self.cfg.transfer.listen
+                    "network's address instead (docs/security.md)",
+                    self.cfg.transfer.listen,
                 )
             log.info(
                 "transfer server on %s (advertised %s)", self.server.address, self.transfer_address

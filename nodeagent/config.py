@@ -298,10 +298,18 @@ def load_config(argv: list[str] | None = None, env: Mapping[str, str] | None = N
     return cfg
 
 
-TRANSPORTS = (wire.TRANSPORT_TCP, wire.TRANSPORT_NCCL, wire.TRANSPORT_LMCACHE, wire.TRANSPORT_WARMUP,
-              wire.TRANSPORT_LMCACHE_MP)
+TRANSPORTS = (
+    wire.TRANSPORT_TCP,
+    wire.TRANSPORT_NCCL,
+    wire.TRANSPORT_LMCACHE,
+    wire.TRANSPORT_WARMUP,
+    wire.TRANSPORT_LMCACHE_MP,
+)
 # agent to agent: a peer connects to an address of this agent
-NEEDS_LISTEN = (wire.TRANSPORT_TCP, wire.TRANSPORT_NCCL)  # agent to agent: a peer connects to an address of this agent
+NEEDS_LISTEN = (
+    wire.TRANSPORT_TCP,
+    wire.TRANSPORT_NCCL,
+)  # agent to agent: a peer connects to an address of this agent
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]", "*")
 
 

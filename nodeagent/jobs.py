@@ -69,14 +69,18 @@ class JobRunner:
         self.metrics = metrics
         self.running: dict[str, asyncio.Task[None]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._send: Send | None = None  # the latest channel's send, for events not tied to a message
+        self._send: Send | None = (
+            None  # the latest channel's send, for events not tied to a message
+        )
 
     def notify(self, msg: dict[str, Any]) -> None:
         """Send an event from another thread (an LMCache lease renewal's reading) on the latest
         job channel; dropped, with a log line, while no channel is up."""
         loop, send = self.loop, self._send
         if loop is None or send is None:
-            log.info("no job channel yet: %s for job %s not sent", msg.get("type"), msg.get("job_id"))
+            log.info(
+                "no job channel yet: %s for job %s not sent", msg.get("type"), msg.get("job_id")
+            )
             return
 
         async def deliver() -> None:
@@ -122,9 +126,7 @@ class JobRunner:
 
         def progress(n: int) -> None:
             loop.call_soon_threadsafe(
-                lambda: asyncio.ensure_future(
-                    send(wire.job_progress(job.id, n))
-                )
+                lambda: asyncio.ensure_future(send(wire.job_progress(job.id, n)))
             )
 
         try:
@@ -136,8 +138,9 @@ class JobRunner:
             result = TransferResult(False, error=f"internal error: {exc}")
         finally:
             self.running.pop(job.id, None)
-        record = wire.job_result(job.id, result.ok, result.checksum, result.bytes, result.error,
-                                 result.extra)
+        record = wire.job_result(
+            job.id, result.ok, result.checksum, result.bytes, result.error, result.extra
+        )
         state = record["state"]
         self.journal.record({**record, "attempt": job.attempt})
         if self.metrics:

@@ -198,7 +198,11 @@ class EngineResidency:
             snapshot = force_snapshot or self.snapshot_needed
             source = self.blocks if snapshot else self.pending_stored
             stored = encode_stored(
-                ((k, p, medium, f) for medium, rows in source.items() for (k, p, f) in rows.values()),
+                (
+                    (k, p, medium, f)
+                    for medium, rows in source.items()
+                    for (k, p, f) in rows.values()
+                ),
                 hex_keys,
             )
             removed: list[list[Any]] = []

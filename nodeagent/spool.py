@@ -66,7 +66,9 @@ class Spool:
 
     def _discard(self, path: Path, why: str) -> None:
         self.corrupt_reports += 1
-        log.warning("spool file %s is %s: skipped (the next snapshot repairs residency)", path.name, why)
+        log.warning(
+            "spool file %s is %s: skipped (the next snapshot repairs residency)", path.name, why
+        )
         path.unlink(missing_ok=True)
 
     def _path(self, seq: int) -> Path:

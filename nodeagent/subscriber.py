@@ -112,7 +112,10 @@ class SequenceTracker:
             self._caught = {s: batches[s] for s in run}
         log.info(
             "engine %s: caught up on %d batch(es) %d..%d from the replay socket",
-            self.residency.engine_id, len(run), run[0], run[-1],
+            self.residency.engine_id,
+            len(run),
+            run[0],
+            run[-1],
         )
         return len(run)
 
@@ -263,8 +266,13 @@ class EngineSubscriber(threading.Thread):
             else:
                 sock.connect(connect_address(self.endpoint))
         except zmq.ZMQError as exc:
-            log.error("KV events of %s: cannot %s %s: %s", self.tracker.residency.engine_id,
-                      self.socket_mode, self.endpoint, exc)
+            log.error(
+                "KV events of %s: cannot %s %s: %s",
+                self.tracker.residency.engine_id,
+                self.socket_mode,
+                self.endpoint,
+                exc,
+            )
             sock.close()
             return
         self.connected.set()

@@ -32,16 +32,22 @@ def free_port() -> int:
 class LiveControlPlane:
     """daphne serving controlplane.asgi on its own SQLite database (or the env's services)."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None,
-                 daphne: list[str] | None = None):
+    def __init__(
+        self, data_dir: Path, env: dict[str, str] | None = None, daphne: list[str] | None = None
+    ):
         # ``daphne``: the command that starts it (a benchmark's profiler wraps it); its arguments
         # follow.
         self.daphne = daphne or [sys.executable, "-m", "daphne"]
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "PREWARM_DATA_DIR": str(data_dir), "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-                    "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.env = {
+            **os.environ,
+            "PREWARM_DATA_DIR": str(data_dir),
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
         self.database: str | None = None
         url = self.env.get("DATABASE_URL", "")
         if "DATABASE_URL" not in (env or {}) and url.startswith(("postgres://", "postgresql://")):
@@ -52,15 +58,31 @@ class LiveControlPlane:
         self.log = open(data_dir / "daphne.log", "ab")  # noqa: SIM115 - closed in close()
 
     def manage(self, *args: str) -> str:
-        out = subprocess.run([sys.executable, str(REPO / "manage.py"), *args], env=self.env, cwd=REPO,
-                             check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, str(REPO / "manage.py"), *args],
+            env=self.env,
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         return out.stdout.strip()
 
     def start(self, timeout: float = 30.0) -> LiveControlPlane:
         self.proc = subprocess.Popen(
-            [*self.daphne, "-b", "127.0.0.1", "-p", str(self.port),
-             "controlplane.asgi:application"],
-            env=self.env, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                *self.daphne,
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "controlplane.asgi:application",
+            ],
+            env=self.env,
+            cwd=REPO,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -69,7 +91,9 @@ class LiveControlPlane:
             except httpx.HTTPError:
                 pass
             if self.proc.poll() is not None:
-                raise RuntimeError(f"daphne exited: {(self.data_dir / 'daphne.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"daphne exited: {(self.data_dir / 'daphne.log').read_text()[-2000:]}"
+                )
             time.sleep(0.2)
         raise TimeoutError("control plane did not come up")
 
@@ -86,7 +110,9 @@ class LiveControlPlane:
         self.stop()
         self.log.close()
         if self.database:
-            pg_admin(self.env["DATABASE_URL"], f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+            pg_admin(
+                self.env["DATABASE_URL"], f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'
+            )
             self.database = None
 
 
@@ -94,7 +120,9 @@ def pg_admin(url: str, sql: str) -> None:
     """Run one statement on the maintenance database of the server ``url`` names."""
     import psycopg
 
-    admin = urlsplit(url.replace("postgres://", "postgresql://", 1))._replace(path="/postgres").geturl()
+    admin = (
+        urlsplit(url.replace("postgres://", "postgresql://", 1))._replace(path="/postgres").geturl()
+    )
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql)
 

@@ -66,15 +66,22 @@ def ensure_postgres(url: str) -> str:
     if not _pg_up(url):
         versions = sorted(glob.glob("/etc/postgresql/*/main"))
         if host not in LOCAL or not versions or not shutil.which("pg_ctlcluster"):
-            raise Missing(f"PostgreSQL is not answering at {host}:{port} and is not installed here: "
-                          "apt-get install postgresql (or `make test-embedded`, which needs neither "
-                          "PostgreSQL nor Redis)")
+            raise Missing(
+                f"PostgreSQL is not answering at {host}:{port} and is not installed here: "
+                "apt-get install postgresql (or `make test-embedded`, which needs neither "
+                "PostgreSQL nor Redis)"
+            )
         version = versions[-1].split("/")[3]
-        out = subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start"],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start"],
+            capture_output=True,
+            text=True,
+        )
         if not _wait(lambda: _pg_up(url), START_TIMEOUT_S if out.returncode == 0 else 1.0):
-            raise Missing(f"PostgreSQL {version} is installed but does not answer at {host}:{port}: "
-                          f"{(out.stderr or out.stdout).strip()[-300:] or 'no output'}")
+            raise Missing(
+                f"PostgreSQL {version} is installed but does not answer at {host}:{port}: "
+                f"{(out.stderr or out.stdout).strip()[-300:] or 'no output'}"
+            )
         started = f" (started PostgreSQL {version})"
     name = urlsplit(url).path.lstrip("/")
     if name:
@@ -100,24 +107,47 @@ def ensure_redis(url: str) -> str:
     if _redis_up(url):
         return f"Redis at {host}:{port}"
     if host not in LOCAL or not shutil.which("redis-server"):
-        raise Missing(f"Redis is not answering at {host}:{port} and redis-server is not installed "
-                      "here: apt-get install redis-server (or `make test-embedded`)")
-    out = subprocess.run(["redis-server", "--daemonize", "yes", "--bind", "127.0.0.1", "--port", str(port),
-                          "--save", "", "--appendonly", "no"], capture_output=True, text=True)
+        raise Missing(
+            f"Redis is not answering at {host}:{port} and redis-server is not installed "
+            "here: apt-get install redis-server (or `make test-embedded`)"
+        )
+    out = subprocess.run(
+        [
+            "redis-server",
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if not _wait(lambda: _redis_up(url), START_TIMEOUT_S if out.returncode == 0 else 1.0):
-        raise Missing(f"redis-server is installed but did not start on port {port}: "
-                      f"{(out.stderr or out.stdout).strip()[-300:] or 'no output'}")
+        raise Missing(
+            f"redis-server is installed but did not start on port {port}: "
+            f"{(out.stderr or out.stdout).strip()[-300:] or 'no output'}"
+        )
     return f"Redis at {host}:{port} (started redis-server)"
 
 
 def ensure_chromium() -> str:
     if "browser" in left_out() and os.environ.get("CI", "").lower() == "true":
-        raise Missing("PREWARM_TEST_WITHOUT=browser is a developer's opt-out; under CI=true every test runs")
+        raise Missing(
+            "PREWARM_TEST_WITHOUT=browser is a developer's opt-out; under CI=true every test runs"
+        )
     if "browser" in left_out():
         return "browser tests left out (PREWARM_TEST_WITHOUT=browser)"
     if not os.access(CHROMIUM, os.X_OK):
-        raise Missing(f"chromium is missing ({CHROMIUM}), the browser tests need it: "
-                      "apt-get install chromium (or PREWARM_TEST_WITHOUT=browser to leave them out)")
+        raise Missing(
+            f"chromium is missing ({CHROMIUM}), the browser tests need it: "
+            "apt-get install chromium (or PREWARM_TEST_WITHOUT=browser to leave them out)"
+        )
     return f"chromium at {CHROMIUM}"
 
 
@@ -126,8 +156,10 @@ def ensure_shared_data() -> str:
 
     path = shared_data_dir()
     if not (path / "vllm-kv-events").is_dir() or not (path / "traces").is_dir():
-        raise Missing(f"the shared traces and vLLM event captures are not at {path}: clone the repo "
-                      "with ../shared beside it, or set PREWARM_SHARED_DATA=/path/to/shared/data")
+        raise Missing(
+            f"the shared traces and vLLM event captures are not at {path}: clone the repo "
+            "with ../shared beside it, or set PREWARM_SHARED_DATA=/path/to/shared/data"
+        )
     return f"shared data at {path}"
 
 

@@ -23,8 +23,10 @@ _LEFT_OUT: dict[str, int] = {}
 
 def pytest_configure(config):
     if left_out() and _ci():
-        raise pytest.UsageError(f"PREWARM_TEST_WITHOUT={','.join(sorted(left_out()))} is a developer's "
-                                "opt-out; under CI=true every test runs")
+        raise pytest.UsageError(
+            f"PREWARM_TEST_WITHOUT={','.join(sorted(left_out()))} is a developer's "
+            "opt-out; under CI=true every test runs"
+        )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -48,15 +50,21 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and _strict() and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
-        report.longrepr = (f"{reason}\n(skipped, and a skip fails the run under CI=true and `make test`: "
-                           "install what it needs, or leave it out on purpose with PREWARM_TEST_WITHOUT=<marker>)")
+        report.longrepr = (
+            f"{reason}\n(skipped, and a skip fails the run under CI=true and `make test`: "
+            "install what it needs, or leave it out on purpose with PREWARM_TEST_WITHOUT=<marker>)"
+        )
     return report
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if _LEFT_OUT:
-        what = ", ".join(f"{n} {m} test{'s' if n != 1 else ''}" for m, n in sorted(_LEFT_OUT.items()))
-        terminalreporter.write_line(f"LEFT OUT on purpose (PREWARM_TEST_WITHOUT): {what}", yellow=True)
+        what = ", ".join(
+            f"{n} {m} test{'s' if n != 1 else ''}" for m, n in sorted(_LEFT_OUT.items())
+        )
+        terminalreporter.write_line(
+            f"LEFT OUT on purpose (PREWARM_TEST_WITHOUT): {what}", yellow=True
+        )
 
 
 def pytest_sessionfinish(session, exitstatus):

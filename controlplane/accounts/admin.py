@@ -21,7 +21,16 @@ class IssuedElsewhere:
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(IssuedElsewhere, admin.ModelAdmin):
-    list_display = ("name", "kind", "prefix", "user", "node", "created_at", "expires_at", "revoked_at")
+    list_display = (
+        "name",
+        "kind",
+        "prefix",
+        "user",
+        "node",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+    )
     list_filter = ("kind",)
     exclude = ("digest",)
     actions = ["revoke"]

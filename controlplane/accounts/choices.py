@@ -13,5 +13,9 @@ class TokenKind:
     USER = "user"
     GATEWAY = "gateway"
     AGENT = "agent"
-    CHOICES = [(USER, "User (automation, acts as its user)"), (GATEWAY, "Gateway (request records only)"), (AGENT, "Agent (its own node only)")]
+    CHOICES = [
+        (USER, "User (automation, acts as its user)"),
+        (GATEWAY, "Gateway (request records only)"),
+        (AGENT, "Agent (its own node only)"),
+    ]
     PREFIX = {USER: "pwu_", GATEWAY: "pwg_", AGENT: "pwa_"}

@@ -36,7 +36,9 @@ def client_ip(request) -> str | None:
     if hops > 0:
         # Each proxy appends the address it received from; the first N from the right are ours,
         # anything further left was written by the client and cannot be trusted.
-        chain = [p.strip() for p in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if p.strip()]
+        chain = [
+            p.strip() for p in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if p.strip()
+        ]
         if len(chain) >= hops:
             return chain[-hops]
     return request.META.get("REMOTE_ADDR")
@@ -99,12 +101,21 @@ class AuditingAxesHandler(AxesDatabaseHandler):
         after = {"username": username, "ip_address": ip, "path": path, "failures": failures}
         if locked:
             after["cooloff_seconds"] = cool_off.total_seconds() if cool_off else None
-            reason = (f"{failures} failed sign-ins for {username!r} or from {ip}: locked out for "
-                      f"{cooloff_text(after['cooloff_seconds'] or 0)}")
+            reason = (
+                f"{failures} failed sign-ins for {username!r} or from {ip}: locked out for "
+                f"{cooloff_text(after['cooloff_seconds'] or 0)}"
+            )
         else:
             reason = f"failed sign-in for {username!r} from {ip} (first of a burst)"
-        record(None, "login.locked_out" if locked else "login.failed", object_type=object_type,
-               object_id=object_id, after=after, reason=reason, actor_label=f"anonymous@{ip}")
+        record(
+            None,
+            "login.locked_out" if locked else "login.failed",
+            object_type=object_type,
+            object_id=object_id,
+            after=after,
+            reason=reason,
+            actor_label=f"anonymous@{ip}",
+        )
         log.warning("%s", reason)
 
 
@@ -113,10 +124,18 @@ def unlock(who, attempts) -> int:
     n = 0
     for attempt in attempts:
         object_type, object_id = _subject(attempt.username)
-        record(who, "login.unlocked", object_type=object_type, object_id=object_id,
-               before={"username": attempt.username, "ip_address": attempt.ip_address,
-                       "failures": attempt.failures_since_start},
-               reason=f"unlocked sign-in for {attempt.username!r} from {attempt.ip_address}")
+        record(
+            who,
+            "login.unlocked",
+            object_type=object_type,
+            object_id=object_id,
+            before={
+                "username": attempt.username,
+                "ip_address": attempt.ip_address,
+                "failures": attempt.failures_since_start,
+            },
+            reason=f"unlocked sign-in for {attempt.username!r} from {attempt.ip_address}",
+        )
         attempt.delete()
         n += 1
     return n

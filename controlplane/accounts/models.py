@@ -24,7 +24,10 @@ class ApiToken(models.Model):
     digest = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=12, help_text="first characters, to recognise it")
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
         related_name="api_tokens",
     )
     node = models.ForeignKey(
@@ -45,7 +48,9 @@ class ApiToken(models.Model):
     def issue(cls, kind: str, name: str, **fields) -> tuple[ApiToken, str]:
         """Create a token; the raw value is returned once and never stored."""
         raw = TokenKind.PREFIX[kind] + secrets.token_urlsafe(32)
-        token = cls.objects.create(kind=kind, name=name, digest=digest(raw), prefix=raw[:10], **fields)
+        token = cls.objects.create(
+            kind=kind, name=name, digest=digest(raw), prefix=raw[:10], **fields
+        )
         return token, raw
 
     @property
@@ -76,7 +81,9 @@ class EnrolmentToken(models.Model):
         ttl = ttl_seconds or settings.PREWARM_ENROLMENT_TOKEN_TTL_SECONDS
         raw = "pwe_" + secrets.token_urlsafe(32)
         token = cls.objects.create(
-            digest=digest(raw), prefix=raw[:10],
-            expires_at=timezone.now() + timezone.timedelta(seconds=ttl), **fields,
+            digest=digest(raw),
+            prefix=raw[:10],
+            expires_at=timezone.now() + timezone.timedelta(seconds=ttl),
+            **fields,
         )
         return token, raw

@@ -28,5 +28,7 @@ class RolePermission(BasePermission):
         needed = getattr(view, "action_roles", {}).get(action)
         if needed is None:
             safe = request.method in SAFE_METHODS
-            needed = getattr(view, "read_role" if safe else "write_role", Role.VIEWER if safe else Role.ADMIN)
+            needed = getattr(
+                view, "read_role" if safe else "write_role", Role.VIEWER if safe else Role.ADMIN
+            )
         return has_role(request.user, needed)

@@ -16,8 +16,9 @@ from .models import ApiToken, EnrolmentToken
 
 
 @transaction.atomic
-def issue_api_token(who, kind: str, name: str, *, user=None, expires_at: datetime | None = None,
-                    reason: str = "") -> tuple[ApiToken, str]:
+def issue_api_token(
+    who, kind: str, name: str, *, user=None, expires_at: datetime | None = None, reason: str = ""
+) -> tuple[ApiToken, str]:
     """A new user or gateway token; returns it with the raw token (shown once)."""
     token, raw = ApiToken.issue(kind, name, user=user, expires_at=expires_at)
     after = {"kind": token.kind, "name": token.name, "prefix": token.prefix}
@@ -39,8 +40,14 @@ def revoke_api_token(token: ApiToken, who, *, reason: str = "") -> ApiToken:
 
 
 @transaction.atomic
-def issue_enrolment_token(who, ttl_seconds: int | None = None, *, labels: dict | None = None,
-                          created_by=None, reason: str = "") -> tuple[EnrolmentToken, str]:
+def issue_enrolment_token(
+    who,
+    ttl_seconds: int | None = None,
+    *,
+    labels: dict | None = None,
+    created_by=None,
+    reason: str = "",
+) -> tuple[EnrolmentToken, str]:
     """A one-time enrolment token for an agent; returns it with the raw token (shown once)."""
     token, raw = EnrolmentToken.issue(ttl_seconds, labels=labels or {}, created_by=created_by)
     after = {"prefix": token.prefix, "expires_at": token.expires_at.isoformat()}

@@ -56,8 +56,9 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             return
         error = await apply(self.node_id, content)
         if error:
-            await self.send_json({"type": wire.MSG_ERROR, "job_id": content.get("job_id"),
-                                  "detail": error})
+            await self.send_json(
+                {"type": wire.MSG_ERROR, "job_id": content.get("job_id"), "detail": error}
+            )
 
     # Group messages from controlplane.replication.dispatch (published on commit).
     async def job_assign(self, message):

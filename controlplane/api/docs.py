@@ -9,7 +9,9 @@ import drf_spectacular_sidecar
 from django.views.decorators.http import require_GET
 from django.views.static import serve
 
-SIDECAR = Path(drf_spectacular_sidecar.__file__).resolve().parent / "static" / "drf_spectacular_sidecar"
+SIDECAR = (
+    Path(drf_spectacular_sidecar.__file__).resolve().parent / "static" / "drf_spectacular_sidecar"
+)
 
 
 @require_GET

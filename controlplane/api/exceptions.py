@@ -16,8 +16,14 @@ from controlplane.core.errors import DomainError
 class ApiError(exceptions.APIException):
     """A 4xx with a machine-readable code and the field at fault."""
 
-    def __init__(self, code: str, detail: str, field: str | None = None,
-                 status_code: int = status.HTTP_400_BAD_REQUEST, **extra):
+    def __init__(
+        self,
+        code: str,
+        detail: str,
+        field: str | None = None,
+        status_code: int = status.HTTP_400_BAD_REQUEST,
+        **extra,
+    ):
         super().__init__(detail=detail, code=code)
         self.status_code = status_code
         self.error_code = code
@@ -59,9 +65,16 @@ def exception_handler(exc, context):
         return None
     if isinstance(exc, exceptions.ValidationError):
         field, message = _first_field_error(response.data)
-        response.data = {"error": "invalid", "detail": message, "field": field, "errors": response.data}
+        response.data = {
+            "error": "invalid",
+            "detail": message,
+            "field": field,
+            "errors": response.data,
+        }
     else:
         code = getattr(exc, "default_code", "error")
-        detail = response.data.get("detail", str(exc)) if isinstance(response.data, dict) else str(exc)
+        detail = (
+            response.data.get("detail", str(exc)) if isinstance(response.data, dict) else str(exc)
+        )
         response.data = {"error": code, "detail": str(detail), "field": None}
     return response

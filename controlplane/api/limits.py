@@ -13,5 +13,8 @@ def check_body_size(request, limit: int | None = None) -> None:
     except ValueError:
         raise ApiError("bad_content_length", "Content-Length is not a number") from None
     if length > limit:
-        raise ApiError("too_large", f"body of {length} bytes exceeds the limit of {limit}",
-                       status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        raise ApiError(
+            "too_large",
+            f"body of {length} bytes exceeds the limit of {limit}",
+            status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )

@@ -8,8 +8,11 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
     name = "bearerToken"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer",
-                "description": "pwu_ (user), pwg_ (gateway) or pwa_ (agent) token"}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "pwu_ (user), pwg_ (gateway) or pwa_ (agent) token",
+        }
 
 
 class AgentTokenScheme(OpenApiAuthenticationExtension):

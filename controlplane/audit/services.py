@@ -79,8 +79,14 @@ def stored_snapshot(obj: models.Model) -> dict[str, Any] | None:
 
 
 @transaction.atomic
-def save_audited(obj: models.Model, who: Any, action: str, *, reason: str = "",
-                 update_fields: list[str] | None = None) -> models.Model:
+def save_audited(
+    obj: models.Model,
+    who: Any,
+    action: str,
+    *,
+    reason: str = "",
+    update_fields: list[str] | None = None,
+) -> models.Model:
     """Save ``obj`` (fields already set) and record the stored state before and after, in one
     transaction. ``update_fields`` writes only those (a row agents also write, e.g. a node)."""
     before = stored_snapshot(obj)
@@ -109,7 +115,8 @@ def prune_audit(now=None) -> dict:
     now = now or timezone.now()
     # Failed sign-in counts past the cool-off decide nothing any more (django-axes ignores them).
     attempts, _ = AccessAttempt.objects.filter(
-        attempt_time__lt=now - timedelta(seconds=settings.PREWARM_LOGIN_COOLOFF_SECONDS)).delete()
+        attempt_time__lt=now - timedelta(seconds=settings.PREWARM_LOGIN_COOLOFF_SECONDS)
+    ).delete()
     if days <= 0:
         return {"audit_events_deleted": 0, "sign_in_attempts_deleted": attempts}
     cutoff = now - timedelta(days=days)
@@ -117,7 +124,14 @@ def prune_audit(now=None) -> dict:
     # django-axes' log of successful sign-ins is kept as long as the audit trail.
     sign_ins, _ = AccessLog.objects.filter(attempt_time__lt=cutoff).delete()
     if deleted:  # the trail says it was trimmed, and by which rule
-        record(None, "audit.pruned", object_type="audit.auditevent",
-               reason=f"{deleted} events older than {days:g} days (PREWARM_AUDIT_KEEP_DAYS)")
-    return {"audit_events_deleted": deleted, "sign_ins_deleted": sign_ins,
-            "sign_in_attempts_deleted": attempts}
+        record(
+            None,
+            "audit.pruned",
+            object_type="audit.auditevent",
+            reason=f"{deleted} events older than {days:g} days (PREWARM_AUDIT_KEEP_DAYS)",
+        )
+    return {
+        "audit_events_deleted": deleted,
+        "sign_ins_deleted": sign_ins,
+        "sign_in_attempts_deleted": attempts,
+    }

@@ -109,7 +109,8 @@ def _gpu(raw: Any, where: str) -> dict[str, Any]:
         out[name] = nbytes
     out["utilization_gpu"] = _num(g.get("utilization_gpu"), f"{where}.utilization_gpu")
     out["nvlink_peers"] = [
-        _str(p, f"{where}.nvlink_peers[{i}]") for i, p in enumerate(_list(g.get("nvlink_peers", []), f"{where}.nvlink_peers", 64))
+        _str(p, f"{where}.nvlink_peers[{i}]")
+        for i, p in enumerate(_list(g.get("nvlink_peers", []), f"{where}.nvlink_peers", 64))
     ]
     out["pcie"] = _dict(g.get("pcie", {}), f"{where}.pcie")
     out["processes"] = _list(g.get("processes", []), f"{where}.processes", 1024)
@@ -127,7 +128,10 @@ def _engine(raw: Any, where: str) -> dict[str, Any]:
         "block_size": _int(e.get("block_size", 16), f"{where}.block_size", 1, 1 << 20),
         "bytes_per_block": _int(e.get("bytes_per_block", 0), f"{where}.bytes_per_block"),
         "kv_capacity_blocks": _int(e.get("kv_capacity_blocks", 0), f"{where}.kv_capacity_blocks"),
-        "gpu_uuids": [_str(u, f"{where}.gpu_uuids[{i}]") for i, u in enumerate(_list(e.get("gpu_uuids", []), f"{where}.gpu_uuids", 64))],
+        "gpu_uuids": [
+            _str(u, f"{where}.gpu_uuids[{i}]")
+            for i, u in enumerate(_list(e.get("gpu_uuids", []), f"{where}.gpu_uuids", 64))
+        ],
         "endpoints": _dict(e.get("endpoints", {}), f"{where}.endpoints"),
         "metrics": _dict(e.get("metrics", {}), f"{where}.metrics"),
     }
@@ -150,7 +154,11 @@ def _residency(raw: Any, where: str, budget: list[int]) -> ResidencyEntry:
         raise ReportError(f"{where}.cleared", "expected a boolean")
     return ResidencyEntry(
         engine_id=_str(r.get("engine_id"), f"{where}.engine_id"),
-        mode=mode, cleared=cleared, stored=stored, removed=removed, engine_scoped=scoped,
+        mode=mode,
+        cleared=cleared,
+        stored=stored,
+        removed=removed,
+        engine_scoped=scoped,
     )
 
 
@@ -162,16 +170,25 @@ def parse_report(raw: Any, max_deltas: int = 200_000) -> Report:
         boot_id=_str(body.get("boot_id"), "boot_id", 64),
         sent_at=_num(body.get("sent_at"), "sent_at"),
     )
-    report.gpus = [_gpu(g, f"gpus[{i}]") for i, g in enumerate(_list(body.get("gpus", []), "gpus", 64))]
-    report.engines = [_engine(e, f"engines[{i}]") for i, e in enumerate(_list(body.get("engines", []), "engines", 256))]
+    report.gpus = [
+        _gpu(g, f"gpus[{i}]") for i, g in enumerate(_list(body.get("gpus", []), "gpus", 64))
+    ]
+    report.engines = [
+        _engine(e, f"engines[{i}]")
+        for i, e in enumerate(_list(body.get("engines", []), "engines", 256))
+    ]
     budget = [max_deltas]
     report.residency = [
-        _residency(r, f"residency[{i}]", budget) for i, r in enumerate(_list(body.get("residency", []), "residency", 256))
+        _residency(r, f"residency[{i}]", budget)
+        for i, r in enumerate(_list(body.get("residency", []), "residency", 256))
     ]
     known = {e["engine_id"] for e in report.engines}
     for i, r in enumerate(report.residency):
         if r.engine_id not in known:
-            raise ReportError(f"residency[{i}].engine_id", f"engine {r.engine_id!r} is not in this report's engines")
+            raise ReportError(
+                f"residency[{i}].engine_id",
+                f"engine {r.engine_id!r} is not in this report's engines",
+            )
     uuids = [g["uuid"] for g in report.gpus if g["uuid"]]
     if len(set(uuids)) != len(uuids):
         raise ReportError("gpus", "duplicate GPU uuid")

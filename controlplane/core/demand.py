@@ -36,19 +36,30 @@ def confidence(backtest_mase: float | None) -> float:
     return 1.0 / (1.0 + max(0.0, float(backtest_mase)))
 
 
-def burst_probability(recent_rate: float, interarrival_cv: float, horizon_s: float,
-                      window_s: float, capacity_rate: float | None = None) -> float:
+def burst_probability(
+    recent_rate: float,
+    interarrival_cv: float,
+    horizon_s: float,
+    window_s: float,
+    capacity_rate: float | None = None,
+) -> float:
     """P(arrivals in the next ``horizon_s`` > ``capacity_rate`` x ``horizon_s``); the capacity
     defaults to ``BURST_FACTOR`` x ``recent_rate`` (the holders unknown)."""
     if recent_rate <= 0:
         return 0.0
     cap = BURST_FACTOR * recent_rate if capacity_rate is None else capacity_rate
-    return burst_risk(recent_rate=recent_rate, interarrival_cv=interarrival_cv,
-                      capacity_rate=max(0.0, cap), horizon_s=horizon_s, window_s=window_s)
+    return burst_risk(
+        recent_rate=recent_rate,
+        interarrival_cv=interarrival_cv,
+        capacity_rate=max(0.0, cap),
+        horizon_s=horizon_s,
+        window_s=window_s,
+    )
 
 
-def risk_from_counts(counts: Sequence[float], bucket_s: float, horizon_s: float,
-                     capacity_rate: float | None = None) -> float:
+def risk_from_counts(
+    counts: Sequence[float], bucket_s: float, horizon_s: float, capacity_rate: float | None = None
+) -> float:
     """``burst_probability`` from recent bucketed counts: rate = mean / bucket; for a renewal
     process Var/mean of counts ~ CV^2 of the inter-arrival times, so CV = sqrt(Var / mean)."""
     xs = [float(c) for c in counts]
@@ -62,13 +73,26 @@ def risk_from_counts(counts: Sequence[float], bucket_s: float, horizon_s: float,
     return burst_probability(mean / bucket_s, cv, horizon_s, len(xs) * bucket_s, capacity_rate)
 
 
-def demand_for(prefix_id: str, *, expected_requests: float, horizon_s: float,
-               burst_probability: float, recent_rate: float = 0.0,
-               backtest_mase: float | None = None, first_arrival_s: float = 0.0) -> Demand:
+def demand_for(
+    prefix_id: str,
+    *,
+    expected_requests: float,
+    horizon_s: float,
+    burst_probability: float,
+    recent_rate: float = 0.0,
+    backtest_mase: float | None = None,
+    first_arrival_s: float = 0.0,
+) -> Demand:
     """The planner's ``Demand`` of one prefix from its forecast (module docstring)."""
     if horizon_s <= 0:
         raise ValueError("horizon_s must be > 0")
     expected = max(0.0, float(expected_requests))
     rate = max(recent_rate, expected / horizon_s)
-    return Demand(prefix_id, expected, min(1.0, max(0.0, burst_probability)),
-                  BURST_FACTOR * rate, confidence(backtest_mase), first_arrival_s)
+    return Demand(
+        prefix_id,
+        expected,
+        min(1.0, max(0.0, burst_probability)),
+        BURST_FACTOR * rate,
+        confidence(backtest_mase),
+        first_arrival_s,
+    )

@@ -18,8 +18,15 @@ class DomainError(Exception):
     status = 400
     code = "invalid"
 
-    def __init__(self, detail: str, *, code: str | None = None, field: str | None = None,
-                 status: int | None = None, **extra: Any):
+    def __init__(
+        self,
+        detail: str,
+        *,
+        code: str | None = None,
+        field: str | None = None,
+        status: int | None = None,
+        **extra: Any,
+    ):
         super().__init__(detail)
         self.detail = detail
         if code is not None:

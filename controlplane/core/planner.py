@@ -243,13 +243,25 @@ def plan(
             cap += spare[eid] * per_s
             start = max(0.0, (d.first_arrival_s if d else 0.0) - 2.0 * promo_s)
             items.append(
-                PlannedMove(pid, c.keys, eid, eid, tier, c.nbytes, start, benefit, 0.0, conf,
-                         f"promote from {tier} ahead of ~{reach:.1f} requests expected to "
-                         f"reach it ({promo_s:.2f} s at tier bandwidth)")
+                PlannedMove(
+                    pid,
+                    c.keys,
+                    eid,
+                    eid,
+                    tier,
+                    c.nbytes,
+                    start,
+                    benefit,
+                    0.0,
+                    conf,
+                    f"promote from {tier} ahead of ~{reach:.1f} requests expected to "
+                    f"reach it ({promo_s:.2f} s at tier bandwidth)",
+                )
             )
 
-    bytes_left, warm = _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets,
-                                eligible, bytes_left)
+    bytes_left, warm = _warm_up(
+        candidates, dem, gpu_holders, by_engine, allowed, room, budgets, eligible, bytes_left
+    )
     items.extend(warm)
     warmed: dict[str, set[str]] = {}
     for it in warm:
@@ -270,14 +282,16 @@ def plan(
         lam = _rate(d, H) if d else 0.0
         # Engines this plan promotes it on hold it too (no copy to them, their capacity counts).
         up = promoted.get(c.prefix_id, set())
-        cap = (sum(spare[h] for h in set(holders) | up) / c.service_s
-               * budgets.target_utilisation)
+        cap = sum(spare[h] for h in set(holders) | up) / c.service_s * budgets.target_utilisation
         overflow = lam - cap
         pinned = c.prefix_id in overrides.pinned
         if overflow <= 0 and not pinned:
             continue
-        state[c.prefix_id] = [max(overflow, 0.0),
-                              set(holders) | up | warmed.get(c.prefix_id, set()), 0]
+        state[c.prefix_id] = [
+            max(overflow, 0.0),
+            set(holders) | up | warmed.get(c.prefix_id, set()),
+            0,
+        ]
         heapq.heappush(heap, (-c.recompute_s * max(overflow, 1e-9), seq, c.prefix_id))
         seq += 1
 
@@ -326,8 +340,7 @@ def plan(
             f"{c.recompute_s:.2f} s of prefill; copy {copy_s:.2f} s"
         )
         items.append(
-            PlannedMove(pid, c.keys, src, best, TIER_GPU, c.nbytes, start, benefit, cost, conf,
-                        why)
+            PlannedMove(pid, c.keys, src, best, TIER_GPU, c.nbytes, start, benefit, cost, conf, why)
         )
         if state[pid][0] > 1e-9:
             heapq.heappush(heap, (-c.recompute_s * state[pid][0], seq, pid))
@@ -367,21 +380,47 @@ def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, el
             left -= c.nbytes
             bytes_left -= c.nbytes
             room[e.engine_id] = max(0.0, room[e.engine_id] - c.nbytes)
-            why = (f"warm {e.engine_id} before it serves (in {e.starts_serving_in_s:.0f} s): "
-                   f"~{x:.1f} requests of it expected there in {H:.0f} s, the first would "
-                   f"recompute {c.recompute_s:.2f} s; copy {copy_s:.2f} s")
-            items.append(PlannedMove(pid, c.keys, src.engine_id, e.engine_id, TIER_GPU, c.nbytes,
-                                     0.0, benefit, copy_s, d.confidence, why))
+            why = (
+                f"warm {e.engine_id} before it serves (in {e.starts_serving_in_s:.0f} s): "
+                f"~{x:.1f} requests of it expected there in {H:.0f} s, the first would "
+                f"recompute {c.recompute_s:.2f} s; copy {copy_s:.2f} s"
+            )
+            items.append(
+                PlannedMove(
+                    pid,
+                    c.keys,
+                    src.engine_id,
+                    e.engine_id,
+                    TIER_GPU,
+                    c.nbytes,
+                    0.0,
+                    benefit,
+                    copy_s,
+                    d.confidence,
+                    why,
+                )
+            )
     return bytes_left, items
 
 
-def _link_busy(src: EngineState, dst: EngineState, copy_s: float, horizon: float,
-               queued: dict[str, float] | None = None) -> bool:
+def _link_busy(
+    src: EngineState,
+    dst: EngineState,
+    copy_s: float,
+    horizon: float,
+    queued: dict[str, float] | None = None,
+) -> bool:
     """The copy would land more than half a horizon from now: its links are busy (with
     copies already queued, and ``queued`` seconds of this plan's own)."""
     q = queued or {}
-    return (max(src.link_queue_s + q.get(src.engine_id, 0.0),
-                dst.link_queue_s + q.get(dst.engine_id, 0.0)) + copy_s > 0.5 * horizon)
+    return (
+        max(
+            src.link_queue_s + q.get(src.engine_id, 0.0),
+            dst.link_queue_s + q.get(dst.engine_id, 0.0),
+        )
+        + copy_s
+        > 0.5 * horizon
+    )
 
 
 def _rate(d: Demand, horizon: float) -> float:
@@ -403,7 +442,12 @@ def _best_target(c, holders, allowed, room, spare, by_engine) -> str | None:
     for eid in allowed:
         if eid in holders or room[eid] < c.nbytes or spare[eid] <= 0:
             continue
-        k = (spare[eid], by_engine[eid].lifecycle == "warming", by_engine[eid].link_bytes_per_s, eid)
+        k = (
+            spare[eid],
+            by_engine[eid].lifecycle == "warming",
+            by_engine[eid].link_bytes_per_s,
+            eid,
+        )
         if key is None or k > key:
             best, key = eid, k
     return best
@@ -416,7 +460,12 @@ def _best_source(holders, by_engine, target, queued: dict[str, float] | None = N
 
     def key(h):
         e = by_engine[h]
-        return (e.node == target.node, -(e.link_queue_s + q.get(h, 0.0)), e.link_bytes_per_s,
-                -e.load, h)
+        return (
+            e.node == target.node,
+            -(e.link_queue_s + q.get(h, 0.0)),
+            e.link_bytes_per_s,
+            -e.load,
+            h,
+        )
 
     return max(holders, key=key)

@@ -50,6 +50,7 @@ def leading_match(keys: Sequence[int], blocks: Container[int]) -> int:
         n += 1
     return n
 
+
 class PrefixCache:
     """LRU cache of canonical block keys for one engine (or one tier of one engine)."""
 
@@ -97,8 +98,9 @@ class PrefixCache:
         room = self.free + len(self._displaceable(value_of, budget, ()))
         return max(0, min(room, self.spec_limit))
 
-    def displaceable(self, n: int, value_of: ValueOf | None = None,
-                     exclude: Container[int] = ()) -> tuple[int, float]:
+    def displaceable(
+        self, n: int, value_of: ValueOf | None = None, exclude: Container[int] = ()
+    ) -> tuple[int, float]:
         """How many of ``n`` new blocks fit (free blocks, then unreferenced blocks cheapest
         first) and the expected value the displaced blocks carry."""
         take = max(0, n - self.free)

@@ -62,8 +62,13 @@ TRANSPORT_NCCL = "nccl"
 TRANSPORT_LMCACHE = "lmcache"
 TRANSPORT_LMCACHE_MP = "lmcache-mp"
 TRANSPORT_WARMUP = "warmup"
-TRANSPORTS = (TRANSPORT_TCP, TRANSPORT_NCCL, TRANSPORT_LMCACHE, TRANSPORT_LMCACHE_MP,
-              TRANSPORT_WARMUP)
+TRANSPORTS = (
+    TRANSPORT_TCP,
+    TRANSPORT_NCCL,
+    TRANSPORT_LMCACHE,
+    TRANSPORT_LMCACHE_MP,
+    TRANSPORT_WARMUP,
+)
 
 JOB_PENDING = "pending"
 JOB_APPROVED = "approved"
@@ -77,14 +82,39 @@ JOB_SUCCEEDED = "succeeded"
 JOB_FAILED = "failed"
 JOB_CANCELLED = "cancelled"
 JOB_EXPIRED = "expired"
-JOB_STATES = (JOB_PENDING, JOB_APPROVED, JOB_DISPATCHED, JOB_RUNNING, JOB_LANDED, JOB_CONFIRMED,
-              JOB_UNCONFIRMED, JOB_LOST, JOB_SUCCEEDED, JOB_FAILED, JOB_CANCELLED, JOB_EXPIRED)
+JOB_STATES = (
+    JOB_PENDING,
+    JOB_APPROVED,
+    JOB_DISPATCHED,
+    JOB_RUNNING,
+    JOB_LANDED,
+    JOB_CONFIRMED,
+    JOB_UNCONFIRMED,
+    JOB_LOST,
+    JOB_SUCCEEDED,
+    JOB_FAILED,
+    JOB_CANCELLED,
+    JOB_EXPIRED,
+)
 RESULT_STATES = (JOB_SUCCEEDED, JOB_FAILED)  # what a job.result may say
 
 # Fields of the ``job`` object of a ``job.assign`` (docs/agent-protocol.md, "Replication jobs").
 FIELD_LMCACHE = TRANSPORT_LMCACHE  # the lmcache executor's parameters (controller URL, instance)
-JOB_FIELDS = ("id", "action", "role", "transport", "keys", "bytes", "bytes_per_block", ROLE_SOURCE,
-              ROLE_TARGET, "rendezvous", FIELD_LMCACHE, "deadline", "attempt")
+JOB_FIELDS = (
+    "id",
+    "action",
+    "role",
+    "transport",
+    "keys",
+    "bytes",
+    "bytes_per_block",
+    ROLE_SOURCE,
+    ROLE_TARGET,
+    "rendezvous",
+    FIELD_LMCACHE,
+    "deadline",
+    "attempt",
+)
 
 
 def job_ack(job_id: str) -> dict[str, Any]:
@@ -95,12 +125,24 @@ def job_progress(job_id: str, bytes_done: int) -> dict[str, Any]:
     return {"type": MSG_JOB_PROGRESS, "job_id": job_id, "bytes_done": bytes_done}
 
 
-def job_result(job_id: str, ok: bool, checksum: str | None, nbytes: int,
-               error: str | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def job_result(
+    job_id: str,
+    ok: bool,
+    checksum: str | None,
+    nbytes: int,
+    error: str | None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """``extra``: what an executor adds (e.g. a warm-up's cached tokens); the fields above win."""
-    return {**(extra or {}), "type": MSG_JOB_RESULT, "job_id": job_id,
-            "state": JOB_SUCCEEDED if ok else JOB_FAILED,
-            "checksum": checksum, "bytes": nbytes, "error": error}
+    return {
+        **(extra or {}),
+        "type": MSG_JOB_RESULT,
+        "job_id": job_id,
+        "state": JOB_SUCCEEDED if ok else JOB_FAILED,
+        "checksum": checksum,
+        "bytes": nbytes,
+        "error": error,
+    }
 
 
 def job_cancel(job_id: str) -> dict[str, Any]:
@@ -150,11 +192,17 @@ def encode_removed(rows: Iterable[RemovedRow], hex_keys: bool) -> list[list[Any]
     return [[k, m] for k, m in rows]
 
 
-def residency_entry(engine_id: str, mode: str, stored: list[list[Any]],
-                    removed: list[list[Any]], cleared: bool) -> dict[str, Any]:
+def residency_entry(
+    engine_id: str, mode: str, stored: list[list[Any]], removed: list[list[Any]], cleared: bool
+) -> dict[str, Any]:
     """One engine's ``residency`` entry of a report (rows from ``encode_stored`` / ``_removed``)."""
-    return {"engine_id": engine_id, "mode": mode, "stored": stored, "removed": removed,
-            "cleared": cleared}
+    return {
+        "engine_id": engine_id,
+        "mode": mode,
+        "stored": stored,
+        "removed": removed,
+        "cleared": cleared,
+    }
 
 
 # -- the one decoder -------------------------------------------------------------------------
@@ -169,9 +217,15 @@ def decode_stored(raw: list, where: str) -> tuple[list[tuple[int, int | None, st
         # the checked path, which also accepts hex keys and names the first bad field.
         if type(row) is list and len(row) == 4:
             key, parent, medium, flags = row
-            if (type(key) is int and 0 <= key <= KEY_MAX and type(medium) is str and medium in rank
-                    and (parent is None or (type(parent) is int and 0 <= parent <= KEY_MAX))
-                    and type(flags) is int and 0 <= flags <= FLAGS_MAX):
+            if (
+                type(key) is int
+                and 0 <= key <= KEY_MAX
+                and type(medium) is str
+                and medium in rank
+                and (parent is None or (type(parent) is int and 0 <= parent <= KEY_MAX))
+                and type(flags) is int
+                and 0 <= flags <= FLAGS_MAX
+            ):
                 append((key, parent, medium))
                 scoped += flags & FLAG_ENGINE_SCOPED
                 continue
@@ -210,5 +264,7 @@ def decode_removed(raw: list, where: str) -> list[tuple[int, str]]:
 
 def decode_medium(value: Any, where: str) -> str:
     if type(value) is not str or value not in TIER_RANK:
-        raise ProtocolError(where, f"unknown medium {value!r}; expected {', '.join(TIERS[:-1])} or {TIERS[-1]}")
+        raise ProtocolError(
+            where, f"unknown medium {value!r}; expected {', '.join(TIERS[:-1])} or {TIERS[-1]}"
+        )
     return value

@@ -82,7 +82,9 @@ class ResidencyIndex(Protocol):
         batched round trips, instead of one call per chain."""
         ...
 
-    def full_holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
+    def full_holders_many(
+        self, chains: Sequence[Sequence[int]], limit: int = 16
+    ) -> list[list[Holder]]:
         """For each chain, only the engines holding all of it (``holders`` filtered to
         ``depth == len(chain)``, same order): what a planner copies from. Walks from the leaf, so
         a chain costs one lookup per block for its few full holders."""
@@ -137,7 +139,9 @@ def longest_prefix(
             break
         for engine, tier in alive.items():
             depth_of[engine] = (depth, tier)
-    ranked = sorted(depth_of.items(), key=lambda item: (-item[1][0], TIER_RANK[item[1][1]], item[0]))
+    ranked = sorted(
+        depth_of.items(), key=lambda item: (-item[1][0], TIER_RANK[item[1][1]], item[0])
+    )
     return [Holder(engine, depth, tier) for engine, (depth, tier) in ranked[:limit]]
 
 
@@ -165,7 +169,7 @@ def full_holders(
             if r is None:
                 break
             medium = here.get(engine)
-            r = (max(r, rank[medium]) if medium else None)
+            r = max(r, rank[medium]) if medium else None
         if r is not None:
             worst.append((r, engine))
     worst.sort()
@@ -239,7 +243,9 @@ class InProcessResidencyIndex:
     def holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
         return [longest_prefix(keys, self.engines_of, limit) for keys in chains]
 
-    def full_holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
+    def full_holders_many(
+        self, chains: Sequence[Sequence[int]], limit: int = 16
+    ) -> list[list[Holder]]:
         lookup = self._by_key.get
         return [full_holders(keys, lookup, MASK_RANK, limit) for keys in chains]
 

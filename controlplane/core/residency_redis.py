@@ -193,8 +193,10 @@ class RedisResidencyIndex:
             for medium in {m for _, _, m in d.stored} | {m for _, m in d.removed}:
                 validate_medium(medium)
             # %-formatting: ~1/3 faster than f-strings for 5,000 keys a report.
-            stored = [["%016x" % k, "" if p is None else "%016x" % p, BIT[m]]  # noqa: UP031
-                      for k, p, m in d.stored]
+            stored = [
+                ["%016x" % k, "" if p is None else "%016x" % p, BIT[m]]  # noqa: UP031
+                for k, p, m in d.stored
+            ]
             removed = [["%016x" % k, BIT[m]] for k, m in d.removed]  # noqa: UP031
             batch.append([d.engine, 1 if (d.snapshot or d.cleared) else 0, stored, removed])
         if not batch:
@@ -225,7 +227,9 @@ class RedisResidencyIndex:
         table = self._engines_of_many(k for chain in chains for k in chain)
         return [longest_prefix(chain, table.__getitem__, limit) for chain in chains]
 
-    def full_holders_many(self, chains: Sequence[Sequence[int]], limit: int = 16) -> list[list[Holder]]:
+    def full_holders_many(
+        self, chains: Sequence[Sequence[int]], limit: int = 16
+    ) -> list[list[Holder]]:
         table = self._engines_of_many(k for chain in chains for k in chain)
         return [full_holders(chain, table.get, TIER_RANK, limit) for chain in chains]
 
@@ -239,7 +243,9 @@ class RedisResidencyIndex:
 
     def engines(self) -> list[int]:
         return sorted(
-            int(e) for e in self.r.smembers(f"{self.ns}:engines") if self.r.exists(f"{self.ns}:e:{int(e)}")
+            int(e)
+            for e in self.r.smembers(f"{self.ns}:engines")
+            if self.r.exists(f"{self.ns}:e:{int(e)}")
         )
 
     def blocks_of(self, engine: int) -> dict[int, str]:

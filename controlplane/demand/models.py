@@ -11,20 +11,29 @@ class WorkloadKey(models.Model):
     prefix_group = models.CharField(
         max_length=64, help_text="hex canonical key of the group's shared leading prefix, or '*'"
     )
-    prefix_keys = models.JSONField(default=list, blank=True, help_text="the shared chain, root first")
+    prefix_keys = models.JSONField(
+        default=list, blank=True, help_text="the shared chain, root first"
+    )
     prefix_tokens = models.PositiveIntegerField(default=0)
     prefix_token_ids = models.JSONField(
-        default=list, blank=True,
-        help_text="the shared prefix's token ids, kept only while a plan uses this key (executors need them)")
+        default=list,
+        blank=True,
+        help_text="the shared prefix's token ids, kept only while a plan uses this key (executors need them)",
+    )
     token_ids_wanted_until = models.DateTimeField(
-        null=True, blank=True, help_text="a plan uses this key: keep its prefix's token ids until then")
+        null=True,
+        blank=True,
+        help_text="a plan uses this key: keep its prefix's token ids until then",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["tenant", "model", "prefix_group"]
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "model", "prefix_group"], name="workload_key_unique")
+            models.UniqueConstraint(
+                fields=["tenant", "model", "prefix_group"], name="workload_key_unique"
+            )
         ]
 
     def __str__(self) -> str:
@@ -39,13 +48,18 @@ class DemandBucket(models.Model):
     seconds = models.PositiveIntegerField()
     requests = models.PositiveIntegerField(default=0)
     prompt_tokens = models.BigIntegerField(default=0)
-    cached_tokens = models.BigIntegerField(default=0, help_text="tokens a gateway saw served from cache")
+    cached_tokens = models.BigIntegerField(
+        default=0, help_text="tokens a gateway saw served from cache"
+    )
     served_records = models.PositiveIntegerField(
-        default=0, help_text="records that named their serving engine and cached tokens")
+        default=0, help_text="records that named their serving engine and cached tokens"
+    )
 
     class Meta:
         ordering = ["key", "start"]
-        constraints = [models.UniqueConstraint(fields=["key", "start", "seconds"], name="demand_bucket_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["key", "start", "seconds"], name="demand_bucket_unique")
+        ]
         indexes = [models.Index(fields=["start"])]
 
     def __str__(self) -> str:

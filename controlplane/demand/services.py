@@ -27,8 +27,9 @@ HOUR = 3600
 def _keys_of(record: dict) -> list[int]:
     if "keys" in record:
         return [int(k, 16) for k in record["keys"]]
-    return blockhash.chain_keys(record["token_ids"], record["block_size"],
-                                blockhash.extra_for(record.get("lora_name")))
+    return blockhash.chain_keys(
+        record["token_ids"], record["block_size"], blockhash.extra_for(record.get("lora_name"))
+    )
 
 
 class UnknownEngine(Invalid, ValueError):
@@ -57,8 +58,10 @@ def _serving_engines(records: list[dict]) -> dict[str, int]:
             out[f"{node}/{eid}"] = pk
     missing = sorted(refs - set(out))
     if missing:
-        raise UnknownEngine(f"unknown serving engine {missing[0]!r}: give the engine's id as the "
-                            "residency lookup names it, or 'node/engine_id'")
+        raise UnknownEngine(
+            f"unknown serving engine {missing[0]!r}: give the engine's id as the "
+            "residency lookup names it, or 'node/engine_id'"
+        )
     return out
 
 
@@ -86,20 +89,27 @@ def ingest_records(records: list[dict]) -> dict:
         ident = (rec["tenant"], rec["model"], group)
         wk = keys_cache.get(ident)
         if wk is None:
-            wk = WorkloadKey.objects.filter(tenant=ident[0], model=ident[1], prefix_group=group).first()
+            wk = WorkloadKey.objects.filter(
+                tenant=ident[0], model=ident[1], prefix_group=group
+            ).first()
             if wk is None:
                 tm = ident[:2]
                 if tm not in group_counts:
                     group_counts[tm] = WorkloadKey.objects.filter(tenant=tm[0], model=tm[1]).count()
                 if group != OTHER and group_counts[tm] >= MAX_GROUPS_PER_TENANT_MODEL:
                     group, ident = OTHER, (tm[0], tm[1], OTHER)
-                    wk = keys_cache.get(ident) or WorkloadKey.objects.filter(
-                        tenant=tm[0], model=tm[1], prefix_group=OTHER).first()
+                    wk = (
+                        keys_cache.get(ident)
+                        or WorkloadKey.objects.filter(
+                            tenant=tm[0], model=tm[1], prefix_group=OTHER
+                        ).first()
+                    )
                 if wk is None:
                     # get_or_create: another web process may create the same key at the same
                     # moment (bench/load.py with 2 processes hit UniqueViolation -> 500 here).
-                    wk, made = WorkloadKey.objects.get_or_create(tenant=ident[0], model=ident[1],
-                                                                 prefix_group=group)
+                    wk, made = WorkloadKey.objects.get_or_create(
+                        tenant=ident[0], model=ident[1], prefix_group=group
+                    )
                     group_counts[tm] = group_counts.get(tm, 0) + made
                     created += made
             keys_cache[ident] = wk
@@ -110,8 +120,14 @@ def ingest_records(records: list[dict]) -> dict:
                 wk.prefix_keys = [blockhash.to_hex(k) for k in common]
                 wk.prefix_tokens = len(common) * rec["block_size"]
                 wk._dirty = True
-        if keep_tokens and "token_ids" in rec and wk.token_ids_wanted_until and wk.token_ids_wanted_until > now \
-                and wk.prefix_keys and group != OTHER:
+        if (
+            keep_tokens
+            and "token_ids" in rec
+            and wk.token_ids_wanted_until
+            and wk.token_ids_wanted_until > now
+            and wk.prefix_keys
+            and group != OTHER
+        ):
             _keep_prefix_tokens(wk, rec, chain)
         start = int(rec["time"] // bucket_s * bucket_s)
         c = counts[(wk.pk, start)]
@@ -132,16 +148,30 @@ def ingest_records(records: list[dict]) -> dict:
     for (key_id, start), (n, toks, cached, nserved) in counts.items():
         at = datetime.fromtimestamp(start, tz=UTC)
         bucket, made = DemandBucket.objects.get_or_create(
-            key_id=key_id, start=at, seconds=bucket_s,
-            defaults={"requests": n, "prompt_tokens": toks, "cached_tokens": cached,
-                      "served_records": nserved})
+            key_id=key_id,
+            start=at,
+            seconds=bucket_s,
+            defaults={
+                "requests": n,
+                "prompt_tokens": toks,
+                "cached_tokens": cached,
+                "served_records": nserved,
+            },
+        )
         if not made:
             DemandBucket.objects.filter(pk=bucket.pk).update(
-                requests=F("requests") + n, prompt_tokens=F("prompt_tokens") + toks,
-                cached_tokens=F("cached_tokens") + cached, served_records=F("served_records") + nserved)
+                requests=F("requests") + n,
+                prompt_tokens=F("prompt_tokens") + toks,
+                cached_tokens=F("cached_tokens") + cached,
+                served_records=F("served_records") + nserved,
+            )
     # Replication credits its replicas with the requests they served (it sits above demand).
     requests_served.send(sender=ingest_records, served=served)
-    return {"accepted": len(records), "buckets_touched": len(counts), "workload_keys_created": created}
+    return {
+        "accepted": len(records),
+        "buckets_touched": len(counts),
+        "workload_keys_created": created,
+    }
 
 
 def _keep_prefix_tokens(wk: WorkloadKey, rec: dict, chain: list[int]) -> None:
@@ -171,7 +201,9 @@ def forget_prefix_tokens(now=None) -> int:
     now = now or timezone.now()
     stale = WorkloadKey.objects.exclude(prefix_token_ids=[])
     if settings.PREWARM_KEEP_PREFIX_TOKEN_IDS:
-        stale = stale.filter(Q(token_ids_wanted_until__isnull=True) | Q(token_ids_wanted_until__lte=now))
+        stale = stale.filter(
+            Q(token_ids_wanted_until__isnull=True) | Q(token_ids_wanted_until__lte=now)
+        )
     return stale.update(prefix_token_ids=[])
 
 
@@ -181,23 +213,43 @@ def downsample_demand(now=None) -> dict:
     horizon, buckets are deleted. Request counts are preserved by the roll-up."""
     now = now or timezone.now()
     fine_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
-    cutoff = (now - timedelta(days=settings.PREWARM_DEMAND_FINE_DAYS)).replace(minute=0, second=0, microsecond=0)
-    deleted, _ = DemandBucket.objects.filter(start__lt=now - timedelta(days=settings.PREWARM_DEMAND_DAYS)).delete()
+    cutoff = (now - timedelta(days=settings.PREWARM_DEMAND_FINE_DAYS)).replace(
+        minute=0, second=0, microsecond=0
+    )
+    deleted, _ = DemandBucket.objects.filter(
+        start__lt=now - timedelta(days=settings.PREWARM_DEMAND_DAYS)
+    ).delete()
     if fine_s >= HOUR:
         return {"demand_buckets_deleted": deleted, "demand_buckets_merged": 0}
     fine = DemandBucket.objects.filter(seconds=fine_s, start__lt=cutoff)
-    sums = (fine.annotate(hour=TruncHour("start")).values("key_id", "hour")
-            .annotate(n=Sum("requests"), toks=Sum("prompt_tokens"), cached=Sum("cached_tokens"),
-                      served=Sum("served_records")))
+    sums = (
+        fine.annotate(hour=TruncHour("start"))
+        .values("key_id", "hour")
+        .annotate(
+            n=Sum("requests"),
+            toks=Sum("prompt_tokens"),
+            cached=Sum("cached_tokens"),
+            served=Sum("served_records"),
+        )
+    )
     for row in sums:
         bucket, made = DemandBucket.objects.get_or_create(
-            key_id=row["key_id"], start=row["hour"], seconds=HOUR,
-            defaults={"requests": row["n"], "prompt_tokens": row["toks"], "cached_tokens": row["cached"],
-                      "served_records": row["served"]})
+            key_id=row["key_id"],
+            start=row["hour"],
+            seconds=HOUR,
+            defaults={
+                "requests": row["n"],
+                "prompt_tokens": row["toks"],
+                "cached_tokens": row["cached"],
+                "served_records": row["served"],
+            },
+        )
         if not made:
             DemandBucket.objects.filter(pk=bucket.pk).update(
-                requests=F("requests") + row["n"], prompt_tokens=F("prompt_tokens") + row["toks"],
+                requests=F("requests") + row["n"],
+                prompt_tokens=F("prompt_tokens") + row["toks"],
                 cached_tokens=F("cached_tokens") + row["cached"],
-                served_records=F("served_records") + row["served"])
+                served_records=F("served_records") + row["served"],
+            )
     merged, _ = fine.delete()
     return {"demand_buckets_deleted": deleted, "demand_buckets_merged": merged}

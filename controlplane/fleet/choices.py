@@ -12,11 +12,21 @@ class EngineLifecycle:
     WARMING = "warming"
     SERVING = "serving"
     DRAINING = "draining"
-    CHOICES = [(WARMING, "Warming (joining, not yet taking traffic)"), (SERVING, "Serving"), (DRAINING, "Draining")]
+    CHOICES = [
+        (WARMING, "Warming (joining, not yet taking traffic)"),
+        (SERVING, "Serving"),
+        (DRAINING, "Draining"),
+    ]
     # Who may move an engine where: anything may go to draining; warming -> serving when ready;
     # a drained (or not yet started) engine warms up again before it takes traffic.
     ALLOWED = {WARMING: {SERVING, DRAINING}, SERVING: {DRAINING}, DRAINING: {SERVING, WARMING}}
 
 
 class EngineKind:
-    CHOICES = [("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"), ("dynamo", "Dynamo"), ("virtual", "Virtual (simulator)")]
+    CHOICES = [
+        ("vllm", "vLLM"),
+        ("sglang", "SGLang"),
+        ("trtllm", "TensorRT-LLM"),
+        ("dynamo", "Dynamo"),
+        ("virtual", "Virtual (simulator)"),
+    ]

@@ -71,7 +71,9 @@ class Engine(models.Model):
     """An inference engine instance (vLLM, SGLang ...) whose KV cache Prewarm tracks."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="engines")
-    engine_id = models.CharField(max_length=100, help_text="the agent's name for it, unique per node")
+    engine_id = models.CharField(
+        max_length=100, help_text="the agent's name for it, unique per node"
+    )
     kind = models.CharField(max_length=16, choices=EngineKind.CHOICES, default="vllm")
     model = models.CharField(max_length=200, blank=True)
     block_size = models.PositiveIntegerField(default=16)
@@ -91,16 +93,21 @@ class Engine(models.Model):
     )
     last_seen = models.DateTimeField(null=True, blank=True)
     engine_scoped_at = models.DateTimeField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="when a report last carried engine-scoped keys (blocks stored without token ids: "
-                  "only meaningful on this engine, so a gateway cannot route to them by prefix)")
+        "only meaningful on this engine, so a gateway cannot route to them by prefix)",
+    )
     engine_scoped_blocks = models.BigIntegerField(
-        default=0, help_text="how many engine-scoped keys that report carried")
+        default=0, help_text="how many engine-scoped keys that report carried"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["node__name", "engine_id"]
-        constraints = [models.UniqueConstraint(fields=["node", "engine_id"], name="engine_unique_per_node")]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "engine_id"], name="engine_unique_per_node")
+        ]
 
     def __str__(self) -> str:
         return f"{self.node.name}/{self.engine_id}"

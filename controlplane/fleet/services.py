@@ -28,10 +28,28 @@ from .residency import get_index
 GPU_SAMPLE_SECONDS = 60
 GPU_REFRESH_SECONDS = 60  # an unchanged GPU row is rewritten (updated_at) at most this often
 ENGINE_SEEN_SECONDS = 10  # an unchanged engine's last_seen is written at most this often
-GPU_FIELDS = ("index", "name", "memory_total", "memory_used", "memory_free", "utilization_gpu",
-              "nvlink_peers", "pcie", "processes", "errors", "lost")
-ENGINE_FIELDS = ("kind", "model", "block_size", "bytes_per_block", "kv_capacity_blocks", "endpoints",
-                 "metrics")
+GPU_FIELDS = (
+    "index",
+    "name",
+    "memory_total",
+    "memory_used",
+    "memory_free",
+    "utilization_gpu",
+    "nvlink_peers",
+    "pcie",
+    "processes",
+    "errors",
+    "lost",
+)
+ENGINE_FIELDS = (
+    "kind",
+    "model",
+    "block_size",
+    "bytes_per_block",
+    "kv_capacity_blocks",
+    "endpoints",
+    "metrics",
+)
 
 
 @transaction.atomic
@@ -40,9 +58,14 @@ def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
     token = EnrolmentToken.objects.select_for_update().filter(digest=digest(raw_token)).first()
     now = timezone.now()
     if token is None or token.used_at is not None or token.expires_at <= now:
-        raise Forbidden("enrolment token is unknown, used or expired",
-                        code="invalid_enrolment_token", field="enrolment_token")
-    node, created = Node.objects.get_or_create(name=hostname, defaults={"labels": {**token.labels, **labels}})
+        raise Forbidden(
+            "enrolment token is unknown, used or expired",
+            code="invalid_enrolment_token",
+            field="enrolment_token",
+        )
+    node, created = Node.objects.get_or_create(
+        name=hostname, defaults={"labels": {**token.labels, **labels}}
+    )
     if not created:
         # Re-enrolling a host (reinstalled agent): its old tokens stop working.
         ApiToken.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now)
@@ -55,8 +78,13 @@ def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
     _, raw = ApiToken.issue(TokenKind.AGENT, f"agent:{hostname}", node=node)
     token.used_at, token.node = now, node
     token.save(update_fields=["used_at", "node"])
-    record(None, "node.enrolled", node, after={"name": node.name, "labels": node.labels},
-           reason=f"enrolment token {token.prefix}…")
+    record(
+        None,
+        "node.enrolled",
+        node,
+        after={"name": node.name, "labels": node.labels},
+        reason=f"enrolment token {token.prefix}…",
+    )
     return node, raw
 
 
@@ -65,15 +93,21 @@ def rotate_agent_token(node: Node, current: ApiToken | None, who=None) -> str:
     """A new agent token for ``node``; ``current`` (or, from an admin, every token of the node)
     stops working in the same transaction. Returns the raw token, shown once."""
     now = timezone.now()
-    old = ApiToken.objects.select_for_update().filter(node=node, kind=TokenKind.AGENT,
-                                                      revoked_at__isnull=True)
+    old = ApiToken.objects.select_for_update().filter(
+        node=node, kind=TokenKind.AGENT, revoked_at__isnull=True
+    )
     if current is not None:
         old = old.filter(pk=current.pk)
     prefixes = [t.prefix for t in old]
     old.update(revoked_at=now)
     token, raw = ApiToken.issue(TokenKind.AGENT, f"agent:{node.name}", node=node)
-    record(who, "node.token_rotated", node, after={"prefix": token.prefix},
-           reason=f"revoked {', '.join(p + '…' for p in prefixes) or 'none'}")
+    record(
+        who,
+        "node.token_rotated",
+        node,
+        after={"prefix": token.prefix},
+        reason=f"revoked {', '.join(p + '…' for p in prefixes) or 'none'}",
+    )
     return raw
 
 
@@ -91,8 +125,11 @@ def change_engine_lifecycle(engine: Engine, to: str, who, *, reason: str = "") -
     if to not in dict(EngineLifecycle.CHOICES):
         raise Invalid(f"unknown lifecycle {to!r}", field="lifecycle")
     if to != engine.lifecycle and to not in EngineLifecycle.ALLOWED[engine.lifecycle]:
-        raise Conflict(f"{engine.lifecycle} -> {to} is not allowed", code="illegal_lifecycle",
-                       field="lifecycle")
+        raise Conflict(
+            f"{engine.lifecycle} -> {to} is not allowed",
+            code="illegal_lifecycle",
+            field="lifecycle",
+        )
     before = snapshot(engine)
     engine.lifecycle = to
     engine.save(update_fields=["lifecycle"])
@@ -129,31 +166,51 @@ def _upsert_gpus(node: Node, gpus: list[dict], now) -> dict[str, Gpu]:
     for data in gpus:
         gpu = existing.get(data["uuid"])
         if gpu is None:
-            gpu = Gpu.objects.create(node=node, uuid=data["uuid"], **{f: data[f] for f in GPU_FIELDS})
+            gpu = Gpu.objects.create(
+                node=node, uuid=data["uuid"], **{f: data[f] for f in GPU_FIELDS}
+            )
             existing[gpu.uuid] = gpu
         else:
             if gpu.node_id != node.pk:
-                raise ApiError("gpu_owned_elsewhere", "this GPU belongs to another node",
-                               "gpus.uuid", status_code=409)
+                raise ApiError(
+                    "gpu_owned_elsewhere",
+                    "this GPU belongs to another node",
+                    "gpus.uuid",
+                    status_code=409,
+                )
             # Unchanged values are not rewritten (live values reach browsers through publish
             # anyway); updated_at is still refreshed every GPU_REFRESH_SECONDS.
             differs = [f for f in GPU_FIELDS if getattr(gpu, f) != data[f]]
-            stale = gpu.updated_at is None or (now - gpu.updated_at).total_seconds() >= GPU_REFRESH_SECONDS
+            stale = (
+                gpu.updated_at is None
+                or (now - gpu.updated_at).total_seconds() >= GPU_REFRESH_SECONDS
+            )
             if differs or stale:
                 for f in differs:
                     setattr(gpu, f, data[f])
                 changed.append((gpu, differs))
         if now.timestamp() - _last_sample_at.get(_gpu_key(node, gpu), 0.0) >= GPU_SAMPLE_SECONDS:
-            samples.append(GpuSample(gpu=gpu, at=now, memory_used=data["memory_used"],
-                                     utilization_gpu=data["utilization_gpu"]))
-    for gpu, differs in changed:  # usually one GPU row or none: plain UPDATEs beat bulk_update's CASE
-        Gpu.objects.filter(pk=gpu.pk).update(updated_at=now, **{f: getattr(gpu, f) for f in differs})
+            samples.append(
+                GpuSample(
+                    gpu=gpu,
+                    at=now,
+                    memory_used=data["memory_used"],
+                    utilization_gpu=data["utilization_gpu"],
+                )
+            )
+    for (
+        gpu,
+        differs,
+    ) in changed:  # usually one GPU row or none: plain UPDATEs beat bulk_update's CASE
+        Gpu.objects.filter(pk=gpu.pk).update(
+            updated_at=now, **{f: getattr(gpu, f) for f in differs}
+        )
         gpu.updated_at = now
     if samples:  # at most one history point per GPU per GPU_SAMPLE_SECONDS
         recent = dict(
-            GpuSample.objects.filter(gpu__in=[s.gpu for s in samples],
-                                     at__gt=now - timedelta(seconds=GPU_SAMPLE_SECONDS))
-            .values_list("gpu_id", "at")
+            GpuSample.objects.filter(
+                gpu__in=[s.gpu for s in samples], at__gt=now - timedelta(seconds=GPU_SAMPLE_SECONDS)
+            ).values_list("gpu_id", "at")
         )
         for sample in samples:
             at = recent.get(sample.gpu.pk)
@@ -162,22 +219,33 @@ def _upsert_gpus(node: Node, gpus: list[dict], now) -> dict[str, Gpu]:
     return existing
 
 
-def _upsert_engines(node: Node, engines: list[dict], gpus: dict[str, Gpu], now) -> dict[str, Engine]:
+def _upsert_engines(
+    node: Node, engines: list[dict], gpus: dict[str, Gpu], now
+) -> dict[str, Engine]:
     existing = {e.engine_id: e for e in node.engines.all()}
     for data in engines:
         engine = existing.get(data["engine_id"])
         if engine is None:
-            engine = Engine.objects.create(node=node, engine_id=data["engine_id"], last_seen=now,
-                                           **{f: data[f] for f in ENGINE_FIELDS})
+            engine = Engine.objects.create(
+                node=node,
+                engine_id=data["engine_id"],
+                last_seen=now,
+                **{f: data[f] for f in ENGINE_FIELDS},
+            )
             existing[engine.engine_id] = engine
         else:
             differs = [f for f in ENGINE_FIELDS if getattr(engine, f) != data[f]]
-            stale = engine.last_seen is None or (now - engine.last_seen).total_seconds() >= ENGINE_SEEN_SECONDS
+            stale = (
+                engine.last_seen is None
+                or (now - engine.last_seen).total_seconds() >= ENGINE_SEEN_SECONDS
+            )
             if differs or stale:
                 for f in differs:
                     setattr(engine, f, data[f])
                 engine.last_seen = now
-                Engine.objects.filter(pk=engine.pk).update(last_seen=now, **{f: data[f] for f in differs})
+                Engine.objects.filter(pk=engine.pk).update(
+                    last_seen=now, **{f: data[f] for f in differs}
+                )
         wanted = frozenset(gpus[u].pk for u in data["gpu_uuids"] if u in gpus)
         if wanted and wanted != _engine_gpus.get((engine.pk, engine.created_at)):
             if wanted != {g.pk for g in engine.gpus.all()}:
@@ -195,8 +263,13 @@ def apply_report(node: Node, report: Report) -> dict:
             raise ApiError("node_retired", "this node is retired", status_code=403)
         new_boot = node.boot_id != report.boot_id
         if report.seq <= node.last_seq and not (new_boot and report.snapshot_only):
-            raise ApiError("stale_seq", f"seq {report.seq} is not after {node.last_seq}", "seq",
-                           status_code=409, last_seq=node.last_seq)
+            raise ApiError(
+                "stale_seq",
+                f"seq {report.seq} is not after {node.last_seq}",
+                "seq",
+                status_code=409,
+                last_seq=node.last_seq,
+            )
         if get_index().mark_live():
             # The index is new or lost everything (Redis restarted empty): what it held must be
             # reported again, so every engine of every node sends a snapshot next.
@@ -208,28 +281,45 @@ def apply_report(node: Node, report: Report) -> dict:
         for res in report.residency:
             engine = engines[res.engine_id]
             snapshot = res.mode == MODE_SNAPSHOT
-            deltas.append(Delta(engine.pk, stored=res.stored, removed=res.removed,
-                                cleared=res.cleared, snapshot=snapshot))
+            deltas.append(
+                Delta(
+                    engine.pk,
+                    stored=res.stored,
+                    removed=res.removed,
+                    cleared=res.cleared,
+                    snapshot=snapshot,
+                )
+            )
             if res.engine_scoped:  # rare (no token ids, e.g. CPU offload): written only then
-                Engine.objects.filter(pk=engine.pk).update(engine_scoped_at=now,
-                                                           engine_scoped_blocks=res.engine_scoped)
+                Engine.objects.filter(pk=engine.pk).update(
+                    engine_scoped_at=now, engine_scoped_blocks=res.engine_scoped
+                )
             if snapshot:
                 synced.append(engine.pk)
             elif not engine.residency_synced:
                 requested.append(engine.engine_id)
         if new_boot and node.boot_id:
             # A restarted agent: everything it said before may be stale until it resyncs.
-            requested.extend(e.engine_id for e in engines.values()
-                             if e.pk not in synced and e.engine_id not in requested)
+            requested.extend(
+                e.engine_id
+                for e in engines.values()
+                if e.pk not in synced and e.engine_id not in requested
+            )
         for engine in engines.values():
-            if not engine.residency_synced and engine.engine_id not in requested and engine.pk not in synced:
+            if (
+                not engine.residency_synced
+                and engine.engine_id not in requested
+                and engine.pk not in synced
+            ):
                 requested.append(engine.engine_id)
         synced_now = [pk for pk in synced if not engines_by_pk[pk].residency_synced]
         if synced_now:
             Engine.objects.filter(pk__in=synced_now).update(residency_synced=True)
         unsynced_now = [e for e in requested if engines[e].residency_synced]
         if unsynced_now:
-            Engine.objects.filter(node=node, engine_id__in=unsynced_now).update(residency_synced=False)
+            Engine.objects.filter(node=node, engine_id__in=unsynced_now).update(
+                residency_synced=False
+            )
         node.last_seq, node.boot_id, node.last_seen = report.seq, report.boot_id, now
         if node.state == NodeState.STALE:
             node.state = NodeState.ACTIVE
@@ -238,16 +328,36 @@ def apply_report(node: Node, report: Report) -> dict:
         # Last, so a failure here rolls the database back; re-applying the same deltas is harmless.
         changes = get_index().apply(deltas)
         if changes or report.gpus:
-            publish(groups.CLUSTER, "residency.delta", {
-                "node": node.pk,
-                "engines": {str(engines[r.engine_id].pk): {"stored": len(r.stored), "removed": len(r.removed),
-                                                       "mode": r.mode} for r in report.residency},
-                "gpus": [{"uuid": g["uuid"], "memory_used": g["memory_used"],
-                          "memory_total": g["memory_total"]} for g in report.gpus],
-                "at": now.timestamp(),
-            })
-    return {"applied_seq": report.seq, "snapshot_requested": sorted(set(requested)),
-            "server_time": now.timestamp(), "deltas_applied": changes}
+            publish(
+                groups.CLUSTER,
+                "residency.delta",
+                {
+                    "node": node.pk,
+                    "engines": {
+                        str(engines[r.engine_id].pk): {
+                            "stored": len(r.stored),
+                            "removed": len(r.removed),
+                            "mode": r.mode,
+                        }
+                        for r in report.residency
+                    },
+                    "gpus": [
+                        {
+                            "uuid": g["uuid"],
+                            "memory_used": g["memory_used"],
+                            "memory_total": g["memory_total"],
+                        }
+                        for g in report.gpus
+                    ],
+                    "at": now.timestamp(),
+                },
+            )
+    return {
+        "applied_seq": report.seq,
+        "snapshot_requested": sorted(set(requested)),
+        "server_time": now.timestamp(),
+        "deltas_applied": changes,
+    }
 
 
 def heartbeat(node: Node) -> None:
@@ -259,7 +369,11 @@ def heartbeat(node: Node) -> None:
 def mark_stale_nodes() -> list[int]:
     """Nodes silent for longer than the limit go stale and leave the residency index."""
     cutoff = timezone.now() - timedelta(seconds=settings.PREWARM_NODE_STALE_SECONDS)
-    stale = list(Node.objects.filter(state=NodeState.ACTIVE, last_seen__lt=cutoff).values_list("pk", flat=True))
+    stale = list(
+        Node.objects.filter(state=NodeState.ACTIVE, last_seen__lt=cutoff).values_list(
+            "pk", flat=True
+        )
+    )
     for node_id in stale:
         with transaction.atomic():
             Node.objects.filter(pk=node_id).update(state=NodeState.STALE)
@@ -267,8 +381,13 @@ def mark_stale_nodes() -> list[int]:
             Engine.objects.filter(pk__in=engine_ids).update(residency_synced=False)
             for engine_id in engine_ids:
                 get_index().drop_engine(engine_id)
-            record(None, "node.stale", object_type="fleet.node", object_id=str(node_id),
-                   reason=f"no report for {settings.PREWARM_NODE_STALE_SECONDS:.0f}s")
+            record(
+                None,
+                "node.stale",
+                object_type="fleet.node",
+                object_id=str(node_id),
+                reason=f"no report for {settings.PREWARM_NODE_STALE_SECONDS:.0f}s",
+            )
             publish(groups.CLUSTER, "node.stale", {"node": node_id})
     return stale
 
@@ -280,20 +399,45 @@ def downsample_gpu_samples(now=None) -> dict:
     fine_cutoff = now - timedelta(hours=settings.PREWARM_GPU_SAMPLE_FINE_HOURS)
     # Only whole hours are rolled up, so a later run never re-averages a partial hour.
     fine_cutoff = fine_cutoff.replace(minute=0, second=0, microsecond=0)
-    deleted, _ = GpuSample.objects.filter(at__lt=now - timedelta(days=settings.PREWARM_GPU_SAMPLE_DAYS)).delete()
-    hours = (GpuSample.objects.filter(at__lt=fine_cutoff).annotate(hour=TruncHour("at"))
-             .values("gpu_id", "hour").annotate(n=Count("id"), mem=Avg("memory_used"), kv=Avg("kv_bytes"),
-                                                 spec=Avg("speculative_bytes"), util=Avg("utilization_gpu"))
-             .filter(n__gt=1))
-    rolled = [GpuSample(gpu_id=h["gpu_id"], at=h["hour"], memory_used=_int_or_none(h["mem"]),
-                        kv_bytes=_int_or_none(h["kv"]), speculative_bytes=_int_or_none(h["spec"]),
-                        utilization_gpu=h["util"]) for h in hours]
+    deleted, _ = GpuSample.objects.filter(
+        at__lt=now - timedelta(days=settings.PREWARM_GPU_SAMPLE_DAYS)
+    ).delete()
+    hours = (
+        GpuSample.objects.filter(at__lt=fine_cutoff)
+        .annotate(hour=TruncHour("at"))
+        .values("gpu_id", "hour")
+        .annotate(
+            n=Count("id"),
+            mem=Avg("memory_used"),
+            kv=Avg("kv_bytes"),
+            spec=Avg("speculative_bytes"),
+            util=Avg("utilization_gpu"),
+        )
+        .filter(n__gt=1)
+    )
+    rolled = [
+        GpuSample(
+            gpu_id=h["gpu_id"],
+            at=h["hour"],
+            memory_used=_int_or_none(h["mem"]),
+            kv_bytes=_int_or_none(h["kv"]),
+            speculative_bytes=_int_or_none(h["spec"]),
+            utilization_gpu=h["util"],
+        )
+        for h in hours
+    ]
     merged = 0
     for row in rolled:
         end = row.at + timedelta(hours=1)
-        merged += GpuSample.objects.filter(gpu_id=row.gpu_id, at__gte=row.at, at__lt=end).delete()[0]
+        merged += GpuSample.objects.filter(gpu_id=row.gpu_id, at__gte=row.at, at__lt=end).delete()[
+            0
+        ]
     GpuSample.objects.bulk_create(rolled)
-    return {"gpu_samples_deleted": deleted, "gpu_samples_merged": merged, "gpu_samples_hourly": len(rolled)}
+    return {
+        "gpu_samples_deleted": deleted,
+        "gpu_samples_merged": merged,
+        "gpu_samples_hourly": len(rolled),
+    }
 
 
 def _int_or_none(value) -> int | None:

@@ -5,5 +5,13 @@ from .models import Forecast
 
 @admin.register(Forecast)
 class ForecastAdmin(admin.ModelAdmin):
-    list_display = ("key", "model", "generated_at", "horizon", "bucket_seconds", "backtest_mase", "burst_risk")
+    list_display = (
+        "key",
+        "model",
+        "generated_at",
+        "horizon",
+        "bucket_seconds",
+        "backtest_mase",
+        "burst_risk",
+    )
     list_filter = ("model",)

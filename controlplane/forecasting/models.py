@@ -6,7 +6,9 @@ from django.db import models
 class Forecast(models.Model):
     """A forecast of one workload key's requests per bucket, with its backtest error."""
 
-    key = models.ForeignKey("demand.WorkloadKey", on_delete=models.CASCADE, related_name="forecasts")
+    key = models.ForeignKey(
+        "demand.WorkloadKey", on_delete=models.CASCADE, related_name="forecasts"
+    )
     generated_at = models.DateTimeField(auto_now_add=True, db_index=True)
     start = models.DateTimeField(help_text="start of the first forecast bucket")
     bucket_seconds = models.PositiveIntegerField()

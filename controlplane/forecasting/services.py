@@ -35,9 +35,14 @@ def history(key_id: int, bucket_s: int, end: float, days: float) -> np.ndarray:
     """Requests per bucket, oldest first, from the key's first bucket (at most ``days`` back)
     to ``end``; missing buckets are zeros."""
     since = datetime.fromtimestamp(end - days * 86400, tz=UTC)
-    rows = list(DemandBucket.objects.filter(key_id=key_id, seconds=bucket_s, start__gte=since,
-                                            start__lt=datetime.fromtimestamp(end, tz=UTC))
-                .values_list("start", "requests"))
+    rows = list(
+        DemandBucket.objects.filter(
+            key_id=key_id,
+            seconds=bucket_s,
+            start__gte=since,
+            start__lt=datetime.fromtimestamp(end, tz=UTC),
+        ).values_list("start", "requests")
+    )
     if not rows:
         return np.zeros(0)
     first = min(r[0] for r in rows).timestamp()
@@ -66,19 +71,31 @@ def forecast_key(key_id: int, horizon_s: float, now=None) -> Forecast | None:
     if counts.sum() <= 0:
         return None
     horizon = max(1, math.ceil(horizon_s / bucket_s))
-    res = forecast_counts(counts, start=end, bucket_seconds=bucket_s, horizon=horizon,
-                          models=settings.PREWARM_FORECAST_MODELS or None,
-                          backtest_folds=settings.PREWARM_FORECAST_BACKTEST_FOLDS)
+    res = forecast_counts(
+        counts,
+        start=end,
+        bucket_seconds=bucket_s,
+        horizon=horizon,
+        models=settings.PREWARM_FORECAST_MODELS or None,
+        backtest_folds=settings.PREWARM_FORECAST_BACKTEST_FOLDS,
+    )
     note = res.note
     if res.backtest_mase is None:
         note = f"baseline only ({len(counts)} buckets of history): " + note
     f = Forecast.objects.create(
-        key_id=key_id, start=datetime.fromtimestamp(res.start, tz=UTC), bucket_seconds=bucket_s,
-        horizon=horizon, yhat=[round(float(v), 4) for v in res.yhat],
-        lower=[round(float(v), 4) for v in res.lower], upper=[round(float(v), 4) for v in res.upper],
-        model=res.model, backtest_mase=res.backtest_mase,
+        key_id=key_id,
+        start=datetime.fromtimestamp(res.start, tz=UTC),
+        bucket_seconds=bucket_s,
+        horizon=horizon,
+        yhat=[round(float(v), 4) for v in res.yhat],
+        lower=[round(float(v), 4) for v in res.lower],
+        upper=[round(float(v), 4) for v in res.upper],
+        model=res.model,
+        backtest_mase=res.backtest_mase,
         scores={k: (None if not math.isfinite(v) else v) for k, v in res.scores.items()},
-        burst_risk=risk_of(counts, bucket_s, horizon_s), note=note[:4000])
+        burst_risk=risk_of(counts, bucket_s, horizon_s),
+        note=note[:4000],
+    )
     return f  # no page shows forecasts live (the forecasts page reads the table on load)
 
 
@@ -93,7 +110,13 @@ def keys_to_forecast(now=None) -> list[int]:
 def prune_forecasts(now=None) -> dict:
     """Forecasts older than the keep window go, except each key's latest."""
     now = now or timezone.now()
-    latest = Forecast.objects.filter(key_id=OuterRef("key_id")).order_by("-generated_at", "-id").values("id")[:1]
-    old = Forecast.objects.filter(generated_at__lt=now - timedelta(hours=settings.PREWARM_FORECAST_KEEP_HOURS))
+    latest = (
+        Forecast.objects.filter(key_id=OuterRef("key_id"))
+        .order_by("-generated_at", "-id")
+        .values("id")[:1]
+    )
+    old = Forecast.objects.filter(
+        generated_at__lt=now - timedelta(hours=settings.PREWARM_FORECAST_KEEP_HOURS)
+    )
     deleted, _ = old.exclude(id=Subquery(latest)).delete()
     return {"forecasts_deleted": deleted}

@@ -60,8 +60,16 @@ def _speculative(engine_ids: list[int], now) -> tuple[dict, dict]:
     status, spec_bytes = {}, {}
     rows = SpeculativeReplica.objects.filter(
         engine_id__in=engine_ids, shadow=False, expires_at__gt=now
-    ).values_list("engine_id", "prefix_keys", "tier", "bytes", "confirmed_at", "lost_at", "evicted_at",
-                  "job__state")
+    ).values_list(
+        "engine_id",
+        "prefix_keys",
+        "tier",
+        "bytes",
+        "confirmed_at",
+        "lost_at",
+        "evicted_at",
+        "job__state",
+    )
     rank = {CONFIRMED: 3, CONFIRMED_HOST: 3, LANDED: 2, LOST: 1}
     for engine_id, keys, tier, size, confirmed, lost, evicted, job_state in rows:
         if confirmed and not lost and not evicted:
@@ -91,7 +99,9 @@ def _in_flight(engine_ids: list[int]) -> set:
     return {(engine_id, _chain_key(keys)) for engine_id, keys in rows}
 
 
-def _gpu_split(engines: list[Engine], gpu_blocks: dict[int, int], spec_bytes: dict[int, int]) -> list[dict]:
+def _gpu_split(
+    engines: list[Engine], gpu_blocks: dict[int, int], spec_bytes: dict[int, int]
+) -> list[dict]:
     """Per GPU: weights and runtime, KV in use, speculative replicas, unused KV pool, free (bytes).
 
     An engine's KV pool, blocks and replicas are spread evenly over its GPUs (tensor parallel).
@@ -115,29 +125,46 @@ def _gpu_split(engines: list[Engine], gpu_blocks: dict[int, int], spec_bytes: di
         weights = max(0.0, gpu.memory_used - row["pool"]) if known else None
         pool_free = max(0.0, row["pool"] - kv - spec)
         free = max(0.0, gpu.memory_total - gpu.memory_used) if known else None
-        out.append({
-            "id": gpu.pk, "uuid": gpu.uuid, "node": gpu.node.name, "index": gpu.index,
-            "name": gpu.name, "total": gpu.memory_total, "used": gpu.memory_used, "lost": gpu.lost,
-            "weights_runtime": None if weights is None else int(weights),
-            "kv": int(kv), "speculative": int(spec), "kv_pool_free": int(pool_free),
-            "free": None if free is None else int(free),
-        })
+        out.append(
+            {
+                "id": gpu.pk,
+                "uuid": gpu.uuid,
+                "node": gpu.node.name,
+                "index": gpu.index,
+                "name": gpu.name,
+                "total": gpu.memory_total,
+                "used": gpu.memory_used,
+                "lost": gpu.lost,
+                "weights_runtime": None if weights is None else int(weights),
+                "kv": int(kv),
+                "speculative": int(spec),
+                "kv_pool_free": int(pool_free),
+                "free": None if free is None else int(free),
+            }
+        )
     out.sort(key=lambda g: (g["node"], g["index"]))
     return out
 
 
-def cache_map(offset: int = 0, limit: int = DEFAULT_ENGINES_PER_PAGE,
-              prefixes: int = DEFAULT_PREFIXES, engine_ids: list[int] | None = None) -> dict:
+def cache_map(
+    offset: int = 0,
+    limit: int = DEFAULT_ENGINES_PER_PAGE,
+    prefixes: int = DEFAULT_PREFIXES,
+    engine_ids: list[int] | None = None,
+) -> dict:
     """One page of the cache map. ``engine_ids`` restricts it to those engines (live refresh)."""
     limit = max(1, min(limit, MAX_ENGINES_PER_PAGE))
     prefixes = max(1, min(prefixes, MAX_PREFIXES))
     now = timezone.now()
-    engines_qs = Engine.objects.select_related("node").prefetch_related("gpus__node") \
+    engines_qs = (
+        Engine.objects.select_related("node")
+        .prefetch_related("gpus__node")
         .order_by("node__name", "engine_id")
+    )
     if engine_ids is not None:
         engines_qs = engines_qs.filter(pk__in=engine_ids)
     total = engines_qs.count()
-    engines = list(engines_qs[offset:offset + limit])
+    engines = list(engines_qs[offset : offset + limit])
     ids = [e.pk for e in engines]
     keys = hottest_prefixes(prefixes)
 
@@ -166,7 +193,9 @@ def cache_map(offset: int = 0, limit: int = DEFAULT_ENGINES_PER_PAGE,
             elif (spec == CONFIRMED and d >= n) or spec == CONFIRMED_HOST:
                 state = SPECULATIVE
                 if spec == CONFIRMED_HOST and d < n:
-                    tier = wire.TIER_CPU  # confirmed by LMCache, in a tier vLLM's KV events do not report
+                    tier = (
+                        wire.TIER_CPU
+                    )  # confirmed by LMCache, in a tier vLLM's KV events do not report
             elif spec == LANDED:
                 state = LANDED
             elif spec == LOST and d < n:
@@ -181,22 +210,44 @@ def cache_map(offset: int = 0, limit: int = DEFAULT_ENGINES_PER_PAGE,
             depths.append(d)
             tiers.append(tier[:1])
         gpu_blocks[engine.pk] = index.usage(engine.pk).blocks.get(wire.TIER_GPU, 0)
-        rows.append({
-            "id": engine.pk, "name": engine.engine_id, "node": engine.node.name,
-            "node_id": engine.node_id, "node_state": engine.node.state, "model": engine.model,
-            "lifecycle": engine.lifecycle, "synced": engine.residency_synced,
-            "engine_scoped_at": engine.engine_scoped_at.isoformat() if engine.engine_scoped_at else None,
-            "engine_scoped_blocks": engine.engine_scoped_blocks,
-            "gpus": [g.pk for g in engine.gpus.all()],
-            "cells": "".join(cells), "depths": depths, "tiers": "".join(t or "-" for t in tiers),
-        })
+        rows.append(
+            {
+                "id": engine.pk,
+                "name": engine.engine_id,
+                "node": engine.node.name,
+                "node_id": engine.node_id,
+                "node_state": engine.node.state,
+                "model": engine.model,
+                "lifecycle": engine.lifecycle,
+                "synced": engine.residency_synced,
+                "engine_scoped_at": engine.engine_scoped_at.isoformat()
+                if engine.engine_scoped_at
+                else None,
+                "engine_scoped_blocks": engine.engine_scoped_blocks,
+                "gpus": [g.pk for g in engine.gpus.all()],
+                "cells": "".join(cells),
+                "depths": depths,
+                "tiers": "".join(t or "-" for t in tiers),
+            }
+        )
     return {
         "generated_at": now.isoformat(),
-        "engines_total": total, "offset": offset, "limit": limit,
+        "engines_total": total,
+        "offset": offset,
+        "limit": limit,
         "states": STATES,
-        "prefixes": [{"id": k.pk, "tenant": k.tenant, "model": k.model, "group": k.prefix_group[:8],
-                      "blocks": len(k.prefix_keys), "tokens": k.prefix_tokens,
-                      "requests_1h": k.recent or 0} for k in keys],
+        "prefixes": [
+            {
+                "id": k.pk,
+                "tenant": k.tenant,
+                "model": k.model,
+                "group": k.prefix_group[:8],
+                "blocks": len(k.prefix_keys),
+                "tokens": k.prefix_tokens,
+                "requests_1h": k.recent or 0,
+            }
+            for k in keys
+        ],
         "engines": rows,
         "gpus": _gpu_split(engines, gpu_blocks, spec_bytes),
     }

@@ -16,8 +16,10 @@ def cluster_summary() -> dict:
     """The header figures of the dashboard: the socket's snapshot and the cache map's first paint
     (frontend/templates/frontend/cachemap.html, frontend/static/frontend/cachemap.js)."""
     return {
-        "nodes": {state: Node.objects.filter(state=state).count()
-                  for state in (NodeState.ACTIVE, NodeState.STALE)},
+        "nodes": {
+            state: Node.objects.filter(state=state).count()
+            for state in (NodeState.ACTIVE, NodeState.STALE)
+        },
         "engines": Engine.objects.count(),
         "open_plans": ReplicationPlan.objects.filter(state__in=OPEN_PLAN_STATES).count(),
         "live_job_count": ReplicationJob.objects.filter(state__in=LIVE_JOB_STATES).count(),

@@ -74,52 +74,80 @@ class StateCollector:
 
     def _collect(self):
         now = timezone.now()
-        nodes = GaugeMetricFamily("prewarm_agents", "Enrolled agents (nodes) by state", labels=["state"])
+        nodes = GaugeMetricFamily(
+            "prewarm_agents", "Enrolled agents (nodes) by state", labels=["state"]
+        )
         counts = dict(Node.objects.values_list("state").annotate(n=Count("id")))
         for state, _ in NodeState.CHOICES:
             nodes.add_metric([state], counts.get(state, 0))
         yield nodes
 
         latest = ReplicationPlan.objects.order_by("-created_at", "-id").first()
-        cycle = GaugeMetricFamily("prewarm_plan_cycle_seconds",
-                                  "Gather + plan time of the latest plan cycle")
-        at = GaugeMetricFamily("prewarm_plan_last_timestamp_seconds", "When the latest plan was made")
+        cycle = GaugeMetricFamily(
+            "prewarm_plan_cycle_seconds", "Gather + plan time of the latest plan cycle"
+        )
+        at = GaugeMetricFamily(
+            "prewarm_plan_last_timestamp_seconds", "When the latest plan was made"
+        )
         if latest is not None:
             cycle.add_metric([], float(latest.summary.get("planner_seconds") or 0.0))
             at.add_metric([], latest.created_at.timestamp())
         yield cycle
         yield at
 
-        items = GaugeMetricFamily("prewarm_plan_items",
-                                  "Items of the plans made in the last hour, by decision",
-                                  labels=["decision"])
-        counts = dict(PlanItem.objects.filter(plan__created_at__gte=now - timedelta(hours=1))
-                      .values_list("decision").annotate(n=Count("id")))
+        items = GaugeMetricFamily(
+            "prewarm_plan_items",
+            "Items of the plans made in the last hour, by decision",
+            labels=["decision"],
+        )
+        counts = dict(
+            PlanItem.objects.filter(plan__created_at__gte=now - timedelta(hours=1))
+            .values_list("decision")
+            .annotate(n=Count("id"))
+        )
         for decision, _ in ItemDecision.CHOICES:
             items.add_metric([decision], counts.get(decision, 0))
         yield items
 
-        jobs = GaugeMetricFamily("prewarm_jobs", "Replication jobs on record by state and transport",
-                                 labels=["state", "transport"])
+        jobs = GaugeMetricFamily(
+            "prewarm_jobs",
+            "Replication jobs on record by state and transport",
+            labels=["state", "transport"],
+        )
         moved = GaugeMetricFamily(
             "prewarm_moved_bytes",
             "Bytes moved by replication jobs on record whose executor did its part (landed, confirmed, "
             "unconfirmed, lost, succeeded; PREWARM_JOB_KEEP_DAYS), by transport",
-            labels=["transport"])
-        rows = {(r["state"], r["transport"]): r for r in ReplicationJob.objects.values("state", "transport")
-                .annotate(n=Count("id"), b=Sum("bytes_done"))}
+            labels=["transport"],
+        )
+        rows = {
+            (r["state"], r["transport"]): r
+            for r in ReplicationJob.objects.values("state", "transport").annotate(
+                n=Count("id"), b=Sum("bytes_done")
+            )
+        }
         for transport, _ in Transport.CHOICES:
             for state, _ in JobState.CHOICES:
-                jobs.add_metric([state, transport], (rows.get((state, transport)) or {}).get("n", 0))
-            moved.add_metric([transport], sum((rows.get((state, transport)) or {}).get("b") or 0
-                                              for state in JobState.DONE))
+                jobs.add_metric(
+                    [state, transport], (rows.get((state, transport)) or {}).get("n", 0)
+                )
+            moved.add_metric(
+                [transport],
+                sum((rows.get((state, transport)) or {}).get("b") or 0 for state in JobState.DONE),
+            )
         yield jobs
         yield moved
 
-        replicas = GaugeMetricFamily("prewarm_replicas", "Speculative replicas in place (not evicted or expired)",
-                                     labels=["kind"])
-        held = dict(SpeculativeReplica.objects.filter(evicted_at__isnull=True, expires_at__gt=now)
-                    .values_list("shadow").annotate(n=Count("id")))
+        replicas = GaugeMetricFamily(
+            "prewarm_replicas",
+            "Speculative replicas in place (not evicted or expired)",
+            labels=["kind"],
+        )
+        held = dict(
+            SpeculativeReplica.objects.filter(evicted_at__isnull=True, expires_at__gt=now)
+            .values_list("shadow")
+            .annotate(n=Count("id"))
+        )
         replicas.add_metric(["live"], held.get(False, 0))
         replicas.add_metric(["shadow"], held.get(True, 0))
         yield replicas
@@ -128,25 +156,30 @@ class StateCollector:
         precision = GaugeMetricFamily(
             "prewarm_replica_precision",
             "Share of scored replicas (last 7 days) hit at least once; absent until one is scored",
-            labels=["kind"])
+            labels=["kind"],
+        )
         for kind, block in (("live", board["totals"]), ("shadow", board["shadow_totals"])):
             if block["precision"] is not None:
                 precision.add_metric([kind], block["precision"])
         yield precision
-        scored = GaugeMetricFamily("prewarm_replica_hits", "Hits on replicas placed in the last 7 days",
-                                   labels=["kind"])
+        scored = GaugeMetricFamily(
+            "prewarm_replica_hits", "Hits on replicas placed in the last 7 days", labels=["kind"]
+        )
         scored.add_metric(["live"], board["totals"]["hits"])
         scored.add_metric(["shadow"], board["shadow_totals"]["hits"])
         yield scored
-        verdict = GaugeMetricFamily("prewarm_verdict", "The scoreboard's verdict: 1 for the current one",
-                                    labels=["verdict"])
+        verdict = GaugeMetricFamily(
+            "prewarm_verdict", "The scoreboard's verdict: 1 for the current one", labels=["verdict"]
+        )
         current = board["recommendation"]["verdict"]
         for v in VERDICTS:
             verdict.add_metric([v], 1 if v == current else 0)
         yield verdict
         newest = SpeculativeReplica.objects.aggregate(at=Max("scored_at"))["at"]
         if newest is not None:
-            last = GaugeMetricFamily("prewarm_score_last_timestamp_seconds", "When a replica was last scored")
+            last = GaugeMetricFamily(
+                "prewarm_score_last_timestamp_seconds", "When a replica was last scored"
+            )
             last.add_metric([], newest.timestamp())
             yield last
 
@@ -165,7 +198,11 @@ class MetricsView(APIView):
 
     @extend_schema(
         tags=["metrics"],
-        responses={(200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="Prometheus text format")},
+        responses={
+            (200, "text/plain"): OpenApiResponse(
+                OpenApiTypes.STR, description="Prometheus text format"
+            )
+        },
     )
     def get(self, request):
         return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

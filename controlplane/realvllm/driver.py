@@ -76,8 +76,9 @@ def prompt_of(chain: tuple[int, ...] | list[int], suffix_tokens: int, salt: int)
     return tokens
 
 
-def mooncake(path: Path | None = None, start_s: float = 0.0, duration_s: float = 600.0,
-             limit: int = 0) -> list[TraceRequest]:
+def mooncake(
+    path: Path | None = None, start_s: float = 0.0, duration_s: float = 600.0, limit: int = 0
+) -> list[TraceRequest]:
     """The requests of ``[start_s, start_s + duration_s)`` of the trace (read by the simulator's
     loader), times from the start of the slice."""
     path = path or mooncake_path()
@@ -85,14 +86,24 @@ def mooncake(path: Path | None = None, start_s: float = 0.0, duration_s: float =
         raise FileNotFoundError(f"the Mooncake trace is not at {path} (set PREWARM_SHARED_DATA)")
     w = load_mooncake(path).window(start_s, duration_s)
     n = len(w) if not limit else min(limit, len(w))
-    return [TraceRequest(float(w.t[i]), prompt_of(w.prefixes[int(w.pid[i])], int(w.suffix_tokens[i]), i),
-                         max(1, min(8, int(w.output_tokens[i]) // 64)))
-            for i in range(n)]
+    return [
+        TraceRequest(
+            float(w.t[i]),
+            prompt_of(w.prefixes[int(w.pid[i])], int(w.suffix_tokens[i]), i),
+            max(1, min(8, int(w.output_tokens[i]) // 64)),
+        )
+        for i in range(n)
+    ]
 
 
-def servegen(tenants: int = 4, duration_s: float = 1800.0, time_scale: float = 10.0,
-             wall_rate: float = 1.0, prefix_tokens: tuple[int, int] = (1056, 1600),
-             seed: int = 0) -> list[TraceRequest]:
+def servegen(
+    tenants: int = 4,
+    duration_s: float = 1800.0,
+    time_scale: float = 10.0,
+    wall_rate: float = 1.0,
+    prefix_tokens: tuple[int, int] = (1056, 1600),
+    seed: int = 0,
+) -> list[TraceRequest]:
     """The busiest ServeGen tenants over the window with the steepest demand ramp (the virtual
     cluster's ``burst`` choice, read by the simulator's loader), ``time_scale`` trace seconds per
     wall second, rates scaled to ``wall_rate`` requests per wall second on average.
@@ -111,9 +122,15 @@ def servegen(tenants: int = 4, duration_s: float = 1800.0, time_scale: float = 1
     trace_rate = sum(sg.mean_rate({n: t}, start, duration_s) for n, t in chosen.items())
     if trace_rate <= 0:
         raise ValueError("the ServeGen window has no traffic")
-    w = sg.load_servegen(path, start=start, duration_s=duration_s, tenants=tenants,
-                         rate_scale=wall_rate / (trace_rate * time_scale),
-                         prefix_tokens=prefix_tokens, seed=seed)
+    w = sg.load_servegen(
+        path,
+        start=start,
+        duration_s=duration_s,
+        tenants=tenants,
+        rate_scale=wall_rate / (trace_rate * time_scale),
+        prefix_tokens=prefix_tokens,
+        seed=seed,
+    )
     lengths = sg.prefix_lengths(w.prefix_wkey, prefix_tokens, seed)
     prefixes = []
     for name in w.prefix_wkey:
@@ -124,10 +141,14 @@ def servegen(tenants: int = 4, duration_s: float = 1800.0, time_scale: float = 1
         prefix = prefixes[int(w.pid[i])]
         rng = random.Random(i * 7919 + seed)
         own = max(1, min(int(w.suffix_tokens[i]) // 4, MAX_PROMPT - len(prefix)))
-        out.append(TraceRequest(float(w.t[i]) / time_scale,
-                                prefix + [rng.randrange(*VOCAB) for _ in range(own)],
-                                max(1, min(8, int(w.output_tokens[i]) // 64)),
-                                w.prefix_wkey[int(w.pid[i])]))
+        out.append(
+            TraceRequest(
+                float(w.t[i]) / time_scale,
+                prefix + [rng.randrange(*VOCAB) for _ in range(own)],
+                max(1, min(8, int(w.output_tokens[i]) // 64)),
+                w.prefix_wkey[int(w.pid[i])],
+            )
+        )
     return out
 
 
@@ -166,8 +187,14 @@ class DriverStats:
 class Gateway:
     """Routes each prompt, sends it to the engine, posts the request records in batches."""
 
-    def __init__(self, control_plane: str, gateway_token: str, targets: list[Target],
-                 tenant: str = TENANT, client: httpx.Client | None = None):
+    def __init__(
+        self,
+        control_plane: str,
+        gateway_token: str,
+        targets: list[Target],
+        tenant: str = TENANT,
+        client: httpx.Client | None = None,
+    ):
         if not targets:
             raise ValueError("at least one engine")
         self.cp = control_plane.rstrip("/")
@@ -184,8 +211,12 @@ class Gateway:
     def holders(self, token_ids: list[int]) -> dict[str, int]:
         """engine id -> depth (blocks) of the prompt's prefix it holds, per the control plane."""
         try:
-            resp = self.http.post(f"{self.cp}/api/residency/lookup/", headers=self.headers,
-                                  json={"token_ids": token_ids, "block_size": BLOCK}, timeout=10)
+            resp = self.http.post(
+                f"{self.cp}/api/residency/lookup/",
+                headers=self.headers,
+                json={"token_ids": token_ids, "block_size": BLOCK},
+                timeout=10,
+            )
             resp.raise_for_status()
         except httpx.HTTPError as exc:
             log.warning("residency lookup failed (%s): routing by load", exc)
@@ -213,8 +244,13 @@ class Gateway:
         return best
 
     # -- one request ---------------------------------------------------------------------------
-    def send(self, token_ids: list[int], max_tokens: int = 1, target: Target | None = None,
-             tenant: str | None = None) -> dict | None:
+    def send(
+        self,
+        token_ids: list[int],
+        max_tokens: int = 1,
+        target: Target | None = None,
+        tenant: str | None = None,
+    ) -> dict | None:
         """Serve one prompt; returns its request record (None if the engine failed)."""
         arrival = time.time()
         if target is None:
@@ -223,9 +259,16 @@ class Gateway:
             with self.lock:
                 target.in_flight += 1
         try:
-            resp = self.http.post(f"{target.url}/v1/completions", timeout=120,
-                                  json={"model": target.model, "prompt": token_ids,
-                                        "max_tokens": max_tokens, "temperature": 0.0})
+            resp = self.http.post(
+                f"{target.url}/v1/completions",
+                timeout=120,
+                json={
+                    "model": target.model,
+                    "prompt": token_ids,
+                    "max_tokens": max_tokens,
+                    "temperature": 0.0,
+                },
+            )
             resp.raise_for_status()
             usage = resp.json()["usage"]
         except (httpx.HTTPError, KeyError, ValueError) as exc:
@@ -236,9 +279,16 @@ class Gateway:
             return None
         cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         prompt = int(usage.get("prompt_tokens") or len(token_ids))
-        record = {"time": arrival, "model": target.model, "tenant": tenant or self.tenant,
-                  "token_ids": token_ids, "block_size": BLOCK, "prompt_tokens": prompt,
-                  "cached_tokens": cached, ENGINE_FIELD: target.ref}
+        record = {
+            "time": arrival,
+            "model": target.model,
+            "tenant": tenant or self.tenant,
+            "token_ids": token_ids,
+            "block_size": BLOCK,
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
+            ENGINE_FIELD: target.ref,
+        }
         with self.lock:
             target.in_flight -= 1
             target.served += 1
@@ -255,11 +305,19 @@ class Gateway:
         if not batch:
             return 0
         try:
-            resp = self.http.post(f"{self.cp}/api/request-records/", headers=self.headers,
-                                  json={"records": batch}, timeout=30)
+            resp = self.http.post(
+                f"{self.cp}/api/request-records/",
+                headers=self.headers,
+                json={"records": batch},
+                timeout=30,
+            )
             if 400 <= resp.status_code < 500:  # refused as it is: sending it again cannot help
-                log.error("the control plane refused %d records: HTTP %d %s", len(batch),
-                          resp.status_code, resp.text[:300])
+                log.error(
+                    "the control plane refused %d records: HTTP %d %s",
+                    len(batch),
+                    resp.status_code,
+                    resp.text[:300],
+                )
                 with self.lock:
                     self.stats.post_failures += 1
                 return 0
@@ -277,16 +335,31 @@ class Gateway:
 
     def summary(self) -> dict[str, Any]:
         with self.lock:
-            return {"sent": self.stats.sent, "failed": self.stats.failed, "posted": self.stats.posted,
-                    "routed_by_residency": self.stats.routed_by_residency,
-                    "engines": {t.engine_id: {"served": t.served, "prompt_tokens": t.prompt_tokens,
-                                              "cached_tokens": t.cached_tokens}
-                                for t in self.targets.values()}}
+            return {
+                "sent": self.stats.sent,
+                "failed": self.stats.failed,
+                "posted": self.stats.posted,
+                "routed_by_residency": self.stats.routed_by_residency,
+                "engines": {
+                    t.engine_id: {
+                        "served": t.served,
+                        "prompt_tokens": t.prompt_tokens,
+                        "cached_tokens": t.cached_tokens,
+                    }
+                    for t in self.targets.values()
+                },
+            }
 
     # -- a replay ------------------------------------------------------------------------------
-    def replay(self, requests: list[TraceRequest], speed: float = 0.5, workers: int = 4,
-               flush_every_s: float = 1.0, stop: threading.Event | None = None,
-               loop: bool = False) -> dict[str, Any]:
+    def replay(
+        self,
+        requests: list[TraceRequest],
+        speed: float = 0.5,
+        workers: int = 4,
+        flush_every_s: float = 1.0,
+        stop: threading.Event | None = None,
+        loop: bool = False,
+    ) -> dict[str, Any]:
         """Send the requests at their trace times (``speed`` x real time); returns the summary."""
         if speed <= 0:
             raise ValueError("speed must be positive")
@@ -317,8 +390,13 @@ class Joins:
     may now send it warm-up copies of the hot prefixes) and starts ``serving`` at ``serve_s``
     (the gateway routes to it from then on). Lifecycles are set with an operator's token."""
 
-    def __init__(self, gateway: Gateway, control_plane: str, operator_token: str,
-                 joins: dict[str, tuple[float, float]]):
+    def __init__(
+        self,
+        gateway: Gateway,
+        control_plane: str,
+        operator_token: str,
+        joins: dict[str, tuple[float, float]],
+    ):
         from controlplane.sim.virtual.control import Operator
 
         self.gw, self.joins = gateway, joins
@@ -340,8 +418,11 @@ class Joins:
 
     def run(self, stop: threading.Event) -> None:
         t0 = time.monotonic()
-        steps = sorted((at, eid, what) for eid, (announce, serve) in self.joins.items()
-                       for at, what in ((announce, "warming"), (serve, "serving")))
+        steps = sorted(
+            (at, eid, what)
+            for eid, (announce, serve) in self.joins.items()
+            for at, what in ((announce, "warming"), (serve, "serving"))
+        )
         for at, engine_id, what in steps:
             if stop.wait(max(0.0, t0 + at - time.monotonic())):
                 return
@@ -351,8 +432,9 @@ class Joins:
                 log.warning("%s", exc)
 
 
-def _schedule(requests: list[TraceRequest], speed: float, loop: bool,
-              stop: threading.Event) -> Iterator[TraceRequest]:
+def _schedule(
+    requests: list[TraceRequest], speed: float, loop: bool, stop: threading.Event
+) -> Iterator[TraceRequest]:
     """Yield each request at its time; once more from the start (later) when looping."""
     if not requests:
         return
@@ -372,24 +454,42 @@ def _schedule(requests: list[TraceRequest], speed: float, loop: bool,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="Replay a Mooncake slice against real vLLM engines "
-                                            "and post request records as a gateway.")
+    p = argparse.ArgumentParser(
+        description="Replay a Mooncake slice against real vLLM engines "
+        "and post request records as a gateway."
+    )
     p.add_argument("--control-plane", required=True)
     p.add_argument("--gateway-token", required=True)
-    p.add_argument("--engine", action="append", required=True,
-                   help="NODE/ENGINE_ID=http://127.0.0.1:PORT (repeat; the node as its agent's "
-                        "hostname, so that records name the engine that served them)")
+    p.add_argument(
+        "--engine",
+        action="append",
+        required=True,
+        help="NODE/ENGINE_ID=http://127.0.0.1:PORT (repeat; the node as its agent's "
+        "hostname, so that records name the engine that served them)",
+    )
     p.add_argument("--trace", choices=("servegen", "mooncake"), default="servegen")
-    p.add_argument("--rate", type=float, default=1.0,
-                   help="servegen: mean requests per wall second (10 trace seconds per second)")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=1.0,
+        help="servegen: mean requests per wall second (10 trace seconds per second)",
+    )
     p.add_argument("--start-s", type=float, default=0.0, help="mooncake: slice start")
     p.add_argument("--duration-s", type=float, default=1800.0, help="trace seconds replayed")
-    p.add_argument("--speed", type=float, default=1.0,
-                   help="mooncake: trace seconds per wall second (servegen is timed already)")
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="mooncake: trace seconds per wall second (servegen is timed already)",
+    )
     p.add_argument("--loop", action="store_true")
-    p.add_argument("--join", action="append", default=[],
-                   help="ENGINE_ID=ANNOUNCE_S:SERVE_S: the engine serves only from SERVE_S, "
-                        "announced warming at ANNOUNCE_S (needs --operator-token)")
+    p.add_argument(
+        "--join",
+        action="append",
+        default=[],
+        help="ENGINE_ID=ANNOUNCE_S:SERVE_S: the engine serves only from SERVE_S, "
+        "announced warming at ANNOUNCE_S (needs --operator-token)",
+    )
     p.add_argument("--operator-token", default="", help="an operator's user token (for --join)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s driver %(message)s")
@@ -431,8 +531,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"driver: {exc}", file=sys.stderr)
             return 2
         threading.Thread(target=joiner.run, args=(stop,), daemon=True).start()
-    print(f"driver: {len(requests)} requests of {args.trace} over "
-          f"{requests[-1].at_s / args.speed if requests else 0:.0f} s", flush=True)
+    print(
+        f"driver: {len(requests)} requests of {args.trace} over "
+        f"{requests[-1].at_s / args.speed if requests else 0:.0f} s",
+        flush=True,
+    )
     reporter = threading.Thread(target=_report_every, args=(gw, stop, 30.0), daemon=True)
     reporter.start()
     try:

@@ -43,8 +43,12 @@ BYTES_PER_BLOCK = 2 * 2 * 2 * 32 * BLOCK_SIZE * 2
 KV_CAPACITY_BLOCKS = (1 << 30) // BYTES_PER_BLOCK
 # Ready in 50-70 s alone on 2 cores; two engines starting together on a busy machine take longer.
 START_CEILING_S = 420.0
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-               "DO_NOT_TRACK": "1"}
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
 
 
 class EngineUnavailable(RuntimeError):
@@ -70,8 +74,13 @@ def ensure_model(model_dir: Path = DEFAULT_MODEL_DIR, python: Path | None = None
     if (model_dir / "prewarm-model.json").exists():
         return model_dir
     python = python or vllm_python()
-    out = subprocess.run([str(python), str(MODEL_SCRIPT), str(model_dir)], capture_output=True,
-                         text=True, env={**os.environ, **OFFLINE_ENV}, timeout=600)
+    out = subprocess.run(
+        [str(python), str(MODEL_SCRIPT), str(model_dir)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **OFFLINE_ENV},
+        timeout=600,
+    )
     if out.returncode:
         last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise EngineUnavailable(f"building the tiny model failed: {last}")
@@ -91,9 +100,18 @@ class VllmEngine:
     ``events="connect"``: vLLM gets ``tcp://127.0.0.1:P`` and connects; the agent binds there.
     """
 
-    def __init__(self, name: str, log_dir: Path, *, events: str = "connect",
-                 model_dir: Path = DEFAULT_MODEL_DIR, python: Path | None = None,
-                 cpu_cores: str = "", kv_cache_gib: int = 1, topic: str = "kv"):
+    def __init__(
+        self,
+        name: str,
+        log_dir: Path,
+        *,
+        events: str = "connect",
+        model_dir: Path = DEFAULT_MODEL_DIR,
+        python: Path | None = None,
+        cpu_cores: str = "",
+        kv_cache_gib: int = 1,
+        topic: str = "kv",
+    ):
         if events not in ("bind", "connect"):
             raise ValueError(f"events must be bind or connect, not {events!r}")
         self.name, self.events, self.topic = name, events, topic
@@ -122,10 +140,17 @@ class VllmEngine:
     def agent_engine(self, engine_id: str | None = None, **extra: Any) -> dict[str, Any]:
         """The agent's ``[[engines]]`` entry for this engine (vLLM's endpoint string verbatim:
         the agent connects to a wildcard address on loopback)."""
-        return {"engine_id": engine_id or self.name, "kv_events": self.publisher_endpoint,
-                "kv_events_socket": self.agent_socket, "replay": self.replay_endpoint,
-                "topic": self.topic, "metrics_url": f"{self.url}/metrics", "model": MODEL_NAME,
-                "block_size": BLOCK_SIZE, **extra}
+        return {
+            "engine_id": engine_id or self.name,
+            "kv_events": self.publisher_endpoint,
+            "kv_events_socket": self.agent_socket,
+            "replay": self.replay_endpoint,
+            "topic": self.topic,
+            "metrics_url": f"{self.url}/metrics",
+            "model": MODEL_NAME,
+            "block_size": BLOCK_SIZE,
+            **extra,
+        }
 
     def agent_engine_flag(self, engine_id: str | None = None, **extra: Any) -> str:
         """The same entry as a ``--engine key=value,...`` flag."""
@@ -134,20 +159,46 @@ class VllmEngine:
     # -- lifecycle ---------------------------------------------------------------------------
     def argv(self) -> list[str]:
         python = self.python or vllm_python()
-        events = {"enable_kv_cache_events": True, "publisher": "zmq",
-                  "endpoint": self.publisher_endpoint, "replay_endpoint": self.replay_endpoint,
-                  "topic": self.topic}
-        return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model",
-                str(self.model_dir), "--served-model-name", MODEL_NAME, "--host", "127.0.0.1",
-                "--port", str(self.port), "--enable-prefix-caching",
-                "--enable-prompt-tokens-details", "--max-model-len", str(MAX_MODEL_LEN),
-                "--block-size", str(BLOCK_SIZE), "--dtype", "bfloat16", "--enforce-eager",
-                "--kv-events-config", json.dumps(events)]
+        events = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": self.publisher_endpoint,
+            "replay_endpoint": self.replay_endpoint,
+            "topic": self.topic,
+        }
+        return [
+            str(python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_dir),
+            "--served-model-name",
+            MODEL_NAME,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+            "--max-model-len",
+            str(MAX_MODEL_LEN),
+            "--block-size",
+            str(BLOCK_SIZE),
+            "--dtype",
+            "bfloat16",
+            "--enforce-eager",
+            "--kv-events-config",
+            json.dumps(events),
+        ]
 
     def env(self) -> dict[str, str]:
-        env = {**os.environ, **OFFLINE_ENV, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
-               "VLLM_SERVER_DEV_MODE": "1",  # POST /reset_prefix_cache
-               "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            **OFFLINE_ENV,
+            "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib),
+            "VLLM_SERVER_DEV_MODE": "1",  # POST /reset_prefix_cache
+            "PYTHONUNBUFFERED": "1",
+        }
         if self.cpu_cores:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_cores
         return env
@@ -159,9 +210,15 @@ class VllmEngine:
         argv = self.argv()
         with open(self.log_path, "ab") as log:
             log.write(f"\n== start {time.strftime('%H:%M:%S')}: {' '.join(argv)}\n".encode())
-            self.proc = subprocess.Popen(argv, env=self.env(), cwd=REPO, stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv,
+                env=self.env(),
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self._started = time.monotonic()
         return self
 
@@ -172,8 +229,10 @@ class VllmEngine:
         while True:
             code = self.proc.poll()
             if code is not None:
-                raise EngineUnavailable(f"vLLM engine {self.name} exited with code {code} while "
-                                        f"starting: {self.last_error()}")
+                raise EngineUnavailable(
+                    f"vLLM engine {self.name} exited with code {code} while "
+                    f"starting: {self.last_error()}"
+                )
             try:
                 if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
                     self.ready_s = time.monotonic() - self._started
@@ -182,8 +241,10 @@ class VllmEngine:
                 pass
             if time.monotonic() > deadline:
                 self.stop()
-                raise EngineUnavailable(f"vLLM engine {self.name} not healthy after {timeout_s:.0f} s: "
-                                        f"{self.last_error()}")
+                raise EngineUnavailable(
+                    f"vLLM engine {self.name} not healthy after {timeout_s:.0f} s: "
+                    f"{self.last_error()}"
+                )
             time.sleep(0.5)
 
     def alive(self) -> bool:
@@ -238,7 +299,7 @@ class VllmEngine:
                 continue
             try:
                 stat = (entry / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2:].split()
+                fields = stat[stat.rindex(")") + 2 :].split()
                 if int(fields[2]) == pgid:  # field 5: process group
                     total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # field 24: rss pages
             except (OSError, ValueError, IndexError):
@@ -249,8 +310,11 @@ class VllmEngine:
         """The last lines of the engine's log, in one line."""
         try:
             with open(self.log_path, errors="replace") as f:
-                tail = [ln.strip() for ln in deque(f, 200)
-                        if ln.strip() and not ln.startswith("== start")]
+                tail = [
+                    ln.strip()
+                    for ln in deque(f, 200)
+                    if ln.strip() and not ln.startswith("== start")
+                ]
         except OSError:
             return "(no log)"
         errors = [ln for ln in tail if "Error" in ln or "error" in ln]
@@ -259,9 +323,16 @@ class VllmEngine:
     # -- requests ------------------------------------------------------------------------------
     def complete(self, token_ids: list[int], max_tokens: int = 1, timeout_s: float = 60.0) -> dict:
         """A completion for a prompt given as token ids; the response's JSON."""
-        resp = httpx.post(f"{self.url}/v1/completions", timeout=timeout_s,
-                          json={"model": MODEL_NAME, "prompt": token_ids, "max_tokens": max_tokens,
-                                "temperature": 0.0})
+        resp = httpx.post(
+            f"{self.url}/v1/completions",
+            timeout=timeout_s,
+            json={
+                "model": MODEL_NAME,
+                "prompt": token_ids,
+                "max_tokens": max_tokens,
+                "temperature": 0.0,
+            },
+        )
         resp.raise_for_status()
         return resp.json()
 

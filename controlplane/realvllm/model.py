@@ -53,15 +53,21 @@ def build(out: Path) -> Path:
     try:
         torch.manual_seed(0)
         params = {k: v for k, v in RECIPE.items() if k != "recipe"}
-        config = LlamaConfig(**params, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                             tie_word_embeddings=False)
+        config = LlamaConfig(
+            **params, pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False
+        )
         LlamaForCausalLM(config).save_pretrained(tmp)
         vocab = {w: i for i, w in enumerate(SPECIAL)}
         vocab.update({f"w{i}": i for i in range(len(SPECIAL), RECIPE["vocab_size"])})
         words = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
         words.pre_tokenizer = pre_tokenizers.Whitespace()
-        PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<pad>", bos_token="<s>",
-                                eos_token="</s>", unk_token="<unk>").save_pretrained(tmp)
+        PreTrainedTokenizerFast(
+            tokenizer_object=words,
+            pad_token="<pad>",
+            bos_token="<s>",
+            eos_token="</s>",
+            unk_token="<unk>",
+        ).save_pretrained(tmp)
         (tmp / MARKER).write_text(json.dumps(RECIPE))
         if out.exists():  # an older recipe, or a half-built folder of an interrupted run
             shutil.rmtree(out)

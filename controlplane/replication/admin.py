@@ -17,8 +17,14 @@ from .models import (
 
 @admin.register(Policy)
 class PolicyAdmin(ServiceAdmin):
-    list_display = ("name", "active", "mode", "max_spec_vram_fraction", "max_bytes_per_interval",
-                    "min_confidence")
+    list_display = (
+        "name",
+        "active",
+        "mode",
+        "max_spec_vram_fraction",
+        "max_bytes_per_interval",
+        "min_confidence",
+    )
 
     def save_with(self, request, obj, form, change):
         services.save_policy(obj, request, reason="admin")
@@ -80,7 +86,16 @@ class ReadOnly:
 class PlanItemInline(ReadOnly, admin.TabularInline):
     model = PlanItem
     extra = 0
-    fields = ("target", "source", "tier", "bytes", "expected_ttft_saved_s", "confidence", "decision", "reason")
+    fields = (
+        "target",
+        "source",
+        "tier",
+        "bytes",
+        "expected_ttft_saved_s",
+        "confidence",
+        "decision",
+        "reason",
+    )
     readonly_fields = fields
 
 
@@ -94,7 +109,15 @@ class ReplicationPlanAdmin(ReadOnly, ServiceAdmin):
 
 @admin.register(PlanItem)
 class PlanItemAdmin(ReadOnly, admin.ModelAdmin):
-    list_display = ("id", "plan", "target", "bytes", "expected_ttft_saved_s", "confidence", "decision")
+    list_display = (
+        "id",
+        "plan",
+        "target",
+        "bytes",
+        "expected_ttft_saved_s",
+        "confidence",
+        "decision",
+    )
     list_filter = ("decision", "tier")
 
 
@@ -106,7 +129,16 @@ class JobTransitionInline(ReadOnly, admin.TabularInline):
 
 @admin.register(ReplicationJob)
 class ReplicationJobAdmin(ReadOnly, ServiceAdmin):
-    list_display = ("id", "action", "transport", "source", "target", "state", "attempt", "created_at")
+    list_display = (
+        "id",
+        "action",
+        "transport",
+        "source",
+        "target",
+        "state",
+        "attempt",
+        "created_at",
+    )
     list_filter = ("state", "action", "transport")
     inlines = [JobTransitionInline]
     actions = [cancel_jobs]  # states change only through jobstates.transition
@@ -114,5 +146,15 @@ class ReplicationJobAdmin(ReadOnly, ServiceAdmin):
 
 @admin.register(SpeculativeReplica)
 class SpeculativeReplicaAdmin(admin.ModelAdmin):
-    list_display = ("id", "engine", "tier", "bytes", "shadow", "placed_at", "expires_at", "hits", "evicted_at")
+    list_display = (
+        "id",
+        "engine",
+        "tier",
+        "bytes",
+        "shadow",
+        "placed_at",
+        "expires_at",
+        "hits",
+        "evicted_at",
+    )
     list_filter = ("shadow", "tier")

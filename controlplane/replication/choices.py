@@ -11,7 +11,11 @@ class PolicyMode:
     SHADOW = "shadow"
     MANUAL = "manual"
     AUTO = "auto"
-    CHOICES = [(SHADOW, "Shadow: plan and score, move nothing"), (MANUAL, "Manual: an operator approves each plan"), (AUTO, "Auto: approved within budgets")]
+    CHOICES = [
+        (SHADOW, "Shadow: plan and score, move nothing"),
+        (MANUAL, "Manual: an operator approves each plan"),
+        (AUTO, "Auto: approved within budgets"),
+    ]
 
 
 class OverrideKind:
@@ -19,7 +23,12 @@ class OverrideKind:
     EXCLUDE_NODE = "exclude_node"
     EXCLUDE_ENGINE = "exclude_engine"
     FREEZE = "freeze"
-    CHOICES = [(PIN, "Pin a prefix on an engine"), (EXCLUDE_NODE, "Exclude a node from plans"), (EXCLUDE_ENGINE, "Exclude an engine from plans"), (FREEZE, "Freeze: no new replication at all")]
+    CHOICES = [
+        (PIN, "Pin a prefix on an engine"),
+        (EXCLUDE_NODE, "Exclude a node from plans"),
+        (EXCLUDE_ENGINE, "Exclude an engine from plans"),
+        (FREEZE, "Freeze: no new replication at all"),
+    ]
 
 
 class PlanState:
@@ -29,7 +38,14 @@ class PlanState:
     REJECTED = "rejected"
     SUPERSEDED = "superseded"
     SHADOW = "shadow"
-    CHOICES = [(PROPOSED, "Proposed"), (APPROVED, "Approved"), (PARTIAL, "Partially approved"), (REJECTED, "Rejected"), (SUPERSEDED, "Superseded"), (SHADOW, "Shadow (never executed)")]
+    CHOICES = [
+        (PROPOSED, "Proposed"),
+        (APPROVED, "Approved"),
+        (PARTIAL, "Partially approved"),
+        (REJECTED, "Rejected"),
+        (SUPERSEDED, "Superseded"),
+        (SHADOW, "Shadow (never executed)"),
+    ]
 
 
 class ItemDecision:
@@ -57,9 +73,13 @@ class Transport:
     LMCACHE = wire.TRANSPORT_LMCACHE
     LMCACHE_MP = wire.TRANSPORT_LMCACHE_MP
     WARMUP = wire.TRANSPORT_WARMUP
-    CHOICES = [(TCP, "TCP (agent stores)"), (NCCL, "NCCL (agent stores)"),
-               (LMCACHE, "LMCache controller copy"), (LMCACHE_MP, "LMCache coordinator prefetch"),
-               (WARMUP, "Prefill warm-up request")]
+    CHOICES = [
+        (TCP, "TCP (agent stores)"),
+        (NCCL, "NCCL (agent stores)"),
+        (LMCACHE, "LMCache controller copy"),
+        (LMCACHE_MP, "LMCache coordinator prefetch"),
+        (WARMUP, "Prefill warm-up request"),
+    ]
     # Executors that need the prefix's token ids (LMCache and vLLM address KV by tokens).
     NEEDS_TOKENS = frozenset({LMCACHE, LMCACHE_MP, WARMUP})
     # Where a copy lands: LMCache places it in the target's CPU tier (LocalCPUBackend).
@@ -72,8 +92,11 @@ class Confirmation:
     KV_EVENTS = "kv-events"  # the target engine's KV events reached the residency index
     LMCACHE_PIN = "lmcache-pin"  # LMCache /pin on the target reported the resident length
     LMCACHE_DIRECTORY = "lmcache-directory"  # the coordinator's directory lists the target
-    CHOICES = [(KV_EVENTS, "the engine's KV events"), (LMCACHE_PIN, "LMCache pin on the target"),
-               (LMCACHE_DIRECTORY, "LMCache coordinator directory")]
+    CHOICES = [
+        (KV_EVENTS, "the engine's KV events"),
+        (LMCACHE_PIN, "LMCache pin on the target"),
+        (LMCACHE_DIRECTORY, "LMCache coordinator directory"),
+    ]
 
 
 class JobAction:
@@ -103,7 +126,9 @@ class JobState:
     EXPIRED = wire.JOB_EXPIRED
     CHOICES = [(s, s.capitalize()) for s in wire.JOB_STATES]
     # No agent delivery left to do: late job events change nothing.
-    TERMINAL = frozenset({LANDED, CONFIRMED, UNCONFIRMED, LOST, SUCCEEDED, FAILED, CANCELLED, EXPIRED})
+    TERMINAL = frozenset(
+        {LANDED, CONFIRMED, UNCONFIRMED, LOST, SUCCEEDED, FAILED, CANCELLED, EXPIRED}
+    )
     # The executor did its part (a copy landed, or an eviction ran).
     DONE = frozenset({LANDED, CONFIRMED, UNCONFIRMED, LOST, SUCCEEDED})
     # The one table of legal transitions; failed -> approved is a bounded retry; a late

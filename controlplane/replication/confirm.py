@@ -56,22 +56,42 @@ def _create_replica(job: ReplicationJob) -> SpeculativeReplica:
     item = job.item
     now = timezone.now()
     ttl = item.plan.policy.replica_ttl_seconds if item else 900
-    replica, _ = SpeculativeReplica.objects.get_or_create(job=job, defaults=dict(
-        item=item, engine_id=job.target_id, workload_key=item.workload_key if item else None,
-        prefix_keys=job.prefix_keys, tier=Transport.LANDS_IN.get(job.transport, job.tier),
-        bytes=job.bytes, bytes_moved=job.bytes_done, shadow=False,
-        forecaster=(item.plan.summary.get("forecasters", {}).get(str(item.workload_key_id), "")
-                    if item else ""),
-        placed_at=now, expires_at=now + timedelta(seconds=ttl)))
+    replica, _ = SpeculativeReplica.objects.get_or_create(
+        job=job,
+        defaults=dict(
+            item=item,
+            engine_id=job.target_id,
+            workload_key=item.workload_key if item else None,
+            prefix_keys=job.prefix_keys,
+            tier=Transport.LANDS_IN.get(job.transport, job.tier),
+            bytes=job.bytes,
+            bytes_moved=job.bytes_done,
+            shadow=False,
+            forecaster=(
+                item.plan.summary.get("forecasters", {}).get(str(item.workload_key_id), "")
+                if item
+                else ""
+            ),
+            placed_at=now,
+            expires_at=now + timedelta(seconds=ttl),
+        ),
+    )
     return replica
 
 
 def _publish(job: ReplicationJob, why: str) -> None:
-    publish(groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state, "detail": why[:200]})
+    publish(
+        groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state, "detail": why[:200]}
+    )
 
 
-def confirm(job: ReplicationJob, replica: SpeculativeReplica | None, by: str, detail: str,
-            tier: str | None = None) -> ReplicationJob:
+def confirm(
+    job: ReplicationJob,
+    replica: SpeculativeReplica | None,
+    by: str,
+    detail: str,
+    tier: str | None = None,
+) -> ReplicationJob:
     """Landed (or unconfirmed) -> confirmed; the replica's hold counts from now on."""
     now = timezone.now()
     job = transition(job, JobState.CONFIRMED, f"confirmed by {by}: {detail}")
@@ -118,8 +138,13 @@ def on_landed(job: ReplicationJob, confirmation: dict | None = None) -> Replicat
     holders = get_index().full_holders_many([_chain(job)], limit=HOLDERS_LIMIT)[0]
     mine = next((h for h in holders if h.engine == job.target_id), None)
     if mine is not None:
-        return confirm(job, replica, Confirmation.KV_EVENTS, "the target's KV events hold the whole prefix",
-                       tier=mine.tier)
+        return confirm(
+            job,
+            replica,
+            Confirmation.KV_EVENTS,
+            "the target's KV events hold the whole prefix",
+            tier=mine.tier,
+        )
     return job
 
 
@@ -131,7 +156,9 @@ def on_agent_confirmation(job: ReplicationJob, msg: dict) -> ReplicationJob:
     if job.state in (JobState.LANDED, JobState.UNCONFIRMED) and ok:
         return confirm(job, None, by, detail)
     if job.state == JobState.CONFIRMED and not ok:
-        return lose(job, None, f"{by}: {detail}" + (f" ({msg['error']})" if msg.get("error") else ""))
+        return lose(
+            job, None, f"{by}: {detail}" + (f" ({msg['error']})" if msg.get("error") else "")
+        )
     return job
 
 
@@ -155,8 +182,13 @@ def sweep(now=None) -> dict:
     out = {"confirmed": 0, "unconfirmed": 0, "lost": 0}
     index = get_index()
     # Unconfirmed copies whose hold has not ended yet may still be confirmed late.
-    landed = list(ReplicationJob.objects.filter(action=JobAction.REPLICATE).filter(
-        Q(state=JobState.LANDED) | Q(state=JobState.UNCONFIRMED, replicas__expires_at__gt=now)).distinct())
+    landed = list(
+        ReplicationJob.objects.filter(action=JobAction.REPLICATE)
+        .filter(
+            Q(state=JobState.LANDED) | Q(state=JobState.UNCONFIRMED, replicas__expires_at__gt=now)
+        )
+        .distinct()
+    )
     if landed:
         found = index.full_holders_many([_chain(j) for j in landed], limit=HOLDERS_LIMIT)
         overdue = now - timedelta(seconds=settings.PREWARM_REPLICA_CONFIRM_SECONDS)
@@ -165,18 +197,30 @@ def sweep(now=None) -> dict:
             with transaction.atomic():
                 try:
                     if mine is not None:
-                        confirm(job, None, Confirmation.KV_EVENTS,
-                                "the target's KV events hold the whole prefix", tier=mine.tier)
+                        confirm(
+                            job,
+                            None,
+                            Confirmation.KV_EVENTS,
+                            "the target's KV events hold the whole prefix",
+                            tier=mine.tier,
+                        )
                         out["confirmed"] += 1
                     elif job.state == JobState.LANDED and job.updated_at <= overdue:
                         _unconfirmed(job, now)
                         out["unconfirmed"] += 1
                 except IllegalTransition:
                     continue  # another sweep got there first
-    live = list(SpeculativeReplica.objects.filter(
-        shadow=False, confirmed_by=Confirmation.KV_EVENTS, lost_at__isnull=True, evicted_at__isnull=True,
-        expires_at__gt=now, engine__residency_synced=True, job__state=JobState.CONFIRMED)
-        .select_related("job"))
+    live = list(
+        SpeculativeReplica.objects.filter(
+            shadow=False,
+            confirmed_by=Confirmation.KV_EVENTS,
+            lost_at__isnull=True,
+            evicted_at__isnull=True,
+            expires_at__gt=now,
+            engine__residency_synced=True,
+            job__state=JobState.CONFIRMED,
+        ).select_related("job")
+    )
     if live:
         found = index.full_holders_many([_chain(r) for r in live], limit=HOLDERS_LIMIT)
         for replica, holders in zip(live, found, strict=True):
@@ -184,7 +228,11 @@ def sweep(now=None) -> dict:
                 continue
             with transaction.atomic():
                 try:
-                    lose(replica.job, replica, "the target's KV events no longer hold the whole prefix")
+                    lose(
+                        replica.job,
+                        replica,
+                        "the target's KV events no longer hold the whole prefix",
+                    )
                     out["lost"] += 1
                 except IllegalTransition:
                     continue

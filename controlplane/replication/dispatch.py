@@ -59,8 +59,12 @@ def _endpoint(engine: Engine | None) -> dict:
     if engine is None:
         return {}
     ep = engine.endpoints or {}
-    return {"node_id": engine.node_id, "engine_id": engine.engine_id, "block_size": engine.block_size,
-            **{k: ep.get(k, "") for k in ENGINE_ENDPOINTS}}
+    return {
+        "node_id": engine.node_id,
+        "engine_id": engine.engine_id,
+        "block_size": engine.block_size,
+        **{k: ep.get(k, "") for k in ENGINE_ENDPOINTS},
+    }
 
 
 def assign_message(job: ReplicationJob, role: str) -> dict:
@@ -71,22 +75,35 @@ def assign_message(job: ReplicationJob, role: str) -> dict:
     tokens = tokens_for(job) if job.transport in Transport.NEEDS_TOKENS else []
     hold = SpeculativeReplica.objects.filter(job=job).values_list("expires_at", flat=True).first()
     ttl = job.item.plan.policy.replica_ttl_seconds if job.item_id else 900
-    return {"type": wire.MSG_JOB_ASSIGN, "job": {
-        "id": str(job.pk), "action": job.action, "role": role, "transport": job.transport,
-        "keys": list(job.prefix_keys), "bytes": job.bytes, "bytes_per_block": bpb,
-        SOURCE: src, TARGET: tgt,
-        # One port per job so concurrent NCCL jobs between the same pair do not collide.
-        "rendezvous": {"master_addr": master, "world_size": 2,
-                       "master_port": 29500 + zlib.crc32(job.pk.bytes) % 2000},
-        wire.FIELD_LMCACHE: _lmcache(job),
-        "tokens": tokens or [], "block_size": (job.target or job.source).block_size if tokens else 0,
-        # Until when a landed copy is held (LMCache leases are renewed until then).
-        "hold_until": (hold.timestamp() if hold else time.time() + ttl + 60),
-        # The source signs its transfer header with it; the target refuses any other sender.
-        "secret": transfer_secret(job),
-        "deadline": job.deadline.timestamp() if job.deadline else None,
-        "attempt": job.attempt,
-    }}
+    return {
+        "type": wire.MSG_JOB_ASSIGN,
+        "job": {
+            "id": str(job.pk),
+            "action": job.action,
+            "role": role,
+            "transport": job.transport,
+            "keys": list(job.prefix_keys),
+            "bytes": job.bytes,
+            "bytes_per_block": bpb,
+            SOURCE: src,
+            TARGET: tgt,
+            # One port per job so concurrent NCCL jobs between the same pair do not collide.
+            "rendezvous": {
+                "master_addr": master,
+                "world_size": 2,
+                "master_port": 29500 + zlib.crc32(job.pk.bytes) % 2000,
+            },
+            wire.FIELD_LMCACHE: _lmcache(job),
+            "tokens": tokens or [],
+            "block_size": (job.target or job.source).block_size if tokens else 0,
+            # Until when a landed copy is held (LMCache leases are renewed until then).
+            "hold_until": (hold.timestamp() if hold else time.time() + ttl + 60),
+            # The source signs its transfer header with it; the target refuses any other sender.
+            "secret": transfer_secret(job),
+            "deadline": job.deadline.timestamp() if job.deadline else None,
+            "attempt": job.attempt,
+        },
+    }
 
 
 def _lmcache(job: ReplicationJob) -> dict:
@@ -94,10 +111,12 @@ def _lmcache(job: ReplicationJob) -> dict:
     if job.transport not in (Transport.LMCACHE, Transport.LMCACHE_MP):
         return {}
     ep = lambda e: (e.endpoints or {}) if e is not None else {}  # noqa: E731
-    return {"source_instance": ep(job.source).get("lmcache_instance_id", ""),
-            "source_location": ep(job.source).get("lmcache_location", ""),
-            "target_instance": ep(job.target).get("lmcache_instance_id", ""),
-            "model_name": (job.target or job.source).model if (job.target or job.source) else ""}
+    return {
+        "source_instance": ep(job.source).get("lmcache_instance_id", ""),
+        "source_location": ep(job.source).get("lmcache_location", ""),
+        "target_instance": ep(job.target).get("lmcache_instance_id", ""),
+        "model_name": (job.target or job.source).model if (job.target or job.source) else "",
+    }
 
 
 def tokens_for(job: ReplicationJob) -> list[int] | None:
@@ -109,8 +128,9 @@ def tokens_for(job: ReplicationJob) -> list[int] | None:
         return None
     n = len(job.prefix_keys) * engine.block_size
     tokens = list(key.prefix_token_ids[:n])
-    if len(tokens) < n or [blockhash.to_hex(k) for k in blockhash.chain_keys(tokens, engine.block_size)] \
-            != [k.lower().rjust(16, "0") for k in job.prefix_keys]:
+    if len(tokens) < n or [
+        blockhash.to_hex(k) for k in blockhash.chain_keys(tokens, engine.block_size)
+    ] != [k.lower().rjust(16, "0") for k in job.prefix_keys]:
         return None
     return tokens
 
@@ -123,8 +143,12 @@ def dispatch(job_id) -> ReplicationJob | None:
     """Send an approved job to its agents: approved -> dispatched, attempt + 1."""
     with transaction.atomic():
         # of=self: PostgreSQL cannot lock the nullable side of the outer join to an evict job's source.
-        job = (ReplicationJob.objects.select_for_update(of=("self",))
-               .select_related("source__node", "target__node").filter(pk=job_id).first())
+        job = (
+            ReplicationJob.objects.select_for_update(of=("self",))
+            .select_related("source__node", "target__node")
+            .filter(pk=job_id)
+            .first()
+        )
         if job is None:
             log.info("dispatch: job %s vanished", job_id)
             return None
@@ -136,20 +160,45 @@ def dispatch(job_id) -> ReplicationJob | None:
         gone = [r for r, e in roles.items() if not _node_ok(e)] or ([] if roles else [TARGET])
         if gone:
             return transition(job, JobState.EXPIRED, f"agent of the {', '.join(gone)} is gone")
-        if job.action == JobAction.REPLICATE and job.transport in Transport.NEEDS_TOKENS \
-                and tokens_for(job) is None:
-            job = transition(job, JobState.DISPATCHED, f"attempt {job.attempt + 1}: not sent",
-                             attempt=job.attempt + 1, dispatched_at=timezone.now(), acks={}, results={})
-            return fail(job, f"the {job.transport} executor needs the prefix's token ids, and none "
-                             "are known for it: gateways must send token_ids (not only keys) for this "
-                             "workload key, and PREWARM_KEEP_PREFIX_TOKEN_IDS must be on")
+        if (
+            job.action == JobAction.REPLICATE
+            and job.transport in Transport.NEEDS_TOKENS
+            and tokens_for(job) is None
+        ):
+            job = transition(
+                job,
+                JobState.DISPATCHED,
+                f"attempt {job.attempt + 1}: not sent",
+                attempt=job.attempt + 1,
+                dispatched_at=timezone.now(),
+                acks={},
+                results={},
+            )
+            return fail(
+                job,
+                f"the {job.transport} executor needs the prefix's token ids, and none "
+                "are known for it: gateways must send token_ids (not only keys) for this "
+                "workload key, and PREWARM_KEEP_PREFIX_TOKEN_IDS must be on",
+            )
         now = timezone.now()
         attempt_s = settings.PREWARM_JOB_ATTEMPT_SECONDS
-        deadline = min(job.deadline, now + timedelta(seconds=attempt_s)) if job.deadline else \
-            now + timedelta(seconds=attempt_s)
-        job = transition(job, JobState.DISPATCHED, f"attempt {job.attempt + 1} sent to agents",
-                         attempt=job.attempt + 1, dispatched_at=now, acks={}, results={},
-                         bytes_done=0, retry_at=None, attempt_deadline=deadline)
+        deadline = (
+            min(job.deadline, now + timedelta(seconds=attempt_s))
+            if job.deadline
+            else now + timedelta(seconds=attempt_s)
+        )
+        job = transition(
+            job,
+            JobState.DISPATCHED,
+            f"attempt {job.attempt + 1} sent to agents",
+            attempt=job.attempt + 1,
+            dispatched_at=now,
+            acks={},
+            results={},
+            bytes_done=0,
+            retry_at=None,
+            attempt_deadline=deadline,
+        )
         _push(job, roles)
     return job
 
@@ -157,14 +206,19 @@ def dispatch(job_id) -> ReplicationJob | None:
 def _push(job: ReplicationJob, roles: dict[str, Engine]) -> None:
     for role, engine in roles.items():
         publish(groups.agent(engine.node_id), wire.MSG_JOB_ASSIGN, assign_message(job, role))
-    publish(groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state, "attempt": job.attempt})
+    publish(
+        groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state, "attempt": job.attempt}
+    )
 
 
 def pending_for_node(node_id: int) -> list[dict]:
     """``job.assign`` messages this node has not acknowledged yet (long-poll, websocket connect)."""
     out = []
-    jobs = ReplicationJob.objects.filter(state__in=DELIVERY_STATES).select_related(
-        "source__node", "target__node").filter(Q(source__node_id=node_id) | Q(target__node_id=node_id))
+    jobs = (
+        ReplicationJob.objects.filter(state__in=DELIVERY_STATES)
+        .select_related("source__node", "target__node")
+        .filter(Q(source__node_id=node_id) | Q(target__node_id=node_id))
+    )
     for job in jobs:
         for role, engine in roles_of(job).items():
             if engine.node_id == node_id and job.acks.get(role) != job.attempt:
@@ -179,8 +233,12 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
         raise EventError(f"unknown event type {kind!r}", field="type")
     with transaction.atomic():
         # of=self: PostgreSQL cannot lock the nullable side of the outer join to an evict job's source.
-        job = (ReplicationJob.objects.select_for_update(of=("self",))
-               .select_related("source__node", "target__node").filter(pk=msg.get("job_id")).first())
+        job = (
+            ReplicationJob.objects.select_for_update(of=("self",))
+            .select_related("source__node", "target__node")
+            .filter(pk=msg.get("job_id"))
+            .first()
+        )
         if job is None:
             raise EventError(f"unknown job {msg.get('job_id')!r}", status=404)
         roles = [r for r, e in roles_of(job).items() if e.node_id == node_id]
@@ -207,8 +265,11 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
                 job.save(update_fields=["bytes_done", "updated_at"])
         else:
             job = _result(job, node_id, roles, msg)
-        publish(groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state,
-                                            "bytes_done": job.bytes_done})
+        publish(
+            groups.JOBS,
+            "job.update",
+            {"job": str(job.pk), "state": job.state, "bytes_done": job.bytes_done},
+        )
     return job
 
 
@@ -218,8 +279,10 @@ def _result(job: ReplicationJob, node_id: int, roles: list[str], msg: dict) -> R
         raise EventError(f"{wire.MSG_JOB_RESULT} state must be {' or '.join(wire.RESULT_STATES)}")
     results = dict(job.results)
     for r in roles:
-        results[r] = {**{k: msg.get(k) for k in ("state", "checksum", "bytes", "error")},
-                      **{k: msg[k] for k in RESULT_EXTRA if msg.get(k) is not None}}
+        results[r] = {
+            **{k: msg.get(k) for k in ("state", "checksum", "bytes", "error")},
+            **{k: msg[k] for k in RESULT_EXTRA if msg.get(k) is not None},
+        }
     job.results = results
     job.save(update_fields=["results", "updated_at"])
     if state == JobState.FAILED:
@@ -239,9 +302,14 @@ def _result(job: ReplicationJob, node_id: int, roles: list[str], msg: dict) -> R
         job = transition(job, JobState.SUCCEEDED, f"evicted by node {node_id}", bytes_done=moved)
         _on_evicted(job)
         return job
-    job = transition(job, JobState.LANDED, f"landed: the {job.transport} executor on node {node_id} "
-                     "finished; awaiting the target engine's confirmation",
-                     checksum=str(msg.get("checksum") or "")[:64], bytes_done=moved)
+    job = transition(
+        job,
+        JobState.LANDED,
+        f"landed: the {job.transport} executor on node {node_id} "
+        "finished; awaiting the target engine's confirmation",
+        checksum=str(msg.get("checksum") or "")[:64],
+        bytes_done=moved,
+    )
     confirm.on_landed(job, msg.get("confirmation"))
     return job
 
@@ -252,9 +320,13 @@ RESULT_EXTRA = ("executor", "confirmation", "cached_tokens", "prompt_tokens", "d
 
 def _on_evicted(job: ReplicationJob) -> None:
     # The residency index changes only when the engine's own events say so (no assumption here).
-    SpeculativeReplica.objects.filter(job__isnull=False, engine_id=job.target_id,
-                                      prefix_keys=job.prefix_keys, evicted_at__isnull=True,
-                                      shadow=False).update(evicted_at=timezone.now())
+    SpeculativeReplica.objects.filter(
+        job__isnull=False,
+        engine_id=job.target_id,
+        prefix_keys=job.prefix_keys,
+        evicted_at__isnull=True,
+        shadow=False,
+    ).update(evicted_at=timezone.now())
 
 
 def backoff_seconds(attempt: int) -> float:
@@ -268,8 +340,12 @@ def fail(job: ReplicationJob, why: str) -> ReplicationJob:
     _cancel_on_agents(job)
     if job.attempt < job.max_attempts and (job.deadline is None or job.deadline > timezone.now()):
         delay = backoff_seconds(job.attempt)
-        job = transition(job, JobState.APPROVED, f"retry {job.attempt + 1}/{job.max_attempts} in {delay:.1f}s",
-                         retry_at=timezone.now() + timedelta(seconds=delay))
+        job = transition(
+            job,
+            JobState.APPROVED,
+            f"retry {job.attempt + 1}/{job.max_attempts} in {delay:.1f}s",
+            retry_at=timezone.now() + timedelta(seconds=delay),
+        )
         transaction.on_commit(lambda: dispatch_job.apply_async((str(job.pk),), countdown=delay))
     return job
 
@@ -297,32 +373,56 @@ def sweep(now=None) -> dict:
     now = now or timezone.now()
     expired = failed = redelivered = due = 0
     live = ReplicationJob.objects.filter(
-        state__in=[JobState.APPROVED, *DELIVERY_STATES]).select_related("source__node", "target__node")
+        state__in=[JobState.APPROVED, *DELIVERY_STATES]
+    ).select_related("source__node", "target__node")
     redeliver_before = now - timedelta(seconds=settings.PREWARM_JOB_REDELIVER_SECONDS)
     for job in live:
         with transaction.atomic():
             roles = roles_of(job)
             gone = [r for r, e in roles.items() if not _node_ok(e)]
             if gone or not roles:
-                expired += bool(end(job, JobState.EXPIRED, f"agent of the {', '.join(gone) or 'target'} is gone"))
+                expired += bool(
+                    end(
+                        job, JobState.EXPIRED, f"agent of the {', '.join(gone) or 'target'} is gone"
+                    )
+                )
             elif job.deadline and job.deadline <= now:
                 expired += bool(end(job, JobState.EXPIRED, _deadline_passed(job)))
-            elif job.state in DELIVERY_STATES and job.attempt_deadline and job.attempt_deadline <= now:
-                fail(job, f"attempt {job.attempt} took longer than {settings.PREWARM_JOB_ATTEMPT_SECONDS:.0f}s")
+            elif (
+                job.state in DELIVERY_STATES
+                and job.attempt_deadline
+                and job.attempt_deadline <= now
+            ):
+                fail(
+                    job,
+                    f"attempt {job.attempt} took longer than {settings.PREWARM_JOB_ATTEMPT_SECONDS:.0f}s",
+                )
                 failed += 1
             elif job.state == JobState.APPROVED and (job.retry_at is None or job.retry_at <= now):
                 due += 1
                 transaction.on_commit(lambda j=job: _dispatch_later(j.pk))
-            elif (job.state in DELIVERY_STATES and job.dispatched_at and job.dispatched_at < redeliver_before
-                  and any(job.acks.get(r) != job.attempt for r in roles)):
+            elif (
+                job.state in DELIVERY_STATES
+                and job.dispatched_at
+                and job.dispatched_at < redeliver_before
+                and any(job.acks.get(r) != job.attempt for r in roles)
+            ):
                 ReplicationJob.objects.filter(pk=job.pk).update(dispatched_at=now)
                 for role, engine in roles.items():
                     if job.acks.get(role) != job.attempt:
-                        publish(groups.agent(engine.node_id), wire.MSG_JOB_ASSIGN,
-                                assign_message(job, role))
+                        publish(
+                            groups.agent(engine.node_id),
+                            wire.MSG_JOB_ASSIGN,
+                            assign_message(job, role),
+                        )
                 redelivered += 1
-    return {"expired": expired, "failed": failed, "redelivered": redelivered, "dispatched": due,
-            **confirm.sweep(now)}
+    return {
+        "expired": expired,
+        "failed": failed,
+        "redelivered": redelivered,
+        "dispatched": due,
+        **confirm.sweep(now),
+    }
 
 
 def _deadline_passed(job: ReplicationJob) -> str:

@@ -43,7 +43,9 @@ def transition(job: ReplicationJob, to: str, detail: str = "", **fields) -> Repl
         raise IllegalTransition(f"job {locked.pk}: {locked.state} -> {to} is not allowed")
     if to in (JobState.FAILED, JobState.EXPIRED) and "error" not in fields:
         fields["error"] = detail[:2000]  # a job that ended badly says why, in the table and the API
-    JobTransition.objects.create(job=locked, from_state=locked.state, to_state=to, detail=detail[:2000])
+    JobTransition.objects.create(
+        job=locked, from_state=locked.state, to_state=to, detail=detail[:2000]
+    )
     locked.state = to
     for name, value in fields.items():
         setattr(locked, name, value)

@@ -34,16 +34,26 @@ class Policy(models.Model):
     horizon_seconds = models.PositiveIntegerField(default=600, help_text="how far ahead plans look")
     forecast_every_seconds = models.PositiveIntegerField(default=300)
     plan_every_seconds = models.PositiveIntegerField(default=30)
-    default_transport = models.CharField(max_length=16, choices=Transport.CHOICES, default=Transport.TCP)
+    default_transport = models.CharField(
+        max_length=16, choices=Transport.CHOICES, default=Transport.TCP
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-active", "name"]
         verbose_name_plural = "policies"
         constraints = [
-            models.UniqueConstraint(fields=["active"], condition=models.Q(active=True), name="one_active_policy"),
-            models.CheckConstraint(condition=models.Q(max_spec_vram_fraction__gte=0, max_spec_vram_fraction__lte=0.5), name="spec_vram_fraction_range"),
-            models.CheckConstraint(condition=models.Q(min_confidence__gte=0, min_confidence__lte=1), name="min_confidence_range"),
+            models.UniqueConstraint(
+                fields=["active"], condition=models.Q(active=True), name="one_active_policy"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_spec_vram_fraction__gte=0, max_spec_vram_fraction__lte=0.5),
+                name="spec_vram_fraction_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(min_confidence__gte=0, min_confidence__lte=1),
+                name="min_confidence_range",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -59,13 +69,17 @@ class Override(models.Model):
     """An operator's rule that always wins over plans: pin, exclude or freeze."""
 
     kind = models.CharField(max_length=20, choices=OverrideKind.CHOICES)
-    prefix_keys = models.JSONField(default=list, blank=True, help_text="pin: the prefix chain (hex)")
+    prefix_keys = models.JSONField(
+        default=list, blank=True, help_text="pin: the prefix chain (hex)"
+    )
     node = models.ForeignKey("fleet.Node", null=True, blank=True, on_delete=models.CASCADE)
     engine = models.ForeignKey("fleet.Engine", null=True, blank=True, on_delete=models.CASCADE)
     reason = models.TextField(blank=True)
     active = models.BooleanField(default=True)
     expires_at = models.DateTimeField(null=True, blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -83,7 +97,9 @@ class ReplicationPlan(models.Model):
     state = models.CharField(max_length=24, choices=PlanState.CHOICES, default=PlanState.PROPOSED)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     decided_at = models.DateTimeField(null=True, blank=True)
-    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
     summary = models.JSONField(default=dict, blank=True)
 
     class Meta:
@@ -97,10 +113,14 @@ class PlanItem(models.Model):
     """Copy one prefix to one engine (or tier), with why and what it should buy."""
 
     plan = models.ForeignKey(ReplicationPlan, on_delete=models.CASCADE, related_name="items")
-    workload_key = models.ForeignKey("demand.WorkloadKey", null=True, blank=True, on_delete=models.SET_NULL)
+    workload_key = models.ForeignKey(
+        "demand.WorkloadKey", null=True, blank=True, on_delete=models.SET_NULL
+    )
     prefix_keys = models.JSONField(help_text="the prefix chain, hex, root first")
     prefix_tokens = models.PositiveIntegerField(default=0)
-    source = models.ForeignKey("fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source = models.ForeignKey(
+        "fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     target = models.ForeignKey("fleet.Engine", on_delete=models.CASCADE, related_name="+")
     tier = models.CharField(max_length=8, choices=StorageTier.CHOICES, default=StorageTier.GPU)
     bytes = models.BigIntegerField()
@@ -108,8 +128,12 @@ class PlanItem(models.Model):
     cost_s = models.FloatField()
     confidence = models.FloatField()
     reason = models.TextField()
-    decision = models.CharField(max_length=16, choices=ItemDecision.CHOICES, default=ItemDecision.PENDING)
-    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    decision = models.CharField(
+        max_length=16, choices=ItemDecision.CHOICES, default=ItemDecision.PENDING
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
     decided_at = models.DateTimeField(null=True, blank=True)
     refusal = models.TextField(blank=True, help_text="why an approval was refused")
 
@@ -124,25 +148,39 @@ class ReplicationJob(models.Model):
     """One transfer (or eviction) an agent executes; state changes go through services.transition."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    item = models.ForeignKey(PlanItem, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
+    item = models.ForeignKey(
+        PlanItem, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
     action = models.CharField(max_length=16, choices=JobAction.CHOICES, default=JobAction.REPLICATE)
     transport = models.CharField(max_length=16, choices=Transport.CHOICES, default=Transport.TCP)
-    source = models.ForeignKey("fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    target = models.ForeignKey("fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source = models.ForeignKey(
+        "fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    target = models.ForeignKey(
+        "fleet.Engine", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     prefix_keys = models.JSONField()
     tier = models.CharField(max_length=8, choices=StorageTier.CHOICES, default=StorageTier.GPU)
     bytes = models.BigIntegerField(default=0)
     bytes_done = models.BigIntegerField(default=0)
-    state = models.CharField(max_length=16, choices=JobState.CHOICES, default=JobState.PENDING, db_index=True)
+    state = models.CharField(
+        max_length=16, choices=JobState.CHOICES, default=JobState.PENDING, db_index=True
+    )
     attempt = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField(default=3)
     error = models.TextField(blank=True)
     checksum = models.CharField(max_length=64, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     dispatched_at = models.DateTimeField(null=True, blank=True, help_text="last (re)delivery")
-    retry_at = models.DateTimeField(null=True, blank=True, help_text="a failed attempt's retry time")
-    attempt_deadline = models.DateTimeField(null=True, blank=True, help_text="the current attempt fails after")
-    acks = models.JSONField(default=dict, blank=True, help_text="role -> attempt the agent acknowledged")
+    retry_at = models.DateTimeField(
+        null=True, blank=True, help_text="a failed attempt's retry time"
+    )
+    attempt_deadline = models.DateTimeField(
+        null=True, blank=True, help_text="the current attempt fails after"
+    )
+    acks = models.JSONField(
+        default=dict, blank=True, help_text="role -> attempt the agent acknowledged"
+    )
     results = models.JSONField(default=dict, blank=True, help_text="role -> the agent's job.result")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -173,10 +211,18 @@ class JobTransition(models.Model):
 class SpeculativeReplica(models.Model):
     """A prefix placed (or, in shadow mode, that would have been placed) ahead of demand."""
 
-    item = models.ForeignKey(PlanItem, null=True, blank=True, on_delete=models.SET_NULL, related_name="replicas")
-    job = models.ForeignKey(ReplicationJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="replicas")
-    engine = models.ForeignKey("fleet.Engine", on_delete=models.CASCADE, related_name="speculative_replicas")
-    workload_key = models.ForeignKey("demand.WorkloadKey", null=True, blank=True, on_delete=models.SET_NULL)
+    item = models.ForeignKey(
+        PlanItem, null=True, blank=True, on_delete=models.SET_NULL, related_name="replicas"
+    )
+    job = models.ForeignKey(
+        ReplicationJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="replicas"
+    )
+    engine = models.ForeignKey(
+        "fleet.Engine", on_delete=models.CASCADE, related_name="speculative_replicas"
+    )
+    workload_key = models.ForeignKey(
+        "demand.WorkloadKey", null=True, blank=True, on_delete=models.SET_NULL
+    )
     prefix_keys = models.JSONField()
     tier = models.CharField(max_length=8, choices=StorageTier.CHOICES, default=StorageTier.GPU)
     bytes = models.BigIntegerField()
@@ -185,21 +231,34 @@ class SpeculativeReplica(models.Model):
     placed_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     evicted_at = models.DateTimeField(null=True, blank=True)
-    confirmed_at = models.DateTimeField(null=True, blank=True, help_text="when the engine showed it")
+    confirmed_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the engine showed it"
+    )
     confirmed_by = models.CharField(max_length=24, choices=Confirmation.CHOICES, blank=True)
-    lost_at = models.DateTimeField(null=True, blank=True, help_text="when a confirmed copy left the engine")
+    lost_at = models.DateTimeField(
+        null=True, blank=True, help_text="when a confirmed copy left the engine"
+    )
     bytes_moved = models.BigIntegerField(default=0, help_text="what the executor reported moving")
     served_requests = models.PositiveIntegerField(
-        default=0, help_text="requests of its key served by its engine during the hold (records naming the engine)")
+        default=0,
+        help_text="requests of its key served by its engine during the hold (records naming the engine)",
+    )
     served_hits = models.PositiveIntegerField(
-        default=0, help_text="of those, requests whose cached tokens covered the prefix")
+        default=0, help_text="of those, requests whose cached tokens covered the prefix"
+    )
     hits_measured = models.BooleanField(
-        default=False, help_text="hits come from served-request records; otherwise they are estimated")
+        default=False,
+        help_text="hits come from served-request records; otherwise they are estimated",
+    )
     hits = models.PositiveIntegerField(default=0)
     tokens_hit = models.BigIntegerField(default=0)
     ttft_saved_s = models.FloatField(default=0.0)
-    vram_byte_seconds = models.FloatField(default=0.0, help_text="bytes x seconds held in GPU memory")
-    host_byte_seconds = models.FloatField(default=0.0, help_text="bytes x seconds held in host memory (CPU tier)")
+    vram_byte_seconds = models.FloatField(
+        default=0.0, help_text="bytes x seconds held in GPU memory"
+    )
+    host_byte_seconds = models.FloatField(
+        default=0.0, help_text="bytes x seconds held in host memory (CPU tier)"
+    )
     scored_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

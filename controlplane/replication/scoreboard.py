@@ -101,25 +101,45 @@ def where_on_the_map() -> tuple[str, dict | None]:
     sentence and the map's advice (None when the fleet or the map cannot say).
     """
     engines = list(Engine.objects.values("block_size", "bytes_per_block", "metrics"))
-    tokens = [t for t in WorkloadKey.objects.filter(prefix_tokens__gt=0)
-              .values_list("prefix_tokens", flat=True)[:5000]]
-    per_token = [e["bytes_per_block"] / e["block_size"] for e in engines if e["bytes_per_block"] and e["block_size"]]
+    tokens = [
+        t
+        for t in WorkloadKey.objects.filter(prefix_tokens__gt=0).values_list(
+            "prefix_tokens", flat=True
+        )[:5000]
+    ]
+    per_token = [
+        e["bytes_per_block"] / e["block_size"]
+        for e in engines
+        if e["bytes_per_block"] and e["block_size"]
+    ]
     if not tokens or not per_token:
-        return "no prefixes or engines reported yet to place this cluster on the simulator's map", None
-    loads = [float(e["metrics"].get("kv_usage")) for e in engines
-             if isinstance((e["metrics"] or {}).get("kv_usage"), int | float)]
+        return (
+            "no prefixes or engines reported yet to place this cluster on the simulator's map",
+            None,
+        )
+    loads = [
+        float(e["metrics"].get("kv_usage"))
+        for e in engines
+        if isinstance((e["metrics"] or {}).get("kv_usage"), int | float)
+    ]
     load = sum(loads) / len(loads) if loads else settings.PREWARM_DEFAULT_ENGINE_LOAD
     load = min(max(load, 0.0), 0.95)
-    copy_s = (sum(tokens) / len(tokens)) * (sum(per_token) / len(per_token)) / (settings.PREWARM_LINK_BYTES_PER_S * (1 - load))
+    copy_s = (
+        (sum(tokens) / len(tokens))
+        * (sum(per_token) / len(per_token))
+        / (settings.PREWARM_LINK_BYTES_PER_S * (1 - load))
+    )
     try:
         doc = load_map()
         tip = advice(copy_s / doc["burst_onset_s"], load, doc)
     except ValueError as exc:
         return f"the simulator's map is unavailable ({exc})", None
-    where = (f"copies here take ~{copy_s:.2f}s ({copy_s / doc['burst_onset_s']:.2f} of a "
-             f"{doc['burst_onset_s']:.0f}s burst onset) at load {load:.2f}; the simulator's map says "
-             f"'{tip['verdict']}' there (predictive vs reactive p99 {tip['expected_gain_p99']:+.1%}, "
-             f"seed noise {tip['noise_p99']:.1%})")
+    where = (
+        f"copies here take ~{copy_s:.2f}s ({copy_s / doc['burst_onset_s']:.2f} of a "
+        f"{doc['burst_onset_s']:.0f}s burst onset) at load {load:.2f}; the simulator's map says "
+        f"'{tip['verdict']}' there (predictive vs reactive p99 {tip['expected_gain_p99']:+.1%}, "
+        f"seed noise {tip['noise_p99']:.1%})"
+    )
     return where, tip
 
 
@@ -149,7 +169,11 @@ def _own_evidence(best: dict, hits: list[str], copy_s: float) -> str:
     precision = best["precision"] or 0.0
     if precision >= MIN_USEFUL_PRECISION and best["ttft_saved_s"] > copy_s and hits:
         return "pays"
-    if precision < MIN_USEFUL_PRECISION and copy_s >= AVOID_MIN_LINK_S and copy_s > 2 * best["ttft_saved_s"]:
+    if (
+        precision < MIN_USEFUL_PRECISION
+        and copy_s >= AVOID_MIN_LINK_S
+        and copy_s > 2 * best["ttft_saved_s"]
+    ):
         return "waste"
     return "neutral"
 
@@ -185,54 +209,89 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict]) -> dict:
     scored = live["scored"] + shadow["scored"]
     needed = getattr(settings, "PREWARM_SCOREBOARD_MIN_REPLICAS", MIN_SCORED_FOR_VERDICT)
     if scored < needed:
-        text = (f"Only {scored} speculative replicas have been scored (live and shadow); at least "
-                f"{needed} are needed before this cluster's own verdict means anything. Keep the "
-                f"policy in shadow mode and look again later ({sweep_note})")
+        text = (
+            f"Only {scored} speculative replicas have been scored (live and shadow); at least "
+            f"{needed} are needed before this cluster's own verdict means anything. Keep the "
+            f"policy in shadow mode and look again later ({sweep_note})"
+        )
         if prior is not None:
-            text += (f". Until then the prior is the simulator's map: "
-                     f"'{prior.replace('_', ' ')}' at this cluster's copy speed and load")
+            text += (
+                f". Until then the prior is the simulator's map: "
+                f"'{prior.replace('_', ' ')}' at this cluster's copy speed and load"
+            )
             if prior == "uncertain":
                 text += " (its seeds neither show a gain nor rule one out)"
-        return {"verdict": "insufficient_data", "basis": "map" if prior else "none",
-                "prior": prior, "tenants_that_benefit": [], "text": text + "."}
+        return {
+            "verdict": "insufficient_data",
+            "basis": "map" if prior else "none",
+            "prior": prior,
+            "tenants_that_benefit": [],
+            "text": text + ".",
+        }
     link = settings.PREWARM_LINK_BYTES_PER_S
-    hits = [t["tenant"] for t in by_tenant
-            if t["precision"] is not None and t["precision"] >= MIN_USEFUL_PRECISION
-            and t["ttft_saved_s"] > t["bytes_moved"] / link]
+    hits = [
+        t["tenant"]
+        for t in by_tenant
+        if t["precision"] is not None
+        and t["precision"] >= MIN_USEFUL_PRECISION
+        and t["ttft_saved_s"] > t["bytes_moved"] / link
+    ]
     best = max((m for m in (live, shadow) if m["scored"]), key=lambda m: m["precision"] or 0)
     which = "live" if best is live else "shadow"
     copy_s = _copy_bytes(best, best is shadow) / link
     own = _own_evidence(best, hits, copy_s)
-    scores = (f"{best['precision']:.0%} of {best['scored']} scored {which} replicas were used, "
-              f"saving {best['ttft_saved_s']:.1f}s of time to first token for {copy_s:.1f}s of "
-              "link time")
+    scores = (
+        f"{best['precision']:.0%} of {best['scored']} scored {which} replicas were used, "
+        f"saving {best['ttft_saved_s']:.1f}s of time to first token for {copy_s:.1f}s of "
+        "link time"
+    )
     if own == "waste":
-        return {"verdict": "avoid", "basis": "own scores", "prior": prior, "tenants_that_benefit": [],
-                "text": f"{scores}: speculation costs more than it saves here. Turn it off (or "
-                        f"keep it in shadow mode) and rely on reactive replication ({sweep_note})."}
+        return {
+            "verdict": "avoid",
+            "basis": "own scores",
+            "prior": prior,
+            "tenants_that_benefit": [],
+            "text": f"{scores}: speculation costs more than it saves here. Turn it off (or "
+            f"keep it in shadow mode) and rely on reactive replication ({sweep_note}).",
+        }
     if own == "pays" and prior == "reactive_enough":
-        return {"verdict": "reactive_enough", "basis": "own scores and map", "prior": prior,
-                "tenants_that_benefit": [],
-                "text": f"{scores}, but copies are fast next to a burst's onset here, so a reactive "
-                        f"copy made after demand turns hot would have served nearly as well: "
-                        f"{sweep_note}. Reactive replication is enough on this cluster; keep "
-                        "speculation off or in shadow mode."}
+        return {
+            "verdict": "reactive_enough",
+            "basis": "own scores and map",
+            "prior": prior,
+            "tenants_that_benefit": [],
+            "text": f"{scores}, but copies are fast next to a burst's onset here, so a reactive "
+            f"copy made after demand turns hot would have served nearly as well: "
+            f"{sweep_note}. Reactive replication is enough on this cluster; keep "
+            "speculation off or in shadow mode.",
+        }
     if own == "pays":
         basis = "own scores and map" if prior == "speculation_pays" else "own scores"
-        return {"verdict": "speculation_pays", "basis": basis, "prior": prior,
-                "tenants_that_benefit": hits,
-                "text": f"{scores}. Speculation pays for {', '.join(hits[:8])}; keep reactive "
-                        f"replication for the other tenants ({sweep_note})."}
-    if prior == "avoid":
-        return {"verdict": "avoid", "basis": "own scores and map", "prior": prior,
-                "tenants_that_benefit": [],
-                "text": f"{scores}, and the simulator's map says speculation hurts at this "
-                        f"cluster's copy speed and load: {sweep_note}. Turn it off."}
-    return {"verdict": "reactive_enough", "prior": prior,
-            "basis": "own scores" if prior is None else "own scores and map",
+        return {
+            "verdict": "speculation_pays",
+            "basis": basis,
+            "prior": prior,
             "tenants_that_benefit": hits,
-            "text": f"{scores}: speculation does not earn its VRAM and bandwidth here. Reactive "
-                    f"replication is enough on this cluster ({sweep_note})."}
+            "text": f"{scores}. Speculation pays for {', '.join(hits[:8])}; keep reactive "
+            f"replication for the other tenants ({sweep_note}).",
+        }
+    if prior == "avoid":
+        return {
+            "verdict": "avoid",
+            "basis": "own scores and map",
+            "prior": prior,
+            "tenants_that_benefit": [],
+            "text": f"{scores}, and the simulator's map says speculation hurts at this "
+            f"cluster's copy speed and load: {sweep_note}. Turn it off.",
+        }
+    return {
+        "verdict": "reactive_enough",
+        "prior": prior,
+        "basis": "own scores" if prior is None else "own scores and map",
+        "tenants_that_benefit": hits,
+        "text": f"{scores}: speculation does not earn its VRAM and bandwidth here. Reactive "
+        f"replication is enough on this cluster ({sweep_note}).",
+    }
 
 
 def scoreboard(since: datetime | None = None, until: datetime | None = None) -> dict:

@@ -46,8 +46,8 @@ def _requests_during(key_id: int | None, start, end) -> float:
     total = 0.0
     bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
     for b_start, seconds, n in DemandBucket.objects.filter(
-            key_id=key_id, start__lt=end, start__gte=start - timedelta(seconds=bucket_s)) \
-            .values_list("start", "seconds", "requests"):
+        key_id=key_id, start__lt=end, start__gte=start - timedelta(seconds=bucket_s)
+    ).values_list("start", "seconds", "requests"):
         b_end = b_start + timedelta(seconds=seconds)
         overlap = (min(b_end, end) - max(b_start, start)).total_seconds()
         if overlap > 0:
@@ -60,9 +60,12 @@ def _served_records_during(key_id: int | None, start, end) -> int:
     if key_id is None or end <= start:
         return 0
     bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
-    return DemandBucket.objects.filter(key_id=key_id, start__lt=end,
-                                       start__gte=start - timedelta(seconds=bucket_s)) \
-        .aggregate(n=Sum("served_records"))["n"] or 0
+    return (
+        DemandBucket.objects.filter(
+            key_id=key_id, start__lt=end, start__gte=start - timedelta(seconds=bucket_s)
+        ).aggregate(n=Sum("served_records"))["n"]
+        or 0
+    )
 
 
 def score_replica(r: SpeculativeReplica, now) -> None:
@@ -79,8 +82,11 @@ def score_replica(r: SpeculativeReplica, now) -> None:
         hits = r.served_hits
     else:
         requests = _requests_during(r.workload_key_id, r.placed_at, end)
-        holders = {h.engine for h in get_index().holders(chain, limit=256)
-                   if h.depth == len(chain) and h.tier == "GPU"}
+        holders = {
+            h.engine
+            for h in get_index().holders(chain, limit=256)
+            if h.depth == len(chain) and h.tier == "GPU"
+        }
         if r.shadow:
             holders.add(r.engine_id)
         hits = int(math.floor(requests / max(1, len(holders))))
@@ -98,7 +104,9 @@ def score_all(now=None) -> int:
     """Score every replica whose score can still change; returns how many were scored."""
     now = now or timezone.now()
     final_after = timedelta(seconds=settings.PREWARM_DEMAND_BUCKET_SECONDS)
-    unscored = SpeculativeReplica.objects.select_related("engine").filter(placed_at__gte=now - LOOKBACK)
+    unscored = SpeculativeReplica.objects.select_related("engine").filter(
+        placed_at__gte=now - LOOKBACK
+    )
     changed = []
     for r in unscored:
         end = min(x for x in (r.evicted_at, r.expires_at) if x is not None)
@@ -107,8 +115,18 @@ def score_all(now=None) -> int:
         score_replica(r, now)
         changed.append(r)
     SpeculativeReplica.objects.bulk_update(
-        changed, ["hits", "tokens_hit", "hits_measured", "ttft_saved_s", "vram_byte_seconds",
-                  "host_byte_seconds", "scored_at"], batch_size=2000)
+        changed,
+        [
+            "hits",
+            "tokens_hit",
+            "hits_measured",
+            "ttft_saved_s",
+            "vram_byte_seconds",
+            "host_byte_seconds",
+            "scored_at",
+        ],
+        batch_size=2000,
+    )
     return len(changed)
 
 
@@ -121,11 +139,25 @@ def credit_served(served: list[tuple[int, int, float, int]], **_signal) -> int:
         return 0
     t0 = datetime.fromtimestamp(min(r[2] for r in served), tz=UTC)
     t1 = datetime.fromtimestamp(max(r[2] for r in served), tz=UTC)
-    replicas = list(SpeculativeReplica.objects.filter(
-        shadow=False, engine_id__in={r[1] for r in served}, workload_key_id__in={r[0] for r in served},
-        placed_at__lte=t1, expires_at__gt=t0, confirmed_at__isnull=False)
-        .values_list("pk", "engine_id", "workload_key_id", "placed_at", "expires_at", "evicted_at",
-                     "prefix_keys", "engine__block_size"))
+    replicas = list(
+        SpeculativeReplica.objects.filter(
+            shadow=False,
+            engine_id__in={r[1] for r in served},
+            workload_key_id__in={r[0] for r in served},
+            placed_at__lte=t1,
+            expires_at__gt=t0,
+            confirmed_at__isnull=False,
+        ).values_list(
+            "pk",
+            "engine_id",
+            "workload_key_id",
+            "placed_at",
+            "expires_at",
+            "evicted_at",
+            "prefix_keys",
+            "engine__block_size",
+        )
+    )
     if not replicas:
         return 0
     by = defaultdict(list)
@@ -140,5 +172,6 @@ def credit_served(served: list[tuple[int, int, float, int]], **_signal) -> int:
                 seen[pk][1] += cached >= tokens
     for pk, (n, hits) in seen.items():
         SpeculativeReplica.objects.filter(pk=pk).update(
-            served_requests=F("served_requests") + n, served_hits=F("served_hits") + hits)
+            served_requests=F("served_requests") + n, served_hits=F("served_hits") + hits
+        )
     return len(seen)

@@ -34,20 +34,34 @@ def frozen() -> bool:
 
 def spec_bytes_on(engine_id: int) -> int:
     """Bytes of speculative replicas held or on their way to an engine."""
-    held = SpeculativeReplica.objects.filter(engine_id=engine_id, evicted_at__isnull=True, shadow=False) \
-        .aggregate(b=Sum("bytes"))["b"] or 0
-    coming = ReplicationJob.objects.filter(target_id=engine_id, state__in=LIVE_JOB_STATES, action="replicate") \
-        .aggregate(b=Sum("bytes"))["b"] or 0
+    held = (
+        SpeculativeReplica.objects.filter(
+            engine_id=engine_id, evicted_at__isnull=True, shadow=False
+        ).aggregate(b=Sum("bytes"))["b"]
+        or 0
+    )
+    coming = (
+        ReplicationJob.objects.filter(
+            target_id=engine_id, state__in=LIVE_JOB_STATES, action="replicate"
+        ).aggregate(b=Sum("bytes"))["b"]
+        or 0
+    )
     return held + coming
 
 
 def bytes_this_interval(policy: Policy) -> int:
     since = timezone.now() - timedelta(seconds=policy.interval_seconds)
-    return ReplicationJob.objects.filter(created_at__gte=since, action="replicate") \
-        .exclude(state=JobState.CANCELLED).aggregate(b=Sum("bytes"))["b"] or 0
+    return (
+        ReplicationJob.objects.filter(created_at__gte=since, action="replicate")
+        .exclude(state=JobState.CANCELLED)
+        .aggregate(b=Sum("bytes"))["b"]
+        or 0
+    )
 
 
-def refusal_for(item: PlanItem, policy: Policy, extra_bytes: int = 0, extra_on_target: int = 0) -> str | None:
+def refusal_for(
+    item: PlanItem, policy: Policy, extra_bytes: int = 0, extra_on_target: int = 0
+) -> str | None:
     """Why ``item`` may not be approved now, or None."""
     target = item.target
     if target.node.state != NodeState.ACTIVE:
@@ -62,12 +76,16 @@ def refusal_for(item: PlanItem, policy: Policy, extra_bytes: int = 0, extra_on_t
     cap = policy.max_spec_vram_fraction * target.kv_capacity_bytes
     used = spec_bytes_on(target.pk) + extra_on_target
     if used + item.bytes > cap:
-        return (f"speculative VRAM budget of {target}: {used + item.bytes:,} bytes would exceed "
-                f"{policy.max_spec_vram_fraction:.0%} of KV capacity ({cap:,.0f} bytes)")
+        return (
+            f"speculative VRAM budget of {target}: {used + item.bytes:,} bytes would exceed "
+            f"{policy.max_spec_vram_fraction:.0%} of KV capacity ({cap:,.0f} bytes)"
+        )
     moved = bytes_this_interval(policy) + extra_bytes
     if moved + item.bytes > policy.max_bytes_per_interval:
-        return (f"transfer budget: {moved + item.bytes:,} bytes in {policy.interval_seconds}s would exceed "
-                f"{policy.max_bytes_per_interval:,}")
+        return (
+            f"transfer budget: {moved + item.bytes:,} bytes in {policy.interval_seconds}s would exceed "
+            f"{policy.max_bytes_per_interval:,}"
+        )
     if item.confidence < policy.min_confidence:
         return f"confidence {item.confidence:.2f} is below the policy minimum {policy.min_confidence:.2f}"
     return None
@@ -77,37 +95,55 @@ def _job_for(item: PlanItem, policy: Policy) -> ReplicationJob:
     from .tasks import dispatch_job
 
     job = ReplicationJob.objects.create(
-        item=item, transport=policy.default_transport, source=item.source, target=item.target,
-        prefix_keys=item.prefix_keys, tier=Transport.LANDS_IN.get(policy.default_transport, item.tier),
+        item=item,
+        transport=policy.default_transport,
+        source=item.source,
+        target=item.target,
+        prefix_keys=item.prefix_keys,
+        tier=Transport.LANDS_IN.get(policy.default_transport, item.tier),
         bytes=item.bytes,
         max_attempts=settings.PREWARM_JOB_MAX_ATTEMPTS,
-        deadline=timezone.now() + timedelta(seconds=policy.horizon_seconds))
+        deadline=timezone.now() + timedelta(seconds=policy.horizon_seconds),
+    )
     job = transition(job, JobState.APPROVED, "approved with its plan item")
     transaction.on_commit(lambda: dispatch_job.delay(str(job.pk)))
     return job
 
 
 @transaction.atomic
-def decide(plan_id: int, who, approve: bool, item_ids: list[int] | None = None, reason: str = "") -> tuple[ReplicationPlan, dict[int, str]]:
+def decide(
+    plan_id: int, who, approve: bool, item_ids: list[int] | None = None, reason: str = ""
+) -> tuple[ReplicationPlan, dict[int, str]]:
     """Approve or reject a plan or some of its items. Refused items say why and change nothing."""
-    plan = ReplicationPlan.objects.select_for_update(of=("self",)).select_related("policy").get(pk=plan_id)
+    plan = (
+        ReplicationPlan.objects.select_for_update(of=("self",))
+        .select_related("policy")
+        .get(pk=plan_id)
+    )
     items = plan.items.select_related("target__node", "source")
     if item_ids:
         found = {i.pk: i for i in items.filter(pk__in=item_ids)}
         missing = set(item_ids) - set(found)
         if missing:
-            raise Invalid(f"items {sorted(missing)} are not in plan {plan.pk}",
-                          code="unknown_items", field="items")
+            raise Invalid(
+                f"items {sorted(missing)} are not in plan {plan.pk}",
+                code="unknown_items",
+                field="items",
+            )
         selected = list(found.values())
     else:
         selected = list(items.filter(decision=ItemDecision.PENDING))
     refused: dict[int, str] = {}
     before = {"state": plan.state}
     if plan.state not in OPEN_PLAN_STATES:
-        refused = {i.pk: f"plan is {plan.state}" for i in selected if i.decision == ItemDecision.PENDING}
+        refused = {
+            i.pk: f"plan is {plan.state}" for i in selected if i.decision == ItemDecision.PENDING
+        }
         return plan, refused
     if approve and plan.mode == PolicyMode.SHADOW:
-        return plan, {i.pk: "shadow mode moves nothing: switch the policy to manual or auto" for i in selected}
+        return plan, {
+            i.pk: "shadow mode moves nothing: switch the policy to manual or auto" for i in selected
+        }
     if approve and frozen():
         return plan, {i.pk: "a freeze override is active" for i in selected}
     now = timezone.now()
@@ -120,7 +156,9 @@ def decide(plan_id: int, who, approve: bool, item_ids: list[int] | None = None, 
                 refused[item.pk] = f"already {item.decision}"
             continue  # deciding the same way twice is harmless
         if approve:
-            why = refusal_for(item, plan.policy, extra_bytes, extra_on_target.get(item.target_id, 0))
+            why = refusal_for(
+                item, plan.policy, extra_bytes, extra_on_target.get(item.target_id, 0)
+            )
             if why:
                 item.refusal = why
                 item.save(update_fields=["refusal"])
@@ -141,9 +179,18 @@ def decide(plan_id: int, who, approve: bool, item_ids: list[int] | None = None, 
         plan.state = PlanState.PARTIAL
     plan.decided_at, plan.decided_by = now, user
     plan.save(update_fields=["state", "decided_at", "decided_by"])
-    record(who, "plan.approved" if approve else "plan.rejected", plan, before=before,
-           after={"state": plan.state, "items": [i.pk for i in selected if i.pk not in refused], "refused": refused},
-           reason=reason)
+    record(
+        who,
+        "plan.approved" if approve else "plan.rejected",
+        plan,
+        before=before,
+        after={
+            "state": plan.state,
+            "items": [i.pk for i in selected if i.pk not in refused],
+            "refused": refused,
+        },
+        reason=reason,
+    )
     publish(groups.PLANS, "plan.decided", {"plan": plan.pk, "state": plan.state})
     return plan, refused
 
@@ -153,8 +200,12 @@ def cancel_job(job: ReplicationJob, who, reason: str = "") -> ReplicationJob:
     from .dispatch import end
 
     before = {"state": job.state}
-    job = transition(job, JobState.CANCELLED, reason or "cancelled by an operator")  # raises if illegal
-    end(job, JobState.CANCELLED, "")  # tells both agents; already cancelled, so no second transition
+    job = transition(
+        job, JobState.CANCELLED, reason or "cancelled by an operator"
+    )  # raises if illegal
+    end(
+        job, JobState.CANCELLED, ""
+    )  # tells both agents; already cancelled, so no second transition
     record(who, "job.cancelled", job, before=before, after={"state": job.state}, reason=reason)
     return job
 
@@ -172,8 +223,14 @@ def save_policy(policy: Policy, who, *, reason: str = "") -> Policy:
             before = snapshot(other)
             other.active = False
             other.save(update_fields=["active", "updated_at"])
-            record(who, "policy.deactivated", other, before=before, after=snapshot(other),
-                   reason=f"{policy.name} activated")
+            record(
+                who,
+                "policy.deactivated",
+                other,
+                before=before,
+                after=snapshot(other),
+                reason=f"{policy.name} activated",
+            )
     return save_audited(policy, who, action, reason=reason)
 
 
@@ -206,7 +263,16 @@ def prune_finished(now=None) -> dict:
     """Finished jobs (their transitions cascade) and decided plans (their items cascade) older
     than PREWARM_JOB_KEEP_DAYS. Replicas stay (they hold the scores) and lose the link."""
     cutoff = (now or timezone.now()) - timedelta(days=settings.PREWARM_JOB_KEEP_DAYS)
-    jobs, by_model = ReplicationJob.objects.filter(state__in=JobState.TERMINAL, updated_at__lt=cutoff).delete()
-    plans, _ = ReplicationPlan.objects.filter(created_at__lt=cutoff).exclude(state=PlanState.PROPOSED).delete()
-    return {"jobs_deleted": by_model.get("replication.ReplicationJob", 0),
-            "job_transitions_deleted": by_model.get("replication.JobTransition", 0), "plans_deleted": plans}
+    jobs, by_model = ReplicationJob.objects.filter(
+        state__in=JobState.TERMINAL, updated_at__lt=cutoff
+    ).delete()
+    plans, _ = (
+        ReplicationPlan.objects.filter(created_at__lt=cutoff)
+        .exclude(state=PlanState.PROPOSED)
+        .delete()
+    )
+    return {
+        "jobs_deleted": by_model.get("replication.ReplicationJob", 0),
+        "job_transitions_deleted": by_model.get("replication.JobTransition", 0),
+        "plans_deleted": plans,
+    }

@@ -42,7 +42,9 @@ def tick() -> dict:
 def forecast_then_plan(policy: Policy):
     """The cycle as one Celery chain: forecast every active key (fanned out over the forecast
     workers), then plan once all of them are in. Returns the chain's AsyncResult."""
-    return (forecast_all.si(float(policy.horizon_seconds)) | plan_after_forecasts.s(policy.pk)).delay()
+    return (
+        forecast_all.si(float(policy.horizon_seconds)) | plan_after_forecasts.s(policy.pk)
+    ).delay()
 
 
 @shared_task
@@ -79,19 +81,31 @@ def evict_expired() -> int:
     now = timezone.now()
     expired = SpeculativeReplica.objects.filter(evicted_at__isnull=True, expires_at__lte=now)
     ended = expired.filter(shadow=True).update(evicted_at=F("expires_at"))
-    ended += expired.filter(shadow=False, job__transport__in=ENDS_BY_ITSELF).update(evicted_at=F("expires_at"))
+    ended += expired.filter(shadow=False, job__transport__in=ENDS_BY_ITSELF).update(
+        evicted_at=F("expires_at")
+    )
     pinned = _pinned_chains()
     for r in expired.filter(shadow=False).select_related("engine", "job"):
         if tuple(r.prefix_keys) in pinned.get(r.engine_id, set()):
             continue  # a pin keeps it
         with transaction.atomic():
-            if ReplicationJob.objects.filter(action=JobAction.EVICT, target_id=r.engine_id, prefix_keys=r.prefix_keys,
-                                             state__in=[JobState.APPROVED, *dispatch.DELIVERY_STATES]).exists():
+            if ReplicationJob.objects.filter(
+                action=JobAction.EVICT,
+                target_id=r.engine_id,
+                prefix_keys=r.prefix_keys,
+                state__in=[JobState.APPROVED, *dispatch.DELIVERY_STATES],
+            ).exists():
                 continue  # an eviction is already under way
             job = ReplicationJob.objects.create(
                 item=r.item,  # its workload key gives executors that address KV by tokens the tokens
-                action=JobAction.EVICT, transport=r.job.transport if r.job_id else "tcp", target=r.engine,
-                prefix_keys=r.prefix_keys, tier=r.tier, bytes=0, deadline=now + timedelta(minutes=10))
+                action=JobAction.EVICT,
+                transport=r.job.transport if r.job_id else "tcp",
+                target=r.engine,
+                prefix_keys=r.prefix_keys,
+                tier=r.tier,
+                bytes=0,
+                deadline=now + timedelta(minutes=10),
+            )
             transition(job, JobState.APPROVED, f"replica #{r.pk} passed its TTL")
             transaction.on_commit(lambda j=job: dispatch_job.delay(str(j.pk)))
             ended += 1

@@ -112,9 +112,11 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.api.exceptions.exception_handler",
     # Per token (agents, gateways) or user; a load test raises them from the environment.
-    "DEFAULT_THROTTLE_RATES": {"agent": get_from_env("PREWARM_THROTTLE_AGENT", "6000/min"),
-                               "gateway": get_from_env("PREWARM_THROTTLE_GATEWAY", "6000/min"),
-                               "user": "3000/min"},
+    "DEFAULT_THROTTLE_RATES": {
+        "agent": get_from_env("PREWARM_THROTTLE_AGENT", "6000/min"),
+        "gateway": get_from_env("PREWARM_THROTTLE_GATEWAY", "6000/min"),
+        "user": "3000/min",
+    },
 }
 
 SPECTACULAR_SETTINGS = {

@@ -20,22 +20,29 @@ PREWARM_DEMAND_BUCKET_SECONDS = get_from_env("PREWARM_DEMAND_BUCKET_SECONDS", 60
 # Job delivery: attempts and the backoff between them (base * 2^(attempt-1), capped).
 PREWARM_JOB_MAX_ATTEMPTS = get_from_env("PREWARM_JOB_MAX_ATTEMPTS", 3, type_cast=int)
 PREWARM_JOB_BACKOFF_SECONDS = get_from_env("PREWARM_JOB_BACKOFF_SECONDS", 2.0, type_cast=float)
-PREWARM_JOB_BACKOFF_MAX_SECONDS = get_from_env("PREWARM_JOB_BACKOFF_MAX_SECONDS", 60.0, type_cast=float)
+PREWARM_JOB_BACKOFF_MAX_SECONDS = get_from_env(
+    "PREWARM_JOB_BACKOFF_MAX_SECONDS", 60.0, type_cast=float
+)
 # A dispatched job not acknowledged within this many seconds is sent again (same attempt).
 PREWARM_JOB_REDELIVER_SECONDS = get_from_env("PREWARM_JOB_REDELIVER_SECONDS", 10.0, type_cast=float)
 # Seconds an attempt may take once dispatched before it fails (and maybe retries).
 PREWARM_JOB_ATTEMPT_SECONDS = get_from_env("PREWARM_JOB_ATTEMPT_SECONDS", 120.0, type_cast=float)
 # A landed copy the target engine has not shown (KV events, LMCache pin or directory) within this
 # many seconds is marked unconfirmed: it never counts as resident.
-PREWARM_REPLICA_CONFIRM_SECONDS = get_from_env("PREWARM_REPLICA_CONFIRM_SECONDS", 30.0, type_cast=float)
+PREWARM_REPLICA_CONFIRM_SECONDS = get_from_env(
+    "PREWARM_REPLICA_CONFIRM_SECONDS", 30.0, type_cast=float
+)
 # LMCache leases (pin_timeout_sec on the controller, 300 by default): the agent pins a live
 # replica again this often, so its lease never lapses while the replica is held.
 PREWARM_LMCACHE_RENEW_SECONDS = get_from_env("PREWARM_LMCACHE_RENEW_SECONDS", 60.0, type_cast=float)
 # Prefix token ids (executors that address KV by tokens need them): kept only for workload keys
 # a plan uses, for this long after the last plan that used them; false turns keeping them off.
-PREWARM_KEEP_PREFIX_TOKEN_IDS = get_from_env("PREWARM_KEEP_PREFIX_TOKEN_IDS", True, type_cast=str_to_bool)
-PREWARM_PREFIX_TOKEN_IDS_KEEP_SECONDS = get_from_env("PREWARM_PREFIX_TOKEN_IDS_KEEP_SECONDS", 3600.0,
-                                                     type_cast=float)
+PREWARM_KEEP_PREFIX_TOKEN_IDS = get_from_env(
+    "PREWARM_KEEP_PREFIX_TOKEN_IDS", True, type_cast=str_to_bool
+)
+PREWARM_PREFIX_TOKEN_IDS_KEEP_SECONDS = get_from_env(
+    "PREWARM_PREFIX_TOKEN_IDS_KEEP_SECONDS", 3600.0, type_cast=float
+)
 # The link speed the planner prices copies with where nothing better is known, bytes/s.
 PREWARM_LINK_BYTES_PER_S = get_from_env("PREWARM_LINK_BYTES_PER_S", 12.5e9, type_cast=float)
 # The load assumed for an engine whose metrics say nothing (0..1).
@@ -47,10 +54,16 @@ PREWARM_DEFAULT_GPU = get_from_env("PREWARM_DEFAULT_GPU", "h100")
 PREWARM_WARMING_LEAD_SECONDS = get_from_env("PREWARM_WARMING_LEAD_SECONDS", 120.0, type_cast=float)
 # Forecasting: history window, candidate models (empty = all, Prophet included), backtest folds.
 PREWARM_FORECAST_HISTORY_DAYS = get_from_env("PREWARM_FORECAST_HISTORY_DAYS", 14.0, type_cast=float)
-PREWARM_FORECAST_MODELS = get_from_env("PREWARM_FORECAST_MODELS", [], type_cast=lambda v: [m.strip() for m in v.split(",") if m.strip()])
+PREWARM_FORECAST_MODELS = get_from_env(
+    "PREWARM_FORECAST_MODELS",
+    [],
+    type_cast=lambda v: [m.strip() for m in v.split(",") if m.strip()],
+)
 PREWARM_FORECAST_BACKTEST_FOLDS = get_from_env("PREWARM_FORECAST_BACKTEST_FOLDS", 3, type_cast=int)
 # A dashboard socket sends at most one merged update per this many seconds.
-PREWARM_DASHBOARD_COALESCE_SECONDS = get_from_env("PREWARM_DASHBOARD_COALESCE_SECONDS", 0.1, type_cast=float)
+PREWARM_DASHBOARD_COALESCE_SECONDS = get_from_env(
+    "PREWARM_DASHBOARD_COALESCE_SECONDS", 0.1, type_cast=float
+)
 
 # Retention (docs/reliability.md): the database stays bounded. The hourly `retention` tasks
 # roll fine rows up into hourly ones past the fine horizon and delete rows past the last one.
@@ -59,7 +72,9 @@ PREWARM_RETENTION_SECONDS = get_from_env("PREWARM_RETENTION_SECONDS", 3600.0, ty
 PREWARM_GPU_SAMPLE_FINE_HOURS = get_from_env("PREWARM_GPU_SAMPLE_FINE_HOURS", 24.0, type_cast=float)
 PREWARM_GPU_SAMPLE_DAYS = get_from_env("PREWARM_GPU_SAMPLE_DAYS", 30.0, type_cast=float)
 # Demand buckets: fine for as long as the forecaster reads them, hourly (summed) after, then gone.
-PREWARM_DEMAND_FINE_DAYS = get_from_env("PREWARM_DEMAND_FINE_DAYS", PREWARM_FORECAST_HISTORY_DAYS, type_cast=float)
+PREWARM_DEMAND_FINE_DAYS = get_from_env(
+    "PREWARM_DEMAND_FINE_DAYS", PREWARM_FORECAST_HISTORY_DAYS, type_cast=float
+)
 PREWARM_DEMAND_DAYS = get_from_env("PREWARM_DEMAND_DAYS", 90.0, type_cast=float)
 # Forecasts: the latest per key always stays; older ones this long (the dashboard's band history).
 PREWARM_FORECAST_KEEP_HOURS = get_from_env("PREWARM_FORECAST_KEEP_HOURS", 24.0, type_cast=float)

@@ -58,7 +58,9 @@ CONTENT_SECURITY_POLICY = (
 # is locked for the cool-off. Attempts while locked do not extend it (an attacker gets at most
 # LIMIT guesses per cool-off either way, and the user's wait stays what the page says).
 PREWARM_LOGIN_FAILURE_LIMIT = get_from_env("PREWARM_LOGIN_FAILURE_LIMIT", 5, type_cast=int)
-PREWARM_LOGIN_COOLOFF_SECONDS = get_from_env("PREWARM_LOGIN_COOLOFF_SECONDS", 900.0, type_cast=float)
+PREWARM_LOGIN_COOLOFF_SECONDS = get_from_env(
+    "PREWARM_LOGIN_COOLOFF_SECONDS", 900.0, type_cast=float
+)
 # Proxies in front of the web processes that append to X-Forwarded-For (0: use REMOTE_ADDR).
 # Behind a load balancer set it, or every client shares the balancer's address and its lockout.
 PREWARM_TRUSTED_PROXY_COUNT = get_from_env("PREWARM_TRUSTED_PROXY_COUNT", 0, type_cast=int)

@@ -37,19 +37,24 @@ else:
             # transaction tries to upgrade to a write (SQLITE_BUSY_SNAPSHOT under WAL).
             # synchronous=NORMAL (WAL): a commit is not fsynced, so a power loss may undo the last
             # commits, a process that dies loses nothing; ~1 ms less per write on this machine.
-            "OPTIONS": {"timeout": 20,
-                        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                        "transaction_mode": "IMMEDIATE"},
+            "OPTIONS": {
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+            },
         }
     }
 
 if REDIS_URL:
     # Shared by every web process, so rate limits (DRF throttles) hold across the fleet of them.
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                          "LOCATION": get_from_env("CACHE_REDIS_URL", REDIS_URL),
-                          # One pool per process, not one per request's thread (redis_pool.py).
-                          "OPTIONS": {"pool_class":
-                                      "controlplane.backends.redis_pool.SharedConnectionPool"}}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": get_from_env("CACHE_REDIS_URL", REDIS_URL),
+            # One pool per process, not one per request's thread (redis_pool.py).
+            "OPTIONS": {"pool_class": "controlplane.backends.redis_pool.SharedConnectionPool"},
+        }
+    }
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -93,16 +98,28 @@ PREWARM_SCHEDULE = {
 }
 CELERY_BEAT_SCHEDULE = {
     "tick": {"task": "controlplane.replication.tasks.tick", "schedule": PREWARM_SCHEDULE["tick"]},
-    "sweep-jobs": {"task": "controlplane.replication.tasks.sweep_jobs",
-                   "schedule": PREWARM_SCHEDULE["sweep_jobs"]},
-    "evict-expired": {"task": "controlplane.replication.tasks.evict_expired",
-                      "schedule": PREWARM_SCHEDULE["evict_expired"]},
-    "score": {"task": "controlplane.replication.tasks.score_replicas",
-              "schedule": PREWARM_SCHEDULE["score"]},
-    "mark-stale": {"task": "controlplane.fleet.tasks.mark_stale",
-                   "schedule": PREWARM_SCHEDULE["mark_stale"]},
+    "sweep-jobs": {
+        "task": "controlplane.replication.tasks.sweep_jobs",
+        "schedule": PREWARM_SCHEDULE["sweep_jobs"],
+    },
+    "evict-expired": {
+        "task": "controlplane.replication.tasks.evict_expired",
+        "schedule": PREWARM_SCHEDULE["evict_expired"],
+    },
+    "score": {
+        "task": "controlplane.replication.tasks.score_replicas",
+        "schedule": PREWARM_SCHEDULE["score"],
+    },
+    "mark-stale": {
+        "task": "controlplane.fleet.tasks.mark_stale",
+        "schedule": PREWARM_SCHEDULE["mark_stale"],
+    },
     # Retention keeps the database bounded (docs/reliability.md): one task per app that owns data.
-    **{f"retention-{app}": {"task": f"controlplane.{app}.tasks.retention",
-                            "schedule": get_from_env("PREWARM_RETENTION_SECONDS", 3600.0, type_cast=float)}
-       for app in ("fleet", "demand", "forecasting", "replication", "audit")},
+    **{
+        f"retention-{app}": {
+            "task": f"controlplane.{app}.tasks.retention",
+            "schedule": get_from_env("PREWARM_RETENTION_SECONDS", 3600.0, type_cast=float),
+        }
+        for app in ("fleet", "demand", "forecasting", "replication", "audit")
+    },
 }

@@ -1,9 +1,9 @@
 """``prewarm-sim``: replay a trace on a simulated cluster under several policies.
 
-    prewarm-sim run --workload servegen --scenario slowlink --json out.json --html out.html
-    prewarm-sim sweep --json sweep.json --html sweep.html
-    prewarm-sim cluster --preset burst --control-plane URL --gateway-token ...  (virtual cluster)
-    prewarm-sim seeds --seeds 0,1,2,3,4 --json seeds.json
+prewarm-sim run --workload servegen --scenario slowlink --json out.json --html out.html
+prewarm-sim sweep --json sweep.json --html sweep.html
+prewarm-sim cluster --preset burst --control-plane URL --gateway-token ...  (virtual cluster)
+prewarm-sim seeds --seeds 0,1,2,3,4 --json seeds.json
 """
 
 from __future__ import annotations
@@ -17,9 +17,13 @@ from controlplane.sim.scenarios import FORMATS, SCENARIOS, WORKLOADS, build
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engines", type=int, default=16)
-    p.add_argument("--warmup", type=float, default=300.0,
-                   help="seconds at the start left out of the TTFT figures (default 300; "
-                        "whole-run figures are reported too)")
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=300.0,
+        help="seconds at the start left out of the TTFT figures (default 300; "
+        "whole-run figures are reported too)",
+    )
     p.add_argument("--model", default="llama3-70b")
     p.add_argument("--gpu", default="h100")
     p.add_argument("--gpus-per-engine", type=int, default=None)
@@ -44,8 +48,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--start", type=float, default=None, help="seconds into the trace")
     run.add_argument("--duration", type=float, default=None, help="seconds")
     run.add_argument("--time-scale", type=float, default=1.0)
-    run.add_argument("--prophet", action="store_true",
-                     help="let predictive's day-scale forecast choose Prophet too (slower)")
+    run.add_argument(
+        "--prophet",
+        action="store_true",
+        help="let predictive's day-scale forecast choose Prophet too (slower)",
+    )
     _common(run)
     sw = sub.add_parser("sweep", help="map where speculation pays (heatmap)")
     sw.add_argument("--quick", action="store_true")
@@ -55,13 +62,18 @@ def parser() -> argparse.ArgumentParser:
     _common(sw)
     sd = sub.add_parser("seeds", help="predictive vs reactive vs oracle over seeds, with noise")
     sd.add_argument("--seeds", default="0,1,2,3,4")
-    sd.add_argument("--cells", default=None,
-                    help="model:scenario,... (default: the key ServeGen cells)")
+    sd.add_argument(
+        "--cells", default=None, help="model:scenario,... (default: the key ServeGen cells)"
+    )
     sd.add_argument("--policies", default="cache-aware,reactive,predictive,oracle")
     sd.add_argument("--duration", type=float, default=None, help="seconds (default 3600)")
     sd.add_argument("--load", type=float, default=0.55)
-    sd.add_argument("--warmup", type=float, default=300.0,
-                    help="seconds left out of the TTFT figures (default 300)")
+    sd.add_argument(
+        "--warmup",
+        type=float,
+        default=300.0,
+        help="seconds left out of the TTFT figures (default 300)",
+    )
     sd.add_argument("--engines", type=int, default=16)
     sd.add_argument("--workers", type=int, default=1, help="worker processes")
     sd.add_argument("--json", dest="json_path")
@@ -103,20 +115,38 @@ def _run(args) -> int:
     if args.trace and not args.fmt:
         raise ValueError("--trace needs --format")
     setup = build(
-        workload=None if args.trace else args.workload, trace=args.trace, fmt=args.fmt,
-        scenario=args.scenario, engines=args.engines, model=args.model, gpu=args.gpu,
-        gpus_per_engine=args.gpus_per_engine, kv_capacity_gb=args.kv_capacity_gb,
-        start=args.start, duration=args.duration, time_scale=args.time_scale, load=args.load,
-        tenants=args.tenants, seed=args.seed,
+        workload=None if args.trace else args.workload,
+        trace=args.trace,
+        fmt=args.fmt,
+        scenario=args.scenario,
+        engines=args.engines,
+        model=args.model,
+        gpu=args.gpu,
+        gpus_per_engine=args.gpus_per_engine,
+        kv_capacity_gb=args.kv_capacity_gb,
+        start=args.start,
+        duration=args.duration,
+        time_scale=args.time_scale,
+        load=args.load,
+        tenants=args.tenants,
+        seed=args.seed,
     )
     options = {"predictive": {"use_prophet": True}} if args.prophet else {}
     setup.assumptions["predictive_day_forecast"] = (
         "per key, the best of last value, EWMA, seasonal naive, seasonal blend"
-        + (" and Prophet" if args.prophet else "") + " by rolling-origin backtest (MASE)")
+        + (" and Prophet" if args.prophet else "")
+        + " by rolling-origin backtest (MASE)"
+    )
     if args.warmup < 0:
         raise ValueError("--warmup must be >= 0")
-    doc, results = run_policies(setup, policies, seed=args.seed, progress=sys.stderr.isatty(),
-                                options=options, warmup_s=args.warmup)
+    doc, results = run_policies(
+        setup,
+        policies,
+        seed=args.seed,
+        progress=sys.stderr.isatty(),
+        options=options,
+        warmup_s=args.warmup,
+    )
     print(table(doc))
     if args.json_path:
         write_json(doc, args.json_path)

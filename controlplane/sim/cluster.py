@@ -108,12 +108,20 @@ class ClusterConfig:
             "spec_fraction": self.spec_fraction,
             "warming_spec_fraction": self.warming_spec_fraction,
             "tiers": [
-                {"name": t.name, "capacity_blocks": t.capacity_blocks, "gbytes_per_s": t.bytes_per_s / 1e9}
+                {
+                    "name": t.name,
+                    "capacity_blocks": t.capacity_blocks,
+                    "gbytes_per_s": t.bytes_per_s / 1e9,
+                }
                 for t in self.tiers
             ],
             "engine_changes": [
-                {"engine": f"e{c.eid}", "announce_s": c.announce_s, "serve_s": c.serve_s,
-                 "leave_s": None if math.isinf(c.leave_s) else c.leave_s}
+                {
+                    "engine": f"e{c.eid}",
+                    "announce_s": c.announce_s,
+                    "serve_s": c.serve_s,
+                    "leave_s": None if math.isinf(c.leave_s) else c.leave_s,
+                }
                 for c in self.changes
             ],
         }
@@ -168,10 +176,17 @@ class Simulation:
         self.events = EventQueue()
         self.engines: list[Engine] = []
         for eid in range(config.engines):
-            tiers = [OffloadTier(t.name, PrefixCache(t.capacity_blocks), t.bytes_per_s) for t in config.tiers]
+            tiers = [
+                OffloadTier(t.name, PrefixCache(t.capacity_blocks), t.bytes_per_s)
+                for t in config.tiers
+            ]
             self.engines.append(
-                Engine(eid, eid // max(1, config.engines_per_node),
-                       PrefixCache(config.kv_capacity_blocks), tiers)
+                Engine(
+                    eid,
+                    eid // max(1, config.engines_per_node),
+                    PrefixCache(config.kv_capacity_blocks),
+                    tiers,
+                )
             )
         for ch in config.changes:
             if not 0 <= ch.eid < config.engines:
@@ -211,7 +226,9 @@ class Simulation:
     def _spec_slice(self, e: Engine) -> None:
         # Warm-up copies already on a joining engine stay when it starts serving (they are
         # evicted first); the smaller slice only bounds new speculative placements.
-        frac = self.config.spec_fraction if e.state == SERVING else self.config.warming_spec_fraction
+        frac = (
+            self.config.spec_fraction if e.state == SERVING else self.config.warming_spec_fraction
+        )
         e.cache.spec_limit = int(frac * e.cache.capacity)
 
     def prefill_s(self, new: float, cached: float) -> float:
@@ -229,7 +246,9 @@ class Simulation:
         return min(1.0, work / (seen * max(1, len(self.serving))))
 
     def _add_work(self, now: float, seconds: float) -> None:
-        self._load_work = self._load_work * math.exp(-(now - self._load_t) / LOAD_WINDOW_S) + seconds
+        self._load_work = (
+            self._load_work * math.exp(-(now - self._load_t) / LOAD_WINDOW_S) + seconds
+        )
         self._load_t = now
 
     def link_bytes_per_s(self, src: Engine, dst: Engine, now: float) -> float:
@@ -251,8 +270,16 @@ class Simulation:
         return start + transfer_seconds(nbytes, bw, self.config.link_latency_s)
 
     def start_copy(
-        self, pid: int, keys: tuple[int, ...], src: Engine, dst: Engine, now: float,
-        speculative: bool, ttl_s: float = math.inf, value_of=None, budget: float = math.inf,
+        self,
+        pid: int,
+        keys: tuple[int, ...],
+        src: Engine,
+        dst: Engine,
+        now: float,
+        speculative: bool,
+        ttl_s: float = math.inf,
+        value_of=None,
+        budget: float = math.inf,
         keep_s: float = 0.0,
     ) -> float | None:
         """Copy ``keys`` from ``src`` to ``dst``; returns the landing time (None: nothing to do).
@@ -307,8 +334,7 @@ class Simulation:
             self.demand_in_flight.discard((pid, dst.eid))
             if dst.state != GONE:
                 dst.refresh_busy(t)
-                dst.cache.place(keys, t, rid, speculative, t + ttl_s, value_of, budget,
-                                t + keep_s)
+                dst.cache.place(keys, t, rid, speculative, t + ttl_s, value_of, budget, t + keep_s)
 
         self.events.at(land, landed)
         return land
@@ -419,7 +445,9 @@ class Simulation:
             engine_of[i] = e.eid
             # Full suffix blocks are the request's own: unique keys, cached like any block.
             own = (suffixes[i]) // B
-            chain = keys if not own else keys + tuple(suffix_base | (i << 8) | j for j in range(own))
+            chain = (
+                keys if not own else keys + tuple(suffix_base | (i << 8) | j for j in range(own))
+            )
             if lower:
                 done = m
                 for tier, k in lower:
@@ -444,10 +472,21 @@ class Simulation:
         if progress is not None:
             progress(n, n)
         return RunResult(
-            policy.name, ttft, cached_tok, input_tok, engine_of, self.bytes_moved,
-            spec_bs * self.block_bytes, self.replicas, used, time.perf_counter() - wall0,
-            samples, getattr(policy, "forecast_log", {}), getattr(policy, "plan_items", 0),
-            wl.t, backlog,
+            policy.name,
+            ttft,
+            cached_tok,
+            input_tok,
+            engine_of,
+            self.bytes_moved,
+            spec_bs * self.block_bytes,
+            self.replicas,
+            used,
+            time.perf_counter() - wall0,
+            samples,
+            getattr(policy, "forecast_log", {}),
+            getattr(policy, "plan_items", 0),
+            wl.t,
+            backlog,
         )
 
     def _sample(self, t: float) -> dict:

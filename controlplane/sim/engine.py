@@ -58,7 +58,9 @@ class Engine:
     def wait(self, now: float) -> float:
         return self.free_at - now if self.free_at > now else 0.0
 
-    def match(self, keys: tuple[int, ...], start: float) -> tuple[int, list[tuple[OffloadTier, int]]]:
+    def match(
+        self, keys: tuple[int, ...], start: float
+    ) -> tuple[int, list[tuple[OffloadTier, int]]]:
         """Blocks of ``keys`` on HBM (or landing there by ``start``), then per lower tier."""
         m = self.cache.match(keys)
         n = len(keys)

@@ -30,16 +30,19 @@ def _ttft(ttft: np.ndarray, cached: np.ndarray, inputs: np.ndarray) -> dict:
     }
 
 
-def summarize(r: RunResult, kv_capacity_bytes_total: float, duration_s: float,
-              warmup_s: float = 0.0) -> dict:
+def summarize(
+    r: RunResult, kv_capacity_bytes_total: float, duration_s: float, warmup_s: float = 0.0
+) -> dict:
     if warmup_s < 0:
         raise ValueError("warm-up must be >= 0 seconds")
     whole = _ttft(r.ttft, r.cached_tokens, r.input_tokens)
     if warmup_s > 0 and r.arrivals is not None:
         sel = r.arrivals >= warmup_s
         if not sel.any():
-            raise ValueError(f"a {warmup_s:g} s warm-up leaves no request of this "
-                             f"{duration_s:g} s run to measure; use a shorter --warmup")
+            raise ValueError(
+                f"a {warmup_s:g} s warm-up leaves no request of this "
+                f"{duration_s:g} s run to measure; use a shorter --warmup"
+            )
         measured = _ttft(r.ttft[sel], r.cached_tokens[sel], r.input_tokens[sel])
     else:
         measured = whole

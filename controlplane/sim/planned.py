@@ -74,8 +74,12 @@ class PlannedPolicy(Reactive):
         super().__init__(reactive_rule)
         self.name = name
         self.tick_s = tick_s
-        self.budgets = budgets or Budgets(max_spec_vram_fraction=0.25, ttl_s=300.0, horizon_s=120.0,
-                                          min_expected_hits=MIN_EXPECTED_HITS)
+        self.budgets = budgets or Budgets(
+            max_spec_vram_fraction=0.25,
+            ttl_s=300.0,
+            horizon_s=120.0,
+            min_expected_hits=MIN_EXPECTED_HITS,
+        )
         self.overrides = overrides or Overrides()
         self.use_prophet = use_prophet
         self.forecast_log: dict[str, list] = {}
@@ -93,8 +97,10 @@ class PlannedPolicy(Reactive):
         cfg = sim.config
         b = self.budgets
         self.budgets = replace(
-            b, max_spec_vram_fraction=min(b.max_spec_vram_fraction, cfg.spec_fraction),
-            max_warming_fraction=min(b.max_warming_fraction, cfg.warming_spec_fraction))
+            b,
+            max_spec_vram_fraction=min(b.max_spec_vram_fraction, cfg.spec_fraction),
+            max_warming_fraction=min(b.max_warming_fraction, cfg.warming_spec_fraction),
+        )
         self.trackers: dict[int, BurstTracker] = {}
         self.short: dict[int, BurstTracker] = {}  # the same arrivals over TREND_WINDOW_S
         self.onset: dict[int, BurstTracker] = {}  # ... and over ONSET_WINDOW_S
@@ -110,8 +116,14 @@ class PlannedPolicy(Reactive):
                 if len(hist) < 2 * DAY_BUCKETS or hist.sum() <= 0:
                     continue
                 try:
-                    res = forecast_counts(hist, start=0.0, bucket_seconds=int(wl.history_bucket_s),
-                                          horizon=horizon, models=models, backtest_folds=2)
+                    res = forecast_counts(
+                        hist,
+                        start=0.0,
+                        bucket_seconds=int(wl.history_bucket_s),
+                        horizon=horizon,
+                        models=models,
+                        backtest_folds=2,
+                    )
                 except ValueError:
                     continue  # no model accepts this history: no day-scale signal for it
                 self.day[key] = np.asarray(res.yhat)
@@ -143,7 +155,9 @@ class PlannedPolicy(Reactive):
         if tr is None:
             return 0.0
         ro = tr.rate(t)
-        if ro * ONSET_WINDOW_S < ONSET_MIN_ARRIVALS or ro < ONSET_RATIO * self.trackers[pid].rate(t):
+        if ro * ONSET_WINDOW_S < ONSET_MIN_ARRIVALS or ro < ONSET_RATIO * self.trackers[pid].rate(
+            t
+        ):
             return 0.0
         return ro
 
@@ -188,8 +202,11 @@ class PlannedPolicy(Reactive):
             demand = self._oracle_demand(sim, t, H)
         else:
             demand = self._predicted(sim, t, H, only)
-        lam = {int(p): d.expected_requests / H + d.burst_probability
-               * max(0.0, d.peak_rate - d.expected_requests / H) for p, d in demand.items()}
+        lam = {
+            int(p): d.expected_requests / H
+            + d.burst_probability * max(0.0, d.peak_rate - d.expected_requests / H)
+            for p, d in demand.items()
+        }
         if only is None:
             self._lam = lam
         else:
@@ -209,8 +226,11 @@ class PlannedPolicy(Reactive):
             tokens = len(keys) * BLOCK_TOKENS
             service = sim.prefill_s(self.mean_suffix, tokens)
             recompute = sim.prefill_s(self.mean_suffix + tokens, 0.0) - service
-            cands.append(Candidate(str(pid), keys, tokens, len(keys) * bb, wl.prefix_wkey[pid],
-                                   service, recompute))
+            cands.append(
+                Candidate(
+                    str(pid), keys, tokens, len(keys) * bb, wl.prefix_wkey[pid], service, recompute
+                )
+            )
         holdings = self._holdings(sim, cands, t)
         engines = self._engine_states(sim, t, H)
         items = plan(cands, demand.values(), holdings, engines, self.budgets, self.overrides)
@@ -241,7 +261,8 @@ class PlannedPolicy(Reactive):
                 break
             out[p] = Demand(str(p), float(counts[p]), 1.0, peak[p] / 30.0, 1.0, first[p])
             self.forecast_log.setdefault(sim.workload.prefix_wkey[p], []).append(
-                (t, float(counts[p]) / H))
+                (t, float(counts[p]) / H)
+            )
         return out
 
     def _predicted(self, sim, t, H, only: tuple[int, ...] | None = None) -> dict[int, Demand]:
@@ -312,9 +333,17 @@ class PlannedPolicy(Reactive):
             if tracker is not None and tracker.exposure(t) > 0:
                 recent = max(tracker.rate(t), self.short[pid].rate(t), self._onset_rate(pid, t))
                 lead = H + len(keys) * sim.block_bytes / link
-                risk = burst_probability(recent, tracker.cv(t), lead, tracker.exposure(t), capacity_rate=cap)
-            out[pid] = demand_for(str(pid), expected_requests=lam * H, horizon_s=H,
-                                  burst_probability=risk, recent_rate=recent, backtest_mase=mase)
+                risk = burst_probability(
+                    recent, tracker.cv(t), lead, tracker.exposure(t), capacity_rate=cap
+                )
+            out[pid] = demand_for(
+                str(pid),
+                expected_requests=lam * H,
+                horizon_s=H,
+                burst_probability=risk,
+                recent_rate=recent,
+                backtest_mase=mase,
+            )
             self.forecast_log.setdefault(wl.prefix_wkey[pid], []).append((t, lam))
         return out
 
@@ -368,12 +397,21 @@ class PlannedPolicy(Reactive):
             e.refresh_busy(t)
             # Room: free blocks, and unreferenced blocks the ranking counts as cold.
             room = c.spec_room(self._vf, COLD_VALUE_S)
-            out.append(EngineState(
-                e.name, f"n{e.node}", c.capacity * bb, room * bb,
-                len(c.spec) * bb, link, el, "serving" if e.state == SERVING else "warming",
-                max(0.0, starts), {tier.name: tier.bytes_per_s for tier in e.tiers},
-                max(0.0, e.link_free_at - t),
-            ))
+            out.append(
+                EngineState(
+                    e.name,
+                    f"n{e.node}",
+                    c.capacity * bb,
+                    room * bb,
+                    len(c.spec) * bb,
+                    link,
+                    el,
+                    "serving" if e.state == SERVING else "warming",
+                    max(0.0, starts),
+                    {tier.name: tier.bytes_per_s for tier in e.tiers},
+                    max(0.0, e.link_free_at - t),
+                )
+            )
         return out
 
     @staticmethod
@@ -402,10 +440,18 @@ class PlannedPolicy(Reactive):
             if eta - when > self.budgets.horizon_s:
                 self.skipped += 1
                 return
-            sim.start_copy(pid, it.keys, src, dst, when, speculative=True, ttl_s=ttl,
-                           value_of=self._vf,
-                           budget=max(0.0, it.expected_ttft_saved_s - it.cost_s),
-                           keep_s=self.budgets.horizon_s)
+            sim.start_copy(
+                pid,
+                it.keys,
+                src,
+                dst,
+                when,
+                speculative=True,
+                ttl_s=ttl,
+                value_of=self._vf,
+                budget=max(0.0, it.expected_ttft_saved_s - it.cost_s),
+                keep_s=self.budgets.horizon_s,
+            )
 
         if it.start_in_s > 0:
             sim.events.at(t + it.start_in_s, go)

@@ -95,7 +95,9 @@ class Reactive(RoutingPolicy):
             tokens = len(keys) * BLOCK_TOKENS
             wl = sim.workload
             suffix = float(wl.suffix_tokens.mean()) if len(wl) else 0.0
-            r = (sim.prefill_s(suffix + tokens, 0.0) - sim.prefill_s(suffix, tokens)) / max(1, len(keys))
+            r = (sim.prefill_s(suffix + tokens, 0.0) - sim.prefill_s(suffix, tokens)) / max(
+                1, len(keys)
+            )
             self._rec[pid] = r
         return r
 
@@ -129,8 +131,12 @@ class Reactive(RoutingPolicy):
             if v is None:
                 root = prefixes[pid][0]
                 holders = sum(1 for e in serving if root in e.cache.blocks)
-                v = (self.rate_of(pid, t) * VALUE_HORIZON_S / max(1, holders)
-                     * self.recompute_per_block(sim, pid))
+                v = (
+                    self.rate_of(pid, t)
+                    * VALUE_HORIZON_S
+                    / max(1, holders)
+                    * self.recompute_per_block(sim, pid)
+                )
                 memo[pid] = v
             return v
 
@@ -145,7 +151,9 @@ class Reactive(RoutingPolicy):
         holder, best_m, hwait = None, 0, 0.0
         for e in sim.serving:
             m = e.cache.match(keys)
-            if m > best_m or (m == best_m and m and holder is not None and e.free_at < holder.free_at):
+            if m > best_m or (
+                m == best_m and m and holder is not None and e.free_at < holder.free_at
+            ):
                 holder, best_m = e, m
         if holder is None or best_m < rule.min_blocks:
             return
@@ -182,8 +190,16 @@ class Reactive(RoutingPolicy):
         per_request = min(hwait - twait, self.recompute_per_block(sim, pid, keys) * best_m)
         saving = spill * max(0.0, per_request)
         if saving > 0:
-            sim.start_copy(pid, chain, holder, target, t, speculative=False,
-                           value_of=self.value_fn(sim, t, target), budget=saving)
+            sim.start_copy(
+                pid,
+                chain,
+                holder,
+                target,
+                t,
+                speculative=False,
+                value_of=self.value_fn(sim, t, target),
+                budget=saving,
+            )
 
 
 class Everywhere(RoutingPolicy):

@@ -45,7 +45,12 @@ def write_json(doc: dict, path: str | Path) -> None:
 
 
 def write_html(doc: dict, results: dict, workload, path: str | Path) -> None:
-    figs = [_cdf(results), _over_time(results, workload), _vram(results), _forecast(results, workload)]
+    figs = [
+        _cdf(results),
+        _over_time(results, workload),
+        _vram(results),
+        _forecast(results, workload),
+    ]
     parts = [fig.to_html(full_html=False, include_plotlyjs=False) for fig in figs]
     rows = table(doc).replace("&", "&amp;").replace("<", "&lt;")
     assumptions = "".join(f"<li><b>{k}</b>: {v}</li>" for k, v in doc["assumptions"].items())
@@ -65,8 +70,12 @@ def _cdf(results) -> go.Figure:
     for name, r in results.items():
         x = np.sort(r.ttft)
         step = max(1, len(x) // 2000)
-        fig.add_trace(go.Scatter(x=x[::step], y=np.arange(1, len(x) + 1)[::step] / len(x), name=name))
-    fig.update_layout(title="TTFT CDF", xaxis_title="TTFT (s)", xaxis_type="log", yaxis_title="fraction")
+        fig.add_trace(
+            go.Scatter(x=x[::step], y=np.arange(1, len(x) + 1)[::step] / len(x), name=name)
+        )
+    fig.update_layout(
+        title="TTFT CDF", xaxis_title="TTFT (s)", xaxis_type="log", yaxis_title="fraction"
+    )
     return fig
 
 
@@ -82,8 +91,11 @@ def _over_time(results, workload) -> go.Figure:
     med = np.median(counts[counts > 0]) if (counts > 0).any() else 0
     for b in np.nonzero(counts > 2 * med)[0]:
         fig.add_vrect(x0=bins[b], x1=bins[b + 1], fillcolor="orange", opacity=0.2, line_width=0)
-    fig.update_layout(title="Mean TTFT over time (shaded: bursts, > 2x the median arrival rate)",
-                      xaxis_title="time (s)", yaxis_title="TTFT (s)")
+    fig.update_layout(
+        title="Mean TTFT over time (shaded: bursts, > 2x the median arrival rate)",
+        xaxis_title="time (s)",
+        yaxis_title="TTFT (s)",
+    )
     return fig
 
 
@@ -91,10 +103,15 @@ def _vram(results) -> go.Figure:
     fig = go.Figure()
     for name, r in results.items():
         t = [s["t"] for s in r.samples]
-        fig.add_trace(go.Scatter(x=t, y=[s["normal_bytes"] / 1e9 for s in r.samples], name=f"{name} cached"))
+        fig.add_trace(
+            go.Scatter(x=t, y=[s["normal_bytes"] / 1e9 for s in r.samples], name=f"{name} cached")
+        )
         if any(s["spec_bytes"] for s in r.samples):
-            fig.add_trace(go.Scatter(x=t, y=[s["spec_bytes"] / 1e9 for s in r.samples],
-                                     name=f"{name} speculative"))
+            fig.add_trace(
+                go.Scatter(
+                    x=t, y=[s["spec_bytes"] / 1e9 for s in r.samples], name=f"{name} speculative"
+                )
+            )
     fig.update_layout(title="KV VRAM by kind (GB, all engines)", xaxis_title="time (s)")
     return fig
 
@@ -114,7 +131,16 @@ def _forecast(results, workload) -> go.Figure:
         for name, r in results.items():
             log = r.forecasts.get(k)
             if log and name == "predictive":
-                fig.add_trace(go.Scatter(x=[a for a, _ in log], y=[b for _, b in log],
-                                         name=f"{k} forecast", mode="lines", line={"dash": "dash"}))
-    fig.update_layout(title="Forecast vs actual demand, busiest keys (requests/s)", xaxis_title="time (s)")
+                fig.add_trace(
+                    go.Scatter(
+                        x=[a for a, _ in log],
+                        y=[b for _, b in log],
+                        name=f"{k} forecast",
+                        mode="lines",
+                        line={"dash": "dash"},
+                    )
+                )
+    fig.update_layout(
+        title="Forecast vs actual demand, busiest keys (requests/s)", xaxis_title="time (s)"
+    )
     return fig

@@ -11,8 +11,12 @@ from controlplane.sim.scenarios import Setup, offered_load
 
 
 def run_policies(
-    setup: Setup, policies: list[str], seed: int = 0, progress: bool = False,
-    options: dict[str, dict] | None = None, warmup_s: float = 0.0,
+    setup: Setup,
+    policies: list[str],
+    seed: int = 0,
+    progress: bool = False,
+    options: dict[str, dict] | None = None,
+    warmup_s: float = 0.0,
 ):
     """Run each policy (``options``: per-policy keyword arguments for ``make_policy``); TTFT
     figures leave out requests of the first ``warmup_s`` seconds (``metrics.summarize``)."""
@@ -22,7 +26,9 @@ def run_policies(
     results, summary = {}, {}
     for name in policies:
         bar = _bar(name) if progress and len(wl) > 20_000 else None
-        r = Simulation(cfg, wl, make_policy(name, **options.get(name, {})), seed=seed).run(progress=bar)
+        r = Simulation(cfg, wl, make_policy(name, **options.get(name, {})), seed=seed).run(
+            progress=bar
+        )
         results[name] = r
         summary[name] = summarize(r, cap, wl.duration_s, warmup_s)
     doc = {

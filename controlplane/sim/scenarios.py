@@ -29,6 +29,8 @@ SLOW_NETWORK_BPS = 12.5e9  # 100 Gb/s
 def link_bytes_per_s(scenario: str) -> float:
     """Cross-node copy bandwidth a scenario assumes (what the control plane should price copies at)."""
     return SLOW_NETWORK_BPS if scenario == "slowlink" else STEADY_NETWORK_BPS
+
+
 CPU_TIER_BPS = 32e9  # PCIe 5.0 x16, practical host-to-device
 SSD_TIER_BPS = 6e9  # one NVMe Gen4 x4 drive
 TIERED_GPU_SHARE = 0.5  # share of HBM KV left to cached prefixes when tiers hold the rest
@@ -100,8 +102,18 @@ def build(
         path = bundled_path(workload)
     notes: dict[str, str] = {}
     if kind == "servegen":
-        wl = _servegen(path, scenario, engines, cost, start, duration, load, tenants,
-                       prefix_tokens or _default_prefix_tokens(model), seed)
+        wl = _servegen(
+            path,
+            scenario,
+            engines,
+            cost,
+            start,
+            duration,
+            load,
+            tenants,
+            prefix_tokens or _default_prefix_tokens(model),
+            seed,
+        )
     else:
         wl = load_mooncake(path) if kind == "mooncake" else load_azure(path, seed=seed)
         if start or duration:
@@ -111,39 +123,59 @@ def build(
     if len(wl) == 0:
         raise ValueError("the chosen window holds no requests")
     per_node = max(1, 8 // cost.gpus)
-    cfg = ClusterConfig(cost, engines, blocks, engines_per_node=per_node, scenario=scenario,
-                        network_bytes_per_s=STEADY_NETWORK_BPS)
+    cfg = ClusterConfig(
+        cost,
+        engines,
+        blocks,
+        engines_per_node=per_node,
+        scenario=scenario,
+        network_bytes_per_s=STEADY_NETWORK_BPS,
+    )
     if scenario == "slowlink":
         cfg.network_bytes_per_s = SLOW_NETWORK_BPS
         cfg.link_share_with_serving = 1.0
-        notes["links"] = "cross-node copies at 100 Gb/s, shared with serving traffic in proportion to load"
+        notes["links"] = (
+            "cross-node copies at 100 Gb/s, shared with serving traffic in proportion to load"
+        )
     elif scenario == "tiered":
         gpu_blocks = max(8, int(blocks * TIERED_GPU_SHARE))
         cfg.kv_capacity_blocks = gpu_blocks
-        cfg.tiers = (TierSpec(TIER_CPU, blocks * 4, CPU_TIER_BPS),
-                     TierSpec(TIER_DISK, blocks * 16, SSD_TIER_BPS))
-        notes["tiers"] = (f"HBM keeps {TIERED_GPU_SHARE:.0%} of the KV capacity for cached prefixes; "
-                          f"CPU DRAM 4x at {CPU_TIER_BPS / 1e9:.0f} GB/s, SSD 16x at "
-                          f"{SSD_TIER_BPS / 1e9:.0f} GB/s; evicted blocks are demoted a tier")
+        cfg.tiers = (
+            TierSpec(TIER_CPU, blocks * 4, CPU_TIER_BPS),
+            TierSpec(TIER_DISK, blocks * 16, SSD_TIER_BPS),
+        )
+        notes["tiers"] = (
+            f"HBM keeps {TIERED_GPU_SHARE:.0%} of the KV capacity for cached prefixes; "
+            f"CPU DRAM 4x at {CPU_TIER_BPS / 1e9:.0f} GB/s, SSD 16x at "
+            f"{SSD_TIER_BPS / 1e9:.0f} GB/s; evicted blocks are demoted a tier"
+        )
     elif scenario == "scaleout":
         cfg.changes = tuple(scaleout_schedule(wl, engines))
         cfg.balance_wait_s = BALANCE_WAIT_S
-        notes["scaleout"] = (f"{engines // 2} engines at start; the others join cold as the 5-minute "
-                             f"arrival rate reaches their share of the peak, announced {BOOT_S:.0f} s "
-                             "ahead (warming: they can receive copies, not traffic); for "
-                             f"{cfg.join_ramp_s:.0f} s after joining an engine takes any request "
-                             f"whose cache-aware choice queues > {BALANCE_WAIT_S} s longer than it")
+        notes["scaleout"] = (
+            f"{engines // 2} engines at start; the others join cold as the 5-minute "
+            f"arrival rate reaches their share of the peak, announced {BOOT_S:.0f} s "
+            "ahead (warming: they can receive copies, not traffic); for "
+            f"{cfg.join_ramp_s:.0f} s after joining an engine takes any request "
+            f"whose cache-aware choice queues > {BALANCE_WAIT_S} s longer than it"
+        )
     else:
         notes["links"] = f"{STEADY_NETWORK_BPS / 1e9:.0f} GB/s network, NVLink inside a node"
     if kind == "servegen":
         ol = offered_load(cfg, wl)
-        notes["load"] = (f"rates scaled so the busiest 5 minutes of expected demand put {load:.2f} "
-                         f"on the fleet; this draw offers {ol['peak_5min']:.2f} in its busiest "
-                         f"5 minutes and {ol['mean']:.2f} on average")
-    notes["engine"] = ("prefill servers (FIFO); TTFT = queueing + prefill of the uncached part "
-                       "+ any tier promotion the queue does not hide")
-    notes["cost_model"] = (f"prefill at {cost.mfu:.0%} MFU of {cost.gpus} x {cost.gpu.name} "
-                           f"+ {cost.batch_overhead_s * 1e3:.0f} ms per batch")
+        notes["load"] = (
+            f"rates scaled so the busiest 5 minutes of expected demand put {load:.2f} "
+            f"on the fleet; this draw offers {ol['peak_5min']:.2f} in its busiest "
+            f"5 minutes and {ol['mean']:.2f} on average"
+        )
+    notes["engine"] = (
+        "prefill servers (FIFO); TTFT = queueing + prefill of the uncached part "
+        "+ any tier promotion the queue does not hide"
+    )
+    notes["cost_model"] = (
+        f"prefill at {cost.mfu:.0%} MFU of {cost.gpus} x {cost.gpu.name} "
+        f"+ {cost.batch_overhead_s * 1e3:.0f} ms per batch"
+    )
     return Setup(cfg, wl, {**wl.assumptions, **notes})
 
 
@@ -152,7 +184,9 @@ def _default_prefix_tokens(model: str) -> tuple[int, int]:
     return (8192, 131072) if "70b" in model else (2048, 32768)
 
 
-def _servegen(path, scenario, engines, cost, start, duration, load, tenants, ptok, seed) -> Workload:
+def _servegen(
+    path, scenario, engines, cost, start, duration, load, tenants, ptok, seed
+) -> Workload:
     duration = duration or 3600.0
     windows = sg.load_servegen_windows(path)
     if start is None:
@@ -167,13 +201,21 @@ def _servegen(path, scenario, engines, cost, start, duration, load, tenants, pto
     # serves by the peak). Calibrating on the mean ran a ramp window's second half far above
     # the target, and some seeds saturated.
     lengths = sg.prefix_lengths(list(chosen), ptok, seed)
-    work = sg.peak_work_rate(chosen, start, duration,
-                             {n: cost.prefill_seconds(700, lengths[n]) for n in chosen})
+    work = sg.peak_work_rate(
+        chosen, start, duration, {n: cost.prefill_seconds(700, lengths[n]) for n in chosen}
+    )
     if work <= 0:
         raise ValueError("no ServeGen traffic in the chosen window")
     scale = load * engines / work
-    return sg.load_servegen(path, start=start, duration_s=duration, tenants=tenants,
-                            rate_scale=scale, prefix_tokens=ptok, seed=seed)
+    return sg.load_servegen(
+        path,
+        start=start,
+        duration_s=duration,
+        tenants=tenants,
+        rate_scale=scale,
+        prefix_tokens=ptok,
+        seed=seed,
+    )
 
 
 def offered_load(cfg: ClusterConfig, wl: Workload, bin_s: float = 300.0) -> dict:
@@ -186,8 +228,9 @@ def offered_load(cfg: ClusterConfig, wl: Workload, bin_s: float = 300.0) -> dict
     ptok = np.array([len(p) * BLOCK_TOKENS for p in wl.prefixes], dtype=np.float64)[wl.pid]
     new = wl.suffix_tokens.astype(np.float64)
     f, m = cost.flops_per_s, cost.model
-    work = cost.batch_overhead_s + new * (2.0 * m.params / f + 4.0 * m.layers * m.d_model / f
-                                          * (ptok + 0.5 * new))
+    work = cost.batch_overhead_s + new * (
+        2.0 * m.params / f + 4.0 * m.layers * m.d_model / f * (ptok + 0.5 * new)
+    )
     dur = max(wl.duration_s, float(wl.t[-1]))
     edges = np.arange(0.0, dur + bin_s, bin_s)
     per_bin, _ = np.histogram(wl.t, bins=edges, weights=work)

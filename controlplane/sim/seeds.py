@@ -29,18 +29,51 @@ from controlplane.sim.runner import run_policies
 from controlplane.sim.scenarios import build
 
 # Two-sided 95% Student t quantiles by degrees of freedom (seeds - 1).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-       10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110,
-       18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060,
-       26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
+T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    21: 2.080,
+    22: 2.074,
+    23: 2.069,
+    24: 2.064,
+    25: 2.060,
+    26: 2.056,
+    27: 2.052,
+    28: 2.048,
+    29: 2.045,
+}
 
 
 def t95(df: int) -> float:
     """Two-sided 95% Student t quantile (beyond the table: 1.96 + 2.4 / df, within 0.3%)."""
     return T95.get(df, 1.96 + 2.4 / max(df, 1))
+
+
 KEY_CELLS = (
-    ("llama3-70b", "steady"), ("llama3-70b", "scaleout"), ("llama3-70b", "slowlink"),
-    ("llama3-70b", "tiered"), ("llama3-8b", "steady"), ("llama3-8b", "slowlink"),
+    ("llama3-70b", "steady"),
+    ("llama3-70b", "scaleout"),
+    ("llama3-70b", "slowlink"),
+    ("llama3-70b", "tiered"),
+    ("llama3-8b", "steady"),
+    ("llama3-8b", "slowlink"),
 )
 COMPARED = ("reactive", "predictive", "oracle")
 
@@ -57,21 +90,32 @@ def gain_stats(base: list[float], other: list[float]) -> dict:
         noise = t95(len(gains) - 1) * se
     else:
         noise = None  # one seed: no noise estimate
-    return {"mean": mean, "noise": noise, "per_seed": gains,
-            "beyond_noise": noise is not None and abs(mean) > noise}
+    return {
+        "mean": mean,
+        "noise": noise,
+        "per_seed": gains,
+        "beyond_noise": noise is not None and abs(mean) > noise,
+    }
 
 
 def run_one(job: dict) -> dict:
     """One seed of one cell: every policy's summary (picklable, for worker processes)."""
-    setup = build(workload="servegen", scenario=job["scenario"], model=job["model"],
-                  gpu=job.get("gpu", "h100"), gpus_per_engine=job.get("gpus_per_engine"),
-                  engines=job.get("engines", 16), tenants=job.get("tenants", 30),
-                  duration=job.get("duration"), load=job.get("load", 0.55),
-                  prefix_tokens=job.get("prefix_tokens"), seed=job["seed"])
+    setup = build(
+        workload="servegen",
+        scenario=job["scenario"],
+        model=job["model"],
+        gpu=job.get("gpu", "h100"),
+        gpus_per_engine=job.get("gpus_per_engine"),
+        engines=job.get("engines", 16),
+        tenants=job.get("tenants", 30),
+        duration=job.get("duration"),
+        load=job.get("load", 0.55),
+        prefix_tokens=job.get("prefix_tokens"),
+        seed=job["seed"],
+    )
     if job.get("link_bytes_per_s"):
         setup.config.network_bytes_per_s = job["link_bytes_per_s"]
-    doc, _ = run_policies(setup, job["policies"], seed=job["seed"],
-                          warmup_s=job.get("warmup", 0.0))
+    doc, _ = run_policies(setup, job["policies"], seed=job["seed"], warmup_s=job.get("warmup", 0.0))
     return {**job, "policies": doc["policies"], "offered_load": doc["offered_load"]}
 
 
@@ -102,35 +146,50 @@ def summarize_cell(runs: list[dict]) -> dict:
     kept = [r for r in runs if r["seed"] not in sat]
     if len(kept) < 2:
         kept = runs
-    out: dict = {"seeds": [r["seed"] for r in runs], "saturated_seeds": sat,
-                 "gains_over": "unsaturated seeds" if kept is not runs else "all seeds",
-                 "seeds_measured": [r["seed"] for r in kept],
-                 "warmup_s": runs[0].get("warmup", 0.0), "ttft_s": {}, "ttft_s_noise": {}}
+    out: dict = {
+        "seeds": [r["seed"] for r in runs],
+        "saturated_seeds": sat,
+        "gains_over": "unsaturated seeds" if kept is not runs else "all seeds",
+        "seeds_measured": [r["seed"] for r in kept],
+        "warmup_s": runs[0].get("warmup", 0.0),
+        "ttft_s": {},
+        "ttft_s_noise": {},
+    }
     loads = [r.get("offered_load") or {} for r in runs]
-    out["offered_load"] = {k: sum(x.get(k, 0.0) for x in loads) / len(loads)
-                           for k in ("peak_5min", "mean")}
+    out["offered_load"] = {
+        k: sum(x.get(k, 0.0) for x in loads) / len(loads) for k in ("peak_5min", "mean")
+    }
     for name in pols:
         out["ttft_s"][name] = {
             stat: sum(r["policies"][name][f"ttft_{stat}_s"] for r in kept) / len(kept)
-            for stat in ("mean", "p99")}
+            for stat in ("mean", "p99")
+        }
         out["ttft_s_noise"][name] = {
             stat: _noise([r["policies"][name][f"ttft_{stat}_s"] for r in kept])
-            for stat in ("mean", "p99")}
-    out["per_seed_ttft_s"] = {name: [{stat: r["policies"][name][f"ttft_{stat}_s"]
-                                      for stat in ("mean", "p99")} for r in runs]
-                              for name in pols}
+            for stat in ("mean", "p99")
+        }
+    out["per_seed_ttft_s"] = {
+        name: [
+            {stat: r["policies"][name][f"ttft_{stat}_s"] for stat in ("mean", "p99")} for r in runs
+        ]
+        for name in pols
+    }
     for name in ("predictive", "oracle"):
         if name not in pols:
             continue
         for stat in ("mean", "p99"):
-            g = gain_stats([r["policies"]["reactive"][f"ttft_{stat}_s"] for r in kept],
-                           [r["policies"][name][f"ttft_{stat}_s"] for r in kept])
+            g = gain_stats(
+                [r["policies"]["reactive"][f"ttft_{stat}_s"] for r in kept],
+                [r["policies"][name][f"ttft_{stat}_s"] for r in kept],
+            )
             out[f"{name}_gain_{stat}"] = g["mean"]
             out[f"{name}_gain_{stat}_noise"] = g["noise"]
             out[f"{name}_gain_{stat}_per_seed"] = g["per_seed"]
             out[f"{name}_gain_{stat}_beyond_noise"] = g["beyond_noise"]
-            a = gain_stats([r["policies"]["reactive"][f"ttft_{stat}_s"] for r in runs],
-                           [r["policies"][name][f"ttft_{stat}_s"] for r in runs])
+            a = gain_stats(
+                [r["policies"]["reactive"][f"ttft_{stat}_s"] for r in runs],
+                [r["policies"][name][f"ttft_{stat}_s"] for r in runs],
+            )
             out[f"{name}_gain_{stat}_all_seeds"] = a["mean"]
             out[f"{name}_gain_{stat}_all_seeds_noise"] = a["noise"]
     for stat in ("mean", "p99"):
@@ -143,8 +202,9 @@ def summarize_cell(runs: list[dict]) -> dict:
         out["replica_precision"] = sum(prec) / len(prec) if prec else None
         out["speculative_replicas"] = sum(p["speculative_replicas"] for p in pred) / len(pred)
     for name in pols:
-        out.setdefault("bytes_moved_mean", {})[name] = (
-            sum(r["policies"][name]["bytes_moved"] for r in kept) / len(kept))
+        out.setdefault("bytes_moved_mean", {})[name] = sum(
+            r["policies"][name]["bytes_moved"] for r in kept
+        ) / len(kept)
     return out
 
 
@@ -163,14 +223,29 @@ def main_seeds(args) -> int:
         raise SystemExit("--policies must include reactive (the baseline of every gain)")
     if args.warmup < 0:
         raise ValueError("--warmup must be >= 0")
-    jobs = [{"model": m, "scenario": s, "seed": seed, "policies": policies,
-             "duration": args.duration, "load": args.load, "warmup": args.warmup,
-             "engines": args.engines}
-            for m, s in cells for seed in seeds]
+    jobs = [
+        {
+            "model": m,
+            "scenario": s,
+            "seed": seed,
+            "policies": policies,
+            "duration": args.duration,
+            "load": args.load,
+            "warmup": args.warmup,
+            "engines": args.engines,
+        }
+        for m, s in cells
+        for seed in seeds
+    ]
     results = run_jobs(jobs, args.workers)
-    doc = {"duration_s": args.duration, "load": args.load, "warmup_s": args.warmup,
-           "load_calibration": "busiest 5 minutes of expected demand", "seeds": seeds,
-           "cells": []}
+    doc = {
+        "duration_s": args.duration,
+        "load": args.load,
+        "warmup_s": args.warmup,
+        "load_calibration": "busiest 5 minutes of expected demand",
+        "seeds": seeds,
+        "cells": [],
+    }
     for m, s in cells:
         runs = [r for r in results if r["model"] == m and r["scenario"] == s]
         cell = {"model": m, "scenario": s, **summarize_cell(runs)}
@@ -185,10 +260,12 @@ def main_seeds(args) -> int:
 
 def markdown(doc: dict) -> str:
     """The per-cell table of ``docs/simulator.md`` (means over seeds; gains ± 95% noise)."""
-    head = ("| model | scenario | seeds | cache-aware mean / p99 | reactive mean / p99 | "
-            "predictive mean / p99 | oracle mean / p99 | predictive gain mean | "
-            "predictive gain p99 | oracle gain mean | oracle gain p99 | gap closed p99 | "
-            "spec VRAM % | precision |")
+    head = (
+        "| model | scenario | seeds | cache-aware mean / p99 | reactive mean / p99 | "
+        "predictive mean / p99 | oracle mean / p99 | predictive gain mean | "
+        "predictive gain p99 | oracle gain mean | oracle gain p99 | gap closed p99 | "
+        "spec VRAM % | precision |"
+    )
     rows = [head, "|" + "---|" * 14]
     for c in doc["cells"]:
         closed = c.get("gap_closed_p99")
@@ -202,7 +279,8 @@ def markdown(doc: dict) -> str:
             f"{_g(c, 'oracle', 'mean')} | {_g(c, 'oracle', 'p99')} | "
             f"{'no gap' if closed is None else f'{closed:.0%}'} | "
             f"{100 * c['spec_vram_fraction_mean']:.2f} | "
-            f"{'-' if prec is None else f'{prec:.2f}'} |")
+            f"{'-' if prec is None else f'{prec:.2f}'} |"
+        )
     return "\n".join(rows)
 
 
@@ -212,12 +290,17 @@ def pct(x: float | None) -> str:
 
 def _line(c: dict) -> str:
     t = c["ttft_s"]
-    return (f"{c['model']:<11} {c['scenario']:<9} reactive {t['reactive']['mean']:.3f}/"
-            f"{t['reactive']['p99']:.3f}  predictive gain mean {c['predictive_gain_mean']:+.1%}"
-            f"±{pct(c['predictive_gain_mean_noise'])} p99 {c['predictive_gain_p99']:+.1%}"
-            f"±{pct(c['predictive_gain_p99_noise'])}"
-            + (f"  oracle p99 {c['oracle_gain_p99']:+.1%}±{pct(c['oracle_gain_p99_noise'])}"
-               if "oracle_gain_p99" in c else ""))
+    return (
+        f"{c['model']:<11} {c['scenario']:<9} reactive {t['reactive']['mean']:.3f}/"
+        f"{t['reactive']['p99']:.3f}  predictive gain mean {c['predictive_gain_mean']:+.1%}"
+        f"±{pct(c['predictive_gain_mean_noise'])} p99 {c['predictive_gain_p99']:+.1%}"
+        f"±{pct(c['predictive_gain_p99_noise'])}"
+        + (
+            f"  oracle p99 {c['oracle_gain_p99']:+.1%}±{pct(c['oracle_gain_p99_noise'])}"
+            if "oracle_gain_p99" in c
+            else ""
+        )
+    )
 
 
 def _mp(c: dict, name: str) -> str:

@@ -52,8 +52,14 @@ def load_map(path: str | Path | None = None) -> dict:
     if not cells or not isinstance(cells, list):
         raise ValueError(f"speculation map {p} has no cells")
     for c in cells:
-        for key in ("copy_to_onset", "load", "predictive_gain_p99", "predictive_gain_mean",
-                    "oracle_gain_p99", "oracle_gain_mean"):
+        for key in (
+            "copy_to_onset",
+            "load",
+            "predictive_gain_p99",
+            "predictive_gain_mean",
+            "oracle_gain_p99",
+            "oracle_gain_mean",
+        ):
             if not isinstance(c.get(key), (int, float)):
                 raise ValueError(f"speculation map {p}: a cell lacks numeric {key!r}")
     return doc
@@ -101,8 +107,9 @@ def advice(copy_time_over_onset: float, load: float, doc: dict | None = None) ->
         "oracle_gain_p99": float(cell["oracle_gain_p99"]),
         "noise_p99": n99,
         "noise_mean": nmean,
-        "cell": {k: cell.get(k) for k in ("copy_to_onset", "load", "prefix_tokens",
-                                          "link_gbytes_per_s")},
+        "cell": {
+            k: cell.get(k) for k in ("copy_to_onset", "load", "prefix_tokens", "link_gbytes_per_s")
+        },
     }
 
 

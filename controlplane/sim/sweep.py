@@ -29,20 +29,38 @@ def grid(quick: bool):
     # Copy time / burst onset from ~0.001 (short prefixes, 200 Gb/s) to ~8 (70B long contexts
     # over a 2 Gb/s share of a busy link); loads (at the busiest 5 minutes) from light to heavy.
     return (
-        [(2048, 8192, 25e9), (8192, 131072, 12.5e9), (32768, 131072, 6.25e9),
-         (32768, 131072, 1.0e9), (32768, 131072, 0.25e9)],
+        [
+            (2048, 8192, 25e9),
+            (8192, 131072, 12.5e9),
+            (32768, 131072, 6.25e9),
+            (32768, 131072, 1.0e9),
+            (32768, 131072, 0.25e9),
+        ],
         [0.3, 0.8],
     )
 
 
 def _jobs(args, contexts, loads, duration, seeds) -> list[dict]:
-    return [{"model": args.model, "gpu": args.gpu, "gpus_per_engine": args.gpus_per_engine,
-             "engines": args.engines, "tenants": args.tenants,
-             "scenario": "slowlink", "seed": seed, "duration": duration,
-             "load": load, "prefix_tokens": (lo, hi), "link_bytes_per_s": bw,
-             "warmup": args.warmup,
-             "policies": list(COMPARED)}
-            for lo, hi, bw in contexts for load in loads for seed in seeds]
+    return [
+        {
+            "model": args.model,
+            "gpu": args.gpu,
+            "gpus_per_engine": args.gpus_per_engine,
+            "engines": args.engines,
+            "tenants": args.tenants,
+            "scenario": "slowlink",
+            "seed": seed,
+            "duration": duration,
+            "load": load,
+            "prefix_tokens": (lo, hi),
+            "link_bytes_per_s": bw,
+            "warmup": args.warmup,
+            "policies": list(COMPARED),
+        }
+        for lo, hi, bw in contexts
+        for load in loads
+        for seed in seeds
+    ]
 
 
 def _cell(runs: list[dict]) -> dict:
@@ -51,8 +69,14 @@ def _cell(runs: list[dict]) -> dict:
     kv = CostModel.preset(runs[0]["model"], runs[0]["gpu"]).kv_bytes_per_token
     mean_tokens = (hi - lo) / math.log(hi / lo)
     copy_s = mean_tokens * kv / (bw * (1 - load))
-    cell = {"prefix_tokens": [lo, hi], "link_gbytes_per_s": bw / 1e9, "load": load,
-            "copy_s": copy_s, "copy_to_onset": copy_s / BURST_ONSET_S, **summarize_cell(runs)}
+    cell = {
+        "prefix_tokens": [lo, hi],
+        "link_gbytes_per_s": bw / 1e9,
+        "load": load,
+        "copy_s": copy_s,
+        "copy_to_onset": copy_s / BURST_ONSET_S,
+        **summarize_cell(runs),
+    }
     for name in ("predictive", "oracle"):
         for stat in ("p99", "mean"):
             gains = cell[f"{name}_gain_{stat}_per_seed"]
@@ -68,25 +92,47 @@ def main_sweep(args) -> int:
     cells = []
     for lo, hi, bw in contexts:
         for load in loads:
-            runs = [r for r in results if r["prefix_tokens"] == (lo, hi)
-                    and r["link_bytes_per_s"] == bw and r["load"] == load]
+            runs = [
+                r
+                for r in results
+                if r["prefix_tokens"] == (lo, hi)
+                and r["link_bytes_per_s"] == bw
+                and r["load"] == load
+            ]
             cell = _cell(runs)
             cells.append(cell)
-            print(f"copy/onset {cell['copy_to_onset']:.3f} load {load:.2f}: p99 gain predictive "
-                  f"{cell['predictive_gain_p99']:+.1%} ±{pct(cell['predictive_gain_p99_noise'])} "
-                  f"oracle {cell['oracle_gain_p99']:+.1%}; mean gain predictive "
-                  f"{cell['predictive_gain_mean']:+.1%} ±{pct(cell['predictive_gain_mean_noise'])}",
-                  flush=True)
+            print(
+                f"copy/onset {cell['copy_to_onset']:.3f} load {load:.2f}: p99 gain predictive "
+                f"{cell['predictive_gain_p99']:+.1%} ±{pct(cell['predictive_gain_p99_noise'])} "
+                f"oracle {cell['oracle_gain_p99']:+.1%}; mean gain predictive "
+                f"{cell['predictive_gain_mean']:+.1%} ±{pct(cell['predictive_gain_mean_noise'])}",
+                flush=True,
+            )
     # Kept for readers of the old schema: the largest per-cell noise.
-    noise = {stat: max((c[f"predictive_gain_{stat}_noise"] for c in cells
-                        if c[f"predictive_gain_{stat}_noise"] is not None), default=0.0)
-             for stat in ("p99", "mean")}
-    doc = {"burst_onset_s": BURST_ONSET_S, "model": args.model, "gpu": args.gpu,
-           "engines": args.engines, "duration_s": duration, "warmup_s": args.warmup,
-           "load_calibration": "busiest 5 minutes of expected demand", "seeds": seeds,
-           "noise": noise,
-           "noise_kind": "per cell: 95% CI half-width of the mean paired gain over seeds",
-           "cells": cells}
+    noise = {
+        stat: max(
+            (
+                c[f"predictive_gain_{stat}_noise"]
+                for c in cells
+                if c[f"predictive_gain_{stat}_noise"] is not None
+            ),
+            default=0.0,
+        )
+        for stat in ("p99", "mean")
+    }
+    doc = {
+        "burst_onset_s": BURST_ONSET_S,
+        "model": args.model,
+        "gpu": args.gpu,
+        "engines": args.engines,
+        "duration_s": duration,
+        "warmup_s": args.warmup,
+        "load_calibration": "busiest 5 minutes of expected demand",
+        "seeds": seeds,
+        "noise": noise,
+        "noise_kind": "per cell: 95% CI half-width of the mean paired gain over seeds",
+        "cells": cells,
+    }
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(doc, indent=1) + "\n")
     if args.html_path:
@@ -100,9 +146,11 @@ def markdown(doc: dict) -> str:
     from controlplane.sim.seeds import _g
     from controlplane.sim.speculation_map import advice
 
-    head = ("| prefix tokens | link GB/s | load | copy / onset | reactive mean / p99 s | "
-            "predictive gain p99 | predictive gain mean | oracle gain p99 | oracle gain mean | "
-            "spec VRAM % | precision | saturated seeds | advice |")
+    head = (
+        "| prefix tokens | link GB/s | load | copy / onset | reactive mean / p99 s | "
+        "predictive gain p99 | predictive gain mean | oracle gain p99 | oracle gain mean | "
+        "spec VRAM % | precision | saturated seeds | advice |"
+    )
     rows = [head, "|" + "---|" * 13]
     for c in doc["cells"]:
         lo, hi = c["prefix_tokens"]
@@ -115,7 +163,8 @@ def markdown(doc: dict) -> str:
             f"{_g(c, 'predictive', 'p99')} | {_g(c, 'predictive', 'mean')} | "
             f"{_g(c, 'oracle', 'p99')} | {_g(c, 'oracle', 'mean')} | "
             f"{100 * c['spec_vram_fraction_mean']:.2f} | {'-' if prec is None else f'{prec:.2f}'} | "
-            f"{len(c.get('saturated_seeds') or [])} | {verdict} |")
+            f"{len(c.get('saturated_seeds') or [])} | {verdict} |"
+        )
     return "\n".join(rows)
 
 
@@ -123,13 +172,30 @@ def _html(cells, loads, path) -> None:
     xs = sorted({round(c["copy_to_onset"], 4) for c in cells})
     figs = []
     for key in ("predictive_gain_p99", "oracle_gain_p99", "predictive_gain_mean"):
-        z = [[next((100 * c[key] for c in cells if c["load"] == ld
-                    and round(c["copy_to_onset"], 4) == x), None) for x in xs] for ld in loads]
-        fig = go.Figure(go.Heatmap(x=[f"{x:.3f}" for x in xs], y=loads, z=z,
-                                   colorbar={"title": "%"}))
-        fig.update_layout(title=f"{key} over reactive (%)", xaxis_title="copy time / burst onset",
-                          yaxis_title="load")
+        z = [
+            [
+                next(
+                    (
+                        100 * c[key]
+                        for c in cells
+                        if c["load"] == ld and round(c["copy_to_onset"], 4) == x
+                    ),
+                    None,
+                )
+                for x in xs
+            ]
+            for ld in loads
+        ]
+        fig = go.Figure(
+            go.Heatmap(x=[f"{x:.3f}" for x in xs], y=loads, z=z, colorbar={"title": "%"})
+        )
+        fig.update_layout(
+            title=f"{key} over reactive (%)",
+            xaxis_title="copy time / burst onset",
+            yaxis_title="load",
+        )
         figs.append(fig.to_html(full_html=False, include_plotlyjs=False))
     Path(path).write_text(
         f"<!doctype html><html><head><meta charset='utf-8'><script>{get_plotlyjs()}</script>"
-        "</head><body><h1>Where speculation pays</h1>" + "".join(figs) + "</body></html>")
+        "</head><body><h1>Where speculation pays</h1>" + "".join(figs) + "</body></html>"
+    )

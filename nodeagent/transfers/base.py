@@ -33,13 +33,17 @@ class Job:
     target: dict[str, Any] = field(default_factory=dict)
     rendezvous: dict[str, Any] = field(default_factory=dict)
     lmcache: dict[str, Any] = field(default_factory=dict)
-    secret: str = field(default="", repr=False)  # per-job transfer secret from the control plane (transfers/auth.py)
+    secret: str = field(
+        default="", repr=False
+    )  # per-job transfer secret from the control plane (transfers/auth.py)
     deadline: float = 0.0
     attempt: int = 1
     # The prefix's token ids (executors that address KV by tokens: warmup, lmcache, lmcache-mp).
     tokens: list[int] = field(default_factory=list)
     block_size: int = 0
-    hold_until: float = 0.0  # the replica's TTL end (unix time): LMCache leases are renewed until then
+    hold_until: float = (
+        0.0  # the replica's TTL end (unix time): LMCache leases are renewed until then
+    )
 
     @classmethod
     def from_message(cls, msg: dict[str, Any]) -> Job:

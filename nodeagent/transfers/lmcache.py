@@ -61,7 +61,9 @@ class LmcacheError(Exception):
 class LmcacheController:
     """The LMCache 0.5.6 controller's HTTP API (only what the executor uses)."""
 
-    def __init__(self, url: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self, url: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
+    ):
         self.url = url.rstrip("/")
         self.client = httpx.Client(timeout=timeout_s, transport=transport)
 
@@ -72,19 +74,23 @@ class LmcacheController:
         try:
             resp = self.client.post(self.url + path, json=body)
         except httpx.HTTPError as exc:
-            raise LmcacheError(f"LMCache controller {self.url} did not answer {path}: "
-                               f"{type(exc).__name__}: {exc}") from None
+            raise LmcacheError(
+                f"LMCache controller {self.url} did not answer {path}: {type(exc).__name__}: {exc}"
+            ) from None
         if resp.status_code != 200:
             try:
                 detail = resp.json().get("detail", resp.text)
             except ValueError:
                 detail = resp.text
-            raise LmcacheError(f"LMCache controller {self.url}{path}: HTTP {resp.status_code}: "
-                               f"{str(detail)[:300]}")
+            raise LmcacheError(
+                f"LMCache controller {self.url}{path}: HTTP {resp.status_code}: {str(detail)[:300]}"
+            )
         try:
             return resp.json()
         except ValueError:
-            raise LmcacheError(f"LMCache controller {self.url}{path}: not JSON: {resp.text[:200]}") from None
+            raise LmcacheError(
+                f"LMCache controller {self.url}{path}: not JSON: {resp.text[:200]}"
+            ) from None
 
     def instances(self) -> list[str]:
         """Registered instance ids (``GET /controller/workers``; best effort, for messages)."""
@@ -102,11 +108,16 @@ class LmcacheController:
             raise LmcacheError(
                 f"LMCache instance {instance_id!r} ({what}) is not registered with the controller at "
                 f"{self.url}: check that engine's lmcache_instance_id"
-                + (f" (registered: {', '.join(known)})" if known else ""))
+                + (f" (registered: {', '.join(known)})" if known else "")
+            )
 
     def move(self, source: tuple[str, str], target: tuple[str, str], tokens: list[int]) -> int:
-        body = {"old_position": list(source), "new_position": list(target), "tokens": tokens,
-                "should_copy": True}
+        body = {
+            "old_position": list(source),
+            "new_position": list(target),
+            "tokens": tokens,
+            "should_copy": True,
+        }
         return int(self._post("/move", body).get("num_tokens") or 0)
 
     def pin(self, instance_id: str, location: str, tokens: list[int]) -> int:
@@ -135,7 +146,9 @@ class LeaseKeeper:
     lets them lapse; each renewal's resident length goes to ``on_reading`` as a ``job.confirm``
     event. Leases are kept in ``path`` so an agent restart keeps renewing them."""
 
-    def __init__(self, controller: LmcacheController | None, renew_s: float, path: Path | None = None):
+    def __init__(
+        self, controller: LmcacheController | None, renew_s: float, path: Path | None = None
+    ):
         self.controller = controller
         self.renew_s = renew_s
         self.path = path
@@ -177,9 +190,15 @@ class LeaseKeeper:
             if ended:
                 self._save()
         for lease in due:
-            msg: dict[str, Any] = {"type": wire.MSG_JOB_CONFIRM, "job_id": lease.job_id, "by": PIN,
-                                   "expected": lease.expected, "instance_id": lease.instance_id,
-                                   "tokens": 0, "error": None}
+            msg: dict[str, Any] = {
+                "type": wire.MSG_JOB_CONFIRM,
+                "job_id": lease.job_id,
+                "by": PIN,
+                "expected": lease.expected,
+                "instance_id": lease.instance_id,
+                "tokens": 0,
+                "error": None,
+            }
             try:
                 if self.controller is None:
                     raise LmcacheError("no lmcache_controller_url configured")
@@ -217,11 +236,18 @@ class LeaseKeeper:
 class LmcacheTransport:
     name = NAME
 
-    def __init__(self, engines: Mapping[str, EngineConfig] | None = None, controller_url: str = "",
-                 renew_s: float = 60.0, lease_path: Path | None = None,
-                 transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        engines: Mapping[str, EngineConfig] | None = None,
+        controller_url: str = "",
+        renew_s: float = 60.0,
+        lease_path: Path | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ):
         self.engines = engines or {}
-        self.controller = LmcacheController(controller_url, transport=transport) if controller_url else None
+        self.controller = (
+            LmcacheController(controller_url, transport=transport) if controller_url else None
+        )
         self.leases = LeaseKeeper(self.controller, renew_s, lease_path)
 
     def send(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
@@ -233,8 +259,11 @@ class LmcacheTransport:
         spec = job.lmcache
         if self.controller is None:
             return _failed("lmcache: this agent has no lmcache_controller_url configured")
-        target = (engine.lmcache_instance_id if engine and engine.lmcache_instance_id
-                  else str(spec.get("target_instance") or ""))
+        target = (
+            engine.lmcache_instance_id
+            if engine and engine.lmcache_instance_id
+            else str(spec.get("target_instance") or "")
+        )
         source = str(spec.get("source_instance") or "")
         location = engine.lmcache_location if engine else "LocalCPUBackend"
         source_location = str(spec.get("source_location") or location)
@@ -243,27 +272,51 @@ class LmcacheTransport:
         if not source:
             return _failed("lmcache: the source engine reported no lmcache_instance_id")
         if not job.tokens:
-            return _failed("lmcache: the job carries no token ids for the prefix (a gateway must "
-                           "send token_ids for this workload key)")
+            return _failed(
+                "lmcache: the job carries no token ids for the prefix (a gateway must "
+                "send token_ids for this workload key)"
+            )
         try:
             self.controller.require(source, f"the source engine {job.source.get('engine_id')}")
             self.controller.require(target, f"the target engine {engine_id}")
             copied = self.controller.move((source, source_location), (target, location), job.tokens)
             if copied <= 0:
-                return _failed(f"lmcache: the controller copied no tokens from {source!r}: it holds "
-                               "none of this prefix's 256-token chunks (the token ids must be exactly "
-                               "those the engine stored)")
+                return _failed(
+                    f"lmcache: the controller copied no tokens from {source!r}: it holds "
+                    "none of this prefix's 256-token chunks (the token ids must be exactly "
+                    "those the engine stored)"
+                )
             progress(job.bytes)
             resident = self.controller.pin(target, location, job.tokens)
         except LmcacheError as exc:
             return _failed(f"lmcache: {exc}")
         bpt = job.bytes_per_block / job.block_size if job.block_size else 0.0
-        self.leases.add(Lease(job.id, target, location, list(job.tokens), copied,
-                              job.hold_until or time.time() + 900, renewed_at=time.time()))
+        self.leases.add(
+            Lease(
+                job.id,
+                target,
+                location,
+                list(job.tokens),
+                copied,
+                job.hold_until or time.time() + 900,
+                renewed_at=time.time(),
+            )
+        )
         detail = f"copied {copied} tokens {source} -> {target} ({location}); {resident} resident"
-        return TransferResult(True, int(copied * bpt), extra={
-            "executor": NAME, "detail": detail,
-            "confirmation": {"by": PIN, "tokens": resident, "expected": copied, "instance_id": target}})
+        return TransferResult(
+            True,
+            int(copied * bpt),
+            extra={
+                "executor": NAME,
+                "detail": detail,
+                "confirmation": {
+                    "by": PIN,
+                    "tokens": resident,
+                    "expected": copied,
+                    "instance_id": target,
+                },
+            },
+        )
 
 
 def _failed(why: str) -> TransferResult:

@@ -39,7 +39,9 @@ class CoordinatorError(Exception):
 
 
 class Coordinator:
-    def __init__(self, url: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self, url: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
+    ):
         self.url = url.rstrip("/")
         self.client = httpx.Client(timeout=timeout_s, transport=transport)
 
@@ -47,31 +49,43 @@ class Coordinator:
         try:
             resp = self.client.request(method, self.url + path, json=body)
         except httpx.HTTPError as exc:
-            raise CoordinatorError(f"LMCache coordinator {self.url} did not answer {path}: "
-                                   f"{type(exc).__name__}: {exc}") from None
+            raise CoordinatorError(
+                f"LMCache coordinator {self.url} did not answer {path}: {type(exc).__name__}: {exc}"
+            ) from None
         if resp.status_code != 200:
             try:
                 detail = resp.json().get("detail", resp.text)
             except ValueError:
                 detail = resp.text
-            raise CoordinatorError(f"LMCache coordinator {self.url}{path}: HTTP {resp.status_code}: "
-                                   f"{str(detail)[:300]}")
+            raise CoordinatorError(
+                f"LMCache coordinator {self.url}{path}: HTTP {resp.status_code}: "
+                f"{str(detail)[:300]}"
+            )
         return resp.json()
 
     def placements(self, body: dict[str, Any]) -> tuple[int, list[set[str]]]:
         """(chunks, the instances holding each chunk) from the directory."""
         doc = self.call("POST", "/directory/lookup", body)
         return int(doc.get("chunks") or 0), [
-            {str(p.get("instance_id")) for p in r.get("placements") or []} for r in doc.get("results") or []]
+            {str(p.get("instance_id")) for p in r.get("placements") or []}
+            for r in doc.get("results") or []
+        ]
 
 
 class LmcacheMpTransport:
     name = NAME
 
-    def __init__(self, engines: Mapping[str, EngineConfig] | None = None, coordinator_url: str = "",
-                 poll_s: float = 0.2, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        engines: Mapping[str, EngineConfig] | None = None,
+        coordinator_url: str = "",
+        poll_s: float = 0.2,
+        transport: httpx.BaseTransport | None = None,
+    ):
         self.engines = engines or {}
-        self.coordinator = Coordinator(coordinator_url, transport=transport) if coordinator_url else None
+        self.coordinator = (
+            Coordinator(coordinator_url, transport=transport) if coordinator_url else None
+        )
         self.poll_s = poll_s
 
     def _spec(self, job: Job) -> tuple[str, dict[str, Any]] | str:
@@ -79,15 +93,24 @@ class LmcacheMpTransport:
         engine = self.engines.get(engine_id)
         if self.coordinator is None:
             return "lmcache-mp: this agent has no lmcache_coordinator_url configured"
-        instance = (engine.lmcache_instance_id if engine and engine.lmcache_instance_id
-                    else str(job.lmcache.get("target_instance") or ""))
+        instance = (
+            engine.lmcache_instance_id
+            if engine and engine.lmcache_instance_id
+            else str(job.lmcache.get("target_instance") or "")
+        )
         if not instance:
             return f"lmcache-mp: engine {engine_id!r} has no lmcache_instance_id configured"
         if not job.tokens:
             return "lmcache-mp: the job carries no token ids for the prefix"
-        model = str(job.lmcache.get("model_name") or (engine.served_model_name or engine.model if engine else ""))
-        return instance, {"model_name": model, "world_size": int(job.lmcache.get("world_size") or 1),
-                          "token_ids": list(job.tokens)}
+        model = str(
+            job.lmcache.get("model_name")
+            or (engine.served_model_name or engine.model if engine else "")
+        )
+        return instance, {
+            "model_name": model,
+            "world_size": int(job.lmcache.get("world_size") or 1),
+            "token_ids": list(job.tokens),
+        }
 
     def send(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
         return TransferResult(True, extra={"executor": NAME})
@@ -99,18 +122,26 @@ class LmcacheMpTransport:
         instance, body = spec
         assert self.coordinator is not None
         try:
-            sub = self.coordinator.call("POST", "/cache/prefetches", {"instance_id": instance, **body})
+            sub = self.coordinator.call(
+                "POST", "/cache/prefetches", {"instance_id": instance, **body}
+            )
             if sub.get("status") == "noop" or not sub.get("request_id"):
-                return _failed("lmcache-mp: the prefix is shorter than one LMCache chunk: nothing to warm")
+                return _failed(
+                    "lmcache-mp: the prefix is shorter than one LMCache chunk: nothing to warm"
+                )
             path = f"/cache/prefetches/{instance}/{sub['request_id']}"
             while True:
                 status = str(self.coordinator.call("GET", path).get("status", "")).lower()
                 if status == "completed":
                     break
                 if status in ("failed", "error", "cancelled"):
-                    return _failed(f"lmcache-mp: prefetch {sub['request_id']} on {instance!r}: {status}")
+                    return _failed(
+                        f"lmcache-mp: prefetch {sub['request_id']} on {instance!r}: {status}"
+                    )
                 if job.seconds_left() <= 0:
-                    return _failed(f"lmcache-mp: prefetch {sub['request_id']} still {status!r} at the deadline")
+                    return _failed(
+                        f"lmcache-mp: prefetch {sub['request_id']} still {status!r} at the deadline"
+                    )
                 time.sleep(self.poll_s)
             chunks, held = self.coordinator.placements(body)
             self.coordinator.call("POST", "/cache/pins", body)
@@ -121,10 +152,20 @@ class LmcacheMpTransport:
         mine = sum(1 for h in held if instance in h)
         per_chunk = len(body["token_ids"]) // chunks if chunks else 0
         progress(job.bytes)
-        return TransferResult(True, 0, extra={
-            "executor": NAME, "detail": f"prefetched {chunks} chunks on {instance}; directory lists {mine}",
-            "confirmation": {"by": DIRECTORY, "tokens": mine * per_chunk, "expected": chunks * per_chunk,
-                             "instance_id": instance}})
+        return TransferResult(
+            True,
+            0,
+            extra={
+                "executor": NAME,
+                "detail": f"prefetched {chunks} chunks on {instance}; directory lists {mine}",
+                "confirmation": {
+                    "by": DIRECTORY,
+                    "tokens": mine * per_chunk,
+                    "expected": chunks * per_chunk,
+                    "instance_id": instance,
+                },
+            },
+        )
 
     def evict(self, job: Job) -> TransferResult:
         """The replica ended: unpin it and delete the target's (L1) copy."""
@@ -135,11 +176,19 @@ class LmcacheMpTransport:
         assert self.coordinator is not None
         try:
             self.coordinator.call("DELETE", "/cache/pins", body)
-            out = self.coordinator.call("POST", "/cache/delete", {"instance_id": instance, **body, "tier": "l1"})
+            out = self.coordinator.call(
+                "POST", "/cache/delete", {"instance_id": instance, **body, "tier": "l1"}
+            )
         except CoordinatorError as exc:
             return _failed(f"lmcache-mp: {exc}")
-        return TransferResult(True, extra={"executor": NAME, "detail": f"deleted {out.get('affected', 0)} keys "
-                                                                      f"on {instance} ({out.get('skipped', 0)} skipped)"})
+        return TransferResult(
+            True,
+            extra={
+                "executor": NAME,
+                "detail": f"deleted {out.get('affected', 0)} keys "
+                f"on {instance} ({out.get('skipped', 0)} skipped)",
+            },
+        )
 
 
 def _failed(why: str) -> TransferResult:

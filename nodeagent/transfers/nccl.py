@@ -176,7 +176,9 @@ def _send_blocks(io: _Wire, job: Job, store: BlockStore, progress: Progress) -> 
     io.send_int(len(header))
     io.send_bytes(header)
     try:
-        verify_answer(job.secret, fields, bytes(io.recv_bytes(PROOF_BYTES)).decode("ascii", "replace"))
+        verify_answer(
+            job.secret, fields, bytes(io.recv_bytes(PROOF_BYTES)).decode("ascii", "replace")
+        )
     except AuthError as exc:
         raise ValueError(str(exc)) from None
     sent = 0

@@ -39,7 +39,9 @@ NAME = wire.TRANSPORT_WARMUP
 class WarmupTransport:
     name = NAME
 
-    def __init__(self, engines: Mapping[str, EngineConfig], transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self, engines: Mapping[str, EngineConfig], transport: httpx.BaseTransport | None = None
+    ):
         self.engines = engines
         self.transport = transport  # tests may hand in a mock transport
 
@@ -57,9 +59,13 @@ class WarmupTransport:
         peer = str(job.source.get("kv_peer") or "")
         if engine.warmup_pull and peer:
             host, _, port = peer.rpartition(":")
-            body["kv_transfer_params"] = {"remote_kv_source": {
-                "kv_request_id": f"prewarm-{job.id}-{job.attempt}",
-                "remote_host": host, "remote_port": int(port)}}
+            body["kv_transfer_params"] = {
+                "remote_kv_source": {
+                    "kv_request_id": f"prewarm-{job.id}-{job.attempt}",
+                    "remote_host": host,
+                    "remote_port": int(port),
+                }
+            }
         return body
 
     def receive(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
@@ -68,11 +74,15 @@ class WarmupTransport:
         if engine is None:
             return _failed(f"warmup: engine {engine_id!r} is not configured on this agent")
         if not engine.openai_url:
-            return _failed(f"warmup: engine {engine_id} has no openai_url configured (its "
-                           "OpenAI-compatible endpoint), so no warm-up request can reach it")
+            return _failed(
+                f"warmup: engine {engine_id} has no openai_url configured (its "
+                "OpenAI-compatible endpoint), so no warm-up request can reach it"
+            )
         if not job.tokens:
-            return _failed("warmup: the job carries no token ids for the prefix (a gateway must "
-                           "send token_ids for this workload key)")
+            return _failed(
+                "warmup: the job carries no token ids for the prefix (a gateway must "
+                "send token_ids for this workload key)"
+            )
         body = self.request_body(job, engine)
         url = engine.openai_url.rstrip("/") + "/v1/completions"
         timeout = max(1.0, min(engine.warmup_timeout_s, job.seconds_left()))
@@ -90,13 +100,25 @@ class WarmupTransport:
         except (ValueError, TypeError, AttributeError) as exc:
             return _failed(f"warmup: {url} answered 200 but not a completion: {exc}")
         if prompt and prompt != len(job.tokens):
-            return _failed(f"warmup: the engine counted {prompt} prompt tokens for a prefix of "
-                           f"{len(job.tokens)} (wrong model or tokenizer settings?)")
+            return _failed(
+                f"warmup: the engine counted {prompt} prompt tokens for a prefix of "
+                f"{len(job.tokens)} (wrong model or tokenizer settings?)"
+            )
         pulled = "kv_transfer_params" in body
-        detail = (f"prefilled {len(job.tokens)} tokens on {engine_id} "
-                  f"({cached} already cached{', pull from ' + str(job.source.get('kv_peer')) if pulled else ''})")
-        return TransferResult(True, 0, extra={"executor": NAME, "prompt_tokens": prompt or len(job.tokens),
-                                              "cached_tokens": cached, "detail": detail})
+        detail = (
+            f"prefilled {len(job.tokens)} tokens on {engine_id} "
+            f"({cached} already cached{', pull from ' + str(job.source.get('kv_peer')) if pulled else ''})"
+        )
+        return TransferResult(
+            True,
+            0,
+            extra={
+                "executor": NAME,
+                "prompt_tokens": prompt or len(job.tokens),
+                "cached_tokens": cached,
+                "detail": detail,
+            },
+        )
 
 
 def _failed(why: str) -> TransferResult:

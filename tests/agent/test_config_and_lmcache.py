@@ -29,9 +29,17 @@ def test_flags_env_and_file_merge(tmp_path):
 
 
 def test_kv_events_socket_bind_for_an_engine_that_connects():
-    cfg = load_config(["--control-plane-url", "http://cp", "--state-dir", "/s", "--engine",
-                       "engine_id=a,kv_events=tcp://127.0.0.1:5557,kv_events_socket=bind,block_size=32"],
-                      env={})
+    cfg = load_config(
+        [
+            "--control-plane-url",
+            "http://cp",
+            "--state-dir",
+            "/s",
+            "--engine",
+            "engine_id=a,kv_events=tcp://127.0.0.1:5557,kv_events_socket=bind,block_size=32",
+        ],
+        env={},
+    )
     assert cfg.engines[0].kv_events_socket == "bind" and cfg.engines[0].block_size == 32
 
 
@@ -48,8 +56,14 @@ def test_kv_events_socket_bind_for_an_engine_that_connects():
             "kv_events must be a ZMQ endpoint",
         ),
         (
-            ["--control-plane-url", "http://cp", "--state-dir", "/s", "--engine",
-             "engine_id=a,kv_events=tcp://127.0.0.1:5557,kv_events_socket=listen"],
+            [
+                "--control-plane-url",
+                "http://cp",
+                "--state-dir",
+                "/s",
+                "--engine",
+                "engine_id=a,kv_events=tcp://127.0.0.1:5557,kv_events_socket=listen",
+            ],
             "kv_events_socket 'listen' must be connect",
         ),
     ],
@@ -72,17 +86,41 @@ def test_cli_exits_nonzero_with_one_line(tmp_path):
 
 def test_engine_endpoints_for_real_engine_executors():
     cfg = load_config(
-        ["--control-plane-url", "http://cp", "--state-dir", "/s",
-         "--lmcache-controller-url", "http://127.0.0.1:9000",
-         "--engine", "engine_id=a,kv_events=tcp://127.0.0.1:1,openai_url=http://127.0.0.1:8000,"
-                     "served_model_name=tiny,kv_peer=127.0.0.1:5710,warmup_pull=true,lmcache_instance_id=A"],
+        [
+            "--control-plane-url",
+            "http://cp",
+            "--state-dir",
+            "/s",
+            "--lmcache-controller-url",
+            "http://127.0.0.1:9000",
+            "--engine",
+            "engine_id=a,kv_events=tcp://127.0.0.1:1,openai_url=http://127.0.0.1:8000,"
+            "served_model_name=tiny,kv_peer=127.0.0.1:5710,warmup_pull=true,lmcache_instance_id=A",
+        ],
         env={},
     )
     e = cfg.engines[0]
     assert (e.openai_url, e.served_model_name, e.kv_peer, e.warmup_pull, e.lmcache_instance_id) == (
-        "http://127.0.0.1:8000", "tiny", "127.0.0.1:5710", True, "A")
+        "http://127.0.0.1:8000",
+        "tiny",
+        "127.0.0.1:5710",
+        True,
+        "A",
+    )
     assert cfg.lmcache_controller_url == "http://127.0.0.1:9000"
-    for bad, msg in (("openai_url=localhost:8000", "openai_url must start"), ("kv_peer=nohost", "kv_peer")):
+    for bad, msg in (
+        ("openai_url=localhost:8000", "openai_url must start"),
+        ("kv_peer=nohost", "kv_peer"),
+    ):
         with pytest.raises(ConfigError, match=msg):
-            load_config(["--control-plane-url", "http://cp", "--state-dir", "/s", "--engine",
-                         f"engine_id=a,kv_events=tcp://127.0.0.1:1,{bad}"], env={})
+            load_config(
+                [
+                    "--control-plane-url",
+                    "http://cp",
+                    "--state-dir",
+                    "/s",
+                    "--engine",
+                    f"engine_id=a,kv_events=tcp://127.0.0.1:1,{bad}",
+                ],
+                env={},
+            )

@@ -84,8 +84,15 @@ def test_sequence_reset_clears_the_engine(publisher):
 def _batch(seq: int, tokens: list[int]) -> bytes:
     import msgpack
 
-    event = {"type": "BlockStored", "block_hashes": [1000 + seq], "parent_block_hash": None,
-             "token_ids": tokens, "block_size": 4, "lora_id": None, "medium": "GPU"}
+    event = {
+        "type": "BlockStored",
+        "block_hashes": [1000 + seq],
+        "parent_block_hash": None,
+        "token_ids": tokens,
+        "block_size": 4,
+        "lora_id": None,
+        "medium": "GPU",
+    }
     return msgpack.packb([float(seq), [event], 0])
 
 
@@ -97,7 +104,9 @@ def test_a_restarted_agent_catches_up_from_the_replay_socket_and_skips_duplicate
     from nodeagent.subscriber import SequenceTracker
 
     history = _history(5)
-    tracker = SequenceTracker(EngineResidency("e", 4), lambda start: [m for m in history if m[0] >= start])
+    tracker = SequenceTracker(
+        EngineResidency("e", 4), lambda start: [m for m in history if m[0] >= start]
+    )
     assert tracker.catch_up() == 5
     assert tracker.last_seq == 4 and tracker.residency.block_count() == 5
     # The SUB socket had queued the last two batches meanwhile: duplicates, not a restart.
@@ -115,7 +124,9 @@ def test_first_live_message_after_a_missed_start_is_joined_by_replay():
     from nodeagent.subscriber import SequenceTracker
 
     history = _history(4)
-    tracker = SequenceTracker(EngineResidency("e", 4), lambda start: [m for m in history if m[0] >= start])
+    tracker = SequenceTracker(
+        EngineResidency("e", 4), lambda start: [m for m in history if m[0] >= start]
+    )
     tracker.on_message(3, history[3][1])  # 0..2 published before the subscription took
     assert tracker.stats.caught_up == 3 and tracker.residency.block_count() == 4
     assert tracker.stats.gaps == 0 and tracker.stats.resyncs == 0

@@ -27,9 +27,13 @@ BLOCK = 64 << 10
 
 def stranger_delivers(addr: str, job_id: str, keys, payload: bytes, mac: str | None, until: float):
     """What an attacker would do: retry until the target knows the job, then send a header."""
-    header = {"job_id": job_id, "attempt": 1, "keys": [to_hex(k) for k in keys],
-              "sizes": [len(payload)] * len(keys),
-              "checksum": transfer_checksum(block_digest(payload) for _ in keys)}
+    header = {
+        "job_id": job_id,
+        "attempt": 1,
+        "keys": [to_hex(k) for k in keys],
+        "sizes": [len(payload)] * len(keys),
+        "checksum": transfer_checksum(block_digest(payload) for _ in keys),
+    }
     if mac is not None:
         header["mac"] = mac
     host, port = addr.rsplit(":", 1)
@@ -49,10 +53,17 @@ def stranger_delivers(addr: str, job_id: str, keys, payload: bytes, mac: str | N
 
 
 def job(job_id, keys, role, target_addr, secret, deadline_s=30.0):
-    return Job.from_message({
-        "id": job_id, "role": role, "transport": "tcp", "keys": [to_hex(k) for k in keys],
-        "target": {"transfer": target_addr}, "secret": secret, "deadline": time.time() + deadline_s,
-    })
+    return Job.from_message(
+        {
+            "id": job_id,
+            "role": role,
+            "transport": "tcp",
+            "keys": [to_hex(k) for k in keys],
+            "target": {"transfer": target_addr},
+            "secret": secret,
+            "deadline": time.time() + deadline_s,
+        }
+    )
 
 
 @pytest.fixture
@@ -82,7 +93,9 @@ def test_a_stranger_with_a_valid_job_id_is_refused_and_nothing_is_stored(server)
     jid = str(uuid.uuid4())
     target = job(jid, keys, "target", srv.address, secret="the-real-secret", deadline_s=3.0)
     result = {}
-    t = threading.Thread(target=lambda: result.update(r=TcpTransport(srv).receive(target, store, lambda n: None)))
+    t = threading.Thread(
+        target=lambda: result.update(r=TcpTransport(srv).receive(target, store, lambda n: None))
+    )
     t.start()
     until = time.time() + 3.0
     evil = os.urandom(BLOCK)
@@ -106,12 +119,18 @@ def test_a_sender_with_another_secret_is_told_why_and_the_genuine_one_succeeds(s
     jid = str(uuid.uuid4())
     target = job(jid, keys, "target", srv.address, secret="s-attempt-1")
     result = {}
-    t = threading.Thread(target=lambda: result.update(r=TcpTransport(srv).receive(target, dst, lambda n: None)))
+    t = threading.Thread(
+        target=lambda: result.update(r=TcpTransport(srv).receive(target, dst, lambda n: None))
+    )
     t.start()
-    wrong = TcpTransport(None).send(job(jid, keys, "source", srv.address, "guessed"), src, lambda n: None)
+    wrong = TcpTransport(None).send(
+        job(jid, keys, "source", srv.address, "guessed"), src, lambda n: None
+    )
     assert not wrong.ok and "not authenticated" in wrong.error
     assert not any(dst.contains(k) for k in keys)
-    right = TcpTransport(None).send(job(jid, keys, "source", srv.address, "s-attempt-1"), src, lambda n: None)
+    right = TcpTransport(None).send(
+        job(jid, keys, "source", srv.address, "s-attempt-1"), src, lambda n: None
+    )
     t.join(10)
     assert right.ok and result["r"].ok and result["r"].checksum == right.checksum
     assert all(bytes(dst.read(k)) == bytes(src.read(k)) for k in keys)
@@ -135,13 +154,27 @@ def test_a_real_agent_refuses_a_stranger_and_its_job_result_says_why(control_pla
         keys = [0xB000 + i for i in range(2)]
         jid = str(uuid.uuid4())
         deadline = time.time() + 4
-        control_plane.assign(d, {"id": jid, "role": "target", "action": "replicate", "transport": "tcp",
-                                 "keys": [to_hex(k) for k in keys], "secret": "per-job-secret",
-                                 "target": {"transfer": f"127.0.0.1:{port}"}, "deadline": deadline})
-        answer = stranger_delivers(f"127.0.0.1:{port}", jid, keys, os.urandom(BLOCK), None, deadline)
+        control_plane.assign(
+            d,
+            {
+                "id": jid,
+                "role": "target",
+                "action": "replicate",
+                "transport": "tcp",
+                "keys": [to_hex(k) for k in keys],
+                "secret": "per-job-secret",
+                "target": {"transfer": f"127.0.0.1:{port}"},
+                "deadline": deadline,
+            },
+        )
+        answer = stranger_delivers(
+            f"127.0.0.1:{port}", jid, keys, os.urandom(BLOCK), None, deadline
+        )
         assert not answer["ok"] and "not authenticated" in answer["error"]
         failed = wait_result(control_plane, jid, d, timeout=20)
-        assert failed["state"] == "failed" and "refused 1 unauthenticated sender(s)" in failed["error"]
+        assert (
+            failed["state"] == "failed" and "refused 1 unauthenticated sender(s)" in failed["error"]
+        )
         assert failed["bytes"] == 0
         assert not any(FileBlockStore(tmp_path / "dst-blocks").contains(k) for k in keys)
     finally:
@@ -152,11 +185,23 @@ def test_the_transfer_server_listens_only_where_the_operator_says(tmp_path):
     from nodeagent.agent import Agent
     from nodeagent.config import ConfigError, enabled_transports, load_config
 
-    base = ["--control-plane-url", "http://127.0.0.1:9", "--state-dir", str(tmp_path), "--gpu-source", "none",
-            "--metrics-listen", ""]
+    base = [
+        "--control-plane-url",
+        "http://127.0.0.1:9",
+        "--state-dir",
+        str(tmp_path),
+        "--gpu-source",
+        "none",
+        "--metrics-listen",
+        "",
+    ]
     default = load_config(base, env={})
     assert default.transfer.listen == ""  # no 0.0.0.0 unless someone writes it
-    assert enabled_transports(default.transfer) == ["lmcache", "warmup", "lmcache-mp"]  # no listening port
+    assert enabled_transports(default.transfer) == [
+        "lmcache",
+        "warmup",
+        "lmcache-mp",
+    ]  # no listening port
     agent = Agent(default)
     assert agent.server is None and agent.transfer_address == ""
     port = free_port()
@@ -167,9 +212,13 @@ def test_the_transfer_server_listens_only_where_the_operator_says(tmp_path):
         assert agent.server is not None and agent.transfer_address == f"127.0.0.1:{port}"
     finally:
         agent.server.close()
-    lm_only = load_config([*base, "--transfer-listen", "127.0.0.1:0", "--transfer-transports", "lmcache"], env={})
+    lm_only = load_config(
+        [*base, "--transfer-listen", "127.0.0.1:0", "--transfer-transports", "lmcache"], env={}
+    )
     assert Agent(lm_only).server is None  # a listen address alone opens nothing
-    with pytest.raises(ConfigError, match="'udp' is not one of tcp, nccl, lmcache, warmup, lmcache-mp"):
+    with pytest.raises(
+        ConfigError, match="'udp' is not one of tcp, nccl, lmcache, warmup, lmcache-mp"
+    ):
         load_config([*base, "--transfer-transports", "tcp,udp"], env={})
 
 

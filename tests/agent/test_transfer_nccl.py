@@ -111,8 +111,10 @@ def test_bytes_that_do_not_match_the_checksum_are_not_stored(agents):
         spec = nccl_job(keys, free_port(), deadline_s=120)
         cp.assign(s, {**spec, "role": "source"})
         cp.assign(d, {**spec, "role": "target"})
-        return (wait_result(cp, spec["id"], d, timeout=120 + 15),
-                wait_result(cp, spec["id"], s, timeout=120 + 15))
+        return (
+            wait_result(cp, spec["id"], d, timeout=120 + 15),
+            wait_result(cp, spec["id"], s, timeout=120 + 15),
+        )
 
     target, _ = replicate()  # the source agent now holds these blocks' digests
     assert target["state"] == "succeeded", target["error"]

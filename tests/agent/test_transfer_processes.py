@@ -82,6 +82,7 @@ def dispatch(cp, spec, src_node, dst_node):
 
 def wait_result(cp, job_id, node, timeout=JOB_DEADLINE_S + 15):
     """An agent ends every job by its deadline, so its result is due by then (plus a report)."""
+
     def done():
         return [e for e in cp.results(job_id) if e["node"] == node]
 

@@ -46,11 +46,19 @@ class FakeVllm:
                     hit = sum(1 for b in blocks if b in fake.cached) * block
                     fake.cached.update(blocks)
                     self.send_response(200)
-                    out = json.dumps({"id": "cmpl-1", "object": "text_completion", "choices": [
-                        {"index": 0, "text": " w7", "finish_reason": "length"}],
-                        "usage": {"prompt_tokens": len(prompt), "completion_tokens": 1,
-                                  "total_tokens": len(prompt) + 1,
-                                  "prompt_tokens_details": {"cached_tokens": hit}}})
+                    out = json.dumps(
+                        {
+                            "id": "cmpl-1",
+                            "object": "text_completion",
+                            "choices": [{"index": 0, "text": " w7", "finish_reason": "length"}],
+                            "usage": {
+                                "prompt_tokens": len(prompt),
+                                "completion_tokens": 1,
+                                "total_tokens": len(prompt) + 1,
+                                "prompt_tokens_details": {"cached_tokens": hit},
+                            },
+                        }
+                    )
                 data = out.encode()
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -74,15 +82,29 @@ def vllm():
 
 
 def job(**kw) -> Job:
-    msg = {"id": "j-1", "role": "target", "transport": "warmup", "keys": [],
-           "source": {"engine_id": "vllm-a", "kv_peer": ""}, "target": {"engine_id": "vllm-b"},
-           "tokens": TOKENS, "block_size": 32, **kw}
+    msg = {
+        "id": "j-1",
+        "role": "target",
+        "transport": "warmup",
+        "keys": [],
+        "source": {"engine_id": "vllm-a", "kv_peer": ""},
+        "target": {"engine_id": "vllm-b"},
+        "tokens": TOKENS,
+        "block_size": 32,
+        **kw,
+    }
     return Job.from_message(msg)
 
 
 def engine(url: str, **kw) -> EngineConfig:
-    return EngineConfig(engine_id="vllm-b", kv_events="tcp://127.0.0.1:1", model="/models/tiny",
-                        served_model_name="tiny", openai_url=url, **kw)
+    return EngineConfig(
+        engine_id="vllm-b",
+        kv_events="tcp://127.0.0.1:1",
+        model="/models/tiny",
+        served_model_name="tiny",
+        openai_url=url,
+        **kw,
+    )
 
 
 def test_prefill_only_request_lands_and_reports_cached_tokens(vllm):
@@ -90,8 +112,13 @@ def test_prefill_only_request_lands_and_reports_cached_tokens(vllm):
     store = MemoryBlockStore(1 << 20)
     first = t.receive(job(), store, lambda n: None)
     assert first.ok and first.bytes == 0, first.error  # recomputed: no bytes crossed a link
-    assert vllm.requests[0] == {"model": "tiny", "prompt": TOKENS, "max_tokens": 1, "temperature": 0,
-                                "stream": False}
+    assert vllm.requests[0] == {
+        "model": "tiny",
+        "prompt": TOKENS,
+        "max_tokens": 1,
+        "temperature": 0,
+        "stream": False,
+    }
     assert first.extra["prompt_tokens"] == 300 and first.extra["cached_tokens"] == 0
     again = t.receive(job(), store, lambda n: None)
     assert again.ok and again.extra["cached_tokens"] == 288  # full blocks only, as vLLM reports
@@ -100,10 +127,19 @@ def test_prefill_only_request_lands_and_reports_cached_tokens(vllm):
 
 def test_pull_from_the_source_peer_when_configured(vllm):
     t = WarmupTransport({"vllm-b": engine(vllm.url, warmup_pull=True)})
-    r = t.receive(job(source={"engine_id": "vllm-a", "kv_peer": "10.0.0.7:5710"}), MemoryBlockStore(1), lambda n: None)
+    r = t.receive(
+        job(source={"engine_id": "vllm-a", "kv_peer": "10.0.0.7:5710"}),
+        MemoryBlockStore(1),
+        lambda n: None,
+    )
     assert r.ok, r.error
-    assert vllm.requests[0]["kv_transfer_params"] == {"remote_kv_source": {
-        "kv_request_id": "prewarm-j-1-1", "remote_host": "10.0.0.7", "remote_port": 5710}}
+    assert vllm.requests[0]["kv_transfer_params"] == {
+        "remote_kv_source": {
+            "kv_request_id": "prewarm-j-1-1",
+            "remote_host": "10.0.0.7",
+            "remote_port": 5710,
+        }
+    }
     # Without a peer endpoint on the source it recomputes.
     t.receive(job(), MemoryBlockStore(1), lambda n: None)
     assert "kv_transfer_params" not in vllm.requests[1]
@@ -111,9 +147,15 @@ def test_pull_from_the_source_peer_when_configured(vllm):
 
 def test_errors_say_what_went_wrong(vllm):
     store = MemoryBlockStore(1)
-    assert "no openai_url" in WarmupTransport({"vllm-b": engine("")}).receive(job(), store, print).error
+    assert (
+        "no openai_url"
+        in WarmupTransport({"vllm-b": engine("")}).receive(job(), store, print).error
+    )
     assert "not configured" in WarmupTransport({}).receive(job(), store, print).error
-    assert "no token ids" in WarmupTransport({"vllm-b": engine(vllm.url)}).receive(job(tokens=[]), store, print).error
+    assert (
+        "no token ids"
+        in WarmupTransport({"vllm-b": engine(vllm.url)}).receive(job(tokens=[]), store, print).error
+    )
     refused = f"http://127.0.0.1:{free_port()}"
     err = WarmupTransport({"vllm-b": engine(refused)}).receive(job(), store, print).error
     assert "did not answer" in err and refused in err

@@ -41,7 +41,9 @@ def enrol(db):
 
     def build(hostname: str = "node-a", labels: dict | None = None):
         _, raw = EnrolmentToken.issue(labels=labels or {})
-        resp = APIClient().post("/api/agents/enrol/", {"enrolment_token": raw, "hostname": hostname}, format="json")
+        resp = APIClient().post(
+            "/api/agents/enrol/", {"enrolment_token": raw, "hostname": hostname}, format="json"
+        )
         assert resp.status_code == 201, resp.content
         return resp.json()["node_id"], bearer(resp.json()["agent_token"])
 

@@ -19,8 +19,12 @@ def test_the_one_function_names_the_agents_node_or_says_why_not(enrol):
     node_id, agent = enrol("node-a")
     assert authenticate_agent(f"Bearer {_raw(agent)}").node_id == node_id
     _, gateway = ApiToken.issue(TokenKind.GATEWAY, "gw-1")
-    for header, status in ((None, 401), ("Basic abc", 401), ("Bearer pwa_not-a-token", 401),
-                           (f"Bearer {gateway}", 403)):
+    for header, status in (
+        (None, 401),
+        ("Basic abc", 401),
+        ("Bearer pwa_not-a-token", 401),
+        (f"Bearer {gateway}", 403),
+    ):
         with pytest.raises(AgentAuthFailed) as exc:
             authenticate_agent(header)
         assert exc.value.status == status, header

@@ -19,11 +19,15 @@ def lookup(client, keys):
 
 def test_enrolment_token_is_single_use_and_token_stored_hashed(db):
     _, raw = EnrolmentToken.issue()
-    first = APIClient().post("/api/agents/enrol/", {"enrolment_token": raw, "hostname": "n1"}, format="json")
+    first = APIClient().post(
+        "/api/agents/enrol/", {"enrolment_token": raw, "hostname": "n1"}, format="json"
+    )
     assert first.status_code == 201
     agent_token = first.json()["agent_token"]
     assert not ApiToken.objects.filter(digest=agent_token).exists()  # only the hash is stored
-    again = APIClient().post("/api/agents/enrol/", {"enrolment_token": raw, "hostname": "n2"}, format="json")
+    again = APIClient().post(
+        "/api/agents/enrol/", {"enrolment_token": raw, "hostname": "n2"}, format="json"
+    )
     assert again.status_code == 403 and again.json()["field"] == "enrolment_token"
     assert Node.objects.count() == 1
 
@@ -31,7 +35,9 @@ def test_enrolment_token_is_single_use_and_token_stored_hashed(db):
 def test_expired_enrolment_token_is_refused(db):
     token, raw = EnrolmentToken.issue(ttl_seconds=60)
     EnrolmentToken.objects.filter(pk=token.pk).update(expires_at="2000-01-01T00:00:00Z")
-    resp = APIClient().post("/api/agents/enrol/", {"enrolment_token": raw, "hostname": "n1"}, format="json")
+    resp = APIClient().post(
+        "/api/agents/enrol/", {"enrolment_token": raw, "hostname": "n1"}, format="json"
+    )
     assert resp.status_code == 403
 
 
@@ -58,7 +64,9 @@ def test_delta_before_any_snapshot_asks_for_one(enrol):
 
 def test_replayed_or_out_of_order_seq_is_409_and_changes_nothing(enrol, client_for):
     _, agent = enrol()
-    agent.post("/api/agents/report/", report(5, [(K[0], None, "GPU")], mode="snapshot"), format="json")
+    agent.post(
+        "/api/agents/report/", report(5, [(K[0], None, "GPU")], mode="snapshot"), format="json"
+    )
     for seq in (5, 3):
         resp = agent.post("/api/agents/report/", report(seq, [(K[1], K[0], "GPU")]), format="json")
         assert resp.status_code == 409
@@ -68,22 +76,39 @@ def test_replayed_or_out_of_order_seq_is_409_and_changes_nothing(enrol, client_f
 
 def test_restarted_agent_may_restart_seq_with_a_snapshot(enrol):
     _, agent = enrol()
-    agent.post("/api/agents/report/", report(9, [(K[0], None, "GPU")], mode="snapshot"), format="json")
-    resp = agent.post("/api/agents/report/", report(1, [(K[1], None, "GPU")], mode="snapshot", boot="boot-2"), format="json")
+    agent.post(
+        "/api/agents/report/", report(9, [(K[0], None, "GPU")], mode="snapshot"), format="json"
+    )
+    resp = agent.post(
+        "/api/agents/report/",
+        report(1, [(K[1], None, "GPU")], mode="snapshot", boot="boot-2"),
+        format="json",
+    )
     assert resp.status_code == 200
-    resp = agent.post("/api/agents/report/", report(1, [(K[2], None, "GPU")], boot="boot-2"), format="json")
+    resp = agent.post(
+        "/api/agents/report/", report(1, [(K[2], None, "GPU")], boot="boot-2"), format="json"
+    )
     assert resp.status_code == 409  # a delta cannot reset the sequence
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda r: r.pop("seq"), "seq"),
-    (lambda r: r.update(seq="7"), "seq"),
-    (lambda r: r["residency"][0]["stored"].append(["zz", None, "GPU"]), "residency[0].stored[1][0]"),
-    (lambda r: r["residency"][0]["stored"].append([K[3], None, "HBM"]), "residency[0].stored[1][2]"),
-    (lambda r: r["residency"][0].update(engine_id="nope"), "residency[0].engine_id"),
-    (lambda r: r["gpus"][0].update(memory_used=-1), "gpus[0].memory_used"),
-    (lambda r: r["engines"][0].update(block_size=0), "engines[0].block_size"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda r: r.pop("seq"), "seq"),
+        (lambda r: r.update(seq="7"), "seq"),
+        (
+            lambda r: r["residency"][0]["stored"].append(["zz", None, "GPU"]),
+            "residency[0].stored[1][0]",
+        ),
+        (
+            lambda r: r["residency"][0]["stored"].append([K[3], None, "HBM"]),
+            "residency[0].stored[1][2]",
+        ),
+        (lambda r: r["residency"][0].update(engine_id="nope"), "residency[0].engine_id"),
+        (lambda r: r["gpus"][0].update(memory_used=-1), "gpus[0].memory_used"),
+        (lambda r: r["engines"][0].update(block_size=0), "engines[0].block_size"),
+    ],
+)
 def test_malformed_report_names_the_field_and_changes_nothing(enrol, client_for, mutate, field):
     _, agent = enrol()
     body = report(1, [(K[0], None, "GPU")], mode="snapshot")
@@ -111,7 +136,9 @@ def test_msgpack_report_with_integer_keys(enrol, client_for):
 
     _, agent = enrol()
     body = report(1, [(1, None, "GPU"), (2, 1, "GPU")], mode="snapshot")
-    resp = agent.post("/api/agents/report/", msgpack.packb(body), content_type="application/msgpack")
+    resp = agent.post(
+        "/api/agents/report/", msgpack.packb(body), content_type="application/msgpack"
+    )
     assert resp.status_code == 200, resp.content
     assert lookup(client_for("viewer"), K[:2]) == [("vllm-0", 2, "GPU")]
 
@@ -119,9 +146,13 @@ def test_msgpack_report_with_integer_keys(enrol, client_for):
 def test_agent_cannot_touch_another_nodes_engine_or_operator_api(enrol):
     _, agent_a = enrol("node-a")
     _, agent_b = enrol("node-b")
-    agent_a.post("/api/agents/report/", report(1, [(K[0], None, "GPU")], mode="snapshot"), format="json")
+    agent_a.post(
+        "/api/agents/report/", report(1, [(K[0], None, "GPU")], mode="snapshot"), format="json"
+    )
     engine = Engine.objects.get(node__name="node-a")
-    resp = agent_b.post(f"/api/engines/{engine.pk}/lifecycle/", {"lifecycle": "draining"}, format="json")
+    resp = agent_b.post(
+        f"/api/engines/{engine.pk}/lifecycle/", {"lifecycle": "draining"}, format="json"
+    )
     assert resp.status_code == 403
     engine.refresh_from_db()
     assert engine.lifecycle != "draining"
@@ -163,8 +194,14 @@ def test_published_residency_delta_survives_the_redis_layer_serializer(enrol, se
     from django.test import TestCase
 
     with TestCase.captureOnCommitCallbacks(execute=True):
-        assert agent.post("/api/agents/report/", report(1, stored=[(1, None, "GPU", 0)], mode="snapshot"),
-                          format="json").status_code == 200
+        assert (
+            agent.post(
+                "/api/agents/report/",
+                report(1, stored=[(1, None, "GPU", 0)], mode="snapshot"),
+                format="json",
+            ).status_code
+            == 200
+        )
     message = async_to_sync(layer.receive)(channel)
     assert message["event"] == "residency.delta"
     assert msgpack.unpackb(msgpack.packb(message), strict_map_key=True) == message
@@ -172,7 +209,10 @@ def test_published_residency_delta_survives_the_redis_layer_serializer(enrol, se
 
 def test_unchanged_gpu_and_engine_rows_are_not_rewritten_but_changes_land_at_once(enrol):
     _, agent = enrol()
-    assert agent.post("/api/agents/report/", report(1, mode="snapshot"), format="json").status_code == 200
+    assert (
+        agent.post("/api/agents/report/", report(1, mode="snapshot"), format="json").status_code
+        == 200
+    )
     gpu, engine = Gpu.objects.get(), Engine.objects.get()
     assert agent.post("/api/agents/report/", report(2), format="json").status_code == 200
     assert Gpu.objects.get().updated_at == gpu.updated_at  # same values: no write

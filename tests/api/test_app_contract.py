@@ -38,11 +38,20 @@ def events(action):
 
 
 def policy_form(name, **over):
-    fields = {"name": name, "mode": "manual", "max_spec_vram_fraction": "0.05",
-              "max_bytes_per_interval": "1000", "interval_seconds": "60", "min_confidence": "0.5",
-              "replica_ttl_seconds": "900", "horizon_seconds": "600",
-              "forecast_every_seconds": "300", "plan_every_seconds": "30",
-              "default_transport": "tcp", "active": "on"}
+    fields = {
+        "name": name,
+        "mode": "manual",
+        "max_spec_vram_fraction": "0.05",
+        "max_bytes_per_interval": "1000",
+        "interval_seconds": "60",
+        "min_confidence": "0.5",
+        "replica_ttl_seconds": "900",
+        "horizon_seconds": "600",
+        "forecast_every_seconds": "300",
+        "plan_every_seconds": "30",
+        "default_transport": "tcp",
+        "active": "on",
+    }
     return {**fields, **over}
 
 
@@ -75,8 +84,10 @@ def test_activating_a_policy_in_the_admin_deactivates_the_other_audited(boss):
     [created] = events("policy.created")
     assert created.after["name"] == "from-admin" and created.actor_label == "user:boss"
     # Changing it in the admin is audited too, before and after.
-    resp = boss.post(f"/admin/replication/policy/{created.object_id}/change/",
-                     policy_form("from-admin", min_confidence="0.7"))
+    resp = boss.post(
+        f"/admin/replication/policy/{created.object_id}/change/",
+        policy_form("from-admin", min_confidence="0.7"),
+    )
     assert resp.status_code == 302
     [updated] = events("policy.updated")
     assert updated.before["min_confidence"] == 0.5 and updated.after["min_confidence"] == 0.7
@@ -100,15 +111,20 @@ def test_a_policy_with_plans_is_not_deleted_by_the_api_or_the_admin(client_for, 
     ReplicationPlan.objects.create(policy=policy, mode="manual")
     resp = client_for("admin").delete(f"/api/policies/{policy.pk}/")
     assert resp.status_code == 409
-    assert resp.json() == {"error": "in_use", "detail": "this policy has plans; deactivate it "
-                           "instead", "field": None}
+    assert resp.json() == {
+        "error": "in_use",
+        "detail": "this policy has plans; deactivate it instead",
+        "field": None,
+    }
     # The admin refuses it (its plans protect it) and records nothing.
     resp = boss.post(f"/admin/replication/policy/{policy.pk}/delete/", {"post": "yes"})
     assert "Cannot delete policy" in resp.content.decode()
     assert Policy.objects.filter(pk=policy.pk).exists() and not events("policy.deleted")
     unused = Policy.objects.create(name="unused")
-    assert boss.post(f"/admin/replication/policy/{unused.pk}/delete/",
-                     {"post": "yes"}).status_code == 302
+    assert (
+        boss.post(f"/admin/replication/policy/{unused.pk}/delete/", {"post": "yes"}).status_code
+        == 302
+    )
     [deleted] = events("policy.deleted")
     assert deleted.object_id == str(unused.pk) and deleted.actor_label == "user:boss"
 
@@ -118,8 +134,11 @@ def test_a_policy_with_plans_is_not_deleted_by_the_api_or_the_admin(client_for, 
 
 def test_engine_lifecycle_through_the_api_is_checked_and_audited(client_for, engine):
     api = client_for("operator")
-    resp = api.post(f"/api/engines/{engine.pk}/lifecycle/", {"lifecycle": "draining",
-                                                            "reason": "maintenance"}, format="json")
+    resp = api.post(
+        f"/api/engines/{engine.pk}/lifecycle/",
+        {"lifecycle": "draining", "reason": "maintenance"},
+        format="json",
+    )
     assert resp.status_code == 200 and resp.json()["lifecycle"] == "draining"
     [event] = events("engine.lifecycle")
     assert (event.before["lifecycle"], event.after["lifecycle"]) == ("serving", "draining")
@@ -127,8 +146,11 @@ def test_engine_lifecycle_through_the_api_is_checked_and_audited(client_for, eng
     Engine.objects.filter(pk=engine.pk).update(lifecycle="serving")
     resp = api.post(f"/api/engines/{engine.pk}/lifecycle/", {"lifecycle": "warming"}, format="json")
     assert resp.status_code == 409
-    assert resp.json() == {"error": "illegal_lifecycle", "detail": "serving -> warming is not "
-                           "allowed", "field": "lifecycle"}
+    assert resp.json() == {
+        "error": "illegal_lifecycle",
+        "detail": "serving -> warming is not allowed",
+        "field": "lifecycle",
+    }
 
 
 def test_engine_lifecycle_in_the_admin_is_checked_and_audited(boss, engine):
@@ -148,8 +170,9 @@ def test_engine_lifecycle_command_is_checked_and_audited(engine):
     with pytest.raises(CommandError, match="serving -> warming is not allowed"):
         call_command("engine_lifecycle", "node-a/e0", "warming", stdout=StringIO())
     assert not events("engine.lifecycle")
-    call_command("engine_lifecycle", "node-a/e0", "draining", "--reason", "reboot",
-                 stdout=StringIO())
+    call_command(
+        "engine_lifecycle", "node-a/e0", "draining", "--reason", "reboot", stdout=StringIO()
+    )
     [event] = events("engine.lifecycle")
     assert event.after["lifecycle"] == "draining" and event.reason == "reboot"
     assert event.actor_label == "system"
@@ -160,12 +183,14 @@ def test_engine_lifecycle_command_is_checked_and_audited(engine):
 
 def test_node_changes_through_the_api_and_the_admin_are_audited(client_for, boss, engine):
     node = engine.node
-    resp = client_for("admin").patch(f"/api/nodes/{node.pk}/", {"labels": {"zone": "b"}},
-                                     format="json")
+    resp = client_for("admin").patch(
+        f"/api/nodes/{node.pk}/", {"labels": {"zone": "b"}}, format="json"
+    )
     assert resp.status_code == 200
     Node.objects.filter(pk=node.pk).update(last_seq=41)  # its agent reports meanwhile
-    resp = boss.post(f"/admin/fleet/node/{node.pk}/change/",
-                     {"labels": '{"zone": "b"}', "state": "retired"})
+    resp = boss.post(
+        f"/admin/fleet/node/{node.pk}/change/", {"labels": '{"zone": "b"}', "state": "retired"}
+    )
     assert resp.status_code == 302, resp.content.decode()[-2000:]
     node.refresh_from_db()
     assert node.state == "retired" and node.last_seq == 41  # only the changed field written
@@ -182,15 +207,24 @@ def test_overrides_through_the_api_and_the_admin_are_audited(client_for, boss, e
     resp = client_for("operator").post("/api/overrides/", {"kind": "freeze"}, format="json")
     assert resp.status_code == 201
     assert resp.json()["created_by"] == "u-operator"
-    resp = boss.post("/admin/replication/override/add/",
-                     {"kind": "exclude_engine", "engine": engine.pk, "prefix_keys": "[]",
-                      "reason": "flaky", "active": "on"})
+    resp = boss.post(
+        "/admin/replication/override/add/",
+        {
+            "kind": "exclude_engine",
+            "engine": engine.pk,
+            "prefix_keys": "[]",
+            "reason": "flaky",
+            "active": "on",
+        },
+    )
     assert resp.status_code == 302, resp.content.decode()[-2000:]
     by_admin = Override.objects.get(kind="exclude_engine")
     assert by_admin.created_by.username == "boss"
     assert [e.actor_label for e in events("override.created")] == ["user:u-operator", "user:boss"]
-    assert boss.post(f"/admin/replication/override/{by_admin.pk}/delete/",
-                     {"post": "yes"}).status_code == 302
+    assert (
+        boss.post(f"/admin/replication/override/{by_admin.pk}/delete/", {"post": "yes"}).status_code
+        == 302
+    )
     [deleted] = events("override.deleted")
     assert deleted.object_id == str(by_admin.pk) and deleted.before["kind"] == "exclude_engine"
 
@@ -199,11 +233,21 @@ def test_overrides_through_the_api_and_the_admin_are_audited(client_for, boss, e
 
 
 def test_tokens_issued_by_the_api_and_the_commands_are_audited(client_for, db):
-    resp = client_for("admin").post("/api/api-tokens/", {"kind": "gateway", "name": "gw"},
-                                    format="json")
+    resp = client_for("admin").post(
+        "/api/api-tokens/", {"kind": "gateway", "name": "gw"}, format="json"
+    )
     assert resp.status_code == 201, resp.content
-    call_command("ensure_user", "carol", "--password", "pw-123456789", "--role", "viewer",
-                 "--issue-token", "scraper", stdout=StringIO())
+    call_command(
+        "ensure_user",
+        "carol",
+        "--password",
+        "pw-123456789",
+        "--role",
+        "viewer",
+        "--issue-token",
+        "scraper",
+        stdout=StringIO(),
+    )
     call_command("create_enrolment_token", stdout=StringIO())
     api_event, cli_event = events("token.created")
     assert api_event.after["name"] == "gw" and api_event.actor_label == "user:u-admin"
@@ -217,13 +261,16 @@ def test_revoking_a_token_through_the_api_and_the_admin_is_audited(client_for, b
     first, _ = ApiToken.issue(TokenKind.USER, "one", user=user)
     second, _ = ApiToken.issue(TokenKind.USER, "two", user=user)
     assert client_for("admin").post(f"/api/api-tokens/{first.pk}/revoke/").status_code == 200
-    resp = boss.post("/admin/accounts/apitoken/",
-                     {"action": "revoke", "_selected_action": [first.pk, second.pk]})
+    resp = boss.post(
+        "/admin/accounts/apitoken/", {"action": "revoke", "_selected_action": [first.pk, second.pk]}
+    )
     assert resp.status_code == 302
     assert ApiToken.objects.filter(pk__in=[first.pk, second.pk], revoked_at=None).count() == 0
     # The second revocation of the first token changes nothing and records nothing.
     assert [(e.object_id, e.actor_label) for e in events("token.revoked")] == [
-        (str(first.pk), "user:u-admin"), (str(second.pk), "user:boss")]
+        (str(first.pk), "user:u-admin"),
+        (str(second.pk), "user:boss"),
+    ]
 
 
 def test_the_admin_does_not_issue_tokens_the_caller_never_sees(boss):
@@ -232,25 +279,42 @@ def test_the_admin_does_not_issue_tokens_the_caller_never_sees(boss):
 
 
 def test_job_states_change_in_the_admin_only_through_cancel(boss, engine):
-    job = ReplicationJob.objects.create(target=engine, prefix_keys=["01"], bytes=1,
-                                        state="succeeded")
-    resp = boss.post("/admin/replication/replicationjob/",
-                     {"action": "cancel_jobs", "_selected_action": [str(job.pk)]}, follow=True)
+    job = ReplicationJob.objects.create(
+        target=engine, prefix_keys=["01"], bytes=1, state="succeeded"
+    )
+    resp = boss.post(
+        "/admin/replication/replicationjob/",
+        {"action": "cancel_jobs", "_selected_action": [str(job.pk)]},
+        follow=True,
+    )
     assert "succeeded -&gt; cancelled is not allowed" in resp.content.decode()
     job.refresh_from_db()
     assert job.state == "succeeded" and not events("job.cancelled")
-    assert boss.post(f"/admin/replication/replicationjob/{job.pk}/change/",
-                     {"state": "cancelled"}).status_code == 403
+    assert (
+        boss.post(
+            f"/admin/replication/replicationjob/{job.pk}/change/", {"state": "cancelled"}
+        ).status_code
+        == 403
+    )
 
 
 def test_plans_are_decided_in_the_admin_through_the_same_service(boss, engine):
     from controlplane.replication.models import PlanItem
 
     plan = ReplicationPlan.objects.create(policy=Policy.objects.get(active=True), mode="manual")
-    item = PlanItem.objects.create(plan=plan, prefix_keys=["01"], target=engine, bytes=1,
-                                   expected_ttft_saved_s=1.0, cost_s=0.1, confidence=0.9)
-    resp = boss.post("/admin/replication/replicationplan/",
-                     {"action": "reject_plans", "_selected_action": [plan.pk]})
+    item = PlanItem.objects.create(
+        plan=plan,
+        prefix_keys=["01"],
+        target=engine,
+        bytes=1,
+        expected_ttft_saved_s=1.0,
+        cost_s=0.1,
+        confidence=0.9,
+    )
+    resp = boss.post(
+        "/admin/replication/replicationplan/",
+        {"action": "reject_plans", "_selected_action": [plan.pk]},
+    )
     assert resp.status_code == 302
     plan.refresh_from_db()
     item.refresh_from_db()
@@ -258,8 +322,12 @@ def test_plans_are_decided_in_the_admin_through_the_same_service(boss, engine):
     assert plan.decided_by.username == "boss"
     [event] = events("plan.rejected")
     assert event.actor_label == "user:boss" and event.after["items"] == [item.pk]
-    assert boss.post(f"/admin/replication/replicationplan/{plan.pk}/change/",
-                     {"state": "approved"}).status_code == 403
+    assert (
+        boss.post(
+            f"/admin/replication/replicationplan/{plan.pk}/change/", {"state": "approved"}
+        ).status_code
+        == 403
+    )
 
 
 # -- filtersets: the API and the pages filter the same way ------------------------------------
@@ -274,8 +342,9 @@ def test_a_bad_filter_value_is_a_400_naming_the_field(client_for):
 
 def test_the_jobs_page_uses_the_api_filterset(engine):
     ReplicationJob.objects.create(target=engine, prefix_keys=["01"], bytes=1, state="failed")
-    ReplicationJob.objects.create(target=engine, prefix_keys=["02"], bytes=1, state="running",
-                                  transport="nccl")
+    ReplicationJob.objects.create(
+        target=engine, prefix_keys=["02"], bytes=1, state="running", transport="nccl"
+    )
     page = Client()
     page.force_login(make_user("viewer", "vic"))
     html = page.get("/jobs/?state=failed").content.decode()
@@ -290,10 +359,15 @@ def test_the_jobs_page_uses_the_api_filterset(engine):
 
 
 def test_the_audit_page_uses_the_api_filterset(db):
-    AuditEvent.objects.create(actor_label="system", action="policy.created",
-                              object_type="replication.policy", object_id="1")
-    AuditEvent.objects.create(actor_label="system", action="node.updated",
-                              object_type="fleet.node", object_id="7")
+    AuditEvent.objects.create(
+        actor_label="system",
+        action="policy.created",
+        object_type="replication.policy",
+        object_id="1",
+    )
+    AuditEvent.objects.create(
+        actor_label="system", action="node.updated", object_type="fleet.node", object_id="7"
+    )
     page = Client()
     page.force_login(make_user("operator", "olga"))
     html = page.get("/audit/?object_id=7").content.decode()
@@ -316,10 +390,10 @@ def test_domain_errors_carry_their_status_and_map_to_the_usual_body():
 
 
 def test_an_illegal_job_transition_is_a_409_on_state(client_for, engine):
-    job = ReplicationJob.objects.create(target=engine, prefix_keys=["01"], bytes=1,
-                                        state="succeeded")
-    resp = client_for("operator").post(f"/api/replication-jobs/{job.pk}/cancel/", {},
-                                       format="json")
+    job = ReplicationJob.objects.create(
+        target=engine, prefix_keys=["01"], bytes=1, state="succeeded"
+    )
+    resp = client_for("operator").post(f"/api/replication-jobs/{job.pk}/cancel/", {}, format="json")
     assert resp.status_code == 409
     assert resp.json()["error"] == "illegal_transition" and resp.json()["field"] == "state"
 
@@ -330,9 +404,13 @@ def test_views_pages_and_commands_write_the_audit_trail_only_through_services():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    callers = [*root.glob("controlplane/*/api/*.py"), *root.glob("frontend/*.py"),
-               *root.glob("controlplane/*/management/commands/*.py")]
+    callers = [
+        *root.glob("controlplane/*/api/*.py"),
+        *root.glob("frontend/*.py"),
+        *root.glob("controlplane/*/management/commands/*.py"),
+    ]
     assert len(callers) > 20
-    direct = [str(p.relative_to(root)) for p in callers
-              if "controlplane.audit.services" in p.read_text()]
+    direct = [
+        str(p.relative_to(root)) for p in callers if "controlplane.audit.services" in p.read_text()
+    ]
     assert direct == []

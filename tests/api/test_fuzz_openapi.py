@@ -83,7 +83,9 @@ def test_no_server_errors_with_any_credentials(api_schema, credentials):
     for operation in operations:
 
         @given(case=operation.as_strategy())
-        @settings(max_examples=8, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=8, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        )
         def fuzz(case):
             for name, header in credentials.items():
                 before = database_fingerprint() if case.method.upper() != "GET" else None
@@ -92,7 +94,8 @@ def test_no_server_errors_with_any_credentials(api_schema, credentials):
                 if before is not None and 400 <= response.status_code < 500:
                     assert database_fingerprint() == before, (
                         f"refused {case.method} {case.formatted_path} as {name} "
-                        f"({response.status_code}) changed the database")
+                        f"({response.status_code}) changed the database"
+                    )
                 if response.status_code < 300 and name == "admin":
                     case.validate_response(response, checks=[response_schema_conformance])
 

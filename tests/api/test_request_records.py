@@ -18,9 +18,16 @@ def mooncake_records(n=200):
     with open(SHARED / "traces/mooncake/conversation_trace.jsonl") as f:
         for line in f:
             r = json.loads(line)
-            rows.append({"time": 1764540000 + r["timestamp"] / 1000, "model": "kimi", "tenant": "chat",
-                         "keys": [blockhash.to_hex(h) for h in r["hash_ids"]], "block_size": 512,
-                         "prompt_tokens": r["input_length"]})
+            rows.append(
+                {
+                    "time": 1764540000 + r["timestamp"] / 1000,
+                    "model": "kimi",
+                    "tenant": "chat",
+                    "keys": [blockhash.to_hex(h) for h in r["hash_ids"]],
+                    "block_size": 512,
+                    "prompt_tokens": r["input_length"],
+                }
+            )
             if len(rows) == n:
                 break
     return rows
@@ -32,7 +39,9 @@ def test_real_trace_rolls_into_buckets_and_groups(gateway, settings):
     assert resp.status_code == 200, resp.content
     assert resp.json()["accepted"] == len(records)
     assert sum(DemandBucket.objects.values_list("requests", flat=True)) == len(records)
-    assert sum(DemandBucket.objects.values_list("prompt_tokens", flat=True)) == sum(r["prompt_tokens"] for r in records)
+    assert sum(DemandBucket.objects.values_list("prompt_tokens", flat=True)) == sum(
+        r["prompt_tokens"] for r in records
+    )
     # 1024-token groups over 512-token blocks: the group is named by each request's second block.
     groups = {r["keys"][min(2, len(r["keys"])) - 1] for r in records}
     assert WorkloadKey.objects.exclude(prefix_group="*").count() == min(len(groups), 64)
@@ -45,7 +54,9 @@ def test_real_trace_rolls_into_buckets_and_groups(gateway, settings):
 def test_token_ids_hash_like_the_published_function(gateway):
     tokens = list(range(2048))
     rec = {"time": 1764540000, "model": "m", "tenant": "t", "token_ids": tokens, "block_size": 16}
-    assert gateway.post("/api/request-records/", {"records": [rec]}, format="json").status_code == 200
+    assert (
+        gateway.post("/api/request-records/", {"records": [rec]}, format="json").status_code == 200
+    )
     keys = blockhash.chain_keys(tokens, 16)
     wk = WorkloadKey.objects.get()
     assert wk.prefix_group == blockhash.to_hex(keys[1024 // 16 - 1])
@@ -54,10 +65,12 @@ def test_token_ids_hash_like_the_published_function(gateway):
 
 def test_one_bad_record_refuses_the_whole_batch(gateway):
     good = {"time": 1764540000, "model": "m", "tenant": "t", "keys": ["01"]}
-    for bad, field in [({**good, "keys": ["xyz"]}, "records[1].keys[0]"),
-                       ({**good, "time": -5}, "records[1].time"),
-                       ({"time": 1764540000, "model": "m", "tenant": "t"}, "records[1].keys"),
-                       ({**good, "token_ids": [1, 2]}, "records[1].keys")]:
+    for bad, field in [
+        ({**good, "keys": ["xyz"]}, "records[1].keys[0]"),
+        ({**good, "time": -5}, "records[1].time"),
+        ({"time": 1764540000, "model": "m", "tenant": "t"}, "records[1].keys"),
+        ({**good, "token_ids": [1, 2]}, "records[1].keys"),
+    ]:
         resp = gateway.post("/api/request-records/", {"records": [good, bad]}, format="json")
         assert resp.status_code == 400, resp.content
         assert resp.json()["field"] == field, resp.json()
@@ -75,9 +88,16 @@ def test_lookup_by_token_ids_matches_agent_reported_keys(enrol, gateway):
     tokens = list(range(64))
     keys = blockhash.chain_keys(tokens, 16)
     _, agent = enrol()
-    stored = [(blockhash.to_hex(k), blockhash.to_hex(keys[i - 1]) if i else None, "GPU") for i, k in enumerate(keys[:3])]
+    stored = [
+        (blockhash.to_hex(k), blockhash.to_hex(keys[i - 1]) if i else None, "GPU")
+        for i, k in enumerate(keys[:3])
+    ]
     agent.post("/api/agents/report/", report(1, stored, mode="snapshot"), format="json")
-    resp = gateway.post("/api/residency/lookup/", {"token_ids": tokens, "block_size": 16}, format="json")
+    resp = gateway.post(
+        "/api/residency/lookup/", {"token_ids": tokens, "block_size": 16}, format="json"
+    )
     assert resp.status_code == 200
     holders = resp.json()["holders"]
-    assert [(h["engine"], h["depth"], h["tokens"]) for h in holders] == [(Engine.objects.get().pk, 3, 48)]
+    assert [(h["engine"], h["depth"], h["tokens"]) for h in holders] == [
+        (Engine.objects.get().pk, 3, 48)
+    ]

@@ -12,7 +12,16 @@ from controlplane.replication.models import PlanItem, Policy, ReplicationPlan
 from .conftest import bearer, make_user
 from .helpers import report
 
-PRINCIPALS = ["anonymous", "norole", "viewer", "operator", "admin", "user_token", "gateway", "agent"]
+PRINCIPALS = [
+    "anonymous",
+    "norole",
+    "viewer",
+    "operator",
+    "admin",
+    "user_token",
+    "gateway",
+    "agent",
+]
 PEOPLE_READ = {"viewer", "operator", "admin", "user_token"}  # the user token belongs to an operator
 PEOPLE_OPERATE = {"operator", "admin", "user_token"}
 ADMIN = {"admin"}
@@ -23,7 +32,13 @@ MATRIX = [
     ("patch", "/api/nodes/{node}/", {"labels": {"zone": "b"}}, ADMIN, 200),
     ("get", "/api/gpus/", None, PEOPLE_READ, 200),
     ("get", "/api/engines/", None, PEOPLE_READ, 200),
-    ("post", "/api/engines/{engine}/lifecycle/", {"lifecycle": "draining"}, PEOPLE_OPERATE | {"agent"}, 200),
+    (
+        "post",
+        "/api/engines/{engine}/lifecycle/",
+        {"lifecycle": "draining"},
+        PEOPLE_OPERATE | {"agent"},
+        200,
+    ),
     ("get", "/api/workload-keys/", None, PEOPLE_READ, 200),
     ("get", "/api/forecasts/", None, PEOPLE_READ, 200),
     ("get", "/api/plans/", None, PEOPLE_READ, 200),
@@ -38,7 +53,13 @@ MATRIX = [
     ("post", "/api/overrides/", {"kind": "freeze", "reason": "maintenance"}, PEOPLE_OPERATE, 201),
     ("get", "/api/audit-events/", None, PEOPLE_OPERATE, 200),
     ("post", "/api/residency/lookup/", {"keys": ["01"]}, PEOPLE_READ | {"gateway"}, 200),
-    ("post", "/api/request-records/", {"records": [{"time": 1764540000, "model": "m", "tenant": "t", "keys": ["01"]}]}, {"gateway"}, 200),
+    (
+        "post",
+        "/api/request-records/",
+        {"records": [{"time": 1764540000, "model": "m", "tenant": "t", "keys": ["01"]}]},
+        {"gateway"},
+        200,
+    ),
     ("post", "/api/agents/report/", None, {"agent"}, 200),
     ("post", "/api/agents/heartbeat/", {}, {"agent"}, 200),
     ("post", "/api/agents/rotate-token/", {}, {"agent"}, 201),
@@ -46,7 +67,13 @@ MATRIX = [
     ("post", "/api/api-tokens/", {"kind": "gateway", "name": "gw"}, ADMIN, 201),
     ("post", "/api/enrolment-tokens/", {"labels": {}}, ADMIN, 201),
     ("get", "/api/me/", None, PEOPLE_READ, 200),
-    ("get", "/api/metrics/", None, PEOPLE_READ, 200),  # Prometheus scrapes with a viewer's pwu_ token
+    (
+        "get",
+        "/api/metrics/",
+        None,
+        PEOPLE_READ,
+        200,
+    ),  # Prometheus scrapes with a viewer's pwu_ token
 ]
 
 
@@ -59,8 +86,16 @@ def world(enrol):
     policy.mode = "manual"
     policy.save()
     plan = ReplicationPlan.objects.create(policy=policy, mode="manual")
-    PlanItem.objects.create(plan=plan, prefix_keys=["01"], target=engine, bytes=1, expected_ttft_saved_s=1,
-                            cost_s=0.1, confidence=0.9, reason="test")
+    PlanItem.objects.create(
+        plan=plan,
+        prefix_keys=["01"],
+        target=engine,
+        bytes=1,
+        expected_ttft_saved_s=1,
+        cost_s=0.1,
+        confidence=0.9,
+        reason="test",
+    )
     clients = {"anonymous": APIClient(), "agent": agent}
     for role in ("viewer", "operator", "admin"):
         clients[role] = APIClient()
@@ -73,14 +108,20 @@ def world(enrol):
     return clients, {"node": node_id, "engine": engine.pk, "plan": plan.pk, "policy": policy.pk}
 
 
-@pytest.mark.parametrize("method, path, body, allowed, status", MATRIX, ids=[f"{m} {p}" for m, p, *_ in MATRIX])
+@pytest.mark.parametrize(
+    "method, path, body, allowed, status", MATRIX, ids=[f"{m} {p}" for m, p, *_ in MATRIX]
+)
 @pytest.mark.parametrize("who", PRINCIPALS)
 def test_role_matrix(world, who, method, path, body, allowed, status):
     clients, ids = world
     url = path.format(**ids)
     if path == "/api/agents/report/":
         body = report(2)
-    resp = getattr(clients[who], method)(url, body, format="json") if body is not None else getattr(clients[who], method)(url)
+    resp = (
+        getattr(clients[who], method)(url, body, format="json")
+        if body is not None
+        else getattr(clients[who], method)(url)
+    )
     if who in allowed:
         assert resp.status_code == status, (who, url, resp.status_code, resp.content[:300])
     else:
@@ -92,15 +133,22 @@ def test_role_matrix(world, who, method, path, body, allowed, status):
 def test_refused_write_changes_nothing_and_allowed_write_is_audited(world):
     clients, ids = world
     before = AuditEvent.objects.count()
-    resp = clients["operator"].patch(f"/api/policies/{ids['policy']}/", {"max_spec_vram_fraction": 0.4}, format="json")
+    resp = clients["operator"].patch(
+        f"/api/policies/{ids['policy']}/", {"max_spec_vram_fraction": 0.4}, format="json"
+    )
     assert resp.status_code == 403
     assert Policy.objects.get(pk=ids["policy"]).max_spec_vram_fraction == 0.05
     assert AuditEvent.objects.count() == before
-    resp = clients["admin"].patch(f"/api/policies/{ids['policy']}/", {"max_spec_vram_fraction": 0.1}, format="json")
+    resp = clients["admin"].patch(
+        f"/api/policies/{ids['policy']}/", {"max_spec_vram_fraction": 0.1}, format="json"
+    )
     assert resp.status_code == 200
     event = AuditEvent.objects.filter(action="policy.updated").get()
     assert event.actor_label == "user:u-admin"
-    assert event.before["max_spec_vram_fraction"] == 0.05 and event.after["max_spec_vram_fraction"] == 0.1
+    assert (
+        event.before["max_spec_vram_fraction"] == 0.05
+        and event.after["max_spec_vram_fraction"] == 0.1
+    )
 
 
 def test_revoked_and_expired_tokens_are_refused(world):

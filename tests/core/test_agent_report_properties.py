@@ -9,14 +9,43 @@ from controlplane.core.agent_report import Report, ReportError, parse_report
 from tests.api.helpers import report as valid_report
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FIELD = re.compile(r"^(seq|boot_id|sent_at|gpus|engines|residency)(\[\d+\])?(\.[a-z_]+(\[\d+\])*)*$")
+FIELD = re.compile(
+    r"^(seq|boot_id|sent_at|gpus|engines|residency)(\[\d+\])?(\.[a-z_]+(\[\d+\])*)*$"
+)
 
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-                         st.floats(), st.text(max_size=20))
-json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4)
-                           | st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=25)
-FIELDS = ["seq", "boot_id", "sent_at", "gpus", "engines", "residency", "uuid", "index", "memory_used",
-          "engine_id", "block_size", "gpu_uuids", "mode", "stored", "removed", "cleared", "metrics"]
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),
+    st.text(max_size=20),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+FIELDS = [
+    "seq",
+    "boot_id",
+    "sent_at",
+    "gpus",
+    "engines",
+    "residency",
+    "uuid",
+    "index",
+    "memory_used",
+    "engine_id",
+    "block_size",
+    "gpu_uuids",
+    "mode",
+    "stored",
+    "removed",
+    "cleared",
+    "metrics",
+]
 
 
 def _check(body) -> None:
@@ -37,8 +66,11 @@ def test_any_json_value_is_a_report_or_a_field_error(body):
 @st.composite
 def mutated_reports(draw):
     """A valid report with one value somewhere inside replaced by something arbitrary."""
-    body = valid_report(draw(st.integers(min_value=1, max_value=5)),
-                        stored=[(1, None, "GPU", 0), (2, 1, "GPU", 0)], removed=[(3, "GPU")])
+    body = valid_report(
+        draw(st.integers(min_value=1, max_value=5)),
+        stored=[(1, None, "GPU", 0), (2, 1, "GPU", 0)],
+        removed=[(3, "GPU")],
+    )
     path, node = [], body
     while isinstance(node, (dict, list)) and node and draw(st.booleans()):
         key = draw(st.sampled_from(sorted(node) if isinstance(node, dict) else range(len(node))))

@@ -61,8 +61,11 @@ def test_token_out_of_range_is_a_clear_error():
         raise AssertionError("negative token accepted")
 
 
-@given(st.lists(st.integers(min_value=-(2**40), max_value=2**40), max_size=48),
-       st.integers(min_value=-3, max_value=20), st.text(max_size=6))
+@given(
+    st.lists(st.integers(min_value=-(2**40), max_value=2**40), max_size=48),
+    st.integers(min_value=-3, max_value=20),
+    st.text(max_size=6),
+)
 def test_any_input_gives_64_bit_keys_or_a_value_error(toks, block_size, lora):
     # Gateways send arbitrary token ids: the hash answers or refuses clearly, never anything else.
     try:
@@ -76,5 +79,9 @@ def test_any_input_gives_64_bit_keys_or_a_value_error(toks, block_size, lora):
 
 @given(tokens, st.text(min_size=1, max_size=8))
 def test_a_lora_name_changes_every_key(toks, lora):
-    assert all(a != b for a, b in zip(bh.chain_keys(toks, 16), bh.chain_keys(toks, 16, bh.extra_for(lora)),
-                                      strict=True))
+    assert all(
+        a != b
+        for a, b in zip(
+            bh.chain_keys(toks, 16), bh.chain_keys(toks, 16, bh.extra_for(lora)), strict=True
+        )
+    )

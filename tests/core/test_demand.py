@@ -15,8 +15,10 @@ def test_confidence_rule():
 def test_risk_against_holders_or_the_burst_factor():
     # Unknown holders: the burst is BURST_FACTOR x the recent rate.
     assert dm.burst_probability(1.0, 2.0, 60.0, 120.0) == pytest.approx(
-        burst_risk(recent_rate=1.0, interarrival_cv=2.0, capacity_rate=2.0, horizon_s=60.0,
-                   window_s=120.0))
+        burst_risk(
+            recent_rate=1.0, interarrival_cv=2.0, capacity_rate=2.0, horizon_s=60.0, window_s=120.0
+        )
+    )
     # Holders that can take less than the rate: the risk is high; far more: low.
     assert dm.burst_probability(1.0, 2.0, 60.0, 120.0, capacity_rate=0.5) > 0.9
     assert dm.burst_probability(1.0, 2.0, 60.0, 120.0, capacity_rate=10.0) < 0.01
@@ -33,8 +35,14 @@ def test_risk_from_counts_matches_the_rate_and_dispersion():
 
 
 def test_demand_for_builds_the_planners_demand():
-    d = dm.demand_for("p", expected_requests=60.0, horizon_s=120.0, burst_probability=0.3,
-                      recent_rate=2.0, backtest_mase=1.0)
+    d = dm.demand_for(
+        "p",
+        expected_requests=60.0,
+        horizon_s=120.0,
+        burst_probability=0.3,
+        recent_rate=2.0,
+        backtest_mase=1.0,
+    )
     assert (d.prefix_id, d.expected_requests, d.burst_probability) == ("p", 60.0, 0.3)
     assert d.peak_rate == pytest.approx(dm.BURST_FACTOR * 2.0) and d.confidence == 0.5
     d = dm.demand_for("p", expected_requests=600.0, horizon_s=120.0, burst_probability=2.0)

@@ -51,10 +51,13 @@ def test_overrides_win():
     c, d = hot()
     h = [Holding("p", "e0")]
     assert plan([c], [d], h, engines(), overrides=Overrides(frozen=True)) == []
-    only_holder_left = Overrides(excluded_engines=frozenset({"e1"}), excluded_nodes=frozenset({"n1"}))
+    only_holder_left = Overrides(
+        excluded_engines=frozenset({"e1"}), excluded_nodes=frozenset({"n1"})
+    )
     assert plan([c], [d], h, engines(), Budgets(horizon_s=60), only_holder_left) == []
-    items = plan([c], [d], h, engines(), Budgets(horizon_s=60),
-                 Overrides(excluded_nodes=frozenset({"n1"})))
+    items = plan(
+        [c], [d], h, engines(), Budgets(horizon_s=60), Overrides(excluded_nodes=frozenset({"n1"}))
+    )
     assert [i.target for i in items] == ["e1"]
     low = Demand("p", 1.0, 0.0, 0.0, 0.1)  # below min confidence
     assert plan([c], [low], h, engines()) == []
@@ -64,16 +67,23 @@ def test_overrides_win():
 def test_cold_prefix_and_promotion():
     c, d = hot()
     assert plan([c], [d], [], engines()) == []  # nothing holds it: nothing to copy
-    e = [EngineState("e0", "n0", 100 * GB, 100 * GB, 0, 12.5e9, 0.2,
-                     tier_bytes_per_s={TIER_CPU: 32e9})]
+    e = [
+        EngineState(
+            "e0", "n0", 100 * GB, 100 * GB, 0, 12.5e9, 0.2, tier_bytes_per_s={TIER_CPU: 32e9}
+        )
+    ]
     items = plan([c], [d], [Holding("p", "e0", TIER_CPU)], e)
     assert len(items) == 1 and items[0].tier == TIER_CPU and items[0].target == "e0"
 
 
 def test_no_promotion_beside_an_hbm_copy_that_takes_the_demand():
     c, _ = hot()
-    e = [EngineState(f"e{i}", "n0", 100 * GB, 100 * GB, 0, 12.5e9, 0.2,
-                     tier_bytes_per_s={TIER_CPU: 32e9}) for i in range(2)]
+    e = [
+        EngineState(
+            f"e{i}", "n0", 100 * GB, 100 * GB, 0, 12.5e9, 0.2, tier_bytes_per_s={TIER_CPU: 32e9}
+        )
+        for i in range(2)
+    ]
     held = [Holding("p", "e0"), Holding("p", "e1", TIER_CPU)]
     light = Demand("p", 60.0, 0.0, 0.0, 0.9)  # 0.5/s: e0 alone takes 0.8 x 0.8 / 0.2 = 3.2/s
     assert plan([c], [light], held, e, Budgets(horizon_s=120)) == []
@@ -117,16 +127,17 @@ def test_joining_engine_is_warmed_before_it_serves():
 def test_no_speculation_on_busy_targets_or_links():
     c, d = hot()
     h = [Holding("p", "e0")]
-    busy = [EngineState(f"e{i}", f"n{i // 2}", 100 * GB, 100 * GB, 0.0, 12.5e9,
-                        0.2 if i == 0 else 0.75) for i in range(4)]
+    busy = [
+        EngineState(f"e{i}", f"n{i // 2}", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.2 if i == 0 else 0.75)
+        for i in range(4)
+    ]
     assert plan([c], [d], h, busy, Budgets(horizon_s=60)) == []  # every target above 0.7
     assert plan([c], [d], h, busy, Budgets(horizon_s=60, max_load=0.8))
     # 5 GB at 12.5 GB/s is 0.4 s; 29.7 s already queued on the source's link lands it after
     # half the 60 s horizon: skipped. 29.5 s does not.
     for queued, planned in ((29.7, False), (29.5, True)):
         es = engines()
-        es[0] = EngineState("e0", "n0", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.2,
-                            link_queue_s=queued)
+        es[0] = EngineState("e0", "n0", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.2, link_queue_s=queued)
         assert bool(plan([c], [d], h, es, Budgets(horizon_s=60))) is planned
     with pytest.raises(ValueError):
         Budgets(max_load=0.0)

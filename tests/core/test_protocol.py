@@ -62,9 +62,18 @@ NOT_WIRE = {
 }
 
 VOCABULARY = {
-    *wire.TIERS, *wire.MODES, wire.MSG_JOB_ASSIGN, wire.MSG_JOB_CANCEL, *wire.AGENT_MESSAGES,
-    *wire.ROLES, *wire.ACTIONS, *wire.TRANSPORTS, *wire.JOB_STATES, wire.CONTENT_MSGPACK,
-    wire.CONTENT_JSON, wire.ENCODING_MSGPACK,
+    *wire.TIERS,
+    *wire.MODES,
+    wire.MSG_JOB_ASSIGN,
+    wire.MSG_JOB_CANCEL,
+    *wire.AGENT_MESSAGES,
+    *wire.ROLES,
+    *wire.ACTIONS,
+    *wire.TRANSPORTS,
+    *wire.JOB_STATES,
+    wire.CONTENT_MSGPACK,
+    wire.CONTENT_JSON,
+    wire.ENCODING_MSGPACK,
 }
 
 
@@ -88,8 +97,11 @@ def string_literals(path: Path):
 
 @pytest.mark.parametrize("rel", CONVERTED)
 def test_converted_modules_spell_no_wire_vocabulary_themselves(rel):
-    stray = [f"{rel}:{line}: {value!r}" for line, value in string_literals(ROOT / rel)
-             if value in VOCABULARY and value not in NOT_WIRE.get(rel, ())]
+    stray = [
+        f"{rel}:{line}: {value!r}"
+        for line, value in string_literals(ROOT / rel)
+        if value in VOCABULARY and value not in NOT_WIRE.get(rel, ())
+    ]
     assert stray == [], "use controlplane.core.protocol's constants:\n" + "\n".join(stray)
 
 
@@ -99,8 +111,11 @@ def test_the_grep_sees_a_stray_spelling(tmp_path):
     assert [v for _, v in string_literals(bad)] == ["GPU"]
 
 
-ROWS = [(0, None, wire.TIER_GPU, 0), (2**64 - 1, 7, wire.TIER_CPU, wire.FLAG_ENGINE_SCOPED),
-        (0xA1B2, 0xA1B1, wire.TIER_DISK, 0)]
+ROWS = [
+    (0, None, wire.TIER_GPU, 0),
+    (2**64 - 1, 7, wire.TIER_CPU, wire.FLAG_ENGINE_SCOPED),
+    (0xA1B2, 0xA1B1, wire.TIER_DISK, 0),
+]
 
 
 @pytest.mark.parametrize("hex_keys", [False, True])
@@ -117,16 +132,19 @@ def test_what_the_encoder_writes_the_decoder_reads_through_msgpack(hex_keys):
         assert stored[1][:2] == [2**64 - 1, 7]
 
 
-@pytest.mark.parametrize("row, where", [
-    ([2**64, None, wire.TIER_GPU, 0], "stored[0][0]"),
-    (["xyz", None, wire.TIER_GPU, 0], "stored[0][0]"),
-    ([1, -1, wire.TIER_GPU, 0], "stored[0][1]"),
-    ([1, None, "gpu", 0], "stored[0][2]"),
-    ([1, None, [], 0], "stored[0][2]"),
-    ([1, None, wire.TIER_GPU, 256], "stored[0][3]"),
-    ([1, None, wire.TIER_GPU, True], "stored[0][3]"),
-    ([1, None], "stored[0]"),
-])
+@pytest.mark.parametrize(
+    "row, where",
+    [
+        ([2**64, None, wire.TIER_GPU, 0], "stored[0][0]"),
+        (["xyz", None, wire.TIER_GPU, 0], "stored[0][0]"),
+        ([1, -1, wire.TIER_GPU, 0], "stored[0][1]"),
+        ([1, None, "gpu", 0], "stored[0][2]"),
+        ([1, None, [], 0], "stored[0][2]"),
+        ([1, None, wire.TIER_GPU, 256], "stored[0][3]"),
+        ([1, None, wire.TIER_GPU, True], "stored[0][3]"),
+        ([1, None], "stored[0]"),
+    ],
+)
 def test_a_bad_row_is_refused_naming_its_field(row, where):
     with pytest.raises(wire.ProtocolError) as exc:
         wire.decode_stored([row], "stored")

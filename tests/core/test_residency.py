@@ -52,7 +52,9 @@ def test_removed_and_cleared_blocks_stop_counting(index):
 
 def test_snapshot_replaces_engine_and_usage_counts_media(index):
     index.apply([Delta(7, stored=[(A, None, "GPU"), (B, A, "GPU")])])
-    index.apply([Delta(7, snapshot=True, stored=[(C, None, "GPU"), (C, None, "CPU"), (D, C, "DISK")])])
+    index.apply(
+        [Delta(7, snapshot=True, stored=[(C, None, "GPU"), (C, None, "CPU"), (D, C, "DISK")])]
+    )
     assert index.blocks_of(7) == {C: "GPU", D: "DISK"}
     assert index.usage(7).blocks == {"GPU": 1, "CPU": 1, "DISK": 1}
     assert index.usage(7).total == 3
@@ -88,20 +90,31 @@ def test_mark_live_says_once_that_the_index_is_new_or_was_lost(index):
 
 
 def test_holders_many_answers_like_holders_for_each_chain(index):
-    index.apply([Delta(1, stored=[(A, None, "GPU"), (B, A, "GPU")]), Delta(2, stored=[(A, None, "CPU")]),
-                 Delta(3, stored=[(C, None, "GPU")])])
+    index.apply(
+        [
+            Delta(1, stored=[(A, None, "GPU"), (B, A, "GPU")]),
+            Delta(2, stored=[(A, None, "CPU")]),
+            Delta(3, stored=[(C, None, "GPU")]),
+        ]
+    )
     chains = [[A, B], [A], [C, A], [B], []]
     assert index.holders_many(chains, limit=4) == [index.holders(c, limit=4) for c in chains]
     assert [[(h.engine, h.depth) for h in hs] for hs in index.holders_many(chains)][:2] == [
-        [(1, 2), (2, 1)], [(1, 1), (2, 1)]]
+        [(1, 2), (2, 1)],
+        [(1, 1), (2, 1)],
+    ]
 
 
 def test_full_holders_many_is_holders_at_full_depth(index):
-    index.apply([Delta(1, stored=[(A, None, "GPU"), (B, A, "CPU"), (C, B, "GPU")]),
-                 Delta(2, stored=[(A, None, "GPU"), (B, A, "GPU"), (C, B, "DISK")]),
-                 Delta(3, stored=[(B, A, "GPU"), (C, B, "GPU")]),  # lacks the root
-                 Delta(4, stored=[(A, None, "GPU"), (B, A, "GPU"), (C, B, "GPU")]),
-                 Delta(5, stored=[(A, None, "GPU"), (C, B, "GPU")])])  # a hole in the middle
+    index.apply(
+        [
+            Delta(1, stored=[(A, None, "GPU"), (B, A, "CPU"), (C, B, "GPU")]),
+            Delta(2, stored=[(A, None, "GPU"), (B, A, "GPU"), (C, B, "DISK")]),
+            Delta(3, stored=[(B, A, "GPU"), (C, B, "GPU")]),  # lacks the root
+            Delta(4, stored=[(A, None, "GPU"), (B, A, "GPU"), (C, B, "GPU")]),
+            Delta(5, stored=[(A, None, "GPU"), (C, B, "GPU")]),
+        ]
+    )  # a hole in the middle
     chains = [[A, B, C], [A, B], [A], [B, C], [C], [D], []]
     expected = [[h for h in index.holders(c, limit=8) if h.depth == len(c)] for c in chains]
     assert index.full_holders_many(chains, limit=8) == expected
@@ -122,10 +135,14 @@ def test_redis_matches_inprocess_under_random_churn():
     for step in range(6):
         deltas = []
         for engine in (1, 2, 3):
-            stored = [(rng.choice(pool), rng.choice([None, rng.choice(pool)]), rng.choice(media))
-                      for _ in range(rng.randrange(0, 2500))]
+            stored = [
+                (rng.choice(pool), rng.choice([None, rng.choice(pool)]), rng.choice(media))
+                for _ in range(rng.randrange(0, 2500))
+            ]
             removed = [(rng.choice(pool), rng.choice(media)) for _ in range(rng.randrange(0, 2500))]
-            deltas.append(Delta(engine, stored=stored, removed=removed, snapshot=step == 3 and engine == 2))
+            deltas.append(
+                Delta(engine, stored=stored, removed=removed, snapshot=step == 3 and engine == 2)
+            )
         assert redis_idx.apply(deltas) == ref.apply(deltas)
     try:
         for engine in (1, 2, 3):

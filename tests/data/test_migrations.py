@@ -31,7 +31,9 @@ def test_initial_state_to_head_and_back_with_data():
     apps = executor.loader.project_state(initial).apps
     Node = apps.get_model("fleet", "Node")
     node = Node.objects.create(name="kept-across-migrations")
-    apps.get_model("audit", "AuditEvent").objects.create(actor_label="system", action="x", object_type="t")
+    apps.get_model("audit", "AuditEvent").objects.create(
+        actor_label="system", action="x", object_type="t"
+    )
     # Forward to head: the rows survive and the new columns have their defaults.
     executor = _migrate(head)
     apps = executor.loader.project_state(head).apps

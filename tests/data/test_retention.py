@@ -32,7 +32,9 @@ WEEK_BOUND_BYTES = 160 * 2**20
 def _insert(table: str, columns: list[str], rows: list[tuple]) -> None:
     adapt = connection.ops.adapt_datetimefield_value
     rows = [tuple(adapt(v) if isinstance(v, datetime) else v for v in r) for r in rows]
-    sql = f'INSERT INTO "{table}" ({", ".join(columns)}) VALUES ({", ".join(["%s"] * len(columns))})'
+    sql = (
+        f'INSERT INTO "{table}" ({", ".join(columns)}) VALUES ({", ".join(["%s"] * len(columns))})'
+    )
     with connection.cursor() as cur:
         cur.executemany(sql, rows)
 
@@ -57,26 +59,67 @@ def _live_bytes() -> int:
 def _simulate_day(day: int, gpus: list[int], keys: list[int], policy: Policy) -> int:
     t0 = START + day * DAY
     minutes = [t0 + timedelta(minutes=m) for m in range(1440)]
-    _insert("fleet_gpusample", ["gpu_id", "at", "memory_used", "kv_bytes", "speculative_bytes", "utilization_gpu"],
-            [(g, at, 60 << 30, 40 << 30, 1 << 30, 80.0) for g in gpus for at in minutes])
-    _insert("demand_demandbucket", ["key_id", "start", "seconds", "requests", "prompt_tokens", "cached_tokens",
-                                    "served_records"],
-            [(k, at, 60, 3 + (k + i) % 7, 4000, 1000, 3) for k in keys for i, at in enumerate(minutes)])
+    _insert(
+        "fleet_gpusample",
+        ["gpu_id", "at", "memory_used", "kv_bytes", "speculative_bytes", "utilization_gpu"],
+        [(g, at, 60 << 30, 40 << 30, 1 << 30, 80.0) for g in gpus for at in minutes],
+    )
+    _insert(
+        "demand_demandbucket",
+        [
+            "key_id",
+            "start",
+            "seconds",
+            "requests",
+            "prompt_tokens",
+            "cached_tokens",
+            "served_records",
+        ],
+        [(k, at, 60, 3 + (k + i) % 7, 4000, 1000, 3) for k in keys for i, at in enumerate(minutes)],
+    )
     band = json.dumps([1.0] * 10)
-    _insert("forecasting_forecast", ["key_id", "generated_at", "start", "bucket_seconds", "horizon", "yhat", "lower",
-                                     "upper", "model", "scores", "note"],
-            [(k, at, at, 60, 10, band, band, band, "seasonal_naive", "{}", "")
-             for k in keys for at in minutes[::10]])
-    _insert("audit_auditevent", ["at", "actor_label", "action", "object_type", "object_id", "reason"],
-            [(at, "system", "node.stale", "fleet.node", "1", "") for at in minutes[::10]])
+    _insert(
+        "forecasting_forecast",
+        [
+            "key_id",
+            "generated_at",
+            "start",
+            "bucket_seconds",
+            "horizon",
+            "yhat",
+            "lower",
+            "upper",
+            "model",
+            "scores",
+            "note",
+        ],
+        [
+            (k, at, at, 60, 10, band, band, band, "seasonal_naive", "{}", "")
+            for k in keys
+            for at in minutes[::10]
+        ],
+    )
+    _insert(
+        "audit_auditevent",
+        ["at", "actor_label", "action", "object_type", "object_id", "reason"],
+        [(at, "system", "node.stale", "fleet.node", "1", "") for at in minutes[::10]],
+    )
     plan = ReplicationPlan.objects.create(policy=policy, mode="auto", state="approved")
     ReplicationPlan.objects.filter(pk=plan.pk).update(created_at=t0)
     for i in range(100):
         job = ReplicationJob.objects.create(prefix_keys=["01"], bytes=1, state="succeeded")
         ReplicationJob.objects.filter(pk=job.pk).update(updated_at=t0 + timedelta(minutes=i))
-        JobTransition.objects.bulk_create([JobTransition(job=job, from_state=a, to_state=b) for a, b in
-                                           [("pending", "approved"), ("approved", "dispatched"),
-                                            ("dispatched", "running"), ("running", "succeeded")]])
+        JobTransition.objects.bulk_create(
+            [
+                JobTransition(job=job, from_state=a, to_state=b)
+                for a, b in [
+                    ("pending", "approved"),
+                    ("approved", "dispatched"),
+                    ("dispatched", "running"),
+                    ("running", "succeeded"),
+                ]
+            ]
+        )
     return len(gpus) * 1440
 
 
@@ -85,23 +128,47 @@ def test_a_simulated_week_stays_within_the_stated_bound(db, settings):
     settings.PREWARM_JOB_KEEP_DAYS = 3  # short, so the week exercises the job pruning too
     settings.PREWARM_AUDIT_KEEP_DAYS = 5
     nodes = Node.objects.bulk_create([Node(name=f"n{i}") for i in range(AGENTS)])
-    gpus = [g.pk for g in Gpu.objects.bulk_create([Gpu(node=n, uuid=f"GPU-{n.name}-{j}", index=j)
-                                                    for n in nodes for j in range(GPUS_PER_AGENT)])]
-    keys = [k.pk for k in WorkloadKey.objects.bulk_create(
-        [WorkloadKey(tenant=f"t{i // 8}", model="m", prefix_group=f"{i:016x}") for i in range(KEYS)])]
+    gpus = [
+        g.pk
+        for g in Gpu.objects.bulk_create(
+            [
+                Gpu(node=n, uuid=f"GPU-{n.name}-{j}", index=j)
+                for n in nodes
+                for j in range(GPUS_PER_AGENT)
+            ]
+        )
+    ]
+    keys = [
+        k.pk
+        for k in WorkloadKey.objects.bulk_create(
+            [
+                WorkloadKey(tenant=f"t{i // 8}", model="m", prefix_group=f"{i:016x}")
+                for i in range(KEYS)
+            ]
+        )
+    ]
     policy = Policy.objects.get(active=True)
     requests_sent = 0
     for day in range(7):
         _simulate_day(day, gpus, keys, policy)
         requests_sent = DemandBucket.objects.aggregate(n=Sum("requests"))["n"]
         now = START + (day + 1) * DAY
-        for prune in (downsample_gpu_samples, downsample_demand, prune_forecasts, prune_finished, prune_audit):
+        for prune in (
+            downsample_gpu_samples,
+            downsample_demand,
+            prune_forecasts,
+            prune_finished,
+            prune_audit,
+        ):
             prune(now)
 
     n_gpus = AGENTS * GPUS_PER_AGENT
     # GPU samples: the last 24 h at one a minute, the 6 days before at one an hour.
     assert GpuSample.objects.count() == n_gpus * (24 * 60 + 6 * 24)
-    assert GpuSample.objects.filter(at__lt=START + 6 * DAY).values("gpu", "at").count() == n_gpus * 6 * 24
+    assert (
+        GpuSample.objects.filter(at__lt=START + 6 * DAY).values("gpu", "at").count()
+        == n_gpus * 6 * 24
+    )
     # Demand: the forecaster reads 14 days of fine buckets, so a week keeps them all, with every request.
     assert DemandBucket.objects.count() == KEYS * 7 * 1440
     assert DemandBucket.objects.aggregate(n=Sum("requests"))["n"] == requests_sent
@@ -111,18 +178,30 @@ def test_a_simulated_week_stays_within_the_stated_bound(db, settings):
     assert not AuditEvent.objects.filter(at__lt=START + 2 * DAY).exists()
     assert AuditEvent.objects.filter(action="audit.pruned").exists()
     size = _live_bytes()
-    print(f"\nweek of {AGENTS} agents x {GPUS_PER_AGENT} GPU, {KEYS} workload keys: "
-          f"{size / 2**20:.1f} MiB in use; gpu samples {GpuSample.objects.count():,}, "
-          f"demand buckets {DemandBucket.objects.count():,}, forecasts {Forecast.objects.count():,}")
+    print(
+        f"\nweek of {AGENTS} agents x {GPUS_PER_AGENT} GPU, {KEYS} workload keys: "
+        f"{size / 2**20:.1f} MiB in use; gpu samples {GpuSample.objects.count():,}, "
+        f"demand buckets {DemandBucket.objects.count():,}, forecasts {Forecast.objects.count():,}"
+    )
     assert size <= WEEK_BOUND_BYTES
 
 
 def test_demand_roll_up_keeps_every_request_and_is_idempotent(db, settings):
     settings.PREWARM_DEMAND_FINE_DAYS = 1
     key = WorkloadKey.objects.create(tenant="t", model="m", prefix_group="*")
-    DemandBucket.objects.bulk_create([DemandBucket(key=key, start=START + timedelta(minutes=m), seconds=60,
-                                                   requests=m % 5, prompt_tokens=10, cached_tokens=1)
-                                      for m in range(3 * 1440)])
+    DemandBucket.objects.bulk_create(
+        [
+            DemandBucket(
+                key=key,
+                start=START + timedelta(minutes=m),
+                seconds=60,
+                requests=m % 5,
+                prompt_tokens=10,
+                cached_tokens=1,
+            )
+            for m in range(3 * 1440)
+        ]
+    )
     total = DemandBucket.objects.aggregate(n=Sum("requests"))["n"]
     now = START + 3 * DAY
     downsample_demand(now)
@@ -135,8 +214,17 @@ def test_demand_roll_up_keeps_every_request_and_is_idempotent(db, settings):
 def test_gpu_roll_up_averages_each_hour(db, settings):
     node = Node.objects.create(name="n")
     gpu = Gpu.objects.create(node=node, uuid="GPU-1", index=0)
-    GpuSample.objects.bulk_create([GpuSample(gpu=gpu, at=START + timedelta(minutes=m), memory_used=m,
-                                             utilization_gpu=float(m)) for m in range(120)])
+    GpuSample.objects.bulk_create(
+        [
+            GpuSample(
+                gpu=gpu, at=START + timedelta(minutes=m), memory_used=m, utilization_gpu=float(m)
+            )
+            for m in range(120)
+        ]
+    )
     downsample_gpu_samples(START + 3 * DAY)
     rows = list(GpuSample.objects.order_by("at").values_list("at", "memory_used"))
-    assert rows == [(START, math.floor(59 / 2)), (START + timedelta(hours=1), math.floor((60 + 119) / 2))]
+    assert rows == [
+        (START, math.floor(59 / 2)),
+        (START + timedelta(hours=1), math.floor((60 + 119) / 2)),
+    ]

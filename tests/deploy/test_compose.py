@@ -34,8 +34,13 @@ def _module_file(dotted: str) -> Path | None:
 def _defines(path: Path, name: str) -> bool:
     tree = ast.parse(path.read_text())
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             return True
         if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
@@ -79,8 +84,9 @@ def check_command(argv: list[str]) -> None:
         assert args[1] in _management_commands(), f"no manage.py command {args[1]}"
     elif prog == "python" and args[:1] == ["-m"]:
         module = args[1]
-        assert _module_file(module) or importlib.util.find_spec(module + ".__main__"), \
+        assert _module_file(module) or importlib.util.find_spec(module + ".__main__"), (
             f"no module {module}"
+        )
         if module == "nodeagent":
             from nodeagent.config import build_parser
 
@@ -116,7 +122,7 @@ def _dockerfile(name: str) -> dict[str, list[str]]:
         if m:
             body = m.group(2)
             if m.group(1) == "HEALTHCHECK":
-                body = body[body.index("CMD") + 3:].strip()
+                body = body[body.index("CMD") + 3 :].strip()
             out[m.group(1)] = json.loads(body)
     return out
 

@@ -12,11 +12,17 @@ from controlplane import demo
 
 def _holder(lock_path) -> subprocess.Popen:
     """A previous run's straggler: a child that inherited the lock and is still stopping."""
-    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
-            "fcntl.flock(fd, fcntl.LOCK_EX); os.pwrite(fd, b'pid straggler', 0); print('held', flush=True);"
-            "sys.stdin.read()")
-    p = subprocess.Popen([sys.executable, "-c", code, str(lock_path)], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+    code = (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
+        "fcntl.flock(fd, fcntl.LOCK_EX); os.pwrite(fd, b'pid straggler', 0); print('held', flush=True);"
+        "sys.stdin.read()"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, str(lock_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert p.stdout.readline().strip() == "held"
     return p
 

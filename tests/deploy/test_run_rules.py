@@ -11,7 +11,7 @@ from tests.live import REPO
 
 pytestmark = pytest.mark.slow  # each case starts a pytest process
 
-SUITE = '''
+SUITE = """
 import pytest
 
 def test_needs_something():
@@ -20,7 +20,7 @@ def test_needs_something():
 @pytest.mark.browser
 def test_in_a_browser():
     pass
-'''
+"""
 
 
 @pytest.fixture
@@ -29,11 +29,32 @@ def run(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    browser: b\n")
 
     def run(*args, **env):
-        base = {k: v for k, v in os.environ.items()
-                if k not in ("CI", "PREWARM_TEST_STRICT", "PREWARM_TEST_WITHOUT", "DJANGO_SETTINGS_MODULE")}
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.run_rules", "-p", "no:cacheprovider",
-                               "-p", "no:django", "-q", *args, str(tmp_path)],
-                              cwd=REPO, env={**base, "PYTHONPATH": str(REPO), **env}, capture_output=True, text=True)
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if k
+            not in ("CI", "PREWARM_TEST_STRICT", "PREWARM_TEST_WITHOUT", "DJANGO_SETTINGS_MODULE")
+        }
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "tests.run_rules",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:django",
+                "-q",
+                *args,
+                str(tmp_path),
+            ],
+            cwd=REPO,
+            env={**base, "PYTHONPATH": str(REPO), **env},
+            capture_output=True,
+            text=True,
+        )
 
     return run
 
@@ -42,7 +63,9 @@ def test_a_skip_is_a_skip_for_a_developer_and_a_failure_under_ci(run):
     assert run().returncode == 0
     ci = run(CI="true")
     assert ci.returncode == 1 and "1 failed, 1 passed" in ci.stdout
-    assert "needs a thing that is not here" in ci.stdout and "fails the run under CI=true" in ci.stdout
+    assert (
+        "needs a thing that is not here" in ci.stdout and "fails the run under CI=true" in ci.stdout
+    )
     assert run(PREWARM_TEST_STRICT="1").returncode == 1  # what `make test` sets
 
 

@@ -55,8 +55,14 @@ class Proc:
 
     def start(self) -> Proc:
         with open(self.log_path, "ab") as log:
-            self.p = subprocess.Popen(self.argv, env=self.env, cwd=REPO, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+            self.p = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return self
 
     def alive(self) -> bool:
@@ -96,8 +102,10 @@ class EngineMetricsServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
-                body = (f'vllm:kv_cache_usage_perc{{model_name="{burst.MODEL}"}} {outer.kv_usage}\n'
-                        f'vllm:num_requests_running{{model_name="{burst.MODEL}"}} 12\n').encode()
+                body = (
+                    f'vllm:kv_cache_usage_perc{{model_name="{burst.MODEL}"}} {outer.kv_usage}\n'
+                    f'vllm:num_requests_running{{model_name="{burst.MODEL}"}} 12\n'
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
@@ -153,8 +161,14 @@ class Node:
 class Cluster:
     """Control plane processes + agents + engines; see the module docstring."""
 
-    def __init__(self, workdir: Path, nodes: int = 3, services: bool = True, env: dict | None = None,
-                 rate_limit_bytes_per_s: int = 0):
+    def __init__(
+        self,
+        workdir: Path,
+        nodes: int = 3,
+        services: bool = True,
+        env: dict | None = None,
+        rate_limit_bytes_per_s: int = 0,
+    ):
         self.dir, self.services = workdir, services
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -163,13 +177,25 @@ class Cluster:
         self.n_nodes = nodes
         self.db = f"prewarm_e2e_{uuid.uuid4().hex[:10]}"
         self.redis_port = free_port()
-        self.env = {**os.environ, "DJANGO_SETTINGS_MODULE": "controlplane.settings", "PYTHONUNBUFFERED": "1",
-                    "PREWARM_DATA_DIR": str(self.dir), "SECRET_KEY": SECRET, "PREWARM_SECURE": "false",
-                    "ALLOWED_HOSTS": "127.0.0.1,localhost", "PREWARM_TICK_SECONDS": "1",
-                    "PREWARM_SWEEP_SECONDS": "1", "PREWARM_SCORE_SECONDS": "2", "PREWARM_MARK_STALE_SECONDS": "2",
-                    "PREWARM_JOB_REDELIVER_SECONDS": "3", "PREWARM_JOB_BACKOFF_SECONDS": "1",
-                    "PREWARM_JOB_ATTEMPT_SECONDS": "20", "PREWARM_NODE_STALE_SECONDS": "10",
-                    "PREWARM_DASHBOARD_COALESCE_SECONDS": "0.05", "CELERY_TASK_ALWAYS_EAGER": "false"}
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+            "PYTHONUNBUFFERED": "1",
+            "PREWARM_DATA_DIR": str(self.dir),
+            "SECRET_KEY": SECRET,
+            "PREWARM_SECURE": "false",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "PREWARM_TICK_SECONDS": "1",
+            "PREWARM_SWEEP_SECONDS": "1",
+            "PREWARM_SCORE_SECONDS": "2",
+            "PREWARM_MARK_STALE_SECONDS": "2",
+            "PREWARM_JOB_REDELIVER_SECONDS": "3",
+            "PREWARM_JOB_BACKOFF_SECONDS": "1",
+            "PREWARM_JOB_ATTEMPT_SECONDS": "20",
+            "PREWARM_NODE_STALE_SECONDS": "10",
+            "PREWARM_DASHBOARD_COALESCE_SECONDS": "0.05",
+            "CELERY_TASK_ALWAYS_EAGER": "false",
+        }
         for k in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "RESIDENCY_REDIS_URL"):
             self.env.pop(k, None)
         if services:
@@ -200,11 +226,18 @@ class Cluster:
         ``PREWARM_SWEEP_SECONDS``) notices, and the backoff before the next attempt passes."""
         from django.conf import settings
 
-        sweep = float(self.env.get("PREWARM_SWEEP_SECONDS", settings.PREWARM_SCHEDULE["sweep_jobs"]))
-        attempt, base = self.setting("PREWARM_JOB_ATTEMPT_SECONDS"), self.setting("PREWARM_JOB_BACKOFF_SECONDS")
+        sweep = float(
+            self.env.get("PREWARM_SWEEP_SECONDS", settings.PREWARM_SCHEDULE["sweep_jobs"])
+        )
+        attempt, base = (
+            self.setting("PREWARM_JOB_ATTEMPT_SECONDS"),
+            self.setting("PREWARM_JOB_BACKOFF_SECONDS"),
+        )
         most = self.setting("PREWARM_JOB_BACKOFF_MAX_SECONDS")
-        return sum(attempt + sweep + min(most, base * 2 ** (n - 1))
-                   for n in range(1, int(self.setting("PREWARM_JOB_MAX_ATTEMPTS")) + 1))
+        return sum(
+            attempt + sweep + min(most, base * 2 ** (n - 1))
+            for n in range(1, int(self.setting("PREWARM_JOB_MAX_ATTEMPTS")) + 1)
+        )
 
     def job_ceiling_s(self) -> float:
         """What a test waits at most for jobs to end: twice the bound, since on a loaded machine
@@ -220,19 +253,66 @@ class Cluster:
         self.manage("ensure_user", "ops", "--password", PASSWORD, "--role", "admin")
         self.admin_token = self.shell(
             "from django.contrib.auth.models import User; from controlplane.accounts.models import ApiToken;"
-            "print(ApiToken.issue('user', 'e2e', user=User.objects.get(username='ops'))[1])")
+            "print(ApiToken.issue('user', 'e2e', user=User.objects.get(username='ops'))[1])"
+        )
         self.gateway_token = self.shell(
-            "from controlplane.accounts.models import ApiToken; print(ApiToken.issue('gateway', 'gw')[1])")
-        self.web = Proc("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                                "controlplane.asgi:application"], self.env, self.dir)
+            "from controlplane.accounts.models import ApiToken; print(ApiToken.issue('gateway', 'gw')[1])"
+        )
+        self.web = Proc(
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "controlplane.asgi:application",
+            ],
+            self.env,
+            self.dir,
+        )
         self.start_web()
         if self.services:
-            self.worker = Proc("worker", [sys.executable, "-m", "celery", "-A", "controlplane.celery", "worker",
-                                          "-Q", QUEUES, "-c", "2", "-l", "INFO", "-n", f"e2e-{self.db}@%h"],
-                               self.env, self.dir).start()
-            self.beat = Proc("beat", [sys.executable, "-m", "celery", "-A", "controlplane.celery", "beat",
-                                      "-l", "WARNING", "-s", str(self.dir / "beat-schedule")],
-                             self.env, self.dir).start()
+            self.worker = Proc(
+                "worker",
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "controlplane.celery",
+                    "worker",
+                    "-Q",
+                    QUEUES,
+                    "-c",
+                    "2",
+                    "-l",
+                    "INFO",
+                    "-n",
+                    f"e2e-{self.db}@%h",
+                ],
+                self.env,
+                self.dir,
+            ).start()
+            self.beat = Proc(
+                "beat",
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "controlplane.celery",
+                    "beat",
+                    "-l",
+                    "WARNING",
+                    "-s",
+                    str(self.dir / "beat-schedule"),
+                ],
+                self.env,
+                self.dir,
+            ).start()
         for i in range(self.n_nodes):
             self.nodes.append(self._start_node(i))
         wait_for(lambda: len(self.engines()) == self.n_nodes, 60, what="every engine reported")
@@ -249,19 +329,45 @@ class Cluster:
                 self.republish(node)
             time.sleep(1.0)
             blocks = {e["node_name"]: sum(e["blocks"].values()) for e in self.engines().values()}
-            return all(blocks.get(n.name, 0) >= len(chains[n.name]) // burst.BLOCK for n in self.nodes)
+            return all(
+                blocks.get(n.name, 0) >= len(chains[n.name]) // burst.BLOCK for n in self.nodes
+            )
 
         wait_for(reported, 60, interval=0, what="every engine's blocks in residency")
 
     def start_redis(self) -> None:
         if self.redis is None:
-            self.redis = Proc("redis", ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
-                                        "--save", "", "--appendonly", "no", "--daemonize", "no"],
-                              self.env, self.dir)
+            self.redis = Proc(
+                "redis",
+                [
+                    "redis-server",
+                    "--port",
+                    str(self.redis_port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--daemonize",
+                    "no",
+                ],
+                self.env,
+                self.dir,
+            )
         self.redis.start()
-        wait_for(lambda: subprocess.run(["redis-cli", "-p", str(self.redis_port), "ping"],
-                                        capture_output=True, text=True).stdout.strip() == "PONG",
-                 20, what="redis-server up")
+        wait_for(
+            lambda: (
+                subprocess.run(
+                    ["redis-cli", "-p", str(self.redis_port), "ping"],
+                    capture_output=True,
+                    text=True,
+                ).stdout.strip()
+                == "PONG"
+            ),
+            20,
+            what="redis-server up",
+        )
 
     def start_web(self) -> None:
         self.web.start()
@@ -298,41 +404,101 @@ class Cluster:
         name = f"node-{i}"
         # The source (node-0, holding the burst's prefix) is busy, the others have room: where a
         # replica pays, and the planner targets no engine above its max_load (0.7).
-        node = Node(name, TestPublisher(), self.dir / name / "blocks", free_port(), free_port(),
-                    EngineMetricsServer(0.85 if i == 0 else 0.3))
+        node = Node(
+            name,
+            TestPublisher(),
+            self.dir / name / "blocks",
+            free_port(),
+            free_port(),
+            EngineMetricsServer(0.85 if i == 0 else 0.3),
+        )
         node.store_dir.mkdir(parents=True, exist_ok=True)
         gpus = self.dir / name / "gpus.json"
-        gpus.write_text(json.dumps({"gpus": [{"index": 0, "uuid": f"GPU-sim-{i}", "name": "Virtual H100",
-                                              "memory_total": 80 << 30, "memory_used": 60 << 30}]}))
+        gpus.write_text(
+            json.dumps(
+                {
+                    "gpus": [
+                        {
+                            "index": 0,
+                            "uuid": f"GPU-sim-{i}",
+                            "name": "Virtual H100",
+                            "memory_total": 80 << 30,
+                            "memory_used": 60 << 30,
+                        }
+                    ]
+                }
+            )
+        )
         if i == 0:  # the source: the engine holds the burst's prefix and the store its bytes
             store = FileBlockStore(node.store_dir)
             for n, key in enumerate(burst.PREFIX):
-                data = blockhash.to_hex(key).encode() * (BYTES_PER_BLOCK // 16) if n % 2 else os.urandom(
-                    BYTES_PER_BLOCK)
+                data = (
+                    blockhash.to_hex(key).encode() * (BYTES_PER_BLOCK // 16)
+                    if n % 2
+                    else os.urandom(BYTES_PER_BLOCK)
+                )
                 store.write(key, data)
                 self.source_bytes[key] = data
         enrol = self.manage("create_enrolment_token")
-        engine = (f"engine_id=vllm-0,kv_events={node.publisher.endpoint},replay={node.publisher.replay_endpoint},"
-                  f"topic=kv,block_size={burst.BLOCK},bytes_per_block={BYTES_PER_BLOCK},"
-                  f"kv_capacity_blocks=100000,gpu_uuids=GPU-sim-{i},model={burst.MODEL},"
-                  f"metrics_url={node.engine_metrics.url}")
-        argv = [sys.executable, "-m", "nodeagent", "--control-plane-url", self.url, "--enrolment-token", enrol,
-                "--hostname", name, "--state-dir", str(self.dir / name / "state"), "--gpu-source", "simulated",
-                "--gpu-sim-source", str(gpus), "--engine", engine, "--report-interval-s", "0.2",
-                "--heartbeat-interval-s", "2", "--engine-metrics-interval-s", "1", "--metrics-listen", f"127.0.0.1:{node.metrics_port}",
-                "--jobs-transport", "websocket", "--transfer-listen", f"127.0.0.1:{node.transfer_port}",
-                "--transfer-advertise", f"127.0.0.1:{node.transfer_port}", "--transfer-block-store", "files",
-                "--transfer-block-store-path", str(node.store_dir), "--backoff-max-s", "1",
-                "--transfer-rate-limit-bytes-per-s", str(self.rate_limit), "--transfer-chunk-bytes",
-                str(BYTES_PER_BLOCK)]
+        engine = (
+            f"engine_id=vllm-0,kv_events={node.publisher.endpoint},replay={node.publisher.replay_endpoint},"
+            f"topic=kv,block_size={burst.BLOCK},bytes_per_block={BYTES_PER_BLOCK},"
+            f"kv_capacity_blocks=100000,gpu_uuids=GPU-sim-{i},model={burst.MODEL},"
+            f"metrics_url={node.engine_metrics.url}"
+        )
+        argv = [
+            sys.executable,
+            "-m",
+            "nodeagent",
+            "--control-plane-url",
+            self.url,
+            "--enrolment-token",
+            enrol,
+            "--hostname",
+            name,
+            "--state-dir",
+            str(self.dir / name / "state"),
+            "--gpu-source",
+            "simulated",
+            "--gpu-sim-source",
+            str(gpus),
+            "--engine",
+            engine,
+            "--report-interval-s",
+            "0.2",
+            "--heartbeat-interval-s",
+            "2",
+            "--engine-metrics-interval-s",
+            "1",
+            "--metrics-listen",
+            f"127.0.0.1:{node.metrics_port}",
+            "--jobs-transport",
+            "websocket",
+            "--transfer-listen",
+            f"127.0.0.1:{node.transfer_port}",
+            "--transfer-advertise",
+            f"127.0.0.1:{node.transfer_port}",
+            "--transfer-block-store",
+            "files",
+            "--transfer-block-store-path",
+            str(node.store_dir),
+            "--backoff-max-s",
+            "1",
+            "--transfer-rate-limit-bytes-per-s",
+            str(self.rate_limit),
+            "--transfer-chunk-bytes",
+            str(BYTES_PER_BLOCK),
+        ]
         node.proc = Proc(f"agent-{name}", argv, self.env, self.dir).start()
         return node
 
     @property
     def chains(self) -> dict[str, list[int]]:
         """The tokens each engine holds from the start: the first the burst's prefix."""
-        return {n.name: burst.PREFIX_TOKENS if i == 0 else [(i * 1000 + t) % 32000 for t in range(64)]
-                for i, n in enumerate(self.nodes)}
+        return {
+            n.name: burst.PREFIX_TOKENS if i == 0 else [(i * 1000 + t) % 32000 for t in range(64)]
+            for i, n in enumerate(self.nodes)
+        }
 
     def republish(self, node: Node) -> None:
         """The engine says again what it holds (after its agent restarted and lost the events)."""
@@ -347,8 +513,13 @@ class Cluster:
 
     # -- control plane access -----------------------------------------------------------------
     def manage(self, *args: str) -> str:
-        out = subprocess.run([sys.executable, str(REPO / "manage.py"), *args], env=self.env, cwd=REPO,
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, str(REPO / "manage.py"), *args],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         if out.returncode:
             raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-2000:]}")
         return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
@@ -371,12 +542,16 @@ class Cluster:
 
     def engines(self) -> dict[str, dict]:
         try:
-            return {e["endpoints"]["transfer"]: e for e in self.results("/api/engines/?page_size=500")}
+            return {
+                e["endpoints"]["transfer"]: e for e in self.results("/api/engines/?page_size=500")
+            }
         except httpx.HTTPError:
             return {}
 
     def post_records(self, records: list[dict]) -> dict:
-        resp = self.api("POST", "/api/request-records/", self.gateway_token, json={"records": records})
+        resp = self.api(
+            "POST", "/api/request-records/", self.gateway_token, json={"records": records}
+        )
         assert resp.status_code == 200, resp.text
         return resp.json()
 
@@ -388,8 +563,15 @@ class Cluster:
         return self.post_records(burst.records(time.time()))
 
     def activate_policy(self, mode: str = "auto", **kw) -> dict:
-        data = {"name": f"e2e-{mode}", "active": True, "mode": mode, "min_confidence": 0.0,
-                "horizon_seconds": 300, "replica_ttl_seconds": 3600, **kw}
+        data = {
+            "name": f"e2e-{mode}",
+            "active": True,
+            "mode": mode,
+            "min_confidence": 0.0,
+            "horizon_seconds": 300,
+            "replica_ttl_seconds": 3600,
+            **kw,
+        }
         resp = self.api("POST", "/api/policies/", json=data)
         assert resp.status_code == 201, resp.text
         return resp.json()
@@ -402,8 +584,11 @@ class Cluster:
         with httpx.Client(base_url=self.url, timeout=10) as c:
             page = c.get("/login/")
             csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-            resp = c.post("/login/", data={"username": "ops", "password": PASSWORD,
-                                           "csrfmiddlewaretoken": csrf}, headers={"Referer": f"{self.url}/login/"})
+            resp = c.post(
+                "/login/",
+                data={"username": "ops", "password": PASSWORD, "csrfmiddlewaretoken": csrf},
+                headers={"Referer": f"{self.url}/login/"},
+            )
             assert resp.status_code in (200, 302), resp.text[:500]
             return f"sessionid={c.cookies['sessionid']}"
 
@@ -426,7 +611,9 @@ class DashboardClient:
         headers = {"Cookie": self.cookie, "Origin": self.cluster.url}
         while not self._stop.is_set():
             try:
-                async with websockets.connect(url, additional_headers=headers, open_timeout=5) as ws:
+                async with websockets.connect(
+                    url, additional_headers=headers, open_timeout=5
+                ) as ws:
                     self.connects += 1
                     while not self._stop.is_set():
                         try:

@@ -15,7 +15,16 @@ from tests.live import wait_for
 from tests.workflow import burst
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-TERMINAL = {"landed", "confirmed", "unconfirmed", "lost", "succeeded", "failed", "cancelled", "expired"}
+TERMINAL = {
+    "landed",
+    "confirmed",
+    "unconfirmed",
+    "lost",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "expired",
+}
 
 
 def jobs(cluster) -> list[dict]:
@@ -25,7 +34,9 @@ def jobs(cluster) -> list[dict]:
 def later_demand(cluster, n: int = 400) -> None:
     """More of the burst's tenant arrives after placement: these requests are the replicas' hits."""
     now = time.time()
-    cluster.post_records([{**r, "time": now - 2 + i / n} for i, r in enumerate(burst.records(now)[:n])])
+    cluster.post_records(
+        [{**r, "time": now - 2 + i / n} for i, r in enumerate(burst.records(now)[:n])]
+    )
 
 
 def check_bytes_moved(cluster, job: dict) -> None:
@@ -35,7 +46,9 @@ def check_bytes_moved(cluster, job: dict) -> None:
     node = cluster.node_of(int(target["endpoints"]["transfer"].rpartition(":")[2]))
     store = FileBlockStore(node.store_dir)
     for key in burst.PREFIX:
-        assert bytes(store.read(key)) == cluster.source_bytes[key], f"block {key:x} differs on {node.name}"
+        assert bytes(store.read(key)) == cluster.source_bytes[key], (
+            f"block {key:x} differs on {node.name}"
+        )
     want = transfer_checksum(block_digest(cluster.source_bytes[k]) for k in burst.PREFIX)
     assert job["checksum"] == want
 
@@ -44,8 +57,11 @@ def scrape(cluster) -> dict[tuple, float]:
     """``/api/metrics/`` as Prometheus reads it: (sample name, sorted labels) -> value."""
     resp = cluster.api("GET", "/api/metrics/")
     resp.raise_for_status()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(resp.text) for s in fam.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(resp.text)
+        for s in fam.samples
+    }
 
 
 def metric(samples: dict, name: str, **labels) -> float:
@@ -53,7 +69,9 @@ def metric(samples: dict, name: str, **labels) -> float:
 
 
 def holders(cluster) -> set[int]:
-    resp = cluster.api("POST", "/api/residency/lookup/", json={"keys": [blockhash.to_hex(k) for k in burst.PREFIX]})
+    resp = cluster.api(
+        "POST", "/api/residency/lookup/", json={"keys": [blockhash.to_hex(k) for k in burst.PREFIX]}
+    )
     resp.raise_for_status()
     return {h["engine"] for h in resp.json()["holders"] if h["depth"] == len(burst.PREFIX)}
 
@@ -64,7 +82,9 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
     try:
         wait_for(lambda: dash.seen('"snapshot"'), 30, what="the dashboard snapshot")
         source = next(e for e in cluster.engines().values() if e["node_name"] == "node-0")
-        wait_for(lambda: holders(cluster) == {source["id"]}, 30, what="the source's prefix in residency")
+        wait_for(
+            lambda: holders(cluster) == {source["id"]}, 30, what="the source's prefix in residency"
+        )
         before = scrape(cluster)
         assert metric(before, "prewarm_agents", state="active") == cluster.n_nodes
         # Auto mode before the burst: otherwise beat may plan it under the default shadow policy.
@@ -73,13 +93,27 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
         t0 = time.time()
         wait_for(lambda: cluster.results("/api/forecasts/"), 60, what="a forecast")
         # Auto approval follows the plan's own commit: wait for the decision, then check it.
-        plan = wait_for(lambda: next((p for p in cluster.results("/api/plans/")
-                                      if p["item_count"] and p["state"] != "proposed"), None),
-                        60, what="a decided plan with items")
+        plan = wait_for(
+            lambda: next(
+                (
+                    p
+                    for p in cluster.results("/api/plans/")
+                    if p["item_count"] and p["state"] != "proposed"
+                ),
+                None,
+            ),
+            60,
+            what="a decided plan with items",
+        )
         assert plan["mode"] == "auto" and plan["state"] in ("approved", "executing", "done"), plan
-        done = wait_for(lambda: (js := jobs(cluster)) and all(j["state"] in TERMINAL for j in js) and js,
-                        cluster.job_ceiling_s(), what="every job finished")
-        print(f"burst -> every job finished in {time.time() - t0:.1f}s: {[j['state'] for j in done]}")
+        done = wait_for(
+            lambda: (js := jobs(cluster)) and all(j["state"] in TERMINAL for j in js) and js,
+            cluster.job_ceiling_s(),
+            what="every job finished",
+        )
+        print(
+            f"burst -> every job finished in {time.time() - t0:.1f}s: {[j['state'] for j in done]}"
+        )
         assert {j["state"] for j in done} == {"landed"}, done
         for job in done:
             assert job["source"] == source["id"]
@@ -89,8 +123,11 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
         assert not targets & holders(cluster)
         for pk in targets:  # the engines load the copied KV: their own events confirm it
             cluster.node_of_engine(pk).publish_stored(burst.PREFIX_TOKENS)
-        wait_for(lambda: {j["state"] for j in jobs(cluster)} == {"confirmed"}, 30,
-                 what="every copy confirmed by its engine's KV events")
+        wait_for(
+            lambda: {j["state"] for j in jobs(cluster)} == {"confirmed"},
+            30,
+            what="every copy confirmed by its engine's KV events",
+        )
         assert targets <= holders(cluster) and source["id"] in holders(cluster)
         # The scrape saw it all move: reports applied by the web process, the plan, the jobs
         # and their bytes, the replicas (the worker's doing, read from the database).
@@ -101,7 +138,8 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
         def metrics_moved():
             m = scrape(cluster)
             seen.update(
-                reports=metric(m, "prewarm_reports_applied_total") - metric(before, "prewarm_reports_applied_total"),
+                reports=metric(m, "prewarm_reports_applied_total")
+                - metric(before, "prewarm_reports_applied_total"),
                 latencies=metric(m, "prewarm_report_apply_seconds_count")
                 - metric(before, "prewarm_report_apply_seconds_count"),
                 jobs=metric(m, "prewarm_jobs", state="confirmed", transport="tcp"),
@@ -109,26 +147,43 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
                 approved=metric(m, "prewarm_plan_items", decision="approved"),
                 live=metric(m, "prewarm_replicas", kind="live"),
                 planned_at=metric(m, "prewarm_plan_last_timestamp_seconds"),
-                sockets=metric(m, "prewarm_agent_sockets"))
-            ok = (seen["reports"] > 0 and seen["latencies"] > 0 and seen["jobs"] == len(done)
-                  and seen["bytes"] == moved > 0 and seen["approved"] >= len(done)
-                  and seen["live"] >= len(targets) and seen["planned_at"] > 0
-                  and seen["sockets"] >= cluster.n_nodes)  # a reconnect may overlap its old socket
+                sockets=metric(m, "prewarm_agent_sockets"),
+            )
+            ok = (
+                seen["reports"] > 0
+                and seen["latencies"] > 0
+                and seen["jobs"] == len(done)
+                and seen["bytes"] == moved > 0
+                and seen["approved"] >= len(done)
+                and seen["live"] >= len(targets)
+                and seen["planned_at"] > 0
+                and seen["sockets"] >= cluster.n_nodes
+            )  # a reconnect may overlap its old socket
             return m if ok else None
 
         try:
             m = wait_for(metrics_moved, 30, what="the metrics moving with the run")
         except AssertionError:
-            raise AssertionError(f"the metrics did not move with the run: {seen} (moved {moved})") from None
-        print(f"metrics: {metric(m, 'prewarm_reports_applied_total'):.0f} reports applied, "
-              f"plan cycle {metric(m, 'prewarm_plan_cycle_seconds'):.3f}s, {moved} bytes moved")
+            raise AssertionError(
+                f"the metrics did not move with the run: {seen} (moved {moved})"
+            ) from None
+        print(
+            f"metrics: {metric(m, 'prewarm_reports_applied_total'):.0f} reports applied, "
+            f"plan cycle {metric(m, 'prewarm_plan_cycle_seconds'):.3f}s, {moved} bytes moved"
+        )
         # Scoring: demand after placement lands on the replicas.
         later_demand(cluster)
-        scored = wait_for(lambda: [r for r in cluster.results("/api/speculative-replicas/") if r["hits"] > 0],
-                          60, what="replicas with hits")
+        scored = wait_for(
+            lambda: [r for r in cluster.results("/api/speculative-replicas/") if r["hits"] > 0],
+            60,
+            what="replicas with hits",
+        )
         assert {r["engine"] for r in scored} <= targets and all(not r["shadow"] for r in scored)
-        wait_for(lambda: metric(scrape(cluster), "prewarm_replica_hits", kind="live") > 0, 30,
-                 what="replica hits in the metrics")
+        wait_for(
+            lambda: metric(scrape(cluster), "prewarm_replica_hits", kind="live") > 0,
+            30,
+            what="replica hits in the metrics",
+        )
         board = cluster.get("/api/scoreboard/")
         assert board["totals"]["hits"] > 0 and board["totals"]["bytes_moved"] > 0
         # The dashboard saw every step.

@@ -17,7 +17,16 @@ from tests.live import REPO, wait_for
 from tests.workflow import burst
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-TERMINAL = {"landed", "confirmed", "unconfirmed", "lost", "succeeded", "failed", "cancelled", "expired"}
+TERMINAL = {
+    "landed",
+    "confirmed",
+    "unconfirmed",
+    "lost",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "expired",
+}
 # Recovery that involves no job (reports caught up, residency rebuilt) is bounded by the agents'
 # report backoff (1 s here) and the node stale time (10 s): a minute is six times that.
 RECOVERY_LIMIT_S = 60
@@ -32,14 +41,18 @@ def reports_in(cluster, node) -> bool:
     seq = agent_seq(cluster, node)
     server = {n["name"]: n for n in cluster.results("/api/nodes/")}.get(node.name)
     spooled = node.metrics().get("prewarm_agent_spool_reports")
-    return bool(server) and server["state"] == "active" and server["last_seq"] >= seq and spooled == 0
+    return (
+        bool(server) and server["state"] == "active" and server["last_seq"] >= seq and spooled == 0
+    )
 
 
 def healthy(cluster, engines_with_prefix: int) -> bool:
     try:
-        return (all(reports_in(cluster, n) for n in cluster.nodes)
-                and len(holders(cluster)) >= engines_with_prefix
-                and all(j["state"] in TERMINAL for j in jobs(cluster)))
+        return (
+            all(reports_in(cluster, n) for n in cluster.nodes)
+            and len(holders(cluster)) >= engines_with_prefix
+            and all(j["state"] in TERMINAL for j in jobs(cluster))
+        )
     except Exception:  # the control plane is still coming back
         return False
 
@@ -47,9 +60,13 @@ def healthy(cluster, engines_with_prefix: int) -> bool:
 def health(cluster) -> dict:
     """What ``healthy`` looks at, for a failure message."""
     try:
-        return {"nodes": cluster.results("/api/nodes/"), "seqs": [agent_seq(cluster, n) for n in cluster.nodes],
-                "spools": [n.metrics().get("prewarm_agent_spool_reports") for n in cluster.nodes],
-                "holders": sorted(holders(cluster)), "jobs": [j["state"] for j in jobs(cluster)]}
+        return {
+            "nodes": cluster.results("/api/nodes/"),
+            "seqs": [agent_seq(cluster, n) for n in cluster.nodes],
+            "spools": [n.metrics().get("prewarm_agent_spool_reports") for n in cluster.nodes],
+            "holders": sorted(holders(cluster)),
+            "jobs": [j["state"] for j in jobs(cluster)],
+        }
     except Exception as exc:
         return {"error": repr(exc)}
 
@@ -57,9 +74,25 @@ def health(cluster) -> dict:
 def job_story(cluster) -> list[dict]:
     """Each job's state, attempt, error and transitions, for a failure message."""
     try:
-        return [{k: j.get(k) for k in ("id", "state", "attempt", "max_attempts", "error", "source", "target",
-                                       "deadline", "transitions", "created_at", "updated_at")}
-                for j in jobs(cluster)]
+        return [
+            {
+                k: j.get(k)
+                for k in (
+                    "id",
+                    "state",
+                    "attempt",
+                    "max_attempts",
+                    "error",
+                    "source",
+                    "target",
+                    "deadline",
+                    "transitions",
+                    "created_at",
+                    "updated_at",
+                )
+            }
+            for j in jobs(cluster)
+        ]
     except Exception as exc:
         return [{"error": repr(exc)}]
 
@@ -68,8 +101,12 @@ def recover(cluster, what: str, t0: float, engines_with_prefix: int, timings: di
     # Healthy includes every job ended: the jobs' own bound can be the longer one.
     ceiling = max(RECOVERY_LIMIT_S, cluster.job_ceiling_s())
     try:
-        wait_for(lambda: healthy(cluster, engines_with_prefix), ceiling, interval=0.3,
-                 what=f"recovery from {what}")
+        wait_for(
+            lambda: healthy(cluster, engines_with_prefix),
+            ceiling,
+            interval=0.3,
+            what=f"recovery from {what}",
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {json.dumps(health(cluster), default=str)[:3000]}") from None
     timings[what] = round(time.time() - t0, 2)
@@ -92,26 +129,41 @@ def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_clus
         # 1. The worker is killed (SIGKILL, pool and all) while the burst's cycle runs.
         cluster.post_burst()
         cluster.activate_policy("auto")
-        wait_for(lambda: "forecast_all" in cluster.worker.tail(20000), 30, what="the forecast task received")
+        wait_for(
+            lambda: "forecast_all" in cluster.worker.tail(20000),
+            30,
+            what="the forecast task received",
+        )
         t0 = time.time()
         cluster.worker.kill(signal.SIGKILL)
         time.sleep(1)
         cluster.worker.start()
-        wait_for(lambda: jobs(cluster), cluster.job_ceiling_s(), what="jobs after the worker's restart")
+        wait_for(
+            lambda: jobs(cluster), cluster.job_ceiling_s(), what="jobs after the worker's restart"
+        )
         timings["worker killed: jobs dispatched"] = round(time.time() - t0, 2)
         # 2. A target agent is killed mid-transfer, and comes back.
-        running = wait_for(lambda: [j for j in jobs(cluster) if j["state"] == "running"], cluster.job_ceiling_s(),
-                           interval=0.05, what="a running job")[0]
+        running = wait_for(
+            lambda: [j for j in jobs(cluster) if j["state"] == "running"],
+            cluster.job_ceiling_s(),
+            interval=0.05,
+            what="a running job",
+        )[0]
         victim = cluster.node_of_engine(running["target"])
         t0 = time.time()
         victim.proc.kill(signal.SIGKILL)
         time.sleep(2)
         cluster.restart_agent(victim)
         try:
-            wait_for(lambda: all(j["state"] in TERMINAL for j in jobs(cluster)), cluster.job_ceiling_s(),
-                     what="every job in a terminal state after the agent kill")
+            wait_for(
+                lambda: all(j["state"] in TERMINAL for j in jobs(cluster)),
+                cluster.job_ceiling_s(),
+                what="every job in a terminal state after the agent kill",
+            )
         except AssertionError as exc:
-            raise AssertionError(f"{exc}: {json.dumps(job_story(cluster), default=str)[:6000]}") from None
+            raise AssertionError(
+                f"{exc}: {json.dumps(job_story(cluster), default=str)[:6000]}"
+            ) from None
         timings["agent killed: every job ended"] = round(time.time() - t0, 2)
         finished = jobs(cluster)
         # The product's rule: a job retries (PREWARM_JOB_MAX_ATTEMPTS, with backoff) and succeeds
@@ -123,15 +175,22 @@ def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_clus
         for j in finished:
             if j["state"] == "failed":
                 assert j["target"] == running["target"] and j["attempt"] == j["max_attempts"], story
-                assert j["error"], story  # e.g. "source on node 1: transfer to 127.0.0.1:<port> failed: ..."
+                assert j["error"], (
+                    story
+                )  # e.g. "source on node 1: transfer to 127.0.0.1:<port> failed: ..."
             else:  # TCP moves bytes between agents' stores; a copy counts only once the engine shows it
                 assert j["state"] == "landed", story
         assert max(j["attempt"] for j in finished if j["target"] == running["target"]) >= 2, story
-        timings["agent killed: victim's job"] = next(j["state"] for j in finished if j["id"] == running["id"])
+        timings["agent killed: victim's job"] = next(
+            j["state"] for j in finished if j["id"] == running["id"]
+        )
         for node in targets:  # the engines load the copied KV: their own events now say so
             node.publish_stored(burst.PREFIX_TOKENS)
-        wait_for(lambda: all(j["state"] in ("confirmed", "failed") for j in jobs(cluster)), RECOVERY_LIMIT_S,
-                 what="every landed copy confirmed by its engine's KV events")
+        wait_for(
+            lambda: all(j["state"] in ("confirmed", "failed") for j in jobs(cluster)),
+            RECOVERY_LIMIT_S,
+            what="every landed copy confirmed by its engine's KV events",
+        )
         recover(cluster, "agent killed mid-transfer", t0, 3, timings)
         # 3. Redis restarts empty (broker, channel layer, residency index all gone).
         t0 = time.time()
@@ -153,10 +212,16 @@ def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_clus
             if node is victim:
                 continue
             before = node.metrics()
-            applied = {n["name"]: n["reports_applied"] for n in cluster.results("/api/nodes/")}[node.name]
+            applied = {n["name"]: n["reports_applied"] for n in cluster.results("/api/nodes/")}[
+                node.name
+            ]
             after = node.metrics()
-            sent = lambda m: (m.get('prewarm_agent_reports_total{outcome="applied"}', 0)  # noqa: E731
-                              + m.get('prewarm_agent_reports_total{outcome="stale"}', 0))
+
+            def sent(m):
+                return m.get('prewarm_agent_reports_total{outcome="applied"}', 0) + m.get(
+                    'prewarm_agent_reports_total{outcome="stale"}', 0
+                )
+
             assert sent(before) <= applied <= sent(after) + 1, (node.name, before, applied, after)
             assert after.get('prewarm_agent_reports_total{outcome="rejected"}', 0) == 0
             assert after.get("prewarm_agent_spool_dropped_reports_total", 0) == 0

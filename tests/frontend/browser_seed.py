@@ -43,8 +43,12 @@ def base() -> dict:
         key = cluster.hot_prefix(tenant, keys, requests=100 - 20 * i)
         now = timezone.now().replace(second=0, microsecond=0)
         for m in range(1, 120):  # two hours of demand with a ramp, for the forecast chart
-            DemandBucket.objects.create(key=key, start=now - timedelta(minutes=m), seconds=60,
-                                        requests=max(0, 40 - i * 5 + (m % 30) - 15))
+            DemandBucket.objects.create(
+                key=key,
+                start=now - timedelta(minutes=m),
+                seconds=60,
+                requests=max(0, 40 - i * 5 + (m % 30) - 15),
+            )
     _, token = cluster.enrol("gpu-node-01")
     _, token2 = cluster.enrol("gpu-node-02")
     return {"agent_token": token, "agent_token_2": token2, "chains": chains}
@@ -57,40 +61,84 @@ def plans() -> dict:
     plan = ReplicationPlan.objects.create(policy=policy, mode="manual")
     for i, tenant in enumerate(TENANTS[:3]):
         PlanItem.objects.create(
-            plan=plan, workload_key=keys[tenant], prefix_keys=keys[tenant].prefix_keys,
-            prefix_tokens=keys[tenant].prefix_tokens, source=engines[0], target=engines[-1 - i],
+            plan=plan,
+            workload_key=keys[tenant],
+            prefix_keys=keys[tenant].prefix_keys,
+            prefix_tokens=keys[tenant].prefix_tokens,
+            source=engines[0],
+            target=engines[-1 - i],
             bytes=len(keys[tenant].prefix_keys) * cluster.BYTES_PER_BLOCK,
-            expected_ttft_saved_s=4.0 - i, cost_s=0.2 + i / 10, confidence=0.9 - i * 0.1,
-            reason=f"burst risk {0.8 - i * 0.2:.0%} for {tenant} within 10 min; 1 holder of 4 engines")
+            expected_ttft_saved_s=4.0 - i,
+            cost_s=0.2 + i / 10,
+            confidence=0.9 - i * 0.1,
+            reason=f"burst risk {0.8 - i * 0.2:.0%} for {tenant} within 10 min; 1 holder of 4 engines",
+        )
     now = timezone.now()
-    job = ReplicationJob.objects.create(source=engines[0], target=engines[1], prefix_keys=keys[TENANTS[3]].prefix_keys,
-                                        bytes=64 * cluster.BYTES_PER_BLOCK, bytes_done=24 * cluster.BYTES_PER_BLOCK)
+    job = ReplicationJob.objects.create(
+        source=engines[0],
+        target=engines[1],
+        prefix_keys=keys[TENANTS[3]].prefix_keys,
+        bytes=64 * cluster.BYTES_PER_BLOCK,
+        bytes_done=24 * cluster.BYTES_PER_BLOCK,
+    )
     for state in ("approved", "dispatched", "running"):
         job = transition(job, state, f"{state} by the seed")
-    failed = ReplicationJob.objects.create(target=engines[2], prefix_keys=keys[TENANTS[1]].prefix_keys, bytes=10)
+    failed = ReplicationJob.objects.create(
+        target=engines[2], prefix_keys=keys[TENANTS[1]].prefix_keys, bytes=10
+    )
     for state in ("approved", "dispatched", "failed"):
         failed = transition(failed, state, "connection reset by peer" if state == "failed" else "")
-    ReplicationJob.objects.filter(pk=failed.pk).update(error="tcp transfer: connection reset by peer after 3 MiB")
+    ReplicationJob.objects.filter(pk=failed.pk).update(
+        error="tcp transfer: connection reset by peer after 3 MiB"
+    )
     for engine in engines:
         for n in range(6):
             SpeculativeReplica.objects.create(
-                engine=engine, workload_key=keys[TENANTS[n % 4]], prefix_keys=keys[TENANTS[n % 4]].prefix_keys,
-                bytes=4 * cluster.BYTES_PER_BLOCK, shadow=n % 2 == 1, forecaster=["ewma", "prophet"][n % 2],
-                placed_at=now - timedelta(hours=2), expires_at=now - timedelta(hours=1),
-                hits=[3, 0, 1, 0, 5, 0][n], ttft_saved_s=[1.2, 0, 0.4, 0, 2.0, 0][n],
-                vram_byte_seconds=4 * cluster.BYTES_PER_BLOCK * 3600.0, scored_at=now)
+                engine=engine,
+                workload_key=keys[TENANTS[n % 4]],
+                prefix_keys=keys[TENANTS[n % 4]].prefix_keys,
+                bytes=4 * cluster.BYTES_PER_BLOCK,
+                shadow=n % 2 == 1,
+                forecaster=["ewma", "prophet"][n % 2],
+                placed_at=now - timedelta(hours=2),
+                expires_at=now - timedelta(hours=1),
+                hits=[3, 0, 1, 0, 5, 0][n],
+                ttft_saved_s=[1.2, 0, 0.4, 0, 2.0, 0][n],
+                vram_byte_seconds=4 * cluster.BYTES_PER_BLOCK * 3600.0,
+                scored_at=now,
+            )
         for gpu in engine.gpus.all():
             for m in range(60):
-                GpuSample.objects.create(gpu=gpu, at=now - timedelta(minutes=m), memory_used=(55 + (m % 10)) * cluster.GIB,
-                                         speculative_bytes=(m % 5) * cluster.GIB, utilization_gpu=60)
+                GpuSample.objects.create(
+                    gpu=gpu,
+                    at=now - timedelta(minutes=m),
+                    memory_used=(55 + (m % 10)) * cluster.GIB,
+                    speculative_bytes=(m % 5) * cluster.GIB,
+                    utilization_gpu=60,
+                )
     key = keys[TENANTS[0]]
-    Forecast.objects.create(key=key, start=now.replace(second=0, microsecond=0), bucket_seconds=60, horizon=30,
-                            yhat=[40 + i for i in range(30)], lower=[30 + i for i in range(30)],
-                            upper=[50 + i for i in range(30)], model="ewma", backtest_mase=0.82,
-                            scores={"ewma": 0.82, "last_value": 0.95, "seasonal_naive": 1.3}, burst_risk=0.35)
-    Override.objects.create(kind="exclude_node", node=engines[-1].node, reason="rack r7 maintenance", active=False)
-    return {"plan": plan.pk, "items": list(plan.items.values_list("pk", flat=True)), "policy": policy.pk,
-            "engines": [e.pk for e in engines]}
+    Forecast.objects.create(
+        key=key,
+        start=now.replace(second=0, microsecond=0),
+        bucket_seconds=60,
+        horizon=30,
+        yhat=[40 + i for i in range(30)],
+        lower=[30 + i for i in range(30)],
+        upper=[50 + i for i in range(30)],
+        model="ewma",
+        backtest_mase=0.82,
+        scores={"ewma": 0.82, "last_value": 0.95, "seasonal_naive": 1.3},
+        burst_risk=0.35,
+    )
+    Override.objects.create(
+        kind="exclude_node", node=engines[-1].node, reason="rack r7 maintenance", active=False
+    )
+    return {
+        "plan": plan.pk,
+        "items": list(plan.items.values_list("pk", flat=True)),
+        "policy": policy.pk,
+        "engines": [e.pk for e in engines],
+    }
 
 
 if __name__ == "__main__":

@@ -34,7 +34,9 @@ def _free_port() -> int:
 
 
 def _run(env, *args) -> str:
-    out = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -44,15 +46,33 @@ def live(tmp_path_factory):
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed")
     tmp = tmp_path_factory.mktemp("dash")
-    env = {**os.environ, "PREWARM_DATA_DIR": str(tmp), "SQLITE_PATH": str(tmp / "db.sqlite3"),
-           "DJANGO_SETTINGS_MODULE": "controlplane.settings", "ALLOWED_HOSTS": "127.0.0.1,localhost",
-           "PREWARM_NODE_STALE_SECONDS": "3600"}
+    env = {
+        **os.environ,
+        "PREWARM_DATA_DIR": str(tmp),
+        "SQLITE_PATH": str(tmp / "db.sqlite3"),
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "PREWARM_NODE_STALE_SECONDS": "3600",
+    }
     _run(env, "manage.py", "migrate", "-v", "0")
     seed = json.loads(_run(env, "-m", "tests.frontend.browser_seed", "base"))
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                               "controlplane.asgi:application"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "controlplane.asgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):
@@ -63,15 +83,25 @@ def live(tmp_path_factory):
                 time.sleep(0.2)
         else:
             pytest.fail("daphne did not start")
-        agents = [httpx.Client(base_url=url, headers={"Authorization": f"Bearer {seed[k]}"})
-                  for k in ("agent_token", "agent_token_2")]
+        agents = [
+            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {seed[k]}"})
+            for k in ("agent_token", "agent_token_2")
+        ]
         chains = seed["chains"]
         tenants = list(chains)
         # Node 1: engines hold the two hottest prefixes in part or whole; node 2 starts empty.
-        first = {"vllm-0": cluster.stored(chains[tenants[0]]), "vllm-1": cluster.stored(chains[tenants[1]][:2])}
-        for agent, node, residency in ((agents[0], "gpu-node-01", first), (agents[1], "gpu-node-02", {})):
-            resp = agent.post("/api/agents/report/", json=cluster.report(1, node, engines=2, mode="snapshot",
-                                                                             residency=residency))
+        first = {
+            "vllm-0": cluster.stored(chains[tenants[0]]),
+            "vllm-1": cluster.stored(chains[tenants[1]][:2]),
+        }
+        for agent, node, residency in (
+            (agents[0], "gpu-node-01", first),
+            (agents[1], "gpu-node-02", {}),
+        ):
+            resp = agent.post(
+                "/api/agents/report/",
+                json=cluster.report(1, node, engines=2, mode="snapshot", residency=residency),
+            )
             assert resp.status_code == 200, resp.text
         seed.update(json.loads(_run(env, "-m", "tests.frontend.browser_seed", "plans")))
         yield {"url": url, "agents": agents, "seed": seed, "env": env}
@@ -94,7 +124,9 @@ def browser(live):
 
 def page_as(browser, live, role, hold_socket=False):
     context = browser.new_context(viewport={"width": 1440, "height": 900})
-    if hold_socket:  # the dashboard socket opens but nothing ever arrives: a slow server's first seconds
+    if (
+        hold_socket
+    ):  # the dashboard socket opens but nothing ever arrives: a slow server's first seconds
         context.route_web_socket(re.compile(r"/ws/dashboard/$"), lambda ws: None)
     page = context.new_page()
     page.errors = []
@@ -135,8 +167,12 @@ def test_cache_map_changes_when_an_agent_reports(browser, live):
     assert page.get_attribute(cell, "data-state") == "a"
     shot(page, "01-cache-map")
     tenants = list(live["seed"]["chains"])
-    body = cluster.report(2, "gpu-node-02", engines=2,
-                          residency={"vllm-0": cluster.stored(live["seed"]["chains"][tenants[2]])})
+    body = cluster.report(
+        2,
+        "gpu-node-02",
+        engines=2,
+        residency={"vllm-0": cluster.stored(live["seed"]["chains"][tenants[2]])},
+    )
     assert live["agents"][1].post("/api/agents/report/", json=body).status_code == 200
     page.wait_for_selector(f'{cell}[data-state="r"]', timeout=LIVE_CEILING_MS)
     assert "changed" in page.get_attribute(cell, "class")
@@ -152,7 +188,10 @@ def test_cache_map_has_figures_and_rows_before_the_socket_says_anything(browser,
     page.wait_for_selector("#cmap td")  # the table comes from GET /api/cache-map/
     nodes = page.evaluate("async () => (await fetch('/api/nodes/')).json()")["results"]
     engines = page.evaluate("async () => (await fetch('/api/engines/')).json()")["count"]
-    figures = {k: page.inner_text(f'[data-stat="{k}"]') for k in ("nodes", "stale", "engines", "plans", "jobs")}
+    figures = {
+        k: page.inner_text(f'[data-stat="{k}"]')
+        for k in ("nodes", "stale", "engines", "plans", "jobs")
+    }
     assert figures["nodes"] == str(sum(n["state"] == "active" for n in nodes)) != "0"
     assert figures["stale"] == str(sum(n["state"] == "stale" for n in nodes))
     assert figures["engines"] == str(engines) and engines > 0
@@ -168,10 +207,16 @@ def test_api_docs_list_the_operations_offline(browser, live):
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
     errors, elsewhere = [], []
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))  # CSP refusals land here
+    page.on(
+        "console", lambda m: m.type == "error" and errors.append(m.text)
+    )  # CSP refusals land here
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("request", lambda r: r.url.startswith(live["url"]) or r.url.startswith("data:")
-            or elsewhere.append(r.url))
+    page.on(
+        "request",
+        lambda r: (
+            r.url.startswith(live["url"]) or r.url.startswith("data:") or elsewhere.append(r.url)
+        ),
+    )
     page.goto(f"{live['url']}/api/docs/")
     page.wait_for_selector(".opblock")
     paths = page.locator(".opblock-summary-path").all_inner_texts()
@@ -194,7 +239,9 @@ def test_viewer_cannot_approve_and_operator_can(browser, live):
     status = viewer.evaluate(
         """async ([plan]) => (await fetch(`/api/plans/${plan}/approve/`, {method: "POST",
               headers: {"X-CSRFToken": document.querySelector('meta[name="csrf-token"]').content,
-                        "Content-Type": "application/json"}, body: "{}"})).status""", [plan])
+                        "Content-Type": "application/json"}, body: "{}"})).status""",
+        [plan],
+    )
     assert status == 403
     shot(viewer, "05-plan-viewer")
     viewer.context.close()
@@ -211,8 +258,11 @@ def test_viewer_cannot_approve_and_operator_can(browser, live):
     assert operator.inner_text("#plan-state") == "partially_approved"
     shot(operator, "06-plan-operator-decided")
     data = operator.evaluate(f"async () => (await fetch('/api/plans/{plan}/')).json()")
-    assert {i["id"]: i["decision"] for i in data["items"]} == {items[0]: "approved", items[1]: "rejected",
-                                                             items[2]: "rejected"}
+    assert {i["id"]: i["decision"] for i in data["items"]} == {
+        items[0]: "approved",
+        items[1]: "rejected",
+        items[2]: "rejected",
+    }
     assert operator.errors == []
     operator.context.close()
 
@@ -246,9 +296,15 @@ def test_screenshots_of_every_page(browser, live):
     page = page_as(browser, live, "admin")
     engine = seed["engines"][0]
     pages = [
-        ("03-node", "/nodes/1/"), ("04-engine", f"/engines/{engine}/"), ("04-gpu", "/gpus/1/"),
-        ("05-plans", "/plans/"), ("07-jobs", "/jobs/"), ("08-policies", "/policies/"),
-        ("09-overrides", "/overrides/"), ("10-forecasts", "/forecasts/"), ("11-scoreboard", "/scoreboard/"),
+        ("03-node", "/nodes/1/"),
+        ("04-engine", f"/engines/{engine}/"),
+        ("04-gpu", "/gpus/1/"),
+        ("05-plans", "/plans/"),
+        ("07-jobs", "/jobs/"),
+        ("08-policies", "/policies/"),
+        ("09-overrides", "/overrides/"),
+        ("10-forecasts", "/forecasts/"),
+        ("11-scoreboard", "/scoreboard/"),
         ("12-audit", "/audit/"),
     ]
     for name, path in pages:

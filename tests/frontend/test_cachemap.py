@@ -31,8 +31,13 @@ def two_engines(db):
     hot, cold = cluster.chain(1, 4), cluster.chain(2, 3)
     cluster.hot_prefix("acme", hot, requests=50)
     cluster.hot_prefix("globex", cold, requests=5)
-    body = cluster.report(1, "node-a", engines=2, mode="snapshot",
-                          residency={"vllm-0": cluster.stored(hot), "vllm-1": cluster.stored(hot[:2])})
+    body = cluster.report(
+        1,
+        "node-a",
+        engines=2,
+        mode="snapshot",
+        residency={"vllm-0": cluster.stored(hot), "vllm-1": cluster.stored(hot[:2])},
+    )
     assert agent.post("/api/agents/report/", body, format="json").status_code == 200
     return agent, hot, cold
 
@@ -59,8 +64,14 @@ def test_speculative_and_in_flight_cells(two_engines):
     e0, e1 = Engine.objects.order_by("engine_id")
     now = timezone.now()
     replica = SpeculativeReplica.objects.create(
-        engine=e0, prefix_keys=hot, bytes=4 * cluster.BYTES_PER_BLOCK, placed_at=now,
-        expires_at=now + timedelta(minutes=5), confirmed_at=now, confirmed_by="kv-events")
+        engine=e0,
+        prefix_keys=hot,
+        bytes=4 * cluster.BYTES_PER_BLOCK,
+        placed_at=now,
+        expires_at=now + timedelta(minutes=5),
+        confirmed_at=now,
+        confirmed_by="kv-events",
+    )
     ReplicationJob.objects.create(target=e1, source=e0, prefix_keys=cold, bytes=1, state="running")
     data = viewer().get("/api/cache-map/").json()
     rows = {e["name"]: e for e in data["engines"]}
@@ -68,9 +79,17 @@ def test_speculative_and_in_flight_cells(two_engines):
     gpu0 = next(g for g in data["gpus"] if g["uuid"] == "GPU-node-a-0")
     assert gpu0["speculative"] == 4 * cluster.BYTES_PER_BLOCK and gpu0["kv"] == 0
     # A copy that landed but the engine has not shown is not a replica (nor VRAM held) ...
-    landed = ReplicationJob.objects.create(target=e1, source=e0, prefix_keys=hot, bytes=1, state="landed")
-    SpeculativeReplica.objects.create(engine=e1, job=landed, prefix_keys=hot, bytes=1, placed_at=now,
-                                      expires_at=now + timedelta(minutes=5))
+    landed = ReplicationJob.objects.create(
+        target=e1, source=e0, prefix_keys=hot, bytes=1, state="landed"
+    )
+    SpeculativeReplica.objects.create(
+        engine=e1,
+        job=landed,
+        prefix_keys=hot,
+        bytes=1,
+        placed_at=now,
+        expires_at=now + timedelta(minutes=5),
+    )
     rows = {e["name"]: e for e in viewer().get("/api/cache-map/").json()["engines"]}
     assert rows["vllm-1"]["cells"][0] == "u"
     # ... and a confirmed one the engine dropped shows as lost.
@@ -83,7 +102,13 @@ def test_speculative_and_in_flight_cells(two_engines):
 
 def test_vram_split_adds_up_to_the_gpu(two_engines):
     for gpu in viewer().get("/api/cache-map/").json()["gpus"]:
-        parts = gpu["weights_runtime"] + gpu["kv"] + gpu["speculative"] + gpu["kv_pool_free"] + gpu["free"]
+        parts = (
+            gpu["weights_runtime"]
+            + gpu["kv"]
+            + gpu["speculative"]
+            + gpu["kv_pool_free"]
+            + gpu["free"]
+        )
         assert parts == pytest.approx(gpu["total"], abs=4)
         # 60 GiB used, 20k blocks x 2 MiB = ~39 GiB KV pool: the rest is weights and runtime
         assert gpu["weights_runtime"] == 60 * cluster.GIB - 20_000 * cluster.BYTES_PER_BLOCK
@@ -103,7 +128,9 @@ def test_paging_and_engine_filter_are_bounded(two_engines):
         assert resp.json()["field"] in {"limit", "prefixes", "offset", "engines"}
 
 
-@pytest.mark.parametrize("who, status", [("anonymous", (401, 403)), ("norole", (403,)), ("viewer", (200,))])
+@pytest.mark.parametrize(
+    "who, status", [("anonymous", (401, 403)), ("norole", (403,)), ("viewer", (200,))]
+)
 def test_roles(db, who, status):
     client = APIClient()
     if who != "anonymous":
@@ -114,7 +141,9 @@ def test_roles(db, who, status):
 def test_engine_scoped_keys_are_shown_on_the_engine_row(two_engines):
     agent, hot, _ = two_engines
     rows = {e["name"]: e for e in viewer().get("/api/cache-map/").json()["engines"]}
-    assert rows["vllm-1"]["engine_scoped_at"] is None and rows["vllm-1"]["engine_scoped_blocks"] == 0
+    assert (
+        rows["vllm-1"]["engine_scoped_at"] is None and rows["vllm-1"]["engine_scoped_blocks"] == 0
+    )
     scoped = [[f"{0xE000 + i:016x}", None, "CPU", 1] for i in range(3)]  # flag 1: no token ids
     body = cluster.report(2, "node-a", engines=2, residency={"vllm-1": scoped})
     assert agent.post("/api/agents/report/", body, format="json").status_code == 200

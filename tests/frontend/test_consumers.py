@@ -63,7 +63,9 @@ async def test_user_without_a_role_is_closed_with_4403():
 async def test_route_rejects_a_socket_without_a_session():
     from controlplane.asgi import application
 
-    comm = WebsocketCommunicator(application, "/ws/dashboard/", headers=[(b"origin", b"http://localhost")])
+    comm = WebsocketCommunicator(
+        application, "/ws/dashboard/", headers=[(b"origin", b"http://localhost")]
+    )
     try:
         connected, code = await comm.connect()
         assert not connected and code == CLOSE_UNAUTHENTICATED
@@ -87,10 +89,17 @@ async def test_snapshot_on_connect_then_a_delta_when_an_agent_reports():
         assert connected
         snapshot = await comm.receive_json_from(timeout=WAIT_S)
         # What the cache map's header reads, nothing more (frontend/static/frontend/cachemap.js).
-        assert snapshot == {"type": "snapshot", "nodes": {"active": 1, "stale": 0}, "engines": 1,
-                            "open_plans": 0, "live_job_count": 0}
+        assert snapshot == {
+            "type": "snapshot",
+            "nodes": {"active": 1, "stale": 0},
+            "engines": 1,
+            "open_plans": 0,
+            "live_job_count": 0,
+        }
         keys = cluster.chain(3, 2)
-        await sync_to_async(_post_report)(raw, cluster.report(2, "node-a", residency={"vllm-0": cluster.stored(keys)}))
+        await sync_to_async(_post_report)(
+            raw, cluster.report(2, "node-a", residency={"vllm-0": cluster.stored(keys)})
+        )
         delta = await comm.receive_json_from(timeout=WAIT_S)
         engine_id = await sync_to_async(lambda: node.engines.get().pk)()
         assert delta["type"] == "delta" and delta["residency"] == {"engines": [engine_id]}
@@ -111,10 +120,19 @@ async def test_a_burst_is_coalesced_and_nothing_is_lost():
         started = time.monotonic()
         for i in range(200):
             payload = {"node": 1, "engines": {str(i): {"stored": 1}}, "gpus": [], "at": float(i)}
-            await layer.group_send(groups.CLUSTER, {"type": "residency_delta", "event": "residency.delta", "payload": payload})
+            await layer.group_send(
+                groups.CLUSTER,
+                {"type": "residency_delta", "event": "residency.delta", "payload": payload},
+            )
         for pct in (10, 50, 100):
-            await layer.group_send(groups.JOBS, {"type": "job_progress", "event": "job.progress",
-                                                 "payload": {"job": "j1", "bytes_done": pct}})
+            await layer.group_send(
+                groups.JOBS,
+                {
+                    "type": "job_progress",
+                    "event": "job.progress",
+                    "payload": {"job": "j1", "bytes_done": pct},
+                },
+            )
         sending_s = time.monotonic() - started
         messages = []
         while sum(m["events"] for m in messages) < 203:  # until every event has arrived
@@ -140,8 +158,12 @@ async def test_unknown_event_types_do_not_break_the_socket():
     try:
         await comm.receive_json_from(timeout=WAIT_S)
         # An event no page reads is not sent; the socket goes on with the next one.
-        await sync_to_async(send_now)(groups.CLUSTER, "forecast.stored", {"key": 7, "model": "ewma"})
-        await sync_to_async(send_now)(groups.PLANS, "plan.decided", {"plan": 5, "state": "approved"})
+        await sync_to_async(send_now)(
+            groups.CLUSTER, "forecast.stored", {"key": 7, "model": "ewma"}
+        )
+        await sync_to_async(send_now)(
+            groups.PLANS, "plan.decided", {"plan": 5, "state": "approved"}
+        )
         delta = await comm.receive_json_from(timeout=WAIT_S)
         assert delta == {"type": "delta", "events": 1, "plans": [{"plan": 5, "state": "approved"}]}
     finally:

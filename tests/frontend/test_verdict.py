@@ -18,15 +18,25 @@ KV_8B = 131_072
 def _map(*cells):
     doc = {"burst_onset_s": 60.0, "noise": {"p99": 0.05, "mean": 0.05}, "cells": []}
     for ratio, load, gain, noise in cells:
-        doc["cells"].append({"copy_to_onset": ratio, "load": load, "predictive_gain_p99": gain,
-                             "predictive_gain_mean": gain / 2, "oracle_gain_p99": gain,
-                             "oracle_gain_mean": gain / 2, "predictive_gain_p99_noise": noise,
-                             "predictive_gain_mean_noise": noise})
+        doc["cells"].append(
+            {
+                "copy_to_onset": ratio,
+                "load": load,
+                "predictive_gain_p99": gain,
+                "predictive_gain_mean": gain / 2,
+                "oracle_gain_p99": gain,
+                "oracle_gain_mean": gain / 2,
+                "predictive_gain_p99_noise": noise,
+                "predictive_gain_mean_noise": noise,
+            }
+        )
     return doc
 
 
-MAP = _map((0.001, 0.5, 0.0, 0.01),   # fast copies: nothing to gain -> reactive-enough
-           (1.0, 0.5, 0.30, 0.10))    # copies as slow as a burst's onset -> speculate
+MAP = _map(
+    (0.001, 0.5, 0.0, 0.01),  # fast copies: nothing to gain -> reactive-enough
+    (1.0, 0.5, 0.30, 0.10),
+)  # copies as slow as a burst's onset -> speculate
 
 
 @pytest.fixture
@@ -36,12 +46,21 @@ def fleet(db, settings, monkeypatch):
 
     def make(kv_per_token, prefix_tokens, engines=4, load=0.5):
         node = Node.objects.create(name=f"n{kv_per_token}")
-        out = [Engine.objects.create(node=node, engine_id=f"e{i}", block_size=16,
-                                     bytes_per_block=16 * kv_per_token,
-                                     metrics={"kv_usage": load}) for i in range(engines)]
-        key = WorkloadKey.objects.create(tenant="acme", model="m", prefix_group="*",
-                                         prefix_tokens=prefix_tokens)
+        out = [
+            Engine.objects.create(
+                node=node,
+                engine_id=f"e{i}",
+                block_size=16,
+                bytes_per_block=16 * kv_per_token,
+                metrics={"kv_usage": load},
+            )
+            for i in range(engines)
+        ]
+        key = WorkloadKey.objects.create(
+            tenant="acme", model="m", prefix_group="*", prefix_tokens=prefix_tokens
+        )
         return out, key, prefix_tokens * kv_per_token
+
     return make
 
 
@@ -49,10 +68,20 @@ def place(engine, key, n, nbytes, hits, saved_per_hit, shadow=False):
     now = timezone.now()
     for _ in range(n):
         SpeculativeReplica.objects.create(
-            engine=engine, workload_key=key, prefix_keys=["01"], bytes=nbytes, shadow=shadow,
+            engine=engine,
+            workload_key=key,
+            prefix_keys=["01"],
+            bytes=nbytes,
+            shadow=shadow,
             bytes_moved=0 if shadow else nbytes,  # what the executor reported moving
-            forecaster="ewma", placed_at=now - timedelta(hours=1), expires_at=now, hits=hits,
-            ttft_saved_s=saved_per_hit * hits, vram_byte_seconds=1.0, scored_at=now)
+            forecaster="ewma",
+            placed_at=now - timedelta(hours=1),
+            expires_at=now,
+            hits=hits,
+            ttft_saved_s=saved_per_hit * hits,
+            vram_byte_seconds=1.0,
+            scored_at=now,
+        )
 
 
 def test_slow_copies_used_replicas_speculation_pays(fleet):

@@ -26,13 +26,25 @@ def world(db):
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     keys = cluster.chain(1, 3)
     cluster.hot_prefix("acme", keys, 10)
-    agent.post("/api/agents/report/", cluster.report(1, "node-a", engines=2, mode="snapshot"), format="json")
+    agent.post(
+        "/api/agents/report/",
+        cluster.report(1, "node-a", engines=2, mode="snapshot"),
+        format="json",
+    )
     policy = Policy.objects.get(active=True)  # the migration installs one
     Policy.objects.filter(pk=policy.pk).update(mode="manual")
     plan = ReplicationPlan.objects.create(policy=policy, mode="manual")
     engine = Engine.objects.first()
-    PlanItem.objects.create(plan=plan, prefix_keys=keys, target=engine, bytes=1, expected_ttft_saved_s=1.0,
-                            cost_s=0.1, confidence=0.9, reason="burst forecast for acme")
+    PlanItem.objects.create(
+        plan=plan,
+        prefix_keys=keys,
+        target=engine,
+        bytes=1,
+        expected_ttft_saved_s=1.0,
+        cost_s=0.1,
+        confidence=0.9,
+        reason="burst forecast for acme",
+    )
     return {"plan": plan, "engine": engine, "gpu": Gpu.objects.first(), "node": engine.node}
 
 
@@ -43,8 +55,13 @@ def signed_in(role):
 
 
 def all_pages(world):
-    return PAGES + [f"/plans/{world['plan'].pk}/", f"/nodes/{world['node'].pk}/",
-                    f"/gpus/{world['gpu'].pk}/", f"/engines/{world['engine'].pk}/", "/audit/"]
+    return PAGES + [
+        f"/plans/{world['plan'].pk}/",
+        f"/nodes/{world['node'].pk}/",
+        f"/gpus/{world['gpu'].pk}/",
+        f"/engines/{world['engine'].pk}/",
+        "/audit/",
+    ]
 
 
 def test_anonymous_is_sent_to_sign_in(world):
@@ -82,10 +99,17 @@ def test_plan_buttons_only_for_operators(world):
 
 
 def test_policy_forms_only_for_admins(world):
-    assert 'data-api="/api/policies/' not in signed_in("operator").get("/policies/").content.decode()
-    assert f'data-api="/api/policies/{Policy.objects.get(active=True).pk}/"' in signed_in("admin").get("/policies/").content.decode()
+    assert (
+        'data-api="/api/policies/' not in signed_in("operator").get("/policies/").content.decode()
+    )
+    assert (
+        f'data-api="/api/policies/{Policy.objects.get(active=True).pk}/"'
+        in signed_in("admin").get("/policies/").content.decode()
+    )
     assert 'data-api="/api/overrides/"' in signed_in("operator").get("/overrides/").content.decode()
-    assert 'data-api="/api/overrides/"' not in signed_in("viewer").get("/overrides/").content.decode()
+    assert (
+        'data-api="/api/overrides/"' not in signed_in("viewer").get("/overrides/").content.decode()
+    )
 
 
 def test_assets_and_bundled_plotly_are_served(db):
@@ -102,7 +126,9 @@ def test_sign_in_and_out(db):
     client = Client(enforce_csrf_checks=True)
     page = client.get("/login/").content.decode()
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-    resp = client.post("/login/", {"username": "vera", "password": cluster.PASSWORD, "csrfmiddlewaretoken": token})
+    resp = client.post(
+        "/login/", {"username": "vera", "password": cluster.PASSWORD, "csrfmiddlewaretoken": token}
+    )
     assert resp.status_code == 302 and resp.url == "/"
     assert client.get("/").status_code == 200
     assert client.post("/logout/").status_code == 403  # no CSRF token: refused
@@ -117,9 +143,18 @@ def test_forecast_page_shows_actual_and_band(world):
     from controlplane.forecasting.models import Forecast
 
     key = WorkloadKey.objects.get()
-    Forecast.objects.create(key=key, start=timezone.now() + timedelta(minutes=1), bucket_seconds=60, horizon=3,
-                            yhat=[5, 6, 7], lower=[4, 5, 6], upper=[6, 7, 8], model="ewma",
-                            backtest_mase=0.83, scores={"ewma": 0.83, "last_value": 1.1})
+    Forecast.objects.create(
+        key=key,
+        start=timezone.now() + timedelta(minutes=1),
+        bucket_seconds=60,
+        horizon=3,
+        yhat=[5, 6, 7],
+        lower=[4, 5, 6],
+        upper=[6, 7, 8],
+        model="ewma",
+        backtest_mase=0.83,
+        scores={"ewma": 0.83, "last_value": 1.1},
+    )
     html = signed_in("viewer").get(f"/forecasts/?key={key.pk}").content.decode()
     assert "0.830" in html and "(chosen)" in html and '"yhat": [5, 6, 7]' in html
 
@@ -128,7 +163,9 @@ def test_paging_keeps_the_filter(world):
     from controlplane.replication.models import ReplicationJob
 
     for _ in range(60):
-        ReplicationJob.objects.create(target=world["engine"], prefix_keys=["01"], bytes=1, state="failed")
+        ReplicationJob.objects.create(
+            target=world["engine"], prefix_keys=["01"], bytes=1, state="failed"
+        )
     html = signed_in("viewer").get("/jobs/?state=failed").content.decode()
     assert "?page=2&amp;state=failed" in html
 
@@ -137,7 +174,14 @@ def test_cache_map_header_has_the_figures_on_first_paint(world):
     page = signed_in("viewer").get("/").content.decode()
     figures = dict(re.findall(r'data-stat="(\w+)">([^<]*)<', page))
     # node-a active with 2 engines; the world's one plan is proposed (open); no jobs yet.
-    assert figures == {"nodes": "1", "stale": "0", "engines": "2", "plans": "1", "jobs": "0", "updated": "–"}
+    assert figures == {
+        "nodes": "1",
+        "stale": "0",
+        "engines": "2",
+        "plans": "1",
+        "jobs": "0",
+        "updated": "–",
+    }
 
 
 def test_api_docs_are_served_whole_by_the_control_plane(db):

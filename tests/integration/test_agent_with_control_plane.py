@@ -26,14 +26,18 @@ def plane(tmp_path):
 
 
 def engine_blocks(cp: LiveControlPlane, token: str) -> dict:
-    resp = httpx.get(f"{cp.url}/api/engines/", headers={"Authorization": f"Bearer {token}"}, timeout=5)
+    resp = httpx.get(
+        f"{cp.url}/api/engines/", headers={"Authorization": f"Bearer {token}"}, timeout=5
+    )
     resp.raise_for_status()
     return {e["engine_id"]: e["blocks"] for e in resp.json()["results"]}
 
 
 def user_token(cp: LiveControlPlane) -> str:
-    code = ("from django.contrib.auth.models import User; from controlplane.accounts.models import ApiToken;"
-            "print(ApiToken.issue('user', 't', user=User.objects.get(username='ops'))[1])")
+    code = (
+        "from django.contrib.auth.models import User; from controlplane.accounts.models import ApiToken;"
+        "print(ApiToken.issue('user', 't', user=User.objects.get(username='ops'))[1])"
+    )
     return cp.manage("shell", "--no-imports", "-c", code).splitlines()[-1]
 
 
@@ -41,23 +45,67 @@ def test_agent_reports_real_events_and_loses_nothing_while_control_plane_is_down
     frames, expected = load_messages("0.33.0")
     pub = TestPublisher()
     gpu_file = tmp_path / "gpus.json"
-    gpu_file.write_text(json.dumps({"gpus": [{"index": 0, "uuid": "GPU-sim-0", "name": "Virtual H100",
-                                              "memory_total": 80 << 30, "memory_used": 60 << 30,
-                                              "memory_free": 20 << 30}]}))
+    gpu_file.write_text(
+        json.dumps(
+            {
+                "gpus": [
+                    {
+                        "index": 0,
+                        "uuid": "GPU-sim-0",
+                        "name": "Virtual H100",
+                        "memory_total": 80 << 30,
+                        "memory_used": 60 << 30,
+                        "memory_free": 20 << 30,
+                    }
+                ]
+            }
+        )
+    )
     enrol = plane.manage("create_enrolment_token")
-    engine = (f"engine_id=vllm-0,kv_events={pub.endpoint},replay={pub.replay_endpoint},"
-              f"topic={expected['topic']},block_size={expected['block_size']},bytes_per_block=65536,"
-              "kv_capacity_blocks=4096,gpu_uuids=GPU-sim-0")
+    engine = (
+        f"engine_id=vllm-0,kv_events={pub.endpoint},replay={pub.replay_endpoint},"
+        f"topic={expected['topic']},block_size={expected['block_size']},bytes_per_block=65536,"
+        "kv_capacity_blocks=4096,gpu_uuids=GPU-sim-0"
+    )
     agent = subprocess.Popen(
-        [sys.executable, "-m", "nodeagent", "--control-plane-url", plane.url, "--enrolment-token", enrol,
-         "--hostname", "node-int", "--state-dir", str(tmp_path / "agent"), "--gpu-source", "simulated",
-         "--gpu-sim-source", str(gpu_file), "--engine", engine, "--report-interval-s", "0.2",
-         "--metrics-listen", "", "--jobs-transport", "none", "--transfer-listen", "",
-         "--backoff-max-s", "1"],
-        cwd=REPO, stdout=open(tmp_path / "agent.log", "wb"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "nodeagent",
+            "--control-plane-url",
+            plane.url,
+            "--enrolment-token",
+            enrol,
+            "--hostname",
+            "node-int",
+            "--state-dir",
+            str(tmp_path / "agent"),
+            "--gpu-source",
+            "simulated",
+            "--gpu-sim-source",
+            str(gpu_file),
+            "--engine",
+            engine,
+            "--report-interval-s",
+            "0.2",
+            "--metrics-listen",
+            "",
+            "--jobs-transport",
+            "none",
+            "--transfer-listen",
+            "",
+            "--backoff-max-s",
+            "1",
+        ],
+        cwd=REPO,
+        stdout=open(tmp_path / "agent.log", "wb"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         token = user_token(plane)
-        wait_for(lambda: "vllm-0" in engine_blocks(plane, token), 30, what="the engine to be reported")
+        wait_for(
+            lambda: "vllm-0" in engine_blocks(plane, token), 30, what="the engine to be reported"
+        )
         half = len(frames) // 2
         for topic, seq, payload in frames[:half]:
             pub.publish(topic, int.from_bytes(seq, "big"), payload)
@@ -70,8 +118,11 @@ def test_agent_reports_real_events_and_loses_nothing_while_control_plane_is_down
         time.sleep(3)  # the agent spools while nobody answers
         plane.start()
         want = len(expected["resident_after_all"])
-        wait_for(lambda: sum(engine_blocks(plane, token)["vllm-0"].values()) == want, 30,
-                 what=f"{want} resident blocks after the outage")
+        wait_for(
+            lambda: sum(engine_blocks(plane, token)["vllm-0"].values()) == want,
+            30,
+            what=f"{want} resident blocks after the outage",
+        )
         assert agent.poll() is None, "the agent must survive the outage"
     finally:
         agent.terminate()

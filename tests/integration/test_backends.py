@@ -18,10 +18,19 @@ def databases(tmp_path, django_db_blocker):
     """A handler of connections to a SQLite file of this test (one connection per thread)."""
 
     def make(timeout: float = 5.0) -> ConnectionHandler:
-        return ConnectionHandler({"default": {
-            "ENGINE": "controlplane.backends.sqlite", "NAME": str(tmp_path / "db.sqlite3"),
-            "OPTIONS": {"timeout": timeout, "transaction_mode": "IMMEDIATE",
-                        "init_command": "PRAGMA journal_mode=WAL;"}}})
+        return ConnectionHandler(
+            {
+                "default": {
+                    "ENGINE": "controlplane.backends.sqlite",
+                    "NAME": str(tmp_path / "db.sqlite3"),
+                    "OPTIONS": {
+                        "timeout": timeout,
+                        "transaction_mode": "IMMEDIATE",
+                        "init_command": "PRAGMA journal_mode=WAL;",
+                    },
+                }
+            }
+        )
 
     with django_db_blocker.unblock():
         setup = make()["default"]
@@ -122,8 +131,9 @@ def test_a_closed_connection_is_reused_rolled_back_and_in_autocommit(databases):
 
 
 def test_in_memory_databases_take_no_turn_and_are_not_pooled(django_db_blocker):
-    handler = ConnectionHandler({"default": {"ENGINE": "controlplane.backends.sqlite",
-                                             "NAME": ":memory:"}})
+    handler = ConnectionHandler(
+        {"default": {"ENGINE": "controlplane.backends.sqlite", "NAME": ":memory:"}}
+    )
     with django_db_blocker.unblock():
         conn = handler["default"]
         begin(conn)

@@ -46,8 +46,14 @@ class Proc:
     def start(self) -> Proc:
         env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
         with open(self.log, "ab") as out:
-            self.p = subprocess.Popen([str(LMCACHE_PY), str(LAUNCH), *self.argv], cwd=REPO, env=env,
-                                      stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.p = subprocess.Popen(
+                [str(LMCACHE_PY), str(LAUNCH), *self.argv],
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         return self
 
     def alive(self) -> bool:
@@ -77,8 +83,14 @@ class LmcacheCluster:
         return httpx.post(self.url + path, json=body, timeout=30)
 
     def key_count(self, instance: str) -> int:
-        resp = httpx.get(f"{self.url}/controller/workers", params={"instance_id": instance}, timeout=10)
-        return sum(w["key_count"] for w in resp.json().get("workers", [])) if resp.status_code == 200 else 0
+        resp = httpx.get(
+            f"{self.url}/controller/workers", params={"instance_id": instance}, timeout=10
+        )
+        return (
+            sum(w["key_count"] for w in resp.json().get("workers", []))
+            if resp.status_code == 200
+            else 0
+        )
 
     def store(self, instance: str, start: int, end: int) -> int:
         """Store KV for mock tokens ``range(start, end)`` on an engine; returns its key count.
@@ -105,17 +117,34 @@ class LmcacheCluster:
 
 def _engine_config(path: Path, instance: str, pull: int, reply: int) -> int:
     api = free_port()
-    path.write_text("\n".join([
-        "chunk_size: 256", "local_cpu: true", "max_local_cpu_size: 0.05", "enable_controller: true",
-        f'lmcache_instance_id: "{instance}"', f'controller_pull_url: "127.0.0.1:{pull}"',
-        f'controller_reply_url: "127.0.0.1:{reply}"', f"lmcache_worker_ports: [{free_port()}]",
-        "lmcache_worker_heartbeat_time: 3", "enable_p2p: true", 'p2p_host: "127.0.0.1"',
-        f"p2p_init_ports: [{free_port()}]", f"p2p_lookup_ports: [{free_port()}]",
-        'transfer_channel: "mock_memory"', "internal_api_server_enabled: true",
-        'internal_api_server_host: "127.0.0.1"',
-        # Worker 0's internal API listens at port_start + 1.
-        f"internal_api_server_port_start: {api - 1}", "enable_kv_events: true",
-        f"pin_timeout_sec: {PIN_TIMEOUT_S}", f"pin_check_interval_sec: {PIN_CHECK_S}", ""]))
+    path.write_text(
+        "\n".join(
+            [
+                "chunk_size: 256",
+                "local_cpu: true",
+                "max_local_cpu_size: 0.05",
+                "enable_controller: true",
+                f'lmcache_instance_id: "{instance}"',
+                f'controller_pull_url: "127.0.0.1:{pull}"',
+                f'controller_reply_url: "127.0.0.1:{reply}"',
+                f"lmcache_worker_ports: [{free_port()}]",
+                "lmcache_worker_heartbeat_time: 3",
+                "enable_p2p: true",
+                'p2p_host: "127.0.0.1"',
+                f"p2p_init_ports: [{free_port()}]",
+                f"p2p_lookup_ports: [{free_port()}]",
+                'transfer_channel: "mock_memory"',
+                "internal_api_server_enabled: true",
+                'internal_api_server_host: "127.0.0.1"',
+                # Worker 0's internal API listens at port_start + 1.
+                f"internal_api_server_port_start: {api - 1}",
+                "enable_kv_events: true",
+                f"pin_timeout_sec: {PIN_TIMEOUT_S}",
+                f"pin_check_interval_sec: {PIN_CHECK_S}",
+                "",
+            ]
+        )
+    )
     return api
 
 
@@ -125,11 +154,22 @@ def lmcache_cluster(tmp_path_factory):
     work = tmp_path_factory.mktemp("lmcache")
     http, pull, reply, beat = (free_port() for _ in range(4))
     cluster = LmcacheCluster(f"http://127.0.0.1:{http}")
-    ctl = Proc("controller", ["lmcache.v1.api_server", "--host", "127.0.0.1", "--port", str(http),
-                              "--monitor-ports", f'{{"pull": {pull}, "reply": {reply}, "heartbeat": {beat}}}'],
-               work / "controller.log").start()
+    ctl = Proc(
+        "controller",
+        [
+            "lmcache.v1.api_server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(http),
+            "--monitor-ports",
+            f'{{"pull": {pull}, "reply": {reply}, "heartbeat": {beat}}}',
+        ],
+        work / "controller.log",
+    ).start()
     cluster.procs.append(ctl)
     try:
+
         def answers() -> bool:
             assert ctl.alive(), ctl.tail()
             try:
@@ -141,15 +181,25 @@ def lmcache_cluster(tmp_path_factory):
         for instance in ("A", "B"):
             cfg = work / f"{instance}.yaml"
             cluster.engines[instance] = _engine_config(cfg, instance, pull, reply)
-            cluster.procs.append(Proc(instance, ["lmcache.v1.standalone", "--config", str(cfg), "--device", "cpu"],
-                                      work / f"{instance}.log").start())
+            cluster.procs.append(
+                Proc(
+                    instance,
+                    ["lmcache.v1.standalone", "--config", str(cfg), "--device", "cpu"],
+                    work / f"{instance}.log",
+                ).start()
+            )
         for proc in cluster.procs[1:]:
+
             def registered(proc=proc) -> bool:
                 assert proc.alive(), proc.tail()
-                infos = cluster.post("/query_worker_info", {"instance_id": proc.name}).json()["worker_infos"]
+                infos = cluster.post("/query_worker_info", {"instance_id": proc.name}).json()[
+                    "worker_infos"
+                ]
                 return bool(infos)
 
-            wait_for(registered, START_S, interval=0.5, what=f"LMCache engine {proc.name} registered")
+            wait_for(
+                registered, START_S, interval=0.5, what=f"LMCache engine {proc.name} registered"
+            )
         yield cluster
     finally:
         for proc in reversed(cluster.procs):
@@ -166,10 +216,14 @@ def lmcache_coordinator(tmp_path_factory):
     need_lmcache_env()
     work = tmp_path_factory.mktemp("coordinator")
     port = free_port()
-    proc = Proc("coordinator", ["lmcache.v1.mp_coordinator", "--host", "127.0.0.1", "--port", str(port)],
-                work / "coordinator.log").start()
+    proc = Proc(
+        "coordinator",
+        ["lmcache.v1.mp_coordinator", "--host", "127.0.0.1", "--port", str(port)],
+        work / "coordinator.log",
+    ).start()
     url = f"http://127.0.0.1:{port}"
     try:
+
         def up() -> bool:
             assert proc.alive(), proc.tail()
             try:

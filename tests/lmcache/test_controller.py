@@ -25,12 +25,26 @@ LAPSE_S = PIN_TIMEOUT_S + 4 * PIN_CHECK_S + 10  # a lease ends within its timeou
 
 
 def job(toks: list[int], source: str = "A", hold_s: float = 600.0, jid: str = "j-1") -> Job:
-    return Job.from_message({
-        "id": jid, "role": "target", "transport": "lmcache", "keys": [],
-        "source": {"engine_id": "vllm-a"}, "target": {"engine_id": "vllm-b"},
-        "lmcache": {"source_instance": source, "source_location": "LocalCPUBackend", "target_instance": "B"},
-        "tokens": toks, "block_size": 16, "bytes_per_block": 16 * 1024, "bytes": len(toks) * 1024,
-        "hold_until": time.time() + hold_s})
+    return Job.from_message(
+        {
+            "id": jid,
+            "role": "target",
+            "transport": "lmcache",
+            "keys": [],
+            "source": {"engine_id": "vllm-a"},
+            "target": {"engine_id": "vllm-b"},
+            "lmcache": {
+                "source_instance": source,
+                "source_location": "LocalCPUBackend",
+                "target_instance": "B",
+            },
+            "tokens": toks,
+            "block_size": 16,
+            "bytes_per_block": 16 * 1024,
+            "bytes": len(toks) * 1024,
+            "hold_until": time.time() + hold_s,
+        }
+    )
 
 
 def executor(cluster, tmp_path, renew_s: float = 3600.0) -> LmcacheTransport:
@@ -43,8 +57,12 @@ def test_copy_keeps_the_source_and_a_pin_on_the_target_confirms_it(lmcache_clust
     assert c.store("A", 0, 600) == a0 + 2  # whole 256-token chunks only
     result = executor(c, tmp_path).receive(job(tokens(0, 600)), MemoryBlockStore(1), lambda n: None)
     assert result.ok, result.error
-    assert result.extra["confirmation"] == {"by": "lmcache-pin", "tokens": 512, "expected": 512,
-                                            "instance_id": "B"}
+    assert result.extra["confirmation"] == {
+        "by": "lmcache-pin",
+        "tokens": 512,
+        "expected": 512,
+        "instance_id": "B",
+    }
     assert result.bytes == 512 * 1024  # the copied tokens at the engine's bytes per token
     # should_copy: the source keeps its chunks (a move would have taken them: A 2 -> 0).
     assert c.key_count("A") == a0 + 2
@@ -54,13 +72,20 @@ def test_copy_keeps_the_source_and_a_pin_on_the_target_confirms_it(lmcache_clust
 def test_a_wrong_instance_gives_a_clear_error_and_moves_nothing(lmcache_cluster, tmp_path):
     c = lmcache_cluster
     b0 = c.key_count("B")
-    bad = executor(c, tmp_path).receive(job(tokens(0, 600), source="Z"), MemoryBlockStore(1), lambda n: None)
+    bad = executor(c, tmp_path).receive(
+        job(tokens(0, 600), source="Z"), MemoryBlockStore(1), lambda n: None
+    )
     assert not bad.ok
-    assert "'Z'" in bad.error and "not registered" in bad.error and "lmcache_instance_id" in bad.error, bad.error
-    no_prefix = executor(c, tmp_path).receive(job(tokens(50_000, 50_600)), MemoryBlockStore(1), lambda n: None)
+    assert (
+        "'Z'" in bad.error and "not registered" in bad.error and "lmcache_instance_id" in bad.error
+    ), bad.error
+    no_prefix = executor(c, tmp_path).receive(
+        job(tokens(50_000, 50_600)), MemoryBlockStore(1), lambda n: None
+    )
     assert not no_prefix.ok and "copied no tokens" in no_prefix.error, no_prefix.error
     down = LmcacheTransport({"vllm-b": ENGINE_B}, "http://127.0.0.1:9").receive(
-        job(tokens(0, 600)), MemoryBlockStore(1), lambda n: None)
+        job(tokens(0, 600)), MemoryBlockStore(1), lambda n: None
+    )
     assert not down.ok and "did not answer" in down.error
     assert c.key_count("B") == b0
 
@@ -76,9 +101,13 @@ def test_renewed_while_live_then_the_lease_lapses_and_clear_frees_it(lmcache_clu
     c.clear("A")
     base = c.key_count("A")  # chunks still pinned by the copies of the other tests
     c.store("A", 10_000, 10_512)
-    keeper = LeaseKeeper(LmcacheController(c.url), renew_s=PIN_CHECK_S, path=tmp_path / "leases.json")
+    keeper = LeaseKeeper(
+        LmcacheController(c.url), renew_s=PIN_CHECK_S, path=tmp_path / "leases.json"
+    )
     hold_s = LAPSE_S + 5
-    keeper.add(Lease("j-lease", "A", "LocalCPUBackend", tokens(10_000, 10_512), 512, time.time() + hold_s))
+    keeper.add(
+        Lease("j-lease", "A", "LocalCPUBackend", tokens(10_000, 10_512), 512, time.time() + hold_s)
+    )
     readings = keeper.renew_due()
     assert readings and readings[0]["tokens"] == 512 and readings[0]["error"] is None, readings
     # Clear skips pinned chunks.

@@ -51,7 +51,9 @@ class StandInServer:
                 self.wfile.write(data)
 
             def _body(self) -> dict:
-                return json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                return json.loads(
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}"
+                )
 
             def do_POST(self):  # noqa: N802
                 body = self._body()
@@ -80,20 +82,50 @@ class StandInServer:
 
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), H)
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        r = httpx.post(coordinator + "/instances", json={"instance_id": instance, "ip": "127.0.0.1",
-                                                         "http_port": self.http.server_address[1]}, timeout=10)
+        r = httpx.post(
+            coordinator + "/instances",
+            json={
+                "instance_id": instance,
+                "ip": "127.0.0.1",
+                "http_port": self.http.server_address[1],
+            },
+            timeout=10,
+        )
         r.raise_for_status()
 
     def events(self, kind: str, entries: list[dict]) -> None:
-        batch = {"instance_id": self.instance, "incarnation": 0, "seq": next(self.seq), "event_type": kind,
-                 "tier": "l1", "backend": "dram", "entries": entries, "ts": time.time()}
-        httpx.post(self.coordinator + "/events", json={"batches": [batch]}, timeout=10).raise_for_status()
+        batch = {
+            "instance_id": self.instance,
+            "incarnation": 0,
+            "seq": next(self.seq),
+            "event_type": kind,
+            "tier": "l1",
+            "backend": "dram",
+            "entries": entries,
+            "ts": time.time(),
+        }
+        httpx.post(
+            self.coordinator + "/events", json={"batches": [batch]}, timeout=10
+        ).raise_for_status()
 
     def report(self, kind: str, token_ids: list[int], model: str, world_size: int) -> None:
-        look = httpx.post(self.coordinator + "/directory/lookup", json={
-            "token_ids": token_ids, "model_name": model, "world_size": world_size}, timeout=10).json()
-        self.events(kind, [{"key": r["key"], "size_bytes": 4096, "token_ids": token_ids[i * 256:(i + 1) * 256],
-                            "token_offset": i * 256} for i, r in enumerate(look["results"])])
+        look = httpx.post(
+            self.coordinator + "/directory/lookup",
+            json={"token_ids": token_ids, "model_name": model, "world_size": world_size},
+            timeout=10,
+        ).json()
+        self.events(
+            kind,
+            [
+                {
+                    "key": r["key"],
+                    "size_bytes": 4096,
+                    "token_ids": token_ids[i * 256 : (i + 1) * 256],
+                    "token_offset": i * 256,
+                }
+                for i, r in enumerate(look["results"])
+            ],
+        )
 
     def close(self) -> None:
         self.http.shutdown()
@@ -101,14 +133,26 @@ class StandInServer:
 
 
 def job(toks: list[int], action: str = "replicate") -> Job:
-    return Job.from_message({"id": "mp-1", "action": action, "role": "target", "transport": "lmcache-mp",
-                             "keys": [], "target": {"engine_id": "vllm-b"}, "tokens": toks,
-                             "lmcache": {"model_name": MODEL, "target_instance": "mp-b"}})
+    return Job.from_message(
+        {
+            "id": "mp-1",
+            "action": action,
+            "role": "target",
+            "transport": "lmcache-mp",
+            "keys": [],
+            "target": {"engine_id": "vllm-b"},
+            "tokens": toks,
+            "lmcache": {"model_name": MODEL, "target_instance": "mp-b"},
+        }
+    )
 
 
 def directory(url: str, toks: list[int]) -> list[set[str]]:
-    doc = httpx.post(url + "/directory/lookup", json={"token_ids": toks, "model_name": MODEL, "world_size": 1},
-                     timeout=10).json()
+    doc = httpx.post(
+        url + "/directory/lookup",
+        json={"token_ids": toks, "model_name": MODEL, "world_size": 1},
+        timeout=10,
+    ).json()
     return [{p["instance_id"] for p in r["placements"]} for r in doc["results"]]
 
 
@@ -116,14 +160,25 @@ def test_prefetch_is_confirmed_by_the_directory_pinned_and_deleted(lmcache_coord
     url = lmcache_coordinator
     server = StandInServer(url, "mp-b")
     try:
-        ex = LmcacheMpTransport({"vllm-b": EngineConfig(engine_id="vllm-b", kv_events="tcp://127.0.0.1:1",
-                                                        lmcache_instance_id="mp-b")}, url, poll_s=0.05)
+        ex = LmcacheMpTransport(
+            {
+                "vllm-b": EngineConfig(
+                    engine_id="vllm-b", kv_events="tcp://127.0.0.1:1", lmcache_instance_id="mp-b"
+                )
+            },
+            url,
+            poll_s=0.05,
+        )
         toks = tokens(0, 768)
         assert directory(url, toks) == [set(), set(), set()]
         result = ex.receive(job(toks), MemoryBlockStore(1), lambda n: None)
         assert result.ok, result.error
-        assert result.extra["confirmation"] == {"by": "lmcache-directory", "tokens": 768, "expected": 768,
-                                                "instance_id": "mp-b"}
+        assert result.extra["confirmation"] == {
+            "by": "lmcache-directory",
+            "tokens": 768,
+            "expected": 768,
+            "instance_id": "mp-b",
+        }
         assert directory(url, toks) == [{"mp-b"}] * 3
         assert httpx.get(url + "/cache/pins", timeout=10).status_code == 200
         # The replica ends: unpinned, and the server's copy deleted through the coordinator.
@@ -133,8 +188,18 @@ def test_prefetch_is_confirmed_by_the_directory_pinned_and_deleted(lmcache_coord
         assert directory(url, toks) == [set(), set(), set()]
         # A wrong instance, and a prefix shorter than one chunk, say so.
         bad = LmcacheMpTransport({}, url).receive(
-            Job.from_message({**job(toks).__dict__, "id": "x", "role": "target", "lmcache": {"target_instance": "nope"},
-                              "keys": []}), MemoryBlockStore(1), lambda n: None)
+            Job.from_message(
+                {
+                    **job(toks).__dict__,
+                    "id": "x",
+                    "role": "target",
+                    "lmcache": {"target_instance": "nope"},
+                    "keys": [],
+                }
+            ),
+            MemoryBlockStore(1),
+            lambda n: None,
+        )
         assert not bad.ok and "nope" in bad.error and "404" in bad.error, bad.error
         short = ex.receive(job(tokens(0, 100)), MemoryBlockStore(1), lambda n: None)
         assert not short.ok and "shorter than one" in short.error, short.error

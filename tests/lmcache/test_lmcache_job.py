@@ -32,11 +32,22 @@ TOKENS = tokens(20_000, 20_512)  # two whole 256-token LMCache chunks
 def engine(name: str, instance: str) -> Engine:
     node = Node.objects.create(name=name)
     return Engine.objects.create(
-        node=node, engine_id="vllm-0", model="llama3-8b", block_size=BLOCK, bytes_per_block=BPB,
-        kv_capacity_blocks=100_000, endpoints={"lmcache_instance_id": instance, "lmcache_location": "LocalCPUBackend"})
+        node=node,
+        engine_id="vllm-0",
+        model="llama3-8b",
+        block_size=BLOCK,
+        bytes_per_block=BPB,
+        kv_capacity_blocks=100_000,
+        endpoints={"lmcache_instance_id": instance, "lmcache_location": "LocalCPUBackend"},
+    )
 
 
-def test_an_approved_plan_item_becomes_a_copy_confirmed_by_the_pin(lmcache_cluster, transactional_db, eager, tmp_path):  # noqa: F811
+def test_an_approved_plan_item_becomes_a_copy_confirmed_by_the_pin(
+    lmcache_cluster,
+    transactional_db,
+    eager,  # noqa: F811
+    tmp_path,
+):
     c = lmcache_cluster
     c.store("A", TOKENS[0], TOKENS[-1] + 1)
     a_before = c.key_count("A")
@@ -44,15 +55,37 @@ def test_an_approved_plan_item_becomes_a_copy_confirmed_by_the_pin(lmcache_clust
         Group.objects.get_or_create(name=role)
     src, tgt = engine("node-a", "A"), engine("node-b", "B")
     chain = [blockhash.to_hex(k) for k in blockhash.chain_keys(TOKENS, BLOCK)]
-    key = WorkloadKey.objects.create(tenant="acme", model="llama3-8b", prefix_group=chain[0],
-                                     prefix_keys=chain, prefix_tokens=len(TOKENS), prefix_token_ids=TOKENS)
+    key = WorkloadKey.objects.create(
+        tenant="acme",
+        model="llama3-8b",
+        prefix_group=chain[0],
+        prefix_keys=chain,
+        prefix_tokens=len(TOKENS),
+        prefix_token_ids=TOKENS,
+    )
     Policy.objects.update(active=False)
-    policy = Policy.objects.create(name="p", active=True, mode="manual", default_transport="lmcache",
-                                   max_spec_vram_fraction=0.5, min_confidence=0.0)
+    policy = Policy.objects.create(
+        name="p",
+        active=True,
+        mode="manual",
+        default_transport="lmcache",
+        max_spec_vram_fraction=0.5,
+        min_confidence=0.0,
+    )
     plan = ReplicationPlan.objects.create(policy=policy, mode="manual")
-    PlanItem.objects.create(plan=plan, workload_key=key, prefix_keys=chain, prefix_tokens=len(TOKENS),
-                            source=src, target=tgt, bytes=len(chain) * BPB, expected_ttft_saved_s=1.0,
-                            cost_s=0.1, confidence=0.9, reason="test")
+    PlanItem.objects.create(
+        plan=plan,
+        workload_key=key,
+        prefix_keys=chain,
+        prefix_tokens=len(TOKENS),
+        source=src,
+        target=tgt,
+        bytes=len(chain) * BPB,
+        expected_ttft_saved_s=1.0,
+        cost_s=0.1,
+        confidence=0.9,
+        reason="test",
+    )
     operator = APIClient()
     operator.force_authenticate(make_user("operator", "op"))
     r = operator.post(f"/api/plans/{plan.pk}/approve/", {}, format="json")
@@ -62,22 +95,48 @@ def test_an_approved_plan_item_becomes_a_copy_confirmed_by_the_pin(lmcache_clust
     # The target agent's executor, from the job.assign the control plane sends it.
     msg = assign_message(job, "target")["job"]
     assert msg["tokens"] == TOKENS and msg["lmcache"]["source_instance"] == "A"
-    ex = LmcacheTransport({"vllm-0": EngineConfig(engine_id="vllm-0", kv_events="tcp://127.0.0.1:1",
-                                                  lmcache_instance_id="B")}, c.url, 3600, tmp_path / "l.json")
+    ex = LmcacheTransport(
+        {
+            "vllm-0": EngineConfig(
+                engine_id="vllm-0", kv_events="tcp://127.0.0.1:1", lmcache_instance_id="B"
+            )
+        },
+        c.url,
+        3600,
+        tmp_path / "l.json",
+    )
     result = ex.receive(Job.from_message(msg), MemoryBlockStore(1), lambda n: None)
     assert result.ok, result.error
     apply_event(tgt.node_id, {"type": "job.ack", "job_id": str(job.pk)})
-    apply_event(tgt.node_id, {**result.extra, "type": "job.result", "job_id": str(job.pk), "state": "succeeded",
-                              "checksum": None, "bytes": result.bytes, "error": None})
+    apply_event(
+        tgt.node_id,
+        {
+            **result.extra,
+            "type": "job.result",
+            "job_id": str(job.pk),
+            "state": "succeeded",
+            "checksum": None,
+            "bytes": result.bytes,
+            "error": None,
+        },
+    )
     job.refresh_from_db()
     replica = job.replicas.get()
-    assert job.state == "confirmed" and replica.confirmed_by == "lmcache-pin" and replica.tier == "CPU"
+    assert (
+        job.state == "confirmed" and replica.confirmed_by == "lmcache-pin" and replica.tier == "CPU"
+    )
     assert replica.bytes_moved == 512 // BLOCK * BPB
     assert c.key_count("A") == a_before  # a copy, not a move
     # The lease keeper's readings come back as job.confirm events.
     ex.leases.renew_due(now=time.time() + 3600 - 1)
-    reading = {"type": "job.confirm", "job_id": str(job.pk), "by": "lmcache-pin", "tokens": 512,
-               "expected": 512, "instance_id": "B"}
+    reading = {
+        "type": "job.confirm",
+        "job_id": str(job.pk),
+        "by": "lmcache-pin",
+        "tokens": 512,
+        "expected": 512,
+        "instance_id": "B",
+    }
     assert apply_event(tgt.node_id, reading).state == "confirmed"
     assert apply_event(tgt.node_id, {**reading, "tokens": 0}).state == "lost"
     replica.refresh_from_db()

@@ -34,9 +34,15 @@ def vllm_engines(tmp_path_factory):
         try:
             python = vllm_python()
             ensure_model(python=python)
-            engines = {"bind": VllmEngine("vllm-a", log_dir, events="bind", cpu_cores="0"),
-                       "connect": VllmEngine("vllm-b", log_dir, events="connect",
-                                             cpu_cores="1" if (os.cpu_count() or 1) > 1 else "0")}
+            engines = {
+                "bind": VllmEngine("vllm-a", log_dir, events="bind", cpu_cores="0"),
+                "connect": VllmEngine(
+                    "vllm-b",
+                    log_dir,
+                    events="connect",
+                    cpu_cores="1" if (os.cpu_count() or 1) > 1 else "0",
+                ),
+            }
             for e in engines.values():
                 e.start()
             for e in engines.values():

@@ -19,14 +19,17 @@ from tests.live import LiveControlPlane, wait_for
 
 
 def user_token(cp: LiveControlPlane) -> str:
-    code = ("from django.contrib.auth.models import User; from controlplane.accounts.models import ApiToken;"
-            "print(ApiToken.issue('user', 't', user=User.objects.get(username='ops'))[1])")
+    code = (
+        "from django.contrib.auth.models import User; from controlplane.accounts.models import ApiToken;"
+        "print(ApiToken.issue('user', 't', user=User.objects.get(username='ops'))[1])"
+    )
     return cp.manage("shell", "--no-imports", "-c", code).splitlines()[-1]
 
 
 def api(cp: LiveControlPlane, method: str, path: str, **kw) -> httpx.Response:
-    return httpx.request(method, f"{cp.url}{path}", headers={"Authorization": f"Bearer {cp.token}"},
-                         timeout=30, **kw)
+    return httpx.request(
+        method, f"{cp.url}{path}", headers={"Authorization": f"Bearer {cp.token}"}, timeout=30, **kw
+    )
 
 
 def engine_blocks(cp: LiveControlPlane) -> dict[str, int]:
@@ -38,27 +41,60 @@ def engine_blocks(cp: LiveControlPlane) -> dict[str, int]:
 
 def lookup_depth(cp: LiveControlPlane, tokens: list[int], engine_id: str) -> tuple[list[int], int]:
     """The control plane's keys for these token ids and how deep ``engine_id`` holds them."""
-    resp = api(cp, "POST", "/api/residency/lookup/", json={"token_ids": tokens, "block_size": BLOCK_SIZE})
+    resp = api(
+        cp, "POST", "/api/residency/lookup/", json={"token_ids": tokens, "block_size": BLOCK_SIZE}
+    )
     resp.raise_for_status()
     body = resp.json()
     depth = max((h["depth"] for h in body["holders"] if h["engine_name"] == engine_id), default=0)
     return [int(k, 16) for k in body["keys"]], depth
 
 
-def start_agent(cp: LiveControlPlane, engine: VllmEngine, state: Path, name: str = "node-a",
-                jobs: str = "none", **engine_extra) -> Proc:
+def start_agent(
+    cp: LiveControlPlane,
+    engine: VllmEngine,
+    state: Path,
+    name: str = "node-a",
+    jobs: str = "none",
+    **engine_extra,
+) -> Proc:
     """A real ``prewarm-agent`` process beside ``engine`` (no GPUs, no transfer server; jobs
     over the websocket when ``jobs="websocket"``)."""
     enrol_file = state / "enrolment"
     state.mkdir(parents=True, exist_ok=True)
     if not enrol_file.exists():  # a restarted agent keeps its identity in state_dir
         enrol_file.write_text(cp.manage("create_enrolment_token"))
-    argv = [sys.executable, "-m", "nodeagent", "--control-plane-url", cp.url, "--enrolment-token",
-            enrol_file.read_text().strip(), "--hostname", name, "--state-dir", str(state),
-            "--gpu-source", "none", "--engine", engine.agent_engine_flag(**engine_extra),
-            "--report-interval-s", "0.2", "--heartbeat-interval-s", "2", "--metrics-listen", "",
-            "--engine-metrics-interval-s", "1", "--jobs-transport", jobs, "--transfer-listen", "",
-            "--backoff-max-s", "1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "nodeagent",
+        "--control-plane-url",
+        cp.url,
+        "--enrolment-token",
+        enrol_file.read_text().strip(),
+        "--hostname",
+        name,
+        "--state-dir",
+        str(state),
+        "--gpu-source",
+        "none",
+        "--engine",
+        engine.agent_engine_flag(**engine_extra),
+        "--report-interval-s",
+        "0.2",
+        "--heartbeat-interval-s",
+        "2",
+        "--metrics-listen",
+        "",
+        "--engine-metrics-interval-s",
+        "1",
+        "--jobs-transport",
+        jobs,
+        "--transfer-listen",
+        "",
+        "--backoff-max-s",
+        "1",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return Proc(f"agent-{name}", argv, env, state.parent).start()
 
@@ -115,8 +151,10 @@ def prompts(seed: int, n: int = 8, prefix_len: int = 200) -> list[list[int]]:
     are not multiples of the block size (the last, partial block is never cached)."""
     rng = random.Random(seed)
     prefixes = [[rng.randrange(4, 2048) for _ in range(prefix_len)] for _ in range(3)]
-    return [prefixes[i % 3] + [rng.randrange(4, 2048) for _ in range(rng.randrange(20, 300))]
-            for i in range(n)]
+    return [
+        prefixes[i % 3] + [rng.randrange(4, 2048) for _ in range(rng.randrange(20, 300))]
+        for i in range(n)
+    ]
 
 
 def fresh(engine: VllmEngine) -> None:
@@ -126,8 +164,12 @@ def fresh(engine: VllmEngine) -> None:
 
 def settle(cp: LiveControlPlane, engine_id: str, want: int, timeout: float = 30.0) -> None:
     """Wait until the control plane holds ``want`` blocks for the engine (reports every 0.2 s)."""
-    wait_for(lambda: engine_blocks(cp).get(engine_id) == want, timeout, interval=0.2,
-             what=f"{want} resident blocks of {engine_id} (have {engine_blocks(cp).get(engine_id)})")
+    wait_for(
+        lambda: engine_blocks(cp).get(engine_id) == want,
+        timeout,
+        interval=0.2,
+        what=f"{want} resident blocks of {engine_id} (have {engine_blocks(cp).get(engine_id)})",
+    )
 
 
 def stop_quietly(proc: Proc) -> str:

@@ -96,8 +96,11 @@ def test_a_lost_message_is_recovered_through_the_real_replay_socket(vllm_engines
         want = set()
         for p in batch:  # one batch per request: the second one is lost
             want |= burst(engine, [p])
-        wait_for(lambda: len(res.resident_hashes()) == len(want), 20,
-                 what=f"{len(want)} blocks (have {len(res.resident_hashes())})")
+        wait_for(
+            lambda: len(res.resident_hashes()) == len(want),
+            20,
+            what=f"{len(want)} blocks (have {len(res.resident_hashes())})",
+        )
         st = sub.tracker.stats
         assert dropped and st.gaps == 1 and st.replayed >= 1 and st.resyncs == 0
         assert {r[0] for m in res.blocks.values() for r in m.values()} == want
@@ -107,7 +110,8 @@ def test_a_lost_message_is_recovered_through_the_real_replay_socket(vllm_engines
 
 
 def test_agent_stopped_while_requests_continue_catches_up_from_the_replay_socket(
-        vllm_engines, plane, tmp_path):
+    vllm_engines, plane, tmp_path
+):
     engine = vllm_engines["connect"]  # the agent binds: while it is down vLLM's PUB has no peer
     fresh(engine)
     agent = start_agent(plane, engine, tmp_path / "agent")

@@ -16,7 +16,7 @@ from controlplane.realvllm.driver import BLOCK, MAX_PROMPT, Gateway, Target
 def test_a_trace_block_becomes_the_same_vllm_block_everywhere():
     a = driver.prompt_of((7, 8, 9), 100, salt=1)
     b = driver.prompt_of((7, 8, 10), 100, salt=2)
-    assert a[: 2 * BLOCK] == b[: 2 * BLOCK] and a[2 * BLOCK: 3 * BLOCK] != b[2 * BLOCK: 3 * BLOCK]
+    assert a[: 2 * BLOCK] == b[: 2 * BLOCK] and a[2 * BLOCK : 3 * BLOCK] != b[2 * BLOCK : 3 * BLOCK]
     assert len(a) == 3 * BLOCK + 100 * BLOCK // 512 + 1  # the tail divided by 16, rounded up
     assert all(4 <= t < 2048 for t in a)
     long = driver.prompt_of(tuple(range(500)), 10_000, salt=3)
@@ -41,13 +41,27 @@ def _fake(holders: dict[str, int], cached: int, posted: list, fail_posts: int = 
 
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/api/residency/lookup/":
-            return httpx.Response(200, json={"keys": [], "holders": [
-                {"engine_name": e, "node": {"a": "n1", "b": "n2"}[e], "depth": d}
-                for e, d in holders.items()]})
+            return httpx.Response(
+                200,
+                json={
+                    "keys": [],
+                    "holders": [
+                        {"engine_name": e, "node": {"a": "n1", "b": "n2"}[e], "depth": d}
+                        for e, d in holders.items()
+                    ],
+                },
+            )
         if request.url.path == "/v1/completions":
             body = json.loads(request.content)
-            return httpx.Response(200, json={"usage": {"prompt_tokens": len(body["prompt"]),
-                                                       "prompt_tokens_details": {"cached_tokens": cached}}})
+            return httpx.Response(
+                200,
+                json={
+                    "usage": {
+                        "prompt_tokens": len(body["prompt"]),
+                        "prompt_tokens_details": {"cached_tokens": cached},
+                    }
+                },
+            )
         if request.url.path == "/api/request-records/":
             if state["fail"]:
                 state["fail"] -= 1
@@ -75,8 +89,12 @@ def test_routes_to_the_deepest_serving_holder_and_records_what_served_it():
 
 def test_no_holder_goes_to_the_least_busy_and_a_failed_post_is_kept():
     posted: list = []
-    gw = Gateway("http://cp", "pwg_x", [Target("a", "http://a"), Target("b", "http://b")],
-                 client=_fake({}, 0, posted, fail_posts=1))
+    gw = Gateway(
+        "http://cp",
+        "pwg_x",
+        [Target("a", "http://a"), Target("b", "http://b")],
+        client=_fake({}, 0, posted, fail_posts=1),
+    )
     served = [gw.send([5] * 40)["engine"] for _ in range(4)]
     assert sorted(served) == ["a", "a", "b", "b"]
     assert gw.flush() == 0 and gw.stats.post_failures == 1

@@ -32,10 +32,17 @@ TENANT = "real-tenant"
 PREFIX = [random.Random("real-tenant-prefix").randrange(4, 2048) for _ in range(40 * BLOCK_SIZE)]
 CHAIN = blockhash.chain_keys(PREFIX, BLOCK_SIZE)
 # The e2e harness's cadences: ticks every second, jobs retried after a second.
-FAST = {"PREWARM_TICK_SECONDS": "1", "PREWARM_SWEEP_SECONDS": "1", "PREWARM_SCORE_SECONDS": "2",
-        "PREWARM_MARK_STALE_SECONDS": "2", "PREWARM_JOB_REDELIVER_SECONDS": "3",
-        "PREWARM_JOB_BACKOFF_SECONDS": "1", "PREWARM_JOB_ATTEMPT_SECONDS": "60",
-        "PREWARM_EMBEDDED_WORKER": "true", "CELERY_TASK_ALWAYS_EAGER": "false"}
+FAST = {
+    "PREWARM_TICK_SECONDS": "1",
+    "PREWARM_SWEEP_SECONDS": "1",
+    "PREWARM_SCORE_SECONDS": "2",
+    "PREWARM_MARK_STALE_SECONDS": "2",
+    "PREWARM_JOB_REDELIVER_SECONDS": "3",
+    "PREWARM_JOB_BACKOFF_SECONDS": "1",
+    "PREWARM_JOB_ATTEMPT_SECONDS": "60",
+    "PREWARM_EMBEDDED_WORKER": "true",
+    "CELERY_TASK_ALWAYS_EAGER": "false",
+}
 
 
 @pytest.fixture
@@ -45,9 +52,13 @@ def worker_plane(tmp_path):
     cp.manage("ensure_user", "ops", "--password", "pw-123456789", "--role", "admin")
     cp.start()
     cp.token = user_token(cp)
-    cp.gateway = cp.manage("shell", "--no-imports", "-c",
-                           "from controlplane.accounts.models import ApiToken; "
-                           "print(ApiToken.issue('gateway', 'gw')[1])").splitlines()[-1]
+    cp.gateway = cp.manage(
+        "shell",
+        "--no-imports",
+        "-c",
+        "from controlplane.accounts.models import ApiToken; "
+        "print(ApiToken.issue('gateway', 'gw')[1])",
+    ).splitlines()[-1]
     yield cp
     cp.close()
 
@@ -57,10 +68,18 @@ def demand(end: float) -> list[dict]:
     ending just before the current minute's bucket."""
     arr = burst.arrivals()
     shift = (end // 60 * 60 - 1.0) - arr[-1][0]
-    return [{"time": t + shift, "tenant": TENANT, "model": MODEL_NAME, "block_size": BLOCK_SIZE,
-             "token_ids": PREFIX + [4 + (i + j) % 2000 for j in range(BLOCK_SIZE)],
-             "prompt_tokens": len(PREFIX) + BLOCK_SIZE, "cached_tokens": len(PREFIX)}
-            for i, (t, _) in enumerate(arr)]
+    return [
+        {
+            "time": t + shift,
+            "tenant": TENANT,
+            "model": MODEL_NAME,
+            "block_size": BLOCK_SIZE,
+            "token_ids": PREFIX + [4 + (i + j) % 2000 for j in range(BLOCK_SIZE)],
+            "prompt_tokens": len(PREFIX) + BLOCK_SIZE,
+            "cached_tokens": len(PREFIX),
+        }
+        for i, (t, _) in enumerate(arr)
+    ]
 
 
 def job_states(cp) -> list[dict]:
@@ -69,30 +88,60 @@ def job_states(cp) -> list[dict]:
     return resp.json()["results"]
 
 
-def test_approved_plan_warms_the_second_engine_and_its_events_confirm_it(vllm_engines, worker_plane, tmp_path):
+def test_approved_plan_warms_the_second_engine_and_its_events_confirm_it(
+    vllm_engines, worker_plane, tmp_path
+):
     cp = worker_plane
     a, b = vllm_engines["bind"], vllm_engines["connect"]
     fresh(a)
     fresh(b)
     busy = EngineMetricsServer(0.9)
-    extra = {"served_model_name": MODEL_NAME, "bytes_per_block": BYTES_PER_BLOCK,
-             "kv_capacity_blocks": KV_CAPACITY_BLOCKS}
-    agent_a = start_agent(cp, a, tmp_path / "agent-a", "node-a", jobs="websocket",
-                          **{**extra, "openai_url": a.url, "metrics_url": busy.url})
-    agent_b = start_agent(cp, b, tmp_path / "agent-b", "node-b", jobs="websocket",
-                          **{**extra, "openai_url": b.url})
-    gw = Gateway(cp.url, cp.gateway, [Target(a.name, a.url, node="node-a"),
-                                      Target(b.name, b.url, node="node-b")], tenant=TENANT)
+    extra = {
+        "served_model_name": MODEL_NAME,
+        "bytes_per_block": BYTES_PER_BLOCK,
+        "kv_capacity_blocks": KV_CAPACITY_BLOCKS,
+    }
+    agent_a = start_agent(
+        cp,
+        a,
+        tmp_path / "agent-a",
+        "node-a",
+        jobs="websocket",
+        **{**extra, "openai_url": a.url, "metrics_url": busy.url},
+    )
+    agent_b = start_agent(
+        cp, b, tmp_path / "agent-b", "node-b", jobs="websocket", **{**extra, "openai_url": b.url}
+    )
+    gw = Gateway(
+        cp.url,
+        cp.gateway,
+        [Target(a.name, a.url, node="node-a"), Target(b.name, b.url, node="node-b")],
+        tenant=TENANT,
+    )
     try:
-        wait_for(lambda: {a.name, b.name} <= set(engine_blocks(cp)), 60, what="both engines reported")
+        wait_for(
+            lambda: {a.name, b.name} <= set(engine_blocks(cp)), 60, what="both engines reported"
+        )
         # A serves the tenant's prefix: the engine holds it, its events put it in residency.
         gw.send(PREFIX + [5] * BLOCK_SIZE, target=gw.targets[a.name])
-        wait_for(lambda: lookup_depth(cp, PREFIX, a.name)[1] == len(CHAIN), 30, what="A holding the prefix")
+        wait_for(
+            lambda: lookup_depth(cp, PREFIX, a.name)[1] == len(CHAIN),
+            30,
+            what="A holding the prefix",
+        )
         assert lookup_depth(cp, PREFIX, b.name)[1] == 0
         assert gw.flush() == 1
-        policy = {"name": "real-warmup", "active": True, "mode": "manual", "min_confidence": 0.0,
-                  "horizon_seconds": 300, "replica_ttl_seconds": 3600, "default_transport": "warmup",
-                  "forecast_every_seconds": 10, "plan_every_seconds": 10}
+        policy = {
+            "name": "real-warmup",
+            "active": True,
+            "mode": "manual",
+            "min_confidence": 0.0,
+            "horizon_seconds": 300,
+            "replica_ttl_seconds": 3600,
+            "default_transport": "warmup",
+            "forecast_every_seconds": 10,
+            "plan_every_seconds": 10,
+        }
         resp = api(cp, "POST", "/api/policies/", json=policy)
         assert resp.status_code == 201, resp.text
 
@@ -100,8 +149,12 @@ def test_approved_plan_warms_the_second_engine_and_its_events_confirm_it(vllm_en
         # the next, empty bucket would see no demand): the e2e tests' rule.
         if time.time() % 60 > 45:
             time.sleep(61 - time.time() % 60)
-        resp = httpx.post(f"{cp.url}/api/request-records/", json={"records": demand(time.time())},
-                          headers={"Authorization": f"Bearer {cp.gateway}"}, timeout=60)
+        resp = httpx.post(
+            f"{cp.url}/api/request-records/",
+            json={"records": demand(time.time())},
+            headers={"Authorization": f"Bearer {cp.gateway}"},
+            timeout=60,
+        )
         assert resp.status_code == 200, resp.text
 
         def proposed() -> dict | None:
@@ -118,7 +171,10 @@ def test_approved_plan_warms_the_second_engine_and_its_events_confirm_it(vllm_en
                     raise AssertionError(f"job {j['id']} {j['state']}: {j.get('error')}")
             # The gateway keeps sending the tenant's traffic to A: the records carry token ids,
             # which the control plane keeps for the key the plan uses (the warm-up needs them).
-            gw.send(PREFIX + [random.randrange(4, 2048) for _ in range(BLOCK_SIZE)], target=gw.targets[a.name])
+            gw.send(
+                PREFIX + [random.randrange(4, 2048) for _ in range(BLOCK_SIZE)],
+                target=gw.targets[a.name],
+            )
             gw.flush()
             return next((j for j in job_states(cp) if j["state"] == "confirmed"), None)
 
@@ -139,7 +195,9 @@ def test_approved_plan_warms_the_second_engine_and_its_events_confirm_it(vllm_en
             # served_hits grows as the record is ingested; hits when the replica is next scored.
             return rep if rep and rep["hits"] >= 1 and rep["hits_basis"] == "measured" else None
 
-        replica = wait_for(scored, 60, interval=0.5, what="the replica's hit scored from the record")
+        replica = wait_for(
+            scored, 60, interval=0.5, what="the replica's hit scored from the record"
+        )
         assert replica["status"] == "confirmed" and replica["confirmed_by"] == "kv-events"
         assert replica["hits"] == replica["served_hits"] >= 1
         board = api(cp, "GET", "/api/scoreboard/").json()

@@ -78,7 +78,9 @@ def test_a_burst_and_its_lockout_are_audited(db):
     alice = User.objects.get(username="alice")
     assert failed.object_id == locked.object_id == str(alice.pk)
     assert locked.after["failures"] == 5 and locked.after["ip_address"] == "10.0.0.9"
-    assert locked.actor_label == "anonymous@10.0.0.9" and "locked out for 15 minutes" in locked.reason
+    assert (
+        locked.actor_label == "anonymous@10.0.0.9" and "locked out for 15 minutes" in locked.reason
+    )
     assert "bad-" not in str(locked.after) + locked.reason  # no password in the trail
 
 
@@ -90,8 +92,11 @@ def test_admin_unlock_action_clears_the_lockout_and_is_audited(db):
     admin = Client()
     admin.force_login(User.objects.create_superuser("boss", password=RIGHT))
     ids = list(AccessAttempt.objects.values_list("pk", flat=True))
-    resp = admin.post("/admin/axes/accessattempt/",
-                      {"action": "unlock_sign_in", "_selected_action": ids}, REMOTE_ADDR="10.0.0.1")
+    resp = admin.post(
+        "/admin/axes/accessattempt/",
+        {"action": "unlock_sign_in", "_selected_action": ids},
+        REMOTE_ADDR="10.0.0.1",
+    )
     assert resp.status_code == 302
     assert signed_in(sign_in(Client(), "alice", RIGHT))
     event = AuditEvent.objects.get(action="login.unlocked")
@@ -111,14 +116,26 @@ def test_client_address_behind_trusted_proxies(db, settings):
     settings.PREWARM_TRUSTED_PROXY_COUNT = 1
     make_user("viewer", "alice")
     for i in range(5):  # the client forges a left-most address; the proxy's entry is what counts
-        Client().post("/login/", {"username": f"x{i}", "password": "x"}, REMOTE_ADDR="10.1.1.1",
-                      HTTP_X_FORWARDED_FOR=f"1.2.3.{i}, 203.0.113.5")
+        Client().post(
+            "/login/",
+            {"username": f"x{i}", "password": "x"},
+            REMOTE_ADDR="10.1.1.1",
+            HTTP_X_FORWARDED_FOR=f"1.2.3.{i}, 203.0.113.5",
+        )
     assert set(AccessAttempt.objects.values_list("ip_address", flat=True)) == {"203.0.113.5"}
-    locked = Client().post("/login/", {"username": "alice", "password": RIGHT}, REMOTE_ADDR="10.1.1.1",
-                           HTTP_X_FORWARDED_FOR="203.0.113.5")
+    locked = Client().post(
+        "/login/",
+        {"username": "alice", "password": RIGHT},
+        REMOTE_ADDR="10.1.1.1",
+        HTTP_X_FORWARDED_FOR="203.0.113.5",
+    )
     assert locked.status_code == 429
-    other = Client().post("/login/", {"username": "alice", "password": RIGHT}, REMOTE_ADDR="10.1.1.1",
-                          HTTP_X_FORWARDED_FOR="203.0.113.6")
+    other = Client().post(
+        "/login/",
+        {"username": "alice", "password": RIGHT},
+        REMOTE_ADDR="10.1.1.1",
+        HTTP_X_FORWARDED_FOR="203.0.113.6",
+    )
     assert signed_in(other)
 
 
@@ -131,17 +148,28 @@ def test_lockout_page_under_daphne(tmp_path):
 
     from tests.live import LiveControlPlane
 
-    cp = LiveControlPlane(tmp_path, env={"DATABASE_URL": "", "REDIS_URL": "", "PREWARM_LOGIN_FAILURE_LIMIT": "3",
-                                         "PREWARM_LOGIN_COOLOFF_SECONDS": "120"})
+    cp = LiveControlPlane(
+        tmp_path,
+        env={
+            "DATABASE_URL": "",
+            "REDIS_URL": "",
+            "PREWARM_LOGIN_FAILURE_LIMIT": "3",
+            "PREWARM_LOGIN_COOLOFF_SECONDS": "120",
+        },
+    )
     try:
         cp.manage("migrate", "-v0")
         cp.manage("ensure_user", "vera", "--password", RIGHT, "--role", "viewer")
         cp.start()
         with httpx.Client(base_url=cp.url, timeout=10) as c:
+
             def attempt(password):
                 page = c.get("/login/")
                 csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-                return c.post("/login/", data={"username": "vera", "password": password, "csrfmiddlewaretoken": csrf})
+                return c.post(
+                    "/login/",
+                    data={"username": "vera", "password": password, "csrfmiddlewaretoken": csrf},
+                )
 
             assert [attempt(f"bad-{i}").status_code for i in range(4)] == [200, 200, 429, 429]
             locked = attempt(RIGHT)

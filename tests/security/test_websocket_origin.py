@@ -16,7 +16,9 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 @database_sync_to_async
 def session_cookie() -> bytes:
-    Group.objects.get_or_create(name="viewer")  # transactional tests flush the data migration's groups
+    Group.objects.get_or_create(
+        name="viewer"
+    )  # transactional tests flush the data migration's groups
     user = make_user("viewer", "ws-viewer")
     store = SessionStore()
     store[SESSION_KEY] = str(user.pk)
@@ -49,7 +51,9 @@ async def test_a_signed_in_session_from_a_foreign_or_missing_origin_is_refused(o
 
 
 async def test_agent_socket_needs_a_token_not_an_origin():
-    comm = WebsocketCommunicator(application, "/ws/agent/", headers=[(b"origin", b"http://evil.example")])
+    comm = WebsocketCommunicator(
+        application, "/ws/agent/", headers=[(b"origin", b"http://evil.example")]
+    )
     try:
         connected, code = await comm.connect()
         assert not connected and code == 4401

@@ -17,8 +17,9 @@ def _sim(engines=3):
     cost = CostModel.preset("llama3-8b", "h100", 1)
     cfg = ClusterConfig(cost, engines, 1000, network_bytes_per_s=1e9, link_latency_s=0.0)
     one = np.zeros(1)
-    wl = Workload("t", one, one.astype(np.int32), one.astype(np.int32), one.astype(np.int32),
-                  [(1,)], ["k"])
+    wl = Workload(
+        "t", one, one.astype(np.int32), one.astype(np.int32), one.astype(np.int32), [(1,)], ["k"]
+    )
     return Simulation(cfg, wl, make_policy("reactive"))
 
 
@@ -40,12 +41,30 @@ def test_on_demand_copy_passes_a_speculative_one():
 
 def test_speculation_map_advice(tmp_path):
     cells = [
-        {"copy_to_onset": 0.01, "load": 0.3, "predictive_gain_p99": 0.0,
-         "predictive_gain_mean": 0.0, "oracle_gain_p99": 0.01, "oracle_gain_mean": 0.0},
-        {"copy_to_onset": 1.0, "load": 0.8, "predictive_gain_p99": 0.3,
-         "predictive_gain_mean": 0.1, "oracle_gain_p99": 0.35, "oracle_gain_mean": 0.1},
-        {"copy_to_onset": 1.0, "load": 0.3, "predictive_gain_p99": -0.2,
-         "predictive_gain_mean": 0.0, "oracle_gain_p99": 0.0, "oracle_gain_mean": 0.0},
+        {
+            "copy_to_onset": 0.01,
+            "load": 0.3,
+            "predictive_gain_p99": 0.0,
+            "predictive_gain_mean": 0.0,
+            "oracle_gain_p99": 0.01,
+            "oracle_gain_mean": 0.0,
+        },
+        {
+            "copy_to_onset": 1.0,
+            "load": 0.8,
+            "predictive_gain_p99": 0.3,
+            "predictive_gain_mean": 0.1,
+            "oracle_gain_p99": 0.35,
+            "oracle_gain_mean": 0.1,
+        },
+        {
+            "copy_to_onset": 1.0,
+            "load": 0.3,
+            "predictive_gain_p99": -0.2,
+            "predictive_gain_mean": 0.0,
+            "oracle_gain_p99": 0.0,
+            "oracle_gain_mean": 0.0,
+        },
     ]
     p = tmp_path / "m.json"
     p.write_text(json.dumps({"noise": {"p99": 0.05, "mean": 0.02}, "cells": cells}))
@@ -69,11 +88,16 @@ def test_bundled_map_gives_each_measured_cell_its_own_verdict():
     assert len(doc["cells"]) >= 2
     for cell in doc["cells"]:
         a = advice(cell["copy_to_onset"], cell["load"], doc)
-        assert (a["cell"]["copy_to_onset"], a["cell"]["load"]) == (cell["copy_to_onset"], cell["load"])
+        assert (a["cell"]["copy_to_onset"], a["cell"]["load"]) == (
+            cell["copy_to_onset"],
+            cell["load"],
+        )
         assert a["expected_gain_p99"] == cell["predictive_gain_p99"]
         better = cell["predictive_gain_p99_beyond_noise"] and cell["predictive_gain_p99"] > 0
-        worse = any(cell[f"predictive_gain_{s}_beyond_noise"] and cell[f"predictive_gain_{s}"] < 0
-                    for s in ("p99", "mean"))
+        worse = any(
+            cell[f"predictive_gain_{s}_beyond_noise"] and cell[f"predictive_gain_{s}"] < 0
+            for s in ("p99", "mean")
+        )
         want = "avoid" if worse else "speculate" if better else "reactive-enough"
         assert a["verdict"] == want, (cell["copy_to_onset"], cell["load"], a)
 
@@ -116,9 +140,16 @@ def test_gain_stats_and_per_cell_noise():
     assert gain_stats([1.0], [0.5])["noise"] is None
     with pytest.raises(ValueError):
         gain_stats([1.0], [])
-    cell = {"copy_to_onset": 0.1, "load": 0.8, "predictive_gain_p99": -0.05,
-            "predictive_gain_mean": 0.0, "oracle_gain_p99": 0.0, "oracle_gain_mean": 0.0,
-            "predictive_gain_p99_noise": 0.10, "predictive_gain_mean_noise": 0.02}
+    cell = {
+        "copy_to_onset": 0.1,
+        "load": 0.8,
+        "predictive_gain_p99": -0.05,
+        "predictive_gain_mean": 0.0,
+        "oracle_gain_p99": 0.0,
+        "oracle_gain_mean": 0.0,
+        "predictive_gain_p99_noise": 0.10,
+        "predictive_gain_mean_noise": 0.02,
+    }
     doc = {"noise": {"p99": 0.01, "mean": 0.01}, "cells": [cell]}
     a = advice(0.1, 0.8, doc)
     assert a["verdict"] == "reactive-enough" and a["noise_p99"] == 0.10  # the cell's own noise

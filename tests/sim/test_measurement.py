@@ -17,8 +17,9 @@ from controlplane.sim.seeds import summarize_cell
 from controlplane.sim.workloads.base import Workload
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
-SG = dict(trace=str(FIX / "servegen"), fmt="servegen", start=86400 * 2 + 7200, duration=1800,
-          tenants=2)
+SG = dict(
+    trace=str(FIX / "servegen"), fmt="servegen", start=86400 * 2 + 7200, duration=1800, tenants=2
+)
 
 
 def test_warmup_leaves_the_cold_start_out():
@@ -47,8 +48,9 @@ def test_load_is_calibrated_at_the_busiest_five_minutes():
 def test_load_estimate_is_right_from_the_start():
     cost = CostModel.preset("llama3-8b", "h100", 1)
     one = np.zeros(1)
-    wl = Workload("t", one, one.astype(np.int32), one.astype(np.int32), one.astype(np.int32),
-                  [(1,)], ["k"])
+    wl = Workload(
+        "t", one, one.astype(np.int32), one.astype(np.int32), one.astype(np.int32), [(1,)], ["k"]
+    )
     sim = Simulation(ClusterConfig(cost, 2, 100), wl, make_policy("cache-aware"))
     # Both engines busy half of the first 10 s: the estimate reads ~0.5, not 10/60 of it.
     for k in range(10):
@@ -58,26 +60,59 @@ def test_load_estimate_is_right_from_the_start():
 
 
 def test_one_engine_works(capsys):
-    assert main(["run", "--trace", str(FIX / "mooncake_head300.jsonl"), "--format", "mooncake",
-                 "--engines", "1", "--model", "llama3-8b", "--warmup", "0",
-                 "--policies", "cache-aware,reactive,predictive,oracle"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--trace",
+                str(FIX / "mooncake_head300.jsonl"),
+                "--format",
+                "mooncake",
+                "--engines",
+                "1",
+                "--model",
+                "llama3-8b",
+                "--warmup",
+                "0",
+                "--policies",
+                "cache-aware,reactive,predictive,oracle",
+            ]
+        )
+        == 0
+    )
     assert "reactive" in capsys.readouterr().out
     with pytest.raises(ValueError, match="scaleout"):
         build(engines=1, scenario="scaleout", **SG)
 
 
 def _run(seed, reactive, other, sat=False, peak=0.5):
-    pol = {"ttft_mean_s": reactive, "ttft_p99_s": reactive, "saturated": sat,
-           "spec_vram_fraction_mean": 0.0, "replica_precision": None,
-           "speculative_replicas": 0, "bytes_moved": 0}
-    return {"seed": seed, "offered_load": {"peak_5min": peak, "mean": peak / 2},
-            "policies": {"reactive": pol,
-                         "predictive": {**pol, "ttft_mean_s": other, "ttft_p99_s": other}}}
+    pol = {
+        "ttft_mean_s": reactive,
+        "ttft_p99_s": reactive,
+        "saturated": sat,
+        "spec_vram_fraction_mean": 0.0,
+        "replica_precision": None,
+        "speculative_replicas": 0,
+        "bytes_moved": 0,
+    }
+    return {
+        "seed": seed,
+        "offered_load": {"peak_5min": peak, "mean": peak / 2},
+        "policies": {
+            "reactive": pol,
+            "predictive": {**pol, "ttft_mean_s": other, "ttft_p99_s": other},
+        },
+    }
 
 
 def test_saturated_seeds_are_flagged_not_averaged():
-    runs = [_run(0, 1.0, 0.9), _run(1, 1.0, 0.9), _run(2, 1.0, 0.91),
-            _run(3, 50.0, 100.0, sat=True), _run(4, 1.0, 0.9, peak=1.2)]
+    runs = [
+        _run(0, 1.0, 0.9),
+        _run(1, 1.0, 0.9),
+        _run(2, 1.0, 0.91),
+        _run(3, 50.0, 100.0, sat=True),
+        _run(4, 1.0, 0.9, peak=1.2),
+    ]
     cell = summarize_cell(runs)
     assert cell["saturated_seeds"] == [3, 4] and cell["gains_over"] == "unsaturated seeds"
     assert cell["predictive_gain_p99"] == pytest.approx(0.0967, abs=1e-3)

@@ -17,11 +17,19 @@ Q = (11, 12, 13, 14, 15, 16)  # another tenant's prefix, the only copy, on the w
 
 def _sim(policy, spec_fraction=0.25):
     cost = CostModel.preset("llama3-8b", "h100", 1)
-    cfg = ClusterConfig(cost, 3, 8, network_bytes_per_s=1e9, link_latency_s=0.0,
-                        spec_fraction=spec_fraction)
+    cfg = ClusterConfig(
+        cost, 3, 8, network_bytes_per_s=1e9, link_latency_s=0.0, spec_fraction=spec_fraction
+    )
     one = np.zeros(1)
-    wl = Workload("t", one, one.astype(np.int32), one.astype(np.int32), one.astype(np.int32),
-                  [P, Q], ["p", "q"])
+    wl = Workload(
+        "t",
+        one,
+        one.astype(np.int32),
+        one.astype(np.int32),
+        one.astype(np.int32),
+        [P, Q],
+        ["p", "q"],
+    )
     sim = Simulation(cfg, wl, make_policy(policy))
     a, b, c = sim.engines
     a.cache.use(P, 0.0)
@@ -69,8 +77,16 @@ def test_predictive_replans_a_bursts_onset_before_the_next_tick():
     t = np.concatenate([np.arange(0.5, 60.0, 1.0), 60.2 + np.arange(0.0, 20.0, 1 / 60)])
     n = len(t)
     prefix = tuple(range(100, 356))  # 256 blocks, 128k tokens: ~20 s to recompute
-    wl = Workload("t", t, np.zeros(n, dtype=np.int32), np.full(n, 600, dtype=np.int32),
-                  np.full(n, 100, dtype=np.int32), [prefix], ["p"], duration_s=80.0)
+    wl = Workload(
+        "t",
+        t,
+        np.zeros(n, dtype=np.int32),
+        np.full(n, 600, dtype=np.int32),
+        np.full(n, 100, dtype=np.int32),
+        [prefix],
+        ["p"],
+        duration_s=80.0,
+    )
     pol = make_policy("predictive", reactive_rule=ReactiveRule(threshold_s=math.inf))
     r = Simulation(cfg, wl, pol).run()
     assert pol.onset_replans >= 1

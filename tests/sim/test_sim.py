@@ -38,7 +38,9 @@ def test_azure_loader_assigns_documented_prefixes():
 def test_servegen_loader_renders_windows():
     w = load_servegen(FIX / "servegen", start=86400 * 2 + 7200, duration_s=3600, tenants=2, seed=0)
     assert len(w) > 0 and set(w.prefix_wkey) == {"chunk-1", "chunk-7"}
-    assert all(len(h) == 2 * 144 + 12 for h in w.history.values())  # two days and two hours before the start
+    assert all(
+        len(h) == 2 * 144 + 12 for h in w.history.values()
+    )  # two days and two hours before the start
 
 
 def test_bad_traces_are_refused(tmp_path):
@@ -80,25 +82,52 @@ def test_every_policy_is_deterministic(name):
 
 def test_cache_aware_beats_random_and_everywhere_bounds_it():
     cfg, w = _small()
-    res = {n: Simulation(cfg, w, make_policy(n)).run().ttft.mean() for n in
-           ("random", "cache-aware", "everywhere")}
+    res = {
+        n: Simulation(cfg, w, make_policy(n)).run().ttft.mean()
+        for n in ("random", "cache-aware", "everywhere")
+    }
     assert res["everywhere"] <= res["cache-aware"] < res["random"]
 
 
 def test_cli_run_json_shape(tmp_path):
     out = tmp_path / "r.json"
     html = tmp_path / "r.html"
-    rc = main(["run", "--trace", str(FIX / "mooncake_head300.jsonl"), "--format", "mooncake",
-               "--engines", "4", "--model", "llama3-8b", "--warmup", "0", "--json", str(out),
-               "--html", str(html)])
+    rc = main(
+        [
+            "run",
+            "--trace",
+            str(FIX / "mooncake_head300.jsonl"),
+            "--format",
+            "mooncake",
+            "--engines",
+            "4",
+            "--model",
+            "llama3-8b",
+            "--warmup",
+            "0",
+            "--json",
+            str(out),
+            "--html",
+            str(html),
+        ]
+    )
     assert rc == 0
     doc = json.loads(out.read_text())
     assert set(doc) >= {"workload", "cluster", "assumptions", "policies"}
     assert list(doc["policies"]) == list(POLICIES)
     for m in doc["policies"].values():
-        assert set(m) >= {"requests", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
-                          "hit_rate_tokens", "bytes_moved", "spec_vram_byte_seconds",
-                          "replica_precision", "wall_s"}
+        assert set(m) >= {
+            "requests",
+            "ttft_mean_s",
+            "ttft_p50_s",
+            "ttft_p90_s",
+            "ttft_p99_s",
+            "hit_rate_tokens",
+            "bytes_moved",
+            "spec_vram_byte_seconds",
+            "replica_precision",
+            "wall_s",
+        }
         assert m["requests"] == 300
     text = html.read_text()
     assert "TTFT CDF" in text and "<script src=" not in text  # plotly inlined, offline
@@ -110,10 +139,19 @@ def test_cli_refuses_bad_config(capsys):
 
 
 def test_scaleout_and_tiered_setups_build():
-    s = build(trace=str(FIX / "servegen"), fmt="servegen", scenario="scaleout", engines=4,
-              start=86400 * 2 + 7200, duration=1800, tenants=2)
+    s = build(
+        trace=str(FIX / "servegen"),
+        fmt="servegen",
+        scenario="scaleout",
+        engines=4,
+        start=86400 * 2 + 7200,
+        duration=1800,
+        tenants=2,
+    )
     assert len(s.config.changes) == 2 and all(c.serve_s > c.announce_s for c in s.config.changes)
-    t = build(trace=str(FIX / "mooncake_head300.jsonl"), fmt="mooncake", scenario="tiered", engines=4)
+    t = build(
+        trace=str(FIX / "mooncake_head300.jsonl"), fmt="mooncake", scenario="tiered", engines=4
+    )
     assert [x.name for x in t.config.tiers] == [TIER_CPU, TIER_DISK]
 
 
@@ -123,9 +161,19 @@ def test_servegen_load_holds_for_every_seed():
     from controlplane.sim.workloads.base import BLOCK_TOKENS
 
     for seed in (0, 1, 2):
-        s = build(trace=str(FIX / "servegen"), fmt="servegen", engines=4, start=86400 * 2 + 7200,
-                  duration=1800, tenants=2, load=0.5, prefix_tokens=(8192, 131072), seed=seed)
+        s = build(
+            trace=str(FIX / "servegen"),
+            fmt="servegen",
+            engines=4,
+            start=86400 * 2 + 7200,
+            duration=1800,
+            tenants=2,
+            load=0.5,
+            prefix_tokens=(8192, 131072),
+            seed=seed,
+        )
         wl, cost = s.workload, s.config.cost
-        work = sum(cost.prefill_seconds(700, len(wl.prefixes[p]) * BLOCK_TOKENS)
-                   for p in wl.pid.tolist())
+        work = sum(
+            cost.prefill_seconds(700, len(wl.prefixes[p]) * BLOCK_TOKENS) for p in wl.pid.tolist()
+        )
         assert work / (1800 * 4) == pytest.approx(0.5, rel=0.3)

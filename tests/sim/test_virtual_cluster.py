@@ -39,14 +39,31 @@ def wait_for(pred, timeout=30.0, what="condition"):  # a ceiling: events land in
 @pytest.fixture(scope="module")
 def setup():
     # Loading ServeGen's windows takes seconds: build once; each cluster gets fresh engines.
-    return build(workload="servegen", scenario="steady", engines=2, model="llama3-8b",
-                 duration=120.0, load=0.3, tenants=3, prefix_tokens=(1024, 4096), seed=1)
+    return build(
+        workload="servegen",
+        scenario="steady",
+        engines=2,
+        model="llama3-8b",
+        duration=120.0,
+        load=0.3,
+        tenants=3,
+        prefix_tokens=(1024, 4096),
+        seed=1,
+    )
 
 
 @pytest.fixture
 def cluster(tmp_path, setup):
-    vc = VirtualCluster(setup, Options(control_plane_url="http://127.0.0.1:9", gateway_token="unused",
-                                       workdir=tmp_path, payload_bytes=2048, time_scale=50.0))
+    vc = VirtualCluster(
+        setup,
+        Options(
+            control_plane_url="http://127.0.0.1:9",
+            gateway_token="unused",
+            workdir=tmp_path,
+            payload_bytes=2048,
+            time_scale=50.0,
+        ),
+    )
     vc.started_at = time.time()
     subs = []
     for ve in vc.engines:
@@ -72,7 +89,9 @@ def test_agents_see_exactly_the_simulated_caches(cluster):
     vc, subs = cluster
     records = [vc.serve(i, float(vc.workload.t[i])) for i in range(40)]
     for ve, sub in zip(vc.engines, subs, strict=True):
-        wait_for(lambda ve=ve, sub=sub: canonical(sub) == set(ve.sim.cache.blocks), what=ve.engine_id)
+        wait_for(
+            lambda ve=ve, sub=sub: canonical(sub) == set(ve.sim.cache.blocks), what=ve.engine_id
+        )
         assert sub.tracker.stats.gaps == 0 and sub.tracker.residency.stats.engine_scoped == 0
         on_disk = {int(p.stem, 16) for p in ve.store.glob("*.blk")}
         assert on_disk == set(ve.sim.cache.blocks)
@@ -82,14 +101,20 @@ def test_agents_see_exactly_the_simulated_caches(cluster):
     prefix = vc.workload.prefixes[int(vc.workload.pid[0])]
     # The first record of a tenant carries the prompt's token ids (what warm-ups need); the
     # others carry keys. Both give the same chain.
-    chain = chain_keys(r["token_ids"], BLOCK_TOKENS) if "token_ids" in r else [int(k, 16) for k in r["keys"]]
+    chain = (
+        chain_keys(r["token_ids"], BLOCK_TOKENS)
+        if "token_ids" in r
+        else [int(k, 16) for k in r["keys"]]
+    )
     assert chain[: len(prefix)] == list(prefix)
     assert sum("token_ids" in x for x in records) <= 3 and any("keys" in x for x in records)
     assert r["prompt_tokens"] == len(prefix) * BLOCK_TOKENS + int(vc.workload.suffix_tokens[0])
     # A gateway's view of who served it: the engine, the cached tokens it reported, the TTFT.
     names = {f"{vc.node_name(ve.sim.eid)}/{ve.engine_id}" for ve in vc.engines}
-    assert all(x["engine"] in names and x["ttft_s"] > 0 and 0 <= x["cached_tokens"] <= x["prompt_tokens"]
-               for x in records)
+    assert all(
+        x["engine"] in names and x["ttft_s"] > 0 and 0 <= x["cached_tokens"] <= x["prompt_tokens"]
+        for x in records
+    )
     times = [rec["time"] for rec in records]
     assert times == sorted(times) and times[-1] - times[0] < 120.0 / 50.0 + 1e-6
 
@@ -99,23 +124,37 @@ def test_a_copy_moved_by_agents_joins_the_target_and_is_published(cluster):
     vc, subs = cluster
     i = 0
     while not vc.engines[0].sim.cache.blocks or vc.engines[1].sim.cache.match(
-            vc.workload.prefixes[int(vc.workload.pid[i])]) == len(vc.workload.prefixes[int(vc.workload.pid[i])]):
+        vc.workload.prefixes[int(vc.workload.pid[i])]
+    ) == len(vc.workload.prefixes[int(vc.workload.pid[i])]):
         vc.serve(i, float(vc.workload.t[i]))
         i += 1
     src, dst = vc.engines
-    chain = next(p for p in vc.workload.prefixes if p and src.sim.cache.match(p) == len(p)
-                 and dst.sim.cache.match(p) < len(p))
+    chain = next(
+        p
+        for p in vc.workload.prefixes
+        if p and src.sim.cache.match(p) == len(p) and dst.sim.cache.match(p) < len(p)
+    )
     # Real agent transfer: the source agent's file store is the source engine's block files.
     server = TcpTransferServer("127.0.0.1:0", FileBlockStore(dst.store)).start()
     transport = TcpTransport(server)
     deadline = time.time() + 10
 
     def mk(role):
-        return Job("job-1", "replicate", role, "tcp", list(chain), target={"transfer": server.address},
-                   secret="job-1-secret", deadline=deadline)
+        return Job(
+            "job-1",
+            "replicate",
+            role,
+            "tcp",
+            list(chain),
+            target={"transfer": server.address},
+            secret="job-1-secret",
+            deadline=deadline,
+        )
 
     got = {}
-    t = threading.Thread(target=lambda: got.setdefault("r", transport.receive(mk("target"), None, lambda n: None)))
+    t = threading.Thread(
+        target=lambda: got.setdefault("r", transport.receive(mk("target"), None, lambda n: None))
+    )
     t.start()
     sent = transport.send(mk("source"), FileBlockStore(src.store), lambda n: None)
     t.join(10)
@@ -123,7 +162,9 @@ def test_a_copy_moved_by_agents_joins_the_target_and_is_published(cluster):
     assert sent.ok and got["r"].ok and sent.bytes == len(chain) * 2048
     vc.apply_store_changes(float(vc.workload.t[i]))
     assert dst.sim.cache.match(chain) == len(chain)
-    wait_for(lambda: set(chain) <= canonical(subs[1]), what="the copied chain in the agent's residency")
+    wait_for(
+        lambda: set(chain) <= canonical(subs[1]), what="the copied chain in the agent's residency"
+    )
     assert vc.stats.copies_in_blocks >= 1 and vc.stats.copies_in_bytes >= 2048
     # A stray file that is not the block's bytes is refused.
     block_file(dst.store, 0x1234).write_bytes(b"not a block")
@@ -154,8 +195,15 @@ def test_publisher_speaks_the_replay_protocol(tmp_path):
 
 
 def test_token_book_refuses_prefixes_without_synthetic_tokens():
-    wl = Workload("other", np.zeros(1), np.zeros(1, dtype=np.int32), np.zeros(1, dtype=np.int32),
-                  np.zeros(1, dtype=np.int32), [(123, 456)], ["t0"])
+    wl = Workload(
+        "other",
+        np.zeros(1),
+        np.zeros(1, dtype=np.int32),
+        np.zeros(1, dtype=np.int32),
+        np.zeros(1, dtype=np.int32),
+        [(123, 456)],
+        ["t0"],
+    )
     with pytest.raises(ValueError, match="synthetic token ids"):
         TokenBook(wl)
 
@@ -187,12 +235,19 @@ def test_a_warmup_request_prefills_in_sim_time_then_publishes_the_blocks(cluster
     t.join(10)
     r = got["r"]
     assert r.status_code == 200 and r.json()["usage"] == {
-        "prompt_tokens": len(tokens), "completion_tokens": 1, "total_tokens": len(tokens) + 1,
-        "prompt_tokens_details": {"cached_tokens": 0}}
+        "prompt_tokens": len(tokens),
+        "completion_tokens": 1,
+        "total_tokens": len(tokens) + 1,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     assert dst.sim.cache.match(prefix) == len(prefix)
-    wait_for(lambda: set(prefix) <= canonical(subs[1]), what="the warmed prefix in the agent's residency")
+    wait_for(
+        lambda: set(prefix) <= canonical(subs[1]), what="the warmed prefix in the agent's residency"
+    )
     # Asked again: all of it is cached now (vLLM reports full blocks only).
-    t = threading.Thread(target=lambda: got.__setitem__("r", httpx.post(url, json=body, timeout=30)))
+    t = threading.Thread(
+        target=lambda: got.__setitem__("r", httpx.post(url, json=body, timeout=30))
+    )
     t.start()
     wait_for(lambda: not vc._warmups.empty(), what="the second request queued")
     vc.serve_warmups(w.ready_at)

@@ -37,7 +37,14 @@ def records(end: float, bucket_s: int = 60) -> list[dict]:
     out = []
     for i, (t, tokens) in enumerate(arr):
         own = blockhash.block_key(PREFIX[-1], [i % 32000] * BLOCK)
-        out.append({"time": t + shift, "tenant": TENANT, "model": MODEL, "block_size": BLOCK,
-                    "keys": [blockhash.to_hex(k) for k in (*PREFIX, own)],
-                    "prompt_tokens": max(tokens, len(PREFIX_TOKENS) + BLOCK)})
+        out.append(
+            {
+                "time": t + shift,
+                "tenant": TENANT,
+                "model": MODEL,
+                "block_size": BLOCK,
+                "keys": [blockhash.to_hex(k) for k in (*PREFIX, own)],
+                "prompt_tokens": max(tokens, len(PREFIX_TOKENS) + BLOCK),
+            }
+        )
     return out

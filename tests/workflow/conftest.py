@@ -36,23 +36,50 @@ def bearer(raw: str) -> APIClient:
 
 
 def engine_report(seq: int, name: str, keys=(), transfer="127.0.0.1:7701", kv_blocks=100_000):
-    stored = [[blockhash.to_hex(k), blockhash.to_hex(keys[i - 1]) if i else None, "GPU", 0]
-              for i, k in enumerate(keys)]
-    return {"seq": seq, "boot_id": f"boot-{name}", "sent_at": 1764540000.0 + seq, "gpus": [],
-            "engines": [{"engine_id": "vllm-0", "kind": "vllm", "model": burst.MODEL, "block_size": 16,
-                         "bytes_per_block": BYTES_PER_BLOCK, "kv_capacity_blocks": kv_blocks, "gpu_uuids": [],
-                         "endpoints": {"transfer": transfer},
-                         # The holder is busy, the others have room: where a replica pays.
-                         "metrics": {"kv_usage": 0.85 if keys else 0.3}}],
-            "residency": [{"engine_id": "vllm-0", "mode": "snapshot", "stored": stored, "removed": [],
-                           "cleared": False}]}
+    stored = [
+        [blockhash.to_hex(k), blockhash.to_hex(keys[i - 1]) if i else None, "GPU", 0]
+        for i, k in enumerate(keys)
+    ]
+    return {
+        "seq": seq,
+        "boot_id": f"boot-{name}",
+        "sent_at": 1764540000.0 + seq,
+        "gpus": [],
+        "engines": [
+            {
+                "engine_id": "vllm-0",
+                "kind": "vllm",
+                "model": burst.MODEL,
+                "block_size": 16,
+                "bytes_per_block": BYTES_PER_BLOCK,
+                "kv_capacity_blocks": kv_blocks,
+                "gpu_uuids": [],
+                "endpoints": {"transfer": transfer},
+                # The holder is busy, the others have room: where a replica pays.
+                "metrics": {"kv_usage": 0.85 if keys else 0.3},
+            }
+        ],
+        "residency": [
+            {
+                "engine_id": "vllm-0",
+                "mode": "snapshot",
+                "stored": stored,
+                "removed": [],
+                "cleared": False,
+            }
+        ],
+    }
 
 
 class Fleet:
     """Three enrolled nodes with one engine each; node-a holds the burst's prefix."""
 
     def __init__(self):
-        for role in ("viewer", "operator", "admin"):  # a transactional test flushes the migrations' rows
+        for role in (
+            "viewer",
+            "operator",
+            "admin",
+        ):  # a transactional test flushes the migrations' rows
             Group.objects.get_or_create(name=role)
         self.agents, self.nodes, self.tokens = {}, {}, {}
         for i, name in enumerate(("node-a", "node-b", "node-c")):
@@ -67,18 +94,24 @@ class Fleet:
     def enrol(self, name: str, keys=(), transfer="127.0.0.1:7799") -> int:
         """Enrol a node with one engine holding ``keys``, as its agent would; returns its id."""
         _, raw = EnrolmentToken.issue()
-        resp = APIClient().post("/api/agents/enrol/", {"enrolment_token": raw, "hostname": name}, format="json")
+        resp = APIClient().post(
+            "/api/agents/enrol/", {"enrolment_token": raw, "hostname": name}, format="json"
+        )
         assert resp.status_code == 201, resp.content
         self.nodes[name] = resp.json()["node_id"]
         self.tokens[name] = resp.json()["agent_token"]
         self.agents[name] = bearer(self.tokens[name])
-        r = self.agents[name].post("/api/agents/report/", engine_report(1, name, keys, transfer), format="json")
+        r = self.agents[name].post(
+            "/api/agents/report/", engine_report(1, name, keys, transfer), format="json"
+        )
         assert r.status_code == 200, r.content
         return self.nodes[name]
 
     def report(self, name: str, keys=(), seq: int = 2):
         """``name``'s agent reports its engine holding ``keys`` (a snapshot of its KV events)."""
-        r = self.agents[name].post("/api/agents/report/", engine_report(seq, name, keys), format="json")
+        r = self.agents[name].post(
+            "/api/agents/report/", engine_report(seq, name, keys), format="json"
+        )
         assert r.status_code == 200, r.content
         return r.json()
 
@@ -88,13 +121,21 @@ class Fleet:
         if end % 60 > 50 and abs(end - time.time()) < 1:
             time.sleep(61 - end % 60)
             end = time.time()
-        resp = self.gateway.post("/api/request-records/", {"records": burst.records(end)}, format="json")
+        resp = self.gateway.post(
+            "/api/request-records/", {"records": burst.records(end)}, format="json"
+        )
         assert resp.status_code == 200, resp.content
         return resp.json()
 
     def policy(self, mode: str, **kw) -> Policy:
-        data = {"name": f"p-{mode}", "active": True, "mode": mode, "min_confidence": 0.0,
-                "horizon_seconds": 300, **kw}
+        data = {
+            "name": f"p-{mode}",
+            "active": True,
+            "mode": mode,
+            "min_confidence": 0.0,
+            "horizon_seconds": 300,
+            **kw,
+        }
         resp = self.admin.post("/api/policies/", data, format="json")
         assert resp.status_code == 201, resp.content
         return Policy.objects.get(pk=resp.json()["id"])

@@ -65,7 +65,9 @@ async def test_job_assign_on_connect_ack_result_and_cancel(eager):
         first = await source.receive_json_from(timeout=5)  # node-a is the source of every job
         assert first["type"] == "job.assign" and first["job"]["role"] == "source"
         await target.send_json_to({"type": "job.ack", "job_id": str(job.pk)})
-        await target.send_json_to({"type": "job.progress", "job_id": str(job.pk), "bytes_done": 1024})
+        await target.send_json_to(
+            {"type": "job.progress", "job_id": str(job.pk), "bytes_done": 1024}
+        )
         await target.send_json_to({"type": "job.bogus", "job_id": str(job.pk)})
         err = await target.receive_json_from(timeout=5)
         assert err["type"] == "error" and "unknown event type" in err["detail"]
@@ -73,15 +75,27 @@ async def test_job_assign_on_connect_ack_result_and_cancel(eager):
         assert job.state == JobState.RUNNING and job.bytes_done == 1024
         # The operator cancels: both agents are told, and a late success changes nothing.
         resp = await database_sync_to_async(fleet.operator.post)(
-            f"/api/replication-jobs/{job.pk}/cancel/", {"reason": "wrong prefix"}, format="json")
+            f"/api/replication-jobs/{job.pk}/cancel/", {"reason": "wrong prefix"}, format="json"
+        )
         assert resp.status_code == 200
-        assert await target.receive_json_from(timeout=5) == {"type": "job.cancel", "job_id": str(job.pk)}
+        assert await target.receive_json_from(timeout=5) == {
+            "type": "job.cancel",
+            "job_id": str(job.pk),
+        }
         seen = [await source.receive_json_from(timeout=5)]
         while seen[-1]["type"] != "job.cancel":
             seen.append(await source.receive_json_from(timeout=5))
         assert seen[-1]["job_id"] == str(job.pk)
-        await target.send_json_to({"type": "job.result", "job_id": str(job.pk), "state": "succeeded",
-                                   "checksum": "00", "bytes": job.bytes, "error": None})
+        await target.send_json_to(
+            {
+                "type": "job.result",
+                "job_id": str(job.pk),
+                "state": "succeeded",
+                "checksum": "00",
+                "bytes": job.bytes,
+                "error": None,
+            }
+        )
         assert await target.receive_nothing(timeout=0.3)
         await job.arefresh_from_db()
         assert job.state == JobState.CANCELLED

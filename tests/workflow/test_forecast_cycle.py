@@ -30,8 +30,11 @@ def test_one_task_per_batch_then_one_plan_after_all_of_them(fleet, monkeypatch):
     end = time.time()
     fleet.post_burst(end)
     # A second tenant with the same prompts: a second workload key, so a second batch.
-    resp = fleet.gateway.post("/api/request-records/", {"records": [
-        {**r, "tenant": "second"} for r in burst.records(end)]}, format="json")
+    resp = fleet.gateway.post(
+        "/api/request-records/",
+        {"records": [{**r, "tenant": "second"} for r in burst.records(end)]},
+        format="json",
+    )
     assert resp.status_code == 200, resp.content
     keys = WorkloadKey.objects.count()
     monkeypatch.setattr(forecasting_tasks, "BATCH_KEYS", 1)
@@ -41,7 +44,9 @@ def test_one_task_per_batch_then_one_plan_after_all_of_them(fleet, monkeypatch):
     finally:
         done()
     assert names.count("forecast_batch") == keys >= 2
-    assert names.index("plan_after_forecasts") > max(i for i, n in enumerate(names) if n == "forecast_batch")
+    assert names.index("plan_after_forecasts") > max(
+        i for i, n in enumerate(names) if n == "forecast_batch"
+    )
     assert Forecast.objects.count() == keys
     assert ReplicationPlan.objects.filter(policy=p).count() == 1
 

@@ -43,12 +43,24 @@ def finish(fleet, job, ok=True):
     names = {v: k for k, v in fleet.nodes.items()}
     for engine in (job.source, job.target):
         agent = fleet.agents[names[engine.node_id]]
-        r = agent.post(f"/api/agents/jobs/{job.pk}/events/", {"type": "job.ack", "job_id": str(job.pk)}, format="json")
+        r = agent.post(
+            f"/api/agents/jobs/{job.pk}/events/",
+            {"type": "job.ack", "job_id": str(job.pk)},
+            format="json",
+        )
         assert r.status_code == 200, r.content
-        r = agent.post(f"/api/agents/jobs/{job.pk}/events/",
-                       {"type": "job.result", "job_id": str(job.pk), "state": "succeeded" if ok else "failed",
-                        "checksum": "ab" * 32, "bytes": job.bytes, "error": None if ok else "disk full"},
-                       format="json")
+        r = agent.post(
+            f"/api/agents/jobs/{job.pk}/events/",
+            {
+                "type": "job.result",
+                "job_id": str(job.pk),
+                "state": "succeeded" if ok else "failed",
+                "checksum": "ab" * 32,
+                "bytes": job.bytes,
+                "error": None if ok else "disk full",
+            },
+            format="json",
+        )
         assert r.status_code == 200, r.content
     job.refresh_from_db()
     return job
@@ -62,7 +74,9 @@ def test_auto_mode_burst_to_forecast_plan_job_residency_and_score(fleet):
     assert plan is not None and plan.items.exists(), plan.summary
     item = plan.items.first()
     assert item.source.node.name == "node-a" and item.target.node.name in ("node-b", "node-c")
-    assert item.reason and item.expected_ttft_saved_s > 0 and item.bytes == len(burst.PREFIX) * 65536
+    assert (
+        item.reason and item.expected_ttft_saved_s > 0 and item.bytes == len(burst.PREFIX) * 65536
+    )
     job = ReplicationJob.objects.get(item=item)
     assert job.state == JobState.DISPATCHED and job.attempt == 1
     # The long-poll gives the target its assignment, as docs/agent-protocol.md says.
@@ -71,14 +85,22 @@ def test_auto_mode_burst_to_forecast_plan_job_residency_and_score(fleet):
     assert [m["job"]["role"] for m in got if m["job"]["id"] == str(job.pk)] == ["target"]
     job = finish(fleet, job)
     assert job.state == JobState.LANDED
-    assert [t.to_state for t in job.transitions.all()] == ["approved", "dispatched", "running", "landed"]
+    assert [t.to_state for t in job.transitions.all()] == [
+        "approved",
+        "dispatched",
+        "running",
+        "landed",
+    ]
     # Landed is not resident: nothing routes to the copy until the target engine shows it.
     holders = {h.engine for h in get_index().holders(burst.PREFIX) if h.depth == len(burst.PREFIX)}
     assert item.target_id not in holders
     replica = SpeculativeReplica.objects.get(job=job)
     assert not replica.shadow and replica.status == "landed" and replica.bytes_moved == job.bytes
-    lookup = fleet.gateway.post("/api/residency/lookup/", {"keys": [blockhash.to_hex(k) for k in burst.PREFIX]},
-                                format="json").json()
+    lookup = fleet.gateway.post(
+        "/api/residency/lookup/",
+        {"keys": [blockhash.to_hex(k) for k in burst.PREFIX]},
+        format="json",
+    ).json()
     assert item.target_id not in {h["engine"] for h in lookup["holders"]}
     # The target's agent reports its engine's KV events: the copy is confirmed by them.
     fleet.report(names[item.target.node_id], burst.PREFIX)
@@ -91,13 +113,17 @@ def test_auto_mode_burst_to_forecast_plan_job_residency_and_score(fleet):
     assert item.target_id in holders
     # Demand keeps arriving after placement: the replica's share of it are its hits.
     fleet.post_burst(time.time() + 120)
-    SpeculativeReplica.objects.filter(pk=replica.pk).update(placed_at=replica.placed_at - timedelta(minutes=10))
+    SpeculativeReplica.objects.filter(pk=replica.pk).update(
+        placed_at=replica.placed_at - timedelta(minutes=10)
+    )
     score_replicas.delay()
     replica.refresh_from_db()
     assert replica.hits > 0 and replica.ttft_saved_s > 0 and replica.vram_byte_seconds > 0
     board = fleet.operator.get("/api/scoreboard/?since=1999-01-01T00:00:00Z").json()
     assert board["totals"]["replicas"] >= 1 and board["totals"]["hits"] == replica.hits
-    assert board["by_policy"][0]["policy"] == policy.name and board["by_policy"][0]["mode"] == "auto"
+    assert (
+        board["by_policy"][0]["policy"] == policy.name and board["by_policy"][0]["mode"] == "auto"
+    )
     assert board["by_tenant"][0]["tenant"] == burst.TENANT
     assert board["recommendation"]["verdict"] == "insufficient_data"
     assert "simulator's map says" in board["recommendation"]["text"]
@@ -114,7 +140,10 @@ def test_shadow_mode_moves_nothing_and_is_scored_as_if_executed(fleet):
     assert not ReplicationJob.objects.exists()
     score_replicas.delay()
     board = fleet.operator.get("/api/scoreboard/").json()
-    assert board["shadow_totals"]["replicas"] == plan.items.count() and board["totals"]["replicas"] == 0
+    assert (
+        board["shadow_totals"]["replicas"] == plan.items.count()
+        and board["totals"]["replicas"] == 0
+    )
 
 
 def test_manual_mode_approval_bad_approvals_refused_and_cancel(fleet):
@@ -148,12 +177,16 @@ def test_manual_mode_approval_bad_approvals_refused_and_cancel(fleet):
     # Approving works, and approving twice is harmless.
     r = fleet.operator.post(f"/api/plans/{plan.pk}/approve/", {"items": [stale.pk]}, format="json")
     assert r.json()["refused"] == {}
-    again = fleet.operator.post(f"/api/plans/{plan.pk}/approve/", {"items": [stale.pk]}, format="json")
+    again = fleet.operator.post(
+        f"/api/plans/{plan.pk}/approve/", {"items": [stale.pk]}, format="json"
+    )
     assert again.json()["refused"] == {} and ReplicationJob.objects.count() == 1
     job = ReplicationJob.objects.get()
     assert job.state == JobState.DISPATCHED
     # Cancelling works at any step before success, and late agent events change nothing.
-    r = fleet.operator.post(f"/api/replication-jobs/{job.pk}/cancel/", {"reason": "test"}, format="json")
+    r = fleet.operator.post(
+        f"/api/replication-jobs/{job.pk}/cancel/", {"reason": "test"}, format="json"
+    )
     assert r.status_code == 200 and r.json()["state"] == "cancelled"
     finish(fleet, job)
     job.refresh_from_db()
@@ -177,8 +210,11 @@ def test_overrides_win_over_plans(fleet, kind):
 def test_pin_override_plans_a_copy_to_the_pinned_engine(fleet):
     target = Engine.objects.get(node__name="node-c")
     keys = [blockhash.to_hex(k) for k in burst.PREFIX]
-    r = fleet.operator.post("/api/overrides/", {"kind": "pin", "engine": target.pk, "prefix_keys": keys,
-                                                "reason": "launch day"}, format="json")
+    r = fleet.operator.post(
+        "/api/overrides/",
+        {"kind": "pin", "engine": target.pk, "prefix_keys": keys, "reason": "launch day"},
+        format="json",
+    )
     assert r.status_code == 201
     fleet.policy("manual")
     plan_cycle.delay()
@@ -192,8 +228,13 @@ def test_failed_job_retries_with_backoff_then_expires_when_agent_is_gone(fleet, 
     job = ReplicationJob.objects.filter(item__plan=plan).first()
     names = {v: k for k, v in fleet.nodes.items()}
     source = fleet.agents[names[job.source.node_id]]
-    for msg in ({"type": "job.ack"}, {"type": "job.result", "state": "failed", "error": "disk full"}):
-        assert source.post(f"/api/agents/jobs/{job.pk}/events/", msg, format="json").status_code == 200
+    for msg in (
+        {"type": "job.ack"},
+        {"type": "job.result", "state": "failed", "error": "disk full"},
+    ):
+        assert (
+            source.post(f"/api/agents/jobs/{job.pk}/events/", msg, format="json").status_code == 200
+        )
     job.refresh_from_db()
     assert job.state == JobState.DISPATCHED and job.attempt == 2  # retried (eager, zero backoff)
     assert "disk full" in job.error
@@ -215,8 +256,17 @@ def test_a_job_whose_deadline_passes_says_in_which_state(fleet):
     job = ReplicationJob.objects.filter(item__plan=plan).first()
     names = {v: k for k, v in fleet.nodes.items()}
     target = fleet.agents[names[job.target.node_id]]
-    assert target.post(f"/api/agents/jobs/{job.pk}/events/", {"type": "job.ack"}, format="json").status_code == 200
-    target.post(f"/api/agents/jobs/{job.pk}/events/", {"type": "job.progress", "bytes_done": 1024}, format="json")
+    assert (
+        target.post(
+            f"/api/agents/jobs/{job.pk}/events/", {"type": "job.ack"}, format="json"
+        ).status_code
+        == 200
+    )
+    target.post(
+        f"/api/agents/jobs/{job.pk}/events/",
+        {"type": "job.progress", "bytes_done": 1024},
+        format="json",
+    )
     ReplicationJob.objects.filter(pk=job.pk).update(deadline=timezone.now() - timedelta(seconds=1))
     sweep_jobs.delay()
     job.refresh_from_db()
@@ -240,9 +290,14 @@ def test_a_checksum_mismatch_fails_the_attempt_and_says_so(fleet, settings):
     names = {v: k for k, v in fleet.nodes.items()}
     for engine, checksum in ((job.source, "ab" * 32), (job.target, "cd" * 32)):
         agent = fleet.agents[names[engine.node_id]]
-        for msg in ({"type": "job.ack"}, {"type": "job.result", "state": "succeeded", "checksum": checksum,
-                                          "bytes": job.bytes}):
-            assert agent.post(f"/api/agents/jobs/{job.pk}/events/", msg, format="json").status_code == 200
+        for msg in (
+            {"type": "job.ack"},
+            {"type": "job.result", "state": "succeeded", "checksum": checksum, "bytes": job.bytes},
+        ):
+            assert (
+                agent.post(f"/api/agents/jobs/{job.pk}/events/", msg, format="json").status_code
+                == 200
+            )
     job.refresh_from_db()
     assert job.state == JobState.FAILED
     assert _job_via_api(fleet, job)["error"] == "target checksum differs from the source's"
@@ -250,7 +305,9 @@ def test_a_checksum_mismatch_fails_the_attempt_and_says_so(fleet, settings):
 
 def test_warming_engine_is_prewarmed_and_reports_readiness(fleet):
     warming = Engine.objects.get(node__name="node-c")
-    r = fleet.operator.post(f"/api/engines/{warming.pk}/lifecycle/", {"lifecycle": "draining"}, format="json")
+    r = fleet.operator.post(
+        f"/api/engines/{warming.pk}/lifecycle/", {"lifecycle": "draining"}, format="json"
+    )
     assert r.status_code == 200
     Engine.objects.filter(pk=warming.pk).update(lifecycle="warming")
     _, plan = run_cycle(fleet, "manual")
@@ -270,7 +327,9 @@ def test_copy_the_engine_never_shows_is_unconfirmed_and_one_that_leaves_is_lost(
     sweep_jobs.delay()
     job.refresh_from_db()
     replica = SpeculativeReplica.objects.get(job=job)
-    assert job.state == JobState.UNCONFIRMED and replica.status == "unconfirmed" and replica.evicted_at
+    assert (
+        job.state == JobState.UNCONFIRMED and replica.status == "unconfirmed" and replica.evicted_at
+    )
     page = fleet.operator.get("/api/cache-map/").json()
     row = next(e for e in page["engines"] if e["id"] == job.target_id)
     assert "x" in row["cells"]  # shown as lost / never confirmed, not as a replica
@@ -296,15 +355,23 @@ def test_ttl_eviction_goes_through_the_agent(fleet):
     SpeculativeReplica.objects.filter(pk=replica.pk).update(expires_at=replica.placed_at)
     evict_expired.delay()
     evict = ReplicationJob.objects.get(action="evict")
-    assert evict.state == JobState.DISPATCHED and evict.target_id == replica.engine_id and evict.source_id is None
+    assert (
+        evict.state == JobState.DISPATCHED
+        and evict.target_id == replica.engine_id
+        and evict.source_id is None
+    )
     names = {v: k for k, v in fleet.nodes.items()}
     agent = fleet.agents[names[evict.target.node_id]]
     for msg in ({"type": "job.ack"}, {"type": "job.result", "state": "succeeded", "bytes": 0}):
-        assert agent.post(f"/api/agents/jobs/{evict.pk}/events/", msg, format="json").status_code == 200
+        assert (
+            agent.post(f"/api/agents/jobs/{evict.pk}/events/", msg, format="json").status_code
+            == 200
+        )
     replica.refresh_from_db()
     assert replica.evicted_at is not None
-    assert replica.engine_id not in {h.engine for h in get_index().holders(burst.PREFIX)
-                                     if h.depth == len(burst.PREFIX)}
+    assert replica.engine_id not in {
+        h.engine for h in get_index().holders(burst.PREFIX) if h.depth == len(burst.PREFIX)
+    }
 
 
 def test_expected_many_matches_the_scalar_sum_for_every_shape():
@@ -315,9 +382,18 @@ def test_expected_many_matches_the_scalar_sum_for_every_shape():
     from controlplane.replication.planning import ForecastRow, _expected, expected_many
 
     now = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
-    rows = [ForecastRow(1, y, b, "ewma", 0.1, 0.5, now + timedelta(seconds=dt)) for y, b, dt in [
-        ([1.0, 2.0, 3.0], 60, -45), ([4.0, -1.0, 6.0], 60, -45), ([5.0] * 12, 30, 10),
-        ([2.0, 7.0], 60, -3600), ([0.0, 0.0], 60, -3600), ([], 60, 0), ([9.0], 600, 5)]]
+    rows = [
+        ForecastRow(1, y, b, "ewma", 0.1, 0.5, now + timedelta(seconds=dt))
+        for y, b, dt in [
+            ([1.0, 2.0, 3.0], 60, -45),
+            ([4.0, -1.0, 6.0], 60, -45),
+            ([5.0] * 12, 30, 10),
+            ([2.0, 7.0], 60, -3600),
+            ([0.0, 0.0], 60, -3600),
+            ([], 60, 0),
+            ([9.0], 600, 5),
+        ]
+    ]
     got = expected_many(rows, now, 600.0)
     want = [_expected(f, now, 600.0) for f in rows]
     assert got.tolist() == pytest.approx(want)
@@ -328,14 +404,27 @@ def test_warmup_job_carries_the_prefix_tokens_and_only_the_engines_events_confir
     policy, plan = run_cycle(fleet, "auto", default_transport="warmup")
     first = ReplicationJob.objects.filter(item__plan=plan).first()
     # Gateways sent keys only: the executor cannot address the prefix, says so, and backs off.
-    assert first.state == JobState.APPROVED and first.retry_at and "token_ids" in first.error, first.error
+    assert first.state == JobState.APPROVED and first.retry_at and "token_ids" in first.error, (
+        first.error
+    )
     key = first.item.workload_key
     assert key.token_ids_wanted_until is not None and key.prefix_token_ids == []
     # A gateway sends token ids: they are kept for this key, which a plan uses.
     now = time.time()
-    recs = [{"time": now - 5 + i, "tenant": burst.TENANT, "model": burst.MODEL, "block_size": burst.BLOCK,
-             "token_ids": burst.PREFIX_TOKENS + [i] * burst.BLOCK} for i in range(3)]
-    assert fleet.gateway.post("/api/request-records/", {"records": recs}, format="json").status_code == 200
+    recs = [
+        {
+            "time": now - 5 + i,
+            "tenant": burst.TENANT,
+            "model": burst.MODEL,
+            "block_size": burst.BLOCK,
+            "token_ids": burst.PREFIX_TOKENS + [i] * burst.BLOCK,
+        }
+        for i in range(3)
+    ]
+    assert (
+        fleet.gateway.post("/api/request-records/", {"records": recs}, format="json").status_code
+        == 200
+    )
     key.refresh_from_db()
     assert key.prefix_token_ids == burst.PREFIX_TOKENS
     ReplicationJob.objects.filter(pk=first.pk).update(retry_at=None)
@@ -349,9 +438,20 @@ def test_warmup_job_carries_the_prefix_tokens_and_only_the_engines_events_confir
     assert assign["block_size"] == burst.BLOCK and assign["hold_until"] > now
     # The warm-up request answered: landed, with what the executor moved (nothing: recomputed).
     agent = fleet.agents[names[job.target.node_id]]
-    for msg in ({"type": "job.ack"}, {"type": "job.result", "state": "succeeded", "bytes": 0,
-                                      "executor": "warmup", "cached_tokens": 0, "prompt_tokens": 2048}):
-        assert agent.post(f"/api/agents/jobs/{job.pk}/events/", msg, format="json").status_code == 200
+    for msg in (
+        {"type": "job.ack"},
+        {
+            "type": "job.result",
+            "state": "succeeded",
+            "bytes": 0,
+            "executor": "warmup",
+            "cached_tokens": 0,
+            "prompt_tokens": 2048,
+        },
+    ):
+        assert (
+            agent.post(f"/api/agents/jobs/{job.pk}/events/", msg, format="json").status_code == 200
+        )
     job.refresh_from_db()
     assert job.state == JobState.LANDED and job.results["target"]["executor"] == "warmup"
     replica = SpeculativeReplica.objects.get(job=job)
@@ -368,18 +468,31 @@ def test_prefix_token_ids_are_forgotten_past_retention_or_when_turned_off(fleet,
 
     fleet.post_burst(time.time())
     key = WorkloadKey.objects.get(tenant=burst.TENANT)
-    WorkloadKey.objects.filter(pk=key.pk).update(prefix_token_ids=burst.PREFIX_TOKENS,
-                                                 token_ids_wanted_until=None)
+    WorkloadKey.objects.filter(pk=key.pk).update(
+        prefix_token_ids=burst.PREFIX_TOKENS, token_ids_wanted_until=None
+    )
     assert forget_prefix_tokens() == 1  # no plan uses it
     settings.PREWARM_KEEP_PREFIX_TOKEN_IDS = False
     from datetime import UTC, datetime
 
     WorkloadKey.objects.filter(pk=key.pk).update(
-        prefix_token_ids=burst.PREFIX_TOKENS, token_ids_wanted_until=datetime(2100, 1, 1, tzinfo=UTC))
+        prefix_token_ids=burst.PREFIX_TOKENS,
+        token_ids_wanted_until=datetime(2100, 1, 1, tzinfo=UTC),
+    )
     assert forget_prefix_tokens() == 1
-    recs = [{"time": time.time(), "tenant": burst.TENANT, "model": burst.MODEL, "block_size": burst.BLOCK,
-             "token_ids": burst.PREFIX_TOKENS + [1] * burst.BLOCK}]
-    assert fleet.gateway.post("/api/request-records/", {"records": recs}, format="json").status_code == 200
+    recs = [
+        {
+            "time": time.time(),
+            "tenant": burst.TENANT,
+            "model": burst.MODEL,
+            "block_size": burst.BLOCK,
+            "token_ids": burst.PREFIX_TOKENS + [1] * burst.BLOCK,
+        }
+    ]
+    assert (
+        fleet.gateway.post("/api/request-records/", {"records": recs}, format="json").status_code
+        == 200
+    )
     key.refresh_from_db()
     assert key.prefix_token_ids == []
 
@@ -396,18 +509,31 @@ def test_hits_come_from_served_request_records_where_gateways_name_the_engine(fl
     now = time.time()
     prefix_tokens = len(burst.PREFIX) * burst.BLOCK
     base = burst.records(now)[0]
-    served = [{**base, "time": now, "engine": f"{target.node.name}/{target.engine_id}",
-               "cached_tokens": prefix_tokens, "ttft_s": 0.05},                   # a hit
-              {**base, "time": now, "engine": str(target.pk), "cached_tokens": prefix_tokens},
-              {**base, "time": now, "engine": str(target.pk), "cached_tokens": 16},  # not covered
-              {**base, "time": now, "engine": str(job.source_id), "cached_tokens": prefix_tokens}]
+    served = [
+        {
+            **base,
+            "time": now,
+            "engine": f"{target.node.name}/{target.engine_id}",
+            "cached_tokens": prefix_tokens,
+            "ttft_s": 0.05,
+        },  # a hit
+        {**base, "time": now, "engine": str(target.pk), "cached_tokens": prefix_tokens},
+        {**base, "time": now, "engine": str(target.pk), "cached_tokens": 16},  # not covered
+        {**base, "time": now, "engine": str(job.source_id), "cached_tokens": prefix_tokens},
+    ]
     # An engine Prewarm does not know refuses the batch, and nothing changes.
-    r = fleet.gateway.post("/api/request-records/", {"records": [*served, {**base, "engine": "nowhere/x"}]},
-                           format="json")
+    r = fleet.gateway.post(
+        "/api/request-records/",
+        {"records": [*served, {**base, "engine": "nowhere/x"}]},
+        format="json",
+    )
     assert r.status_code == 400 and "nowhere/x" in r.json()["detail"]
     replica.refresh_from_db()
     assert replica.served_requests == 0
-    assert fleet.gateway.post("/api/request-records/", {"records": served}, format="json").status_code == 200
+    assert (
+        fleet.gateway.post("/api/request-records/", {"records": served}, format="json").status_code
+        == 200
+    )
     replica.refresh_from_db()
     assert (replica.served_requests, replica.served_hits) == (3, 2)
     score_replicas.delay()
@@ -432,12 +558,21 @@ def test_job_events_the_node_cannot_apply_are_refused_with_their_field_and_statu
     job = ReplicationJob.objects.get(item=plan.items.first())
     names = {v: k for k, v in fleet.nodes.items()}
     target = fleet.agents[names[job.target.node_id]]
-    bystander = next(a for n, a in fleet.agents.items()
-                     if fleet.nodes[n] not in (job.source.node_id, job.target.node_id))
+    bystander = next(
+        a
+        for n, a in fleet.agents.items()
+        if fleet.nodes[n] not in (job.source.node_id, job.target.node_id)
+    )
     url = f"/api/agents/jobs/{job.pk}/events/"
     cases = [
         (target, url, {"type": "job.bogus"}, 400, "type"),
-        (target, "/api/agents/jobs/00000000-0000-4000-8000-000000000000/events/", {"type": "job.ack"}, 404, "job_id"),
+        (
+            target,
+            "/api/agents/jobs/00000000-0000-4000-8000-000000000000/events/",
+            {"type": "job.ack"},
+            404,
+            "job_id",
+        ),
         (bystander, url, {"type": "job.ack"}, 404, "job_id"),
     ]
     for agent, path, msg, status, field in cases:

@@ -6,5 +6,15 @@ from controlplane.audit.models import AuditEvent
 class AuditEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = AuditEvent
-        fields = ["id", "at", "actor_label", "action", "object_type", "object_id", "before", "after", "reason"]
+        fields = [
+            "id",
+            "at",
+            "actor_label",
+            "action",
+            "object_type",
+            "object_id",
+            "before",
+            "after",
+            "reason",
+        ]
         read_only_fields = fields

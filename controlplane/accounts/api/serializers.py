@@ -5,7 +5,9 @@ from ..choices import TokenKind
 from ..models import ApiToken, EnrolmentToken
 
 
-@extend_schema_field({"type": "string", "nullable": True, "description": "shown once, at creation; null afterwards"})
+@extend_schema_field(
+    {"type": "string", "nullable": True, "description": "shown once, at creation; null afterwards"}
+)
 class _RawToken(serializers.Field):
     def __init__(self, **kwargs):
         super().__init__(read_only=True, source="*", **kwargs)
@@ -20,9 +22,28 @@ class ApiTokenSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ApiToken
-        fields = ["id", "kind", "name", "prefix", "user", "node", "created_at", "expires_at", "revoked_at",
-                  "last_used_at", "token"]
-        read_only_fields = ["prefix", "user", "node", "created_at", "revoked_at", "last_used_at", "token"]
+        fields = [
+            "id",
+            "kind",
+            "name",
+            "prefix",
+            "user",
+            "node",
+            "created_at",
+            "expires_at",
+            "revoked_at",
+            "last_used_at",
+            "token",
+        ]
+        read_only_fields = [
+            "prefix",
+            "user",
+            "node",
+            "created_at",
+            "revoked_at",
+            "last_used_at",
+            "token",
+        ]
 
     @extend_schema_field({"type": "string", "nullable": True})
     def get_user(self, token) -> str | None:
@@ -30,17 +51,31 @@ class ApiTokenSerializer(serializers.ModelSerializer):
 
     def validate_kind(self, value):
         if value == TokenKind.AGENT:
-            raise serializers.ValidationError("agent tokens come from enrolment, not from this endpoint")
+            raise serializers.ValidationError(
+                "agent tokens come from enrolment, not from this endpoint"
+            )
         return value
 
 
 class EnrolmentTokenSerializer(serializers.ModelSerializer):
     token = _RawToken()
-    ttl_seconds = serializers.IntegerField(write_only=True, min_value=60, max_value=30 * 86400, required=False)
+    ttl_seconds = serializers.IntegerField(
+        write_only=True, min_value=60, max_value=30 * 86400, required=False
+    )
 
     class Meta:
         model = EnrolmentToken
-        fields = ["id", "prefix", "labels", "created_at", "expires_at", "used_at", "node", "token", "ttl_seconds"]
+        fields = [
+            "id",
+            "prefix",
+            "labels",
+            "created_at",
+            "expires_at",
+            "used_at",
+            "node",
+            "token",
+            "ttl_seconds",
+        ]
         read_only_fields = ["prefix", "created_at", "expires_at", "used_at", "node", "token"]
 
 

@@ -15,7 +15,12 @@ from ..roles import role_of
 from . import serializers as s
 
 
-class ApiTokenViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class ApiTokenViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
     """User tokens (act as their user) and gateway tokens (request records only). Admin only."""
 
     queryset = ApiToken.objects.select_related("user").exclude(kind=TokenKind.AGENT)
@@ -27,8 +32,9 @@ class ApiTokenViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Ret
     def perform_create(self, serializer):
         v = serializer.validated_data
         user = self.request.user if v["kind"] == TokenKind.USER else None
-        token, raw = services.issue_api_token(self.request, v["kind"], v["name"], user=user,
-                                              expires_at=v.get("expires_at"))
+        token, raw = services.issue_api_token(
+            self.request, v["kind"], v["name"], user=user, expires_at=v.get("expires_at")
+        )
         serializer.instance = token
         token.token = raw
 
@@ -39,7 +45,9 @@ class ApiTokenViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Ret
         return Response(s.ApiTokenSerializer(token).data)
 
 
-class EnrolmentTokenViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+class EnrolmentTokenViewSet(
+    mixins.CreateModelMixin, mixins.ListModelMixin, viewsets.GenericViewSet
+):
     """One-time, expiring tokens that agents trade for node tokens. Admin only."""
 
     queryset = EnrolmentToken.objects.all()
@@ -50,8 +58,9 @@ class EnrolmentTokenViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, view
     def perform_create(self, serializer):
         v = serializer.validated_data
         user = self.request.user if self.request.user.is_authenticated else None
-        token, raw = services.issue_enrolment_token(self.request, v.get("ttl_seconds"),
-                                                    labels=v.get("labels", {}), created_by=user)
+        token, raw = services.issue_enrolment_token(
+            self.request, v.get("ttl_seconds"), labels=v.get("labels", {}), created_by=user
+        )
         serializer.instance = token
         token.token = raw
 
@@ -62,6 +71,3 @@ class MeView(APIView):
     @extend_schema(responses=s.MeSerializer)
     def get(self, request):
         return Response({"username": request.user.get_username(), "role": role_of(request.user)})
-
-
-

@@ -48,7 +48,9 @@ def _idle_list(name: str) -> list[sqlite3.Connection]:
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    _held: threading.Lock | None = None  # the write lock while this connection's transaction is open
+    _held: threading.Lock | None = (
+        None  # the write lock while this connection's transaction is open
+    )
 
     def _name(self) -> str:
         return str(self.settings_dict["NAME"])

@@ -7,20 +7,35 @@ class RequestRecordSerializer(serializers.Serializer):
     time = serializers.FloatField(help_text="unix seconds of arrival")
     model = serializers.CharField(max_length=200)
     tenant = serializers.CharField(max_length=200)
-    keys = serializers.ListField(child=serializers.RegexField(r"^[0-9a-fA-F]{1,16}$"), required=False, max_length=20_000)
-    token_ids = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=2**32 - 1), required=False, max_length=1_000_000)
+    keys = serializers.ListField(
+        child=serializers.RegexField(r"^[0-9a-fA-F]{1,16}$"), required=False, max_length=20_000
+    )
+    token_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=2**32 - 1),
+        required=False,
+        max_length=1_000_000,
+    )
     block_size = serializers.IntegerField(min_value=1, max_value=1 << 20, default=16)
     prompt_tokens = serializers.IntegerField(min_value=0, max_value=10**8, required=False)
     cached_tokens = serializers.IntegerField(
-        min_value=0, max_value=10**8, required=False,
-        help_text="prompt tokens served from cache (vLLM's usage.prompt_tokens_details.cached_tokens)")
+        min_value=0,
+        max_value=10**8,
+        required=False,
+        help_text="prompt tokens served from cache (vLLM's usage.prompt_tokens_details.cached_tokens)",
+    )
     lora_name = serializers.CharField(required=False, max_length=200)
     engine = serializers.CharField(
-        required=False, max_length=200,
+        required=False,
+        max_length=200,
         help_text="the engine that served it: its id in Prewarm (as the residency lookup names it) "
-                  "or 'node/engine_id'")
-    ttft_s = serializers.FloatField(required=False, min_value=0.0, max_value=86400.0,
-                                    help_text="time to first token the gateway saw, seconds")
+        "or 'node/engine_id'",
+    )
+    ttft_s = serializers.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=86400.0,
+        help_text="time to first token the gateway saw, seconds",
+    )
 
     def validate(self, data):
         if ("keys" in data) == ("token_ids" in data):
@@ -43,7 +58,16 @@ class RequestBatchResponseSerializer(serializers.Serializer):
 class WorkloadKeySerializer(serializers.ModelSerializer):
     class Meta:
         model = WorkloadKey
-        fields = ["id", "tenant", "model", "prefix_group", "prefix_keys", "prefix_tokens", "created_at", "last_seen"]
+        fields = [
+            "id",
+            "tenant",
+            "model",
+            "prefix_group",
+            "prefix_keys",
+            "prefix_tokens",
+            "created_at",
+            "last_seen",
+        ]
         read_only_fields = fields
 
 

@@ -5,4 +5,7 @@ from . import views
 
 router = SimpleRouter()
 router.register("workload-keys", views.WorkloadKeyViewSet)
-urlpatterns = [path("request-records/", views.RequestRecordsView.as_view(), name="request-records"), *router.urls]
+urlpatterns = [
+    path("request-records/", views.RequestRecordsView.as_view(), name="request-records"),
+    *router.urls,
+]

@@ -23,12 +23,21 @@ class RequestRecordsView(APIView):
     throttle_classes = [TokenScopedRateThrottle]
     throttle_scope = "gateway"
 
-    @extend_schema(request=s.RequestBatchSerializer, responses={200: s.RequestBatchResponseSerializer}, tags=["gateways"])
+    @extend_schema(
+        request=s.RequestBatchSerializer,
+        responses={200: s.RequestBatchResponseSerializer},
+        tags=["gateways"],
+    )
     def post(self, request):
         check_body_size(request)
         records = request.data.get("records") if isinstance(request.data, dict) else None
         if isinstance(records, list) and len(records) > settings.PREWARM_MAX_RECORDS_PER_BATCH:
-            raise ApiError("too_many_records", f"at most {settings.PREWARM_MAX_RECORDS_PER_BATCH} records per batch", "records", status_code=413)
+            raise ApiError(
+                "too_many_records",
+                f"at most {settings.PREWARM_MAX_RECORDS_PER_BATCH} records per batch",
+                "records",
+                status_code=413,
+            )
         batch = s.RequestBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
         # An unknown serving engine is services.UnknownEngine: a 400 naming records.engine.

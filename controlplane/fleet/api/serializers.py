@@ -8,8 +8,24 @@ from ..residency import get_index
 class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
-        fields = ["id", "name", "labels", "state", "last_seen", "last_seq", "reports_applied", "created_at"]
-        read_only_fields = ["state", "last_seen", "last_seq", "reports_applied", "created_at", "name"]
+        fields = [
+            "id",
+            "name",
+            "labels",
+            "state",
+            "last_seen",
+            "last_seq",
+            "reports_applied",
+            "created_at",
+        ]
+        read_only_fields = [
+            "state",
+            "last_seen",
+            "last_seq",
+            "reports_applied",
+            "created_at",
+            "name",
+        ]
 
 
 class GpuSerializer(serializers.ModelSerializer):
@@ -17,9 +33,24 @@ class GpuSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Gpu
-        fields = ["id", "node", "node_name", "uuid", "index", "name", "memory_total", "memory_used",
-                  "memory_free", "utilization_gpu", "nvlink_peers", "pcie", "processes", "errors",
-                  "lost", "updated_at"]
+        fields = [
+            "id",
+            "node",
+            "node_name",
+            "uuid",
+            "index",
+            "name",
+            "memory_total",
+            "memory_used",
+            "memory_free",
+            "utilization_gpu",
+            "nvlink_peers",
+            "pcie",
+            "processes",
+            "errors",
+            "lost",
+            "updated_at",
+        ]
         read_only_fields = fields
 
 
@@ -35,10 +66,27 @@ class EngineSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Engine
-        fields = ["id", "node", "node_name", "engine_id", "kind", "model", "block_size",
-                  "bytes_per_block", "kv_capacity_blocks", "gpus", "endpoints", "metrics",
-                  "lifecycle", "readiness", "residency_synced", "last_seen", "engine_scoped_at",
-                  "engine_scoped_blocks", "blocks"]
+        fields = [
+            "id",
+            "node",
+            "node_name",
+            "engine_id",
+            "kind",
+            "model",
+            "block_size",
+            "bytes_per_block",
+            "kv_capacity_blocks",
+            "gpus",
+            "endpoints",
+            "metrics",
+            "lifecycle",
+            "readiness",
+            "residency_synced",
+            "last_seen",
+            "engine_scoped_at",
+            "engine_scoped_blocks",
+            "blocks",
+        ]
         read_only_fields = [f for f in fields if f != "lifecycle"]
 
     @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
@@ -49,7 +97,9 @@ class EngineSerializer(serializers.ModelSerializer):
 class EnrolSerializer(serializers.Serializer):
     enrolment_token = serializers.CharField(max_length=200)
     hostname = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
-    labels = serializers.DictField(child=serializers.CharField(max_length=200), required=False, default=dict)
+    labels = serializers.DictField(
+        child=serializers.CharField(max_length=200), required=False, default=dict
+    )
 
 
 class EnrolResponseSerializer(serializers.Serializer):
@@ -86,8 +136,14 @@ class HeartbeatSerializer(serializers.Serializer):
 
 
 class LookupSerializer(serializers.Serializer):
-    keys = serializers.ListField(child=serializers.RegexField(r"^[0-9a-fA-F]{1,16}$"), required=False, max_length=100_000)
-    token_ids = serializers.ListField(child=serializers.IntegerField(min_value=0, max_value=2**32 - 1), required=False, max_length=2_000_000)
+    keys = serializers.ListField(
+        child=serializers.RegexField(r"^[0-9a-fA-F]{1,16}$"), required=False, max_length=100_000
+    )
+    token_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=2**32 - 1),
+        required=False,
+        max_length=2_000_000,
+    )
     block_size = serializers.IntegerField(min_value=1, max_value=1 << 20, required=False)
     lora_name = serializers.CharField(required=False, max_length=200)
     limit = serializers.IntegerField(min_value=1, max_value=256, default=16)

@@ -57,15 +57,22 @@ class EnrolView(APIView):
     throttle_classes = [TokenScopedRateThrottle]
     throttle_scope = "agent"
 
-    @extend_schema(request=s.EnrolSerializer, responses={201: s.EnrolResponseSerializer}, tags=["agents"])
+    @extend_schema(
+        request=s.EnrolSerializer, responses={201: s.EnrolResponseSerializer}, tags=["agents"]
+    )
     def post(self, request):
         check_body_size(request, 64 * 1024)
         data = s.EnrolSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        node, raw = services.enrol(data.validated_data["enrolment_token"], data.validated_data["hostname"],
-                                   data.validated_data["labels"])
-        return Response({"node_id": node.pk, "agent_token": raw, "report_interval_s": 1.0},
-                        status=status.HTTP_201_CREATED)
+        node, raw = services.enrol(
+            data.validated_data["enrolment_token"],
+            data.validated_data["hostname"],
+            data.validated_data["labels"],
+        )
+        return Response(
+            {"node_id": node.pk, "agent_token": raw, "report_interval_s": 1.0},
+            status=status.HTTP_201_CREATED,
+        )
 
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
@@ -77,7 +84,9 @@ class ReportView(AgentView):
     parsing keeps no transaction open (nor, on the embedded SQLite, its one write lock).
     """
 
-    @extend_schema(request=s.ReportDocSerializer, responses={200: s.ReportResponseSerializer}, tags=["agents"])
+    @extend_schema(
+        request=s.ReportDocSerializer, responses={200: s.ReportResponseSerializer}, tags=["agents"]
+    )
     def post(self, request):
         t0 = time.perf_counter()
         check_body_size(request)
@@ -88,8 +97,9 @@ class ReportView(AgentView):
         except ValueError as exc:  # e.g. keys outside 64 bits
             raise ApiError("invalid_report", str(exc)) from None
         body = services.apply_report(self.node(request), report)
-        metrics.report_applied(time.perf_counter() - t0,
-                               sum(len(r.stored) + len(r.removed) for r in report.residency))
+        metrics.report_applied(
+            time.perf_counter() - t0, sum(len(r.stored) + len(r.removed) for r in report.residency)
+        )
         return Response(body)
 
     def get_exception_handler(self):
@@ -109,8 +119,11 @@ class ReportView(AgentView):
 
     def handle_exception(self, exc):
         # Every refusal, whatever raised it (auth, throttle, size, validation, stale seq).
-        metrics.report_rejected(getattr(exc, "error_code", None) or getattr(exc, "default_code", "")
-                                or type(exc).__name__)
+        metrics.report_rejected(
+            getattr(exc, "error_code", None)
+            or getattr(exc, "default_code", "")
+            or type(exc).__name__
+        )
         return super().handle_exception(exc)
 
 
@@ -185,12 +198,21 @@ class EngineViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def lifecycle(self, request, pk=None):
         engine = self.get_object()
-        if getattr(request.auth, "kind", None) == "agent" and engine.node_id != request.auth.node_id:
-            raise ApiError("forbidden", "an agent may only change its own node's engines", status_code=403)
+        if (
+            getattr(request.auth, "kind", None) == "agent"
+            and engine.node_id != request.auth.node_id
+        ):
+            raise ApiError(
+                "forbidden", "an agent may only change its own node's engines", status_code=403
+            )
         data = s.LifecycleSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        engine = services.change_engine_lifecycle(engine, data.validated_data["lifecycle"], request,
-                                                  reason=data.validated_data.get("reason", ""))
+        engine = services.change_engine_lifecycle(
+            engine,
+            data.validated_data["lifecycle"],
+            request,
+            reason=data.validated_data.get("reason", ""),
+        )
         return Response(s.EngineSerializer(engine).data)
 
 
@@ -201,7 +223,9 @@ class ResidencyLookupView(APIView):
     read_role = Role.VIEWER
     write_role = Role.VIEWER  # a lookup is a read, sent as POST because bodies can be large
 
-    @extend_schema(request=s.LookupSerializer, responses=s.LookupResponseSerializer, tags=["residency"])
+    @extend_schema(
+        request=s.LookupSerializer, responses=s.LookupResponseSerializer, tags=["residency"]
+    )
     def post(self, request):
         check_body_size(request)
         data = s.LookupSerializer(data=request.data)
@@ -210,7 +234,9 @@ class ResidencyLookupView(APIView):
         if "keys" in v:
             keys = [int(k, 16) for k in v["keys"]]
         else:
-            keys = blockhash.chain_keys(v["token_ids"], v["block_size"], blockhash.extra_for(v.get("lora_name")))
+            keys = blockhash.chain_keys(
+                v["token_ids"], v["block_size"], blockhash.extra_for(v.get("lora_name"))
+            )
         holders = get_index().holders(keys, v["limit"])
         engines = Engine.objects.select_related("node").in_bulk([h.engine for h in holders])
         out = []
@@ -218,6 +244,14 @@ class ResidencyLookupView(APIView):
             engine = engines.get(h.engine)
             if engine is None:
                 continue
-            out.append({"engine": engine.pk, "engine_name": engine.engine_id, "node": engine.node.name,
-                        "depth": h.depth, "tokens": h.depth * engine.block_size, "tier": h.tier})
+            out.append(
+                {
+                    "engine": engine.pk,
+                    "engine_name": engine.engine_id,
+                    "node": engine.node.name,
+                    "depth": h.depth,
+                    "tokens": h.depth * engine.block_size,
+                    "tier": h.tier,
+                }
+            )
         return Response({"keys": [blockhash.to_hex(k) for k in keys], "holders": out})

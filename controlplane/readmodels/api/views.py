@@ -41,12 +41,20 @@ class CacheMapView(APIView):
         engine_ids = None
         if request.query_params.get("engines"):
             try:
-                engine_ids = [int(x) for x in request.query_params["engines"].split(",")][:MAX_ENGINES_PER_PAGE]
+                engine_ids = [int(x) for x in request.query_params["engines"].split(",")][
+                    :MAX_ENGINES_PER_PAGE
+                ]
             except ValueError:
-                raise ApiError("invalid", "engines must be comma-separated engine ids", "engines") from None
-        return Response(cache_map(
-            offset=_int_param(request, "offset", 0, 0, 10**9),
-            limit=_int_param(request, "limit", DEFAULT_ENGINES_PER_PAGE, 1, MAX_ENGINES_PER_PAGE),
-            prefixes=_int_param(request, "prefixes", DEFAULT_PREFIXES, 1, MAX_PREFIXES),
-            engine_ids=engine_ids,
-        ))
+                raise ApiError(
+                    "invalid", "engines must be comma-separated engine ids", "engines"
+                ) from None
+        return Response(
+            cache_map(
+                offset=_int_param(request, "offset", 0, 0, 10**9),
+                limit=_int_param(
+                    request, "limit", DEFAULT_ENGINES_PER_PAGE, 1, MAX_ENGINES_PER_PAGE
+                ),
+                prefixes=_int_param(request, "prefixes", DEFAULT_PREFIXES, 1, MAX_PREFIXES),
+                engine_ids=engine_ids,
+            )
+        )

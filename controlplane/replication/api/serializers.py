@@ -17,9 +17,22 @@ from ..models import (
 class PolicySerializer(serializers.ModelSerializer):
     class Meta:
         model = Policy
-        fields = ["id", "name", "active", "mode", "max_spec_vram_fraction", "max_bytes_per_interval",
-                  "interval_seconds", "min_confidence", "replica_ttl_seconds", "horizon_seconds",
-                  "forecast_every_seconds", "plan_every_seconds", "default_transport", "updated_at"]
+        fields = [
+            "id",
+            "name",
+            "active",
+            "mode",
+            "max_spec_vram_fraction",
+            "max_bytes_per_interval",
+            "interval_seconds",
+            "min_confidence",
+            "replica_ttl_seconds",
+            "horizon_seconds",
+            "forecast_every_seconds",
+            "plan_every_seconds",
+            "default_transport",
+            "updated_at",
+        ]
         read_only_fields = ["updated_at"]
         # Activating a policy deactivates the others (PolicyViewSet._save): no uniqueness check.
         validators: list = []
@@ -56,7 +69,18 @@ class OverrideSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Override
-        fields = ["id", "kind", "prefix_keys", "node", "engine", "reason", "active", "expires_at", "created_by", "created_at"]
+        fields = [
+            "id",
+            "kind",
+            "prefix_keys",
+            "node",
+            "engine",
+            "reason",
+            "active",
+            "expires_at",
+            "created_by",
+            "created_at",
+        ]
         read_only_fields = ["created_by", "created_at"]
 
     def validate_prefix_keys(self, value):
@@ -66,7 +90,9 @@ class OverrideSerializer(serializers.ModelSerializer):
         kind = data.get("kind", getattr(self.instance, "kind", None))
         get = lambda f: data.get(f, getattr(self.instance, f, None))  # noqa: E731
         if kind == "pin" and not (get("prefix_keys") and get("engine")):
-            raise serializers.ValidationError({"prefix_keys": "a pin needs prefix_keys and an engine"})
+            raise serializers.ValidationError(
+                {"prefix_keys": "a pin needs prefix_keys and an engine"}
+            )
         if kind == "exclude_node" and not get("node"):
             raise serializers.ValidationError({"node": "exclude_node needs a node"})
         if kind == "exclude_engine" and not get("engine"):
@@ -80,9 +106,27 @@ class PlanItemSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = PlanItem
-        fields = ["id", "plan", "workload_key", "prefix_keys", "prefix_tokens", "source", "source_name",
-                  "target", "target_name", "tier", "bytes", "expected_ttft_saved_s", "cost_s", "confidence",
-                  "reason", "decision", "decided_by", "decided_at", "refusal"]
+        fields = [
+            "id",
+            "plan",
+            "workload_key",
+            "prefix_keys",
+            "prefix_tokens",
+            "source",
+            "source_name",
+            "target",
+            "target_name",
+            "tier",
+            "bytes",
+            "expected_ttft_saved_s",
+            "cost_s",
+            "confidence",
+            "reason",
+            "decision",
+            "decided_by",
+            "decided_at",
+            "refusal",
+        ]
         read_only_fields = fields
 
     def get_source_name(self, item) -> str | None:
@@ -95,13 +139,28 @@ class PlanSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ReplicationPlan
-        fields = ["id", "policy", "mode", "state", "created_at", "decided_at", "decided_by", "summary", "item_count", "items"]
+        fields = [
+            "id",
+            "policy",
+            "mode",
+            "state",
+            "created_at",
+            "decided_at",
+            "decided_by",
+            "summary",
+            "item_count",
+            "items",
+        ]
         read_only_fields = fields
 
 
 class DecisionSerializer(serializers.Serializer):
-    items = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
-                                  help_text="item ids; all pending items when omitted", max_length=100_000)
+    items = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        required=False,
+        help_text="item ids; all pending items when omitted",
+        max_length=100_000,
+    )
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
 
 
@@ -121,29 +180,79 @@ class ReplicationJobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ReplicationJob
-        fields = ["id", "item", "action", "transport", "source", "target", "prefix_keys", "tier", "bytes",
-                  "bytes_done", "state", "results", "attempt", "max_attempts", "error", "checksum", "deadline",
-                  "created_at", "updated_at", "transitions"]
+        fields = [
+            "id",
+            "item",
+            "action",
+            "transport",
+            "source",
+            "target",
+            "prefix_keys",
+            "tier",
+            "bytes",
+            "bytes_done",
+            "state",
+            "results",
+            "attempt",
+            "max_attempts",
+            "error",
+            "checksum",
+            "deadline",
+            "created_at",
+            "updated_at",
+            "transitions",
+        ]
         read_only_fields = fields
 
 
 class SpeculativeReplicaSerializer(serializers.ModelSerializer):
-    status = serializers.CharField(read_only=True, help_text=(
-        "shadow | landed (the executor finished, the engine has not shown it yet) | confirmed "
-        "(the engine's KV events, an LMCache pin or the coordinator's directory show it) | "
-        "unconfirmed (never shown) | lost (left the engine before its hold ended)"))
-    hits_basis = serializers.SerializerMethodField(help_text=(
-        "measured: hits are requests served by this engine whose cached tokens covered the prefix "
-        "(from request records); estimated: records named no serving engine, so hits are the key's "
-        "requests during the hold shared among the prefix's holders"))
+    status = serializers.CharField(
+        read_only=True,
+        help_text=(
+            "shadow | landed (the executor finished, the engine has not shown it yet) | confirmed "
+            "(the engine's KV events, an LMCache pin or the coordinator's directory show it) | "
+            "unconfirmed (never shown) | lost (left the engine before its hold ended)"
+        ),
+    )
+    hits_basis = serializers.SerializerMethodField(
+        help_text=(
+            "measured: hits are requests served by this engine whose cached tokens covered the prefix "
+            "(from request records); estimated: records named no serving engine, so hits are the key's "
+            "requests during the hold shared among the prefix's holders"
+        )
+    )
 
     def get_hits_basis(self, replica) -> str:
         return "measured" if replica.hits_measured else "estimated"
 
     class Meta:
         model = SpeculativeReplica
-        fields = ["id", "item", "job", "engine", "workload_key", "tier", "bytes", "bytes_moved", "shadow",
-                  "forecaster", "status", "placed_at", "confirmed_at", "confirmed_by", "lost_at", "expires_at",
-                  "evicted_at", "hits", "hits_basis", "served_requests", "served_hits", "tokens_hit",
-                  "ttft_saved_s", "vram_byte_seconds", "host_byte_seconds", "scored_at"]
+        fields = [
+            "id",
+            "item",
+            "job",
+            "engine",
+            "workload_key",
+            "tier",
+            "bytes",
+            "bytes_moved",
+            "shadow",
+            "forecaster",
+            "status",
+            "placed_at",
+            "confirmed_at",
+            "confirmed_by",
+            "lost_at",
+            "expires_at",
+            "evicted_at",
+            "hits",
+            "hits_basis",
+            "served_requests",
+            "served_hits",
+            "tokens_hit",
+            "ttft_saved_s",
+            "vram_byte_seconds",
+            "host_byte_seconds",
+            "scored_at",
+        ]
         read_only_fields = fields

@@ -76,7 +76,9 @@ class OverrideViewSet(viewsets.ModelViewSet):
 class PlanViewSet(viewsets.ReadOnlyModelViewSet):
     """Replication plans; operators approve or reject them whole or per item."""
 
-    queryset = ReplicationPlan.objects.prefetch_related("items__target__node", "items__source__node")
+    queryset = ReplicationPlan.objects.prefetch_related(
+        "items__target__node", "items__source__node"
+    )
     serializer_class = s.PlanSerializer
     filterset_class = ReplicationPlanFilterSet
     action_roles = {"approve": Role.OPERATOR, "reject": Role.OPERATOR}
@@ -85,10 +87,20 @@ class PlanViewSet(viewsets.ReadOnlyModelViewSet):
         data = s.DecisionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         plan = self.get_object()
-        plan, refused = services.decide(plan.pk, request, approve, data.validated_data.get("items"),
-                                        data.validated_data.get("reason", ""))
+        plan, refused = services.decide(
+            plan.pk,
+            request,
+            approve,
+            data.validated_data.get("items"),
+            data.validated_data.get("reason", ""),
+        )
         plan = self.get_queryset().get(pk=plan.pk)
-        return Response({"plan": s.PlanSerializer(plan).data, "refused": {str(k): v for k, v in refused.items()}})
+        return Response(
+            {
+                "plan": s.PlanSerializer(plan).data,
+                "refused": {str(k): v for k, v in refused.items()},
+            }
+        )
 
     @extend_schema(request=s.DecisionSerializer, responses=s.DecisionResultSerializer)
     @action(detail=True, methods=["post"])
@@ -128,8 +140,10 @@ class SpeculativeReplicaViewSet(viewsets.ReadOnlyModelViewSet):
 class ScoreboardView(APIView):
     """Speculative replicas' scores per policy, forecaster and tenant, with a recommendation."""
 
-    @extend_schema(parameters=[OpenApiParameter("since", str), OpenApiParameter("until", str)],
-                   responses={200: dict})
+    @extend_schema(
+        parameters=[OpenApiParameter("since", str), OpenApiParameter("until", str)],
+        responses={200: dict},
+    )
     def get(self, request):
         until = _when(request.query_params.get("until"), "until") or timezone.now()
         since = _when(request.query_params.get("since"), "since") or until - timedelta(days=1)
@@ -146,5 +160,9 @@ def _when(value, field):
     except ValueError:
         parsed = None
     if parsed is None or not in_range(parsed):
-        raise ApiError("invalid", f"{field} is not an ISO 8601 date-time between 1970 and 9000", field)
-    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)  # PG: offsets <= 15:59
+        raise ApiError(
+            "invalid", f"{field} is not an ISO 8601 date-time between 1970 and 9000", field
+        )
+    return (
+        parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    )  # PG: offsets <= 15:59

@@ -21,8 +21,11 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("cluster", help="play engines in real time for real agents",
-                       description=__doc__.split("\n")[0])
+    p = sub.add_parser(
+        "cluster",
+        help="play engines in real time for real agents",
+        description=__doc__.split("\n")[0],
+    )
     p.add_argument("--preset", default="burst", help="burst or steady")
     p.add_argument("--engines", type=int, default=None, help="override the preset's engine count")
     p.add_argument("--seed", type=int, default=0)
@@ -42,10 +45,16 @@ def add_parser(sub) -> None:
     p.add_argument("--agent-advertise", default="127.0.0.1", help='transfer host; "{node}" allowed')
     p.add_argument("--agent-base-port", type=int, default=0)
     p.add_argument("--spawn-agents", action="store_true", help="start one prewarm-agent per node")
-    p.add_argument("--enrolment-tokens", default=os.environ.get("PREWARM_ENROLMENT_TOKENS", ""),
-                   help="comma-separated, one per agent")
-    p.add_argument("--credentials", help="JSON file from `manage.py virtual_cluster_credentials` "
-                   "(gateway_token, operator_token, enrolment_tokens)")
+    p.add_argument(
+        "--enrolment-tokens",
+        default=os.environ.get("PREWARM_ENROLMENT_TOKENS", ""),
+        help="comma-separated, one per agent",
+    )
+    p.add_argument(
+        "--credentials",
+        help="JSON file from `manage.py virtual_cluster_credentials` "
+        "(gateway_token, operator_token, enrolment_tokens)",
+    )
     p.add_argument("--wait-for-agents", type=float, default=180.0, help="seconds")
     p.add_argument("--json", dest="json_path", help="write the run's summary here")
 
@@ -66,29 +75,51 @@ def main_cluster(args) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per posted batch is noise
     setup, preset = build_preset(args.preset, engines=args.engines, seed=args.seed)
     workdir = Path(args.dir)
-    vc = VirtualCluster(setup, Options(
-        control_plane_url=args.control_plane.rstrip("/"), gateway_token=args.gateway_token,
-        operator_token=args.operator_token, workdir=workdir,
-        time_scale=args.time_scale or preset.time_scale, payload_bytes=args.payload_bytes,
-        bind_host=args.bind_host, advertise_host=args.advertise_host, base_port=args.base_port,
-        http_port=args.http_port, agent_listen_host=args.agent_listen_host,
-        agent_advertise=args.agent_advertise, agent_base_port=args.agent_base_port,
-        loop=args.loop))
+    vc = VirtualCluster(
+        setup,
+        Options(
+            control_plane_url=args.control_plane.rstrip("/"),
+            gateway_token=args.gateway_token,
+            operator_token=args.operator_token,
+            workdir=workdir,
+            time_scale=args.time_scale or preset.time_scale,
+            payload_bytes=args.payload_bytes,
+            bind_host=args.bind_host,
+            advertise_host=args.advertise_host,
+            base_port=args.base_port,
+            http_port=args.http_port,
+            agent_listen_host=args.agent_listen_host,
+            agent_advertise=args.agent_advertise,
+            agent_base_port=args.agent_base_port,
+            loop=args.loop,
+        ),
+    )
     procs = []
     try:
         configs = vc.agent_configs([] if args.spawn_agents else tokens)
         if args.spawn_agents:
             procs = spawn_agents(configs, tokens, workdir)
-        (workdir / "ready.json").write_text(json.dumps({
-            "agent_configs": [str(c) for c in configs], "http_port": vc.http.port,
-            "engines": [ve.engine_id for ve in vc.engines], "preset": preset.name,
-            "assumptions": setup.assumptions}, indent=1))
+        (workdir / "ready.json").write_text(
+            json.dumps(
+                {
+                    "agent_configs": [str(c) for c in configs],
+                    "http_port": vc.http.port,
+                    "engines": [ve.engine_id for ve in vc.engines],
+                    "preset": preset.name,
+                    "assumptions": setup.assumptions,
+                },
+                indent=1,
+            )
+        )
         vc.http.ready = True
         signal.signal(signal.SIGTERM, lambda *_: vc.stop())
         signal.signal(signal.SIGINT, lambda *_: vc.stop())
-        print(f"virtual cluster: preset {preset.name}, {len(vc.engines)} engines of {vc.model}, "
-              f"{len(setup.workload)} requests over {setup.workload.duration_s:.0f} trace seconds "
-              f"at {vc.opt.time_scale:g}x", flush=True)
+        print(
+            f"virtual cluster: preset {preset.name}, {len(vc.engines)} engines of {vc.model}, "
+            f"{len(setup.workload)} requests over {setup.workload.duration_s:.0f} trace seconds "
+            f"at {vc.opt.time_scale:g}x",
+            flush=True,
+        )
         try:
             vc.run(duration_s=args.duration, wait_for_agents_s=args.wait_for_agents)
         except TimeoutError as exc:

@@ -46,8 +46,10 @@ from controlplane.sim.workloads.base import BLOCK_TOKENS
 log = logging.getLogger(__name__)
 LIFECYCLE_OF = {PLANNED: "draining", WARMING: "warming", SERVING: "serving", GONE: "draining"}
 # Names engines report: the cost-model preset is found again from the "8b"/"70b" in them.
-MODEL_NAMES = {"llama3-8b": "meta-llama/Llama-3.1-8B-Instruct",
-               "llama3-70b": "meta-llama/Llama-3.1-70B-Instruct"}
+MODEL_NAMES = {
+    "llama3-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama3-70b": "meta-llama/Llama-3.1-70B-Instruct",
+}
 HOUSEKEEPING_S = 0.5
 WARMUP_WAIT_S = 120.0  # wall seconds a warm-up request waits for its prefill before a 400
 # A gateway record with the prompt's token ids (what warm-ups need) per tenant at most this
@@ -128,7 +130,9 @@ class VirtualCluster:
         self.workdir = Path(options.workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.zmq = zmq.Context()
-        self.http = Endpoints(options.bind_host, options.http_port, on_completion=self.warmup_request)
+        self.http = Endpoints(
+            options.bind_host, options.http_port, on_completion=self.warmup_request
+        )
         self._warmups: queue.Queue[_Warmup] = queue.Queue()
         self._prefilling: list[_Warmup] = []
         self._tokens_posted: dict[str, float] = {}  # tenant -> wall time of its last token record
@@ -136,20 +140,38 @@ class VirtualCluster:
         self.engines: list[VirtualEngine] = []
         for e in self.sim.engines:
             eid = f"vc-e{e.eid}"
-            ports = (options.base_port + 2 * e.eid, options.base_port + 2 * e.eid + 1) \
-                if options.base_port else (0, 0)
-            pub = KvEventPublisher(f"kv@{eid}@{self.model}", f"tcp://{options.bind_host}:{ports[0]}",
-                                   f"tcp://{options.bind_host}:{ports[1]}", ctx=self.zmq)
-            self.engines.append(VirtualEngine(e, eid, self.model, self.book,
-                                              self.node_dir(e.eid) / "blocks",
-                                              options.payload_bytes, pub))
+            ports = (
+                (options.base_port + 2 * e.eid, options.base_port + 2 * e.eid + 1)
+                if options.base_port
+                else (0, 0)
+            )
+            pub = KvEventPublisher(
+                f"kv@{eid}@{self.model}",
+                f"tcp://{options.bind_host}:{ports[0]}",
+                f"tcp://{options.bind_host}:{ports[1]}",
+                ctx=self.zmq,
+            )
+            self.engines.append(
+                VirtualEngine(
+                    e,
+                    eid,
+                    self.model,
+                    self.book,
+                    self.node_dir(e.eid) / "blocks",
+                    options.payload_bytes,
+                    pub,
+                )
+            )
         self.stats = Stats()
         self.stop_event = threading.Event()
         self.started_at: float | None = None
         self.sim_now = 0.0
         self._poster: RecordPoster | None = None
-        self._operator = Operator(options.control_plane_url, options.operator_token) \
-            if options.operator_token else None
+        self._operator = (
+            Operator(options.control_plane_url, options.operator_token)
+            if options.operator_token
+            else None
+        )
         self._engine_pk: dict[str, int] = {}
         self._lifecycle: dict[str, str] = {}
         self._util = [0.0] * len(self.engines)
@@ -190,39 +212,44 @@ class VirtualCluster:
                     port = s.getsockname()[1]
             adv = self.opt.agent_advertise.replace("{node}", node)
             uuids = [f"GPU-{node}-{g}" for g in range(cost.gpus)]
-            text = "\n".join([
-                f'control_plane_url = "{self.opt.control_plane_url}"',
-                f'hostname = "{node}"',
-                *([f'enrolment_token = "{enrolment_tokens[i]}"']
-                  if enrolment_tokens and i < len(enrolment_tokens) else []),
-                f'state_dir = "{self.node_dir(i) / "state"}"',
-                'labels = { virtual = "true" }',
-                "report_interval_s = 1.0",
-                "engine_metrics_interval_s = 2.0",
-                'metrics_listen = ""',
-                'gpu_source = "simulated"',
-                f'gpu_sim_source = "{http}/nodes/{node}/gpus"',
-                "",
-                "[transfer]",
-                f'listen = "{self.opt.agent_listen_host}:{port}"',
-                f'advertise = "{adv}:{port}"',
-                'block_store = "files"',
-                f'block_store_path = "{ve.store}"',
-                "",
-                "[[engines]]",
-                f'engine_id = "{ve.engine_id}"',
-                f'kv_events = "{self._adv(ve.publisher.endpoint)}"',
-                f'replay = "{self._adv(ve.publisher.replay_endpoint)}"',
-                'topic = "kv"',
-                f'metrics_url = "{http}/engines/{ve.engine_id}/metrics"',
-                f'openai_url = "{http}/engines/{ve.engine_id}"',
-                f'model = "{self.model}"',
-                f"block_size = {BLOCK_TOKENS}",
-                f"bytes_per_block = {self.block_bytes}",
-                f"kv_capacity_blocks = {self.setup.config.kv_capacity_blocks}",
-                f"gpu_uuids = [{', '.join(repr(u).replace(chr(39), chr(34)) for u in uuids)}]",
-                "",
-            ])
+            text = "\n".join(
+                [
+                    f'control_plane_url = "{self.opt.control_plane_url}"',
+                    f'hostname = "{node}"',
+                    *(
+                        [f'enrolment_token = "{enrolment_tokens[i]}"']
+                        if enrolment_tokens and i < len(enrolment_tokens)
+                        else []
+                    ),
+                    f'state_dir = "{self.node_dir(i) / "state"}"',
+                    'labels = { virtual = "true" }',
+                    "report_interval_s = 1.0",
+                    "engine_metrics_interval_s = 2.0",
+                    'metrics_listen = ""',
+                    'gpu_source = "simulated"',
+                    f'gpu_sim_source = "{http}/nodes/{node}/gpus"',
+                    "",
+                    "[transfer]",
+                    f'listen = "{self.opt.agent_listen_host}:{port}"',
+                    f'advertise = "{adv}:{port}"',
+                    'block_store = "files"',
+                    f'block_store_path = "{ve.store}"',
+                    "",
+                    "[[engines]]",
+                    f'engine_id = "{ve.engine_id}"',
+                    f'kv_events = "{self._adv(ve.publisher.endpoint)}"',
+                    f'replay = "{self._adv(ve.publisher.replay_endpoint)}"',
+                    'topic = "kv"',
+                    f'metrics_url = "{http}/engines/{ve.engine_id}/metrics"',
+                    f'openai_url = "{http}/engines/{ve.engine_id}"',
+                    f'model = "{self.model}"',
+                    f"block_size = {BLOCK_TOKENS}",
+                    f"bytes_per_block = {self.block_bytes}",
+                    f"kv_capacity_blocks = {self.setup.config.kv_capacity_blocks}",
+                    f"gpu_uuids = [{', '.join(repr(u).replace(chr(39), chr(34)) for u in uuids)}]",
+                    "",
+                ]
+            )
             path = self.node_dir(i) / "agent.toml"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch(mode=0o600)
@@ -264,8 +291,9 @@ class VirtualCluster:
                 steps = ["draining", "warming"]  # serving -> warming goes through draining
             try:
                 for s in steps:
-                    self._operator.set_lifecycle(self._engine_pk[ve.engine_id], s,
-                                                 f"virtual cluster: engine {ve.sim.state}")
+                    self._operator.set_lifecycle(
+                        self._engine_pk[ve.engine_id], s, f"virtual cluster: engine {ve.sim.state}"
+                    )
             except Exception as exc:
                 log.warning("%s", exc)
                 continue
@@ -309,12 +337,22 @@ class VirtualCluster:
         # What a gateway that routed the request knows: the engine that served it, the cached
         # tokens vLLM reported (usage.prompt_tokens_details.cached_tokens) and the TTFT.
         tenant = wl.prefix_wkey[pid]
-        record = {"time": self._wall_of(t), "model": self.model, "tenant": tenant,
-                  "block_size": BLOCK_TOKENS, "prompt_tokens": total, "cached_tokens": cached,
-                  "engine": f"{self.node_name(e.eid)}/{ve.engine_id}", "ttft_s": round(wait + service, 6)}
+        record = {
+            "time": self._wall_of(t),
+            "model": self.model,
+            "tenant": tenant,
+            "block_size": BLOCK_TOKENS,
+            "prompt_tokens": total,
+            "cached_tokens": cached,
+            "engine": f"{self.node_name(e.eid)}/{ve.engine_id}",
+            "ttft_s": round(wait + service, 6),
+        }
         wall = time.monotonic()
-        if keys and wall - self._tokens_posted.get(tenant, -math.inf) >= TOKEN_RECORD_EVERY_S \
-                and wall - self._last_token_record >= 1.0:
+        if (
+            keys
+            and wall - self._tokens_posted.get(tenant, -math.inf) >= TOKEN_RECORD_EVERY_S
+            and wall - self._last_token_record >= 1.0
+        ):
             # Now and then the prompt's token ids (full blocks), as a gateway that tokenizes can.
             self._tokens_posted[tenant] = self._last_token_record = wall
             record["token_ids"] = [tok for k in chain for tok in self.book.tokens_of(k)]
@@ -387,11 +425,18 @@ class VirtualCluster:
             self.stats.warmups += 1
             self._queries[w.engine] += len(w.tokens)
             self._hits[w.engine] += w.cached
-            w.reply = {"id": f"cmpl-warmup-{self.stats.warmups}", "object": "text_completion",
-                       "model": self.model, "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
-                       "usage": {"prompt_tokens": len(w.tokens), "completion_tokens": 1,
-                                 "total_tokens": len(w.tokens) + 1,
-                                 "prompt_tokens_details": {"cached_tokens": w.cached}}}
+            w.reply = {
+                "id": f"cmpl-warmup-{self.stats.warmups}",
+                "object": "text_completion",
+                "model": self.model,
+                "choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                "usage": {
+                    "prompt_tokens": len(w.tokens),
+                    "completion_tokens": 1,
+                    "total_tokens": len(w.tokens) + 1,
+                    "prompt_tokens_details": {"cached_tokens": w.cached},
+                },
+            }
             w.done.set()
         self._prefilling = left
 
@@ -449,17 +494,37 @@ class VirtualCluster:
             kv_pool = self.setup.config.kv_capacity_blocks * self.block_bytes / cost.gpus
             weights = cost.model.weight_bytes / cost.gpus
             running = e.state == SERVING and e.free_at > self.sim_now
-            gpus = [{"uuid": f"GPU-{node}-{g}", "index": g, "name": f"{gpu.name.upper()} (virtual)",
-                     "memory_total": int(gpu.hbm_bytes),
-                     "memory_used": int(min(gpu.hbm_bytes, weights + kv_pool)) if e.state != PLANNED else 0,
-                     "utilization_gpu": round(100 * util), "nvlink_peers": [], "processes": []}
-                    for g in range(cost.gpus)]
-            self.http.set_gpus(node, {"gpus": gpus, "status": f"{cost.gpus} virtual GPU(s), engine {e.state}"})
+            gpus = [
+                {
+                    "uuid": f"GPU-{node}-{g}",
+                    "index": g,
+                    "name": f"{gpu.name.upper()} (virtual)",
+                    "memory_total": int(gpu.hbm_bytes),
+                    "memory_used": int(min(gpu.hbm_bytes, weights + kv_pool))
+                    if e.state != PLANNED
+                    else 0,
+                    "utilization_gpu": round(100 * util),
+                    "nvlink_peers": [],
+                    "processes": [],
+                }
+                for g in range(cost.gpus)
+            ]
+            self.http.set_gpus(
+                node, {"gpus": gpus, "status": f"{cost.gpus} virtual GPU(s), engine {e.state}"}
+            )
             mean_service = (e.busy_s / e.served) if e.served else 1.0
             waiting = max(0, math.ceil(e.wait(self.sim_now) / mean_service) - 1) if running else 0
-            self.http.set_metrics(ve.engine_id, {
-                "running": 1 if running else 0, "waiting": waiting, "kv_usage": round(util, 4),
-                "queries": self._queries[i], "hits": self._hits[i]}, self.model)
+            self.http.set_metrics(
+                ve.engine_id,
+                {
+                    "running": 1 if running else 0,
+                    "waiting": waiting,
+                    "kv_usage": round(util, 4),
+                    "queries": self._queries[i],
+                    "hits": self._hits[i],
+                },
+                self.model,
+            )
         if dt > 0:
             self._util_t = self.sim_now
 
@@ -469,8 +534,9 @@ class VirtualCluster:
         or ``stop()``); with ``options.loop`` the workload starts again when it ends."""
         if not self.wait_for_agents(wait_for_agents_s):
             raise TimeoutError("the agents' engines did not appear in the control plane")
-        self._poster = RecordPoster(self.opt.control_plane_url, self.opt.gateway_token,
-                                    self.opt.record_flush_s).start()
+        self._poster = RecordPoster(
+            self.opt.control_plane_url, self.opt.gateway_token, self.opt.record_flush_s
+        ).start()
         wl = self.workload
         times = wl.t.tolist()
         n = len(times)
@@ -517,18 +583,31 @@ class VirtualCluster:
     def summary(self) -> dict[str, Any]:
         st = self.stats
         ttft = np.asarray(st.ttft) if st.ttft else np.zeros(1)
-        used = sum(1 for ve in self.engines for rid, u in ve.sim.cache.replica_used.items()
-                   if rid >= 1 << 40 and u)
+        used = sum(
+            1
+            for ve in self.engines
+            for rid, u in ve.sim.cache.replica_used.items()
+            if rid >= 1 << 40 and u
+        )
         return {
-            "engines": len(self.engines), "model": self.model, "time_scale": self.opt.time_scale,
-            "requests": st.requests, "sim_seconds": round(self.sim_now, 1),
+            "engines": len(self.engines),
+            "model": self.model,
+            "time_scale": self.opt.time_scale,
+            "requests": st.requests,
+            "sim_seconds": round(self.sim_now, 1),
             "records_posted": self._poster.posted if self._poster else 0,
-            "cached_token_share": round(st.cached_tokens / st.prompt_tokens, 4) if st.prompt_tokens else 0.0,
-            "ttft_mean_s": round(float(ttft.mean()), 4), "ttft_p99_s": round(float(np.quantile(ttft, 0.99)), 4),
-            "copies_in_blocks": st.copies_in_blocks, "copies_in_bytes": st.copies_in_bytes,
-            "copies_rejected": st.copies_rejected, "replicas_placed": st.replicas_placed,
+            "cached_token_share": round(st.cached_tokens / st.prompt_tokens, 4)
+            if st.prompt_tokens
+            else 0.0,
+            "ttft_mean_s": round(float(ttft.mean()), 4),
+            "ttft_p99_s": round(float(np.quantile(ttft, 0.99)), 4),
+            "copies_in_blocks": st.copies_in_blocks,
+            "copies_in_bytes": st.copies_in_bytes,
+            "copies_rejected": st.copies_rejected,
+            "replicas_placed": st.replicas_placed,
             "warmups": st.warmups,
-            "replicas_used": used, "lifecycle_changes": st.lifecycle_changes,
+            "replicas_used": used,
+            "lifecycle_changes": st.lifecycle_changes,
         }
 
     def close(self) -> None:

@@ -129,11 +129,15 @@ class Operator:
         return out
 
     def set_lifecycle(self, engine_pk: int, lifecycle: str, reason: str) -> None:
-        resp = self.client.post(f"{self.base}/api/engines/{engine_pk}/lifecycle/",
-                                json={"lifecycle": lifecycle, "reason": reason})
+        resp = self.client.post(
+            f"{self.base}/api/engines/{engine_pk}/lifecycle/",
+            json={"lifecycle": lifecycle, "reason": reason},
+        )
         if resp.status_code != 200:
-            raise RuntimeError(f"lifecycle {lifecycle} for engine {engine_pk}: "
-                               f"HTTP {resp.status_code} {resp.text[:300]}")
+            raise RuntimeError(
+                f"lifecycle {lifecycle} for engine {engine_pk}: "
+                f"HTTP {resp.status_code} {resp.text[:300]}"
+            )
 
     def close(self) -> None:
         self.client.close()

@@ -24,8 +24,12 @@ MAX_BODY = 64 << 20
 
 
 class Endpoints:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0,
-                 on_completion: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        on_completion: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+    ):
         self.gpus: dict[str, bytes] = {}
         self.metrics: dict[str, bytes] = {}
         self.ready = False  # /healthz answers 200 once the agents' configurations are written
@@ -44,16 +48,28 @@ class Endpoints:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 parts = self.path.strip("/").split("/")
                 n = int(self.headers.get("Content-Length") or 0)
-                if len(parts) != 4 or parts[0] != "engines" or parts[2:] != ["v1", "completions"] \
-                        or outer.on_completion is None or n > MAX_BODY:
+                if (
+                    len(parts) != 4
+                    or parts[0] != "engines"
+                    or parts[2:] != ["v1", "completions"]
+                    or outer.on_completion is None
+                    or n > MAX_BODY
+                ):
                     self.send_error(404 if n <= MAX_BODY else 413)
                     return
                 try:
                     req = json.loads(self.rfile.read(n))
                     self._reply(200, outer.on_completion(parts[1], req))
                 except (ValueError, KeyError, TypeError) as exc:
-                    self._reply(400, {"object": "error", "message": str(exc), "type": "BadRequestError",
-                                      "code": 400})
+                    self._reply(
+                        400,
+                        {
+                            "object": "error",
+                            "message": str(exc),
+                            "type": "BadRequestError",
+                            "code": 400,
+                        },
+                    )
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 parts = self.path.strip("/").split("/")
@@ -79,7 +95,9 @@ class Endpoints:
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, name="vc-http", daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, name="vc-http", daemon=True
+        )
         self.thread.start()
 
     def set_gpus(self, node: str, doc: dict) -> None:

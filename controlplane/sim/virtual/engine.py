@@ -42,8 +42,16 @@ def block_file(store: Path, key: int) -> Path:
 class VirtualEngine:
     """One simulator ``Engine`` published as a vLLM engine to one agent."""
 
-    def __init__(self, sim_engine: Engine, engine_id: str, model: str, book: TokenBook,
-                 store_dir: Path, payload_bytes: int, publisher: KvEventPublisher):
+    def __init__(
+        self,
+        sim_engine: Engine,
+        engine_id: str,
+        model: str,
+        book: TokenBook,
+        store_dir: Path,
+        payload_bytes: int,
+        publisher: KvEventPublisher,
+    ):
         self.sim = sim_engine
         self.engine_id = engine_id
         self.model = model
@@ -82,9 +90,14 @@ class VirtualEngine:
             tokens: list[int] = []
             for k in run:
                 tokens += self.book.tokens_of(k)
-            events.append(block_stored([self.engine_hash(k) for k in run],
-                                       None if parent == ROOT_PARENT else self.engine_hash(parent),
-                                       tokens, self.book.block_tokens))
+            events.append(
+                block_stored(
+                    [self.engine_hash(k) for k in run],
+                    None if parent == ROOT_PARENT else self.engine_hash(parent),
+                    tokens,
+                    self.book.block_tokens,
+                )
+            )
             for k in run:
                 self._write(k)
         if events:
@@ -118,8 +131,11 @@ class VirtualEngine:
                 self.copy_bytes_in += len(data)
             else:
                 self.bad_copies += 1
-                log.warning("%s: block %016x in the store is not a block of this workload",
-                            self.engine_id, k)
+                log.warning(
+                    "%s: block %016x in the store is not a block of this workload",
+                    self.engine_id,
+                    k,
+                )
             self.written.add(k)
         vanished = [k for k in self.written if k not in present]
         return arrived, vanished

@@ -46,11 +46,30 @@ class Preset:
 PRESETS = {
     # The window's demand more than quadruples between trace minutes 8 and 11; engines 4 and 5
     # (of 6) are announced as it starts and serve two minutes (cold boot) later.
-    "burst": Preset("burst", "scaleout", "llama3-70b", 6, 12, 0.25, 1800.0, 10.0,
-                    description="70B, long tenant prefixes, demand ramp, engines joining",
-                    joins=((4, 420.0, 540.0), (5, 480.0, 600.0))),
-    "steady": Preset("steady", "steady", "llama3-8b", 4, 12, 0.25, 1800.0, 10.0, True,
-                     description="8B, short prefixes, flat demand, fixed fleet"),
+    "burst": Preset(
+        "burst",
+        "scaleout",
+        "llama3-70b",
+        6,
+        12,
+        0.25,
+        1800.0,
+        10.0,
+        description="70B, long tenant prefixes, demand ramp, engines joining",
+        joins=((4, 420.0, 540.0), (5, 480.0, 600.0)),
+    ),
+    "steady": Preset(
+        "steady",
+        "steady",
+        "llama3-8b",
+        4,
+        12,
+        0.25,
+        1800.0,
+        10.0,
+        True,
+        description="8B, short prefixes, flat demand, fixed fleet",
+    ),
 }
 
 
@@ -77,13 +96,23 @@ def build_preset(name: str, *, engines: int | None = None, seed: int = 0) -> tup
         raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
     p = PRESETS[name]
     start = flattest_start(p.duration_s) if p.steady_window else None
-    setup = build(workload="servegen", scenario=p.scenario, engines=engines or p.engines,
-                  model=p.model, start=start, duration=p.duration_s, load=p.load,
-                  tenants=p.tenants, seed=seed)
+    setup = build(
+        workload="servegen",
+        scenario=p.scenario,
+        engines=engines or p.engines,
+        model=p.model,
+        start=start,
+        duration=p.duration_s,
+        load=p.load,
+        tenants=p.tenants,
+        seed=seed,
+    )
     if p.joins:
-        setup.config.changes = tuple(EngineChange(e, a, s) for e, a, s in p.joins
-                                     if e < setup.config.engines)
+        setup.config.changes = tuple(
+            EngineChange(e, a, s) for e, a, s in p.joins if e < setup.config.engines
+        )
         setup.assumptions["scaleout"] = "; ".join(
-            f"e{e} announced at {a:.0f} s, serves from {s:.0f} s" for e, a, s in p.joins)
+            f"e{e} announced at {a:.0f} s, serves from {s:.0f} s" for e, a, s in p.joins
+        )
     setup.assumptions["preset"] = f"{p.name}: {p.description}"
     return setup, p

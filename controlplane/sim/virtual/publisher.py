@@ -35,12 +35,22 @@ def seq_frame(seq: int) -> bytes:
 
 
 def block_stored(
-    block_hashes: Sequence[int], parent: int | None, token_ids: Sequence[int], block_size: int,
+    block_hashes: Sequence[int],
+    parent: int | None,
+    token_ids: Sequence[int],
+    block_size: int,
     medium: str = "GPU",
 ) -> dict[str, Any]:
-    return {"type": "BlockStored", "block_hashes": list(block_hashes), "parent_block_hash": parent,
-            "token_ids": list(token_ids), "block_size": block_size, "lora_id": None,
-            "medium": medium, "lora_name": None}
+    return {
+        "type": "BlockStored",
+        "block_hashes": list(block_hashes),
+        "parent_block_hash": parent,
+        "token_ids": list(token_ids),
+        "block_size": block_size,
+        "lora_id": None,
+        "medium": medium,
+        "lora_name": None,
+    }
 
 
 def block_removed(block_hashes: Sequence[int], medium: str = "GPU") -> dict[str, Any]:

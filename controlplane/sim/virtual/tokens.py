@@ -51,11 +51,15 @@ class TokenBook:
         if wkey in names:
             guesses.append(10_000 + names.index(wkey))  # servegen: 10_000 + tenant index
         for ns in guesses:
-            if chain_keys(namespace_tokens(ns, 0, self.block_tokens), self.block_tokens)[0] == chain[0]:
+            if (
+                chain_keys(namespace_tokens(ns, 0, self.block_tokens), self.block_tokens)[0]
+                == chain[0]
+            ):
                 return ns
         raise ValueError(
             f"workload {wl.name!r}: prefix {wkey!r} is not built from synthetic token ids, so a "
-            "virtual engine cannot publish its tokens (use servegen or azure-code)")
+            "virtual engine cannot publish its tokens (use servegen or azure-code)"
+        )
 
     def tokens_of(self, key: int) -> list[int]:
         ns, b, _ = self.origin[key]

@@ -17,7 +17,6 @@ import numpy as np
 BLOCK_TOKENS = 512
 
 
-
 @dataclass
 class Workload:
     name: str

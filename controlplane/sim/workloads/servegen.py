@@ -40,7 +40,9 @@ def aggregate_rate(tenants: dict[str, ServegenTenant]) -> tuple[np.ndarray, np.n
     return first.window_start_s, total
 
 
-def ramp_start(tenants: dict[str, ServegenTenant], duration_s: float, min_history_s: float = DAY_S) -> float:
+def ramp_start(
+    tenants: dict[str, ServegenTenant], duration_s: float, min_history_s: float = DAY_S
+) -> float:
     """Start of the window with the largest demand ramp over ``duration_s`` (after a day of
     history, so day-earlier forecasts have something to go on)."""
     starts, total = aggregate_rate(tenants)
@@ -62,8 +64,13 @@ def mean_rate(tenants: dict[str, ServegenTenant], start: float, duration_s: floa
     return float(total[sel].mean()) if sel.any() else 0.0
 
 
-def peak_work_rate(tenants: dict[str, ServegenTenant], start: float, duration_s: float,
-                   service_s: dict[str, float], bin_s: float = 300.0) -> float:
+def peak_work_rate(
+    tenants: dict[str, ServegenTenant],
+    start: float,
+    duration_s: float,
+    service_s: dict[str, float],
+    bin_s: float = 300.0,
+) -> float:
     """Highest expected prefill work per second (sum over tenants of rate x service time) over
     the ``bin_s`` stretches of ``[start, start + duration_s)`` (window rates are step functions)."""
     edges = np.arange(start, start + duration_s, bin_s)
@@ -91,7 +98,9 @@ def prefix_lengths(names: list[str], prefix_tokens: tuple[int, int], seed: int) 
     return {name: int(x) for name, x in zip(names, lengths, strict=True)}
 
 
-def top_tenants(path: str | Path | None, count: int, start: float, duration_s: float) -> dict[str, ServegenTenant]:
+def top_tenants(
+    path: str | Path | None, count: int, start: float, duration_s: float
+) -> dict[str, ServegenTenant]:
     tenants = load_servegen_windows(path)
     vol = {}
     for name, ten in tenants.items():
@@ -131,12 +140,16 @@ def load_servegen(
         W = ten.window_seconds
         before = ten.window_start_s < start
         history[name] = ten.expected_counts()[before] * rate_scale
-        sel = np.nonzero((ten.window_start_s + W > start) & (ten.window_start_s < start + duration_s))[0]
+        sel = np.nonzero(
+            (ten.window_start_s + W > start) & (ten.window_start_s < start + duration_s)
+        )[0]
         for w in sel:
             r = ten.rate[w] * rate_scale
             if r <= 0 or ten.pattern[w] == "":
                 continue
-            arr = _window_arrivals(rng, float(ten.window_start_s[w]), W, r, ten.pattern[w], float(ten.shape[w]))
+            arr = _window_arrivals(
+                rng, float(ten.window_start_s[w]), W, r, ten.pattern[w], float(ten.shape[w])
+            )
             arr = arr[(arr >= start) & (arr < start + duration_s)]
             times.append(arr - start)
             pids.append(np.full(len(arr), j, dtype=np.int32))
@@ -146,8 +159,18 @@ def load_servegen(
     n = len(t)
     suffix = np.minimum(8192, rng.lognormal(math.log(600), 0.8, size=n)).astype(np.int32)
     out = np.minimum(4096, rng.lognormal(math.log(250), 0.8, size=n)).astype(np.int32)
-    workload = Workload("servegen", t[order], pid[order], suffix, out, prefixes, names,
-                 history=history, history_bucket_s=600.0, duration_s=duration_s)
+    workload = Workload(
+        "servegen",
+        t[order],
+        pid[order],
+        suffix,
+        out,
+        prefixes,
+        names,
+        history=history,
+        history_bucket_s=600.0,
+        duration_s=duration_s,
+    )
     workload.assumptions.update(
         {
             "source": "ServeGen m-large per-tenant 10-minute windows (Alibaba Cloud Model Studio)",
@@ -164,7 +187,9 @@ def load_servegen(
     return workload
 
 
-def _window_arrivals(rng, w0: float, W: float, rate: float, pattern: str, shape: float) -> np.ndarray:
+def _window_arrivals(
+    rng, w0: float, W: float, rate: float, pattern: str, shape: float
+) -> np.ndarray:
     n = rate * W
     draws = int(n * 1.5 + 8 * math.sqrt(n) + 16)
     if pattern == "Weibull" and shape > 0:

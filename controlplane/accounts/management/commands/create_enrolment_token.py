@@ -21,6 +21,7 @@ class Command(BaseCommand):
             raise CommandError(f"--labels is not JSON: {exc}") from None
         if not isinstance(labels, dict):
             raise CommandError("--labels must be a JSON object")
-        _, raw = issue_enrolment_token(None, ttl, labels=labels,
-                                       reason="manage.py create_enrolment_token")
+        _, raw = issue_enrolment_token(
+            None, ttl, labels=labels, reason="manage.py create_enrolment_token"
+        )
         self.stdout.write(raw)

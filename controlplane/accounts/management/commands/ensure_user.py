@@ -15,9 +15,13 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("--password", required=True)
         parser.add_argument("--role", choices=Role.ALL, default=Role.VIEWER)
-        parser.add_argument("--issue-token", metavar="NAME", default="",
-                            help="also issue a pwu_ token acting as this user (printed once), e.g. "
-                                 "for Prometheus scraping /api/metrics/ as a viewer")
+        parser.add_argument(
+            "--issue-token",
+            metavar="NAME",
+            default="",
+            help="also issue a pwu_ token acting as this user (printed once), e.g. "
+            "for Prometheus scraping /api/metrics/ as a viewer",
+        )
 
     def handle(self, username, password, role, issue_token="", **opts):
         if len(password) < 8:
@@ -31,6 +35,11 @@ class Command(BaseCommand):
         user.groups.set([Group.objects.get(name=role)])
         self.stdout.write(f"{'created' if created else 'updated'} {username} ({role})")
         if issue_token:
-            _, raw = issue_api_token(None, TokenKind.USER, issue_token, user=user,
-                                     reason="manage.py ensure_user --issue-token")
+            _, raw = issue_api_token(
+                None,
+                TokenKind.USER,
+                issue_token,
+                user=user,
+                reason="manage.py ensure_user --issue-token",
+            )
             self.stdout.write(raw)

@@ -36,10 +36,13 @@ class Command(BaseCommand):
         why = "manage.py virtual_cluster_credentials"
         _, gw_raw = issue_api_token(None, TokenKind.GATEWAY, USER, reason=why)
         _, op_raw = issue_api_token(None, TokenKind.USER, USER, user=user, reason=why)
-        enrol = [issue_enrolment_token(None, ttl, labels={"virtual": "true"}, reason=why)[1]
-                 for _ in range(agents)]
-        doc = json.dumps({"gateway_token": gw_raw, "operator_token": op_raw,
-                          "enrolment_tokens": enrol})
+        enrol = [
+            issue_enrolment_token(None, ttl, labels={"virtual": "true"}, reason=why)[1]
+            for _ in range(agents)
+        ]
+        doc = json.dumps(
+            {"gateway_token": gw_raw, "operator_token": op_raw, "enrolment_tokens": enrol}
+        )
         if not out:
             self.stdout.write(doc)
             return

@@ -27,8 +27,9 @@ class Command(BaseCommand):
         if found is None:
             raise CommandError(f"no engine {engine!r}")
         try:
-            changed = change_engine_lifecycle(found, lifecycle, None,
-                                              reason=reason or "manage.py engine_lifecycle")
+            changed = change_engine_lifecycle(
+                found, lifecycle, None, reason=reason or "manage.py engine_lifecycle"
+            )
         except DomainError as exc:
             raise CommandError(exc.detail) from None
         self.stdout.write(f"{changed}: {changed.lifecycle}")

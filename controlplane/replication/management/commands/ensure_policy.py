@@ -15,8 +15,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("name")
-        parser.add_argument("--fields", default="{}",
-                            help='JSON, e.g. {"mode": "auto", "plan_every_seconds": 10}')
+        parser.add_argument(
+            "--fields", default="{}", help='JSON, e.g. {"mode": "auto", "plan_every_seconds": 10}'
+        )
 
     @transaction.atomic
     def handle(self, name, fields, **opts):
@@ -27,11 +28,15 @@ class Command(BaseCommand):
         if not isinstance(data, dict):
             raise CommandError("--fields must be a JSON object")
         policy = Policy.objects.filter(name=name).first()
-        ser = PolicySerializer(policy, data={**data, "name": name, "active": True}, partial=policy is not None)
+        ser = PolicySerializer(
+            policy, data={**data, "name": name, "active": True}, partial=policy is not None
+        )
         if not ser.is_valid():
             raise CommandError(f"invalid policy: {json.dumps(ser.errors)}")
         saved = policy or Policy()
         for field, value in ser.validated_data.items():
             setattr(saved, field, value)
         activate_policy(saved, None, reason="manage.py ensure_policy")  # deactivates the others
-        self.stdout.write(f"{'updated' if policy else 'created'} policy {name} ({saved.mode}), active")
+        self.stdout.write(
+            f"{'updated' if policy else 'created'} policy {name} ({saved.mode}), active"
+        )
