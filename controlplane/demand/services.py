@@ -82,11 +82,18 @@ def ingest_records(records: list[dict]) -> dict:
     created = 0
     group_counts: dict[tuple[str, str], int] = {}
     keep_tokens = settings.PREWARM_KEEP_PREFIX_TOKEN_IDS
+    # Every record's workload key first, created where missing in sorted order: two web
+    # processes ingesting overlapping batches then take the unique index's locks in the same
+    # order and cannot deadlock (PostgreSQL's "deadlock detected ... workload_key_unique").
+    parsed = []
     for rec in records:
         chain = _keys_of(rec)
         head = group_of(chain, rec["block_size"], GROUP_TOKENS)
         group = OTHER if head is None else blockhash.to_hex(head)
-        ident = (rec["tenant"], rec["model"], group)
+        parsed.append((rec, chain, (rec["tenant"], rec["model"], group)))
+    resolved: dict[tuple[str, str, str], tuple[WorkloadKey, str]] = {}
+    for asked in sorted({ident for _, _, ident in parsed}):
+        ident, group = asked, asked[2]
         wk = keys_cache.get(ident)
         if wk is None:
             wk = WorkloadKey.objects.filter(
@@ -113,6 +120,9 @@ def ingest_records(records: list[dict]) -> dict:
                     group_counts[tm] = group_counts.get(tm, 0) + made
                     created += made
             keys_cache[ident] = wk
+        resolved[asked] = (wk, group)
+    for rec, chain, ident in parsed:
+        wk, group = resolved[ident]
         if group != OTHER:
             current = [int(k, 16) for k in wk.prefix_keys] if wk.prefix_keys else None
             common = shared_chain(current, chain)
@@ -137,7 +147,7 @@ def ingest_records(records: list[dict]) -> dict:
         if rec.get("engine") not in (None, "") and "cached_tokens" in rec:
             c[3] += 1
             served.append((wk.pk, engines[str(rec["engine"])], rec["time"], rec["cached_tokens"]))
-    for wk in keys_cache.values():
+    for wk in sorted(keys_cache.values(), key=lambda w: w.pk):  # row locks in one order
         fields = ["last_seen"]
         wk.last_seen = now
         if getattr(wk, "_dirty", False):
@@ -145,7 +155,7 @@ def ingest_records(records: list[dict]) -> dict:
         if getattr(wk, "_tokens_dirty", False):
             fields.append("prefix_token_ids")
         wk.save(update_fields=fields)
-    for (key_id, start), (n, toks, cached, nserved) in counts.items():
+    for (key_id, start), (n, toks, cached, nserved) in sorted(counts.items()):
         at = datetime.fromtimestamp(start, tz=UTC)
         bucket, made = DemandBucket.objects.get_or_create(
             key_id=key_id,
