@@ -4,12 +4,17 @@ two web processes hit "deadlock detected ... workload_key_unique" -> 500 before)
 
 import threading
 
+import pytest
 from django.db import connection
 from django.db.models import Sum
 
 from controlplane.core import blockhash
 from controlplane.demand import services
 from controlplane.demand.models import DemandBucket, WorkloadKey
+
+# PostgreSQL's row and index locks are what is tested (the test run's SQLite is one in-memory
+# database with table locks, where the embedded writer lock serialises writers anyway).
+pytestmark = pytest.mark.services
 
 
 def record(key_hex: str) -> dict:
