@@ -98,6 +98,34 @@ JOB_STATES = (
 )
 RESULT_STATES = (JOB_SUCCEEDED, JOB_FAILED)  # what a job.result may say
 
+# Job-state groups (one definition each; the planner, the budgets and the pages read these).
+JOB_IN_FLIGHT = (JOB_APPROVED, JOB_DISPATCHED, JOB_RUNNING)  # approved and moving, not yet landed
+JOB_LIVE = (JOB_PENDING, *JOB_IN_FLIGHT)  # not final and not yet landed (pending counts)
+
+# Engine lifecycle: what an engine does with traffic (the fleet's, the planner's, the simulator's).
+ENGINE_WARMING = "warming"  # joining: not yet taking traffic, may receive copies
+ENGINE_SERVING = "serving"
+ENGINE_DRAINING = "draining"  # leaving (or not yet booted): no traffic, no new copies
+ENGINE_LIFECYCLES = (ENGINE_WARMING, ENGINE_SERVING, ENGINE_DRAINING)
+
+# What showed a landed copy on its target engine (a job's confirmation source).
+CONFIRM_KV_EVENTS = "kv-events"  # the target engine's KV events reached the residency index
+CONFIRM_LMCACHE_PIN = "lmcache-pin"  # LMCache /pin on the target reported the resident length
+CONFIRM_LMCACHE_DIRECTORY = "lmcache-directory"  # the coordinator's directory lists the target
+CONFIRMATION_SOURCES = (CONFIRM_KV_EVENTS, CONFIRM_LMCACHE_PIN, CONFIRM_LMCACHE_DIRECTORY)
+
+# API token kinds.
+TOKEN_USER = "user"
+TOKEN_GATEWAY = "gateway"
+TOKEN_AGENT = "agent"
+TOKEN_KINDS = (TOKEN_USER, TOKEN_GATEWAY, TOKEN_AGENT)
+
+# Realtime (Channels) event names sent to the dashboard groups.
+EVENT_PLAN_DECIDED = "plan.decided"
+EVENT_JOB_UPDATE = "job.update"
+EVENT_NODE_STALE = "node.stale"
+EVENT_RESIDENCY_DELTA = "residency.delta"
+
 # Fields of the ``job`` object of a ``job.assign`` (docs/agent-protocol.md, "Replication jobs").
 FIELD_LMCACHE = TRANSPORT_LMCACHE  # the lmcache executor's parameters (controller URL, instance)
 JOB_FIELDS = (
