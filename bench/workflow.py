@@ -1,6 +1,6 @@
 """Workflow benchmark: one planning cycle from the database and residency index to stored plan rows.
 
-``plan_cycle_seconds``: ``controlplane.replication.planning.run_cycle`` (read engines, workload
+``plan_cycle_seconds``: ``controlplane.replication.plans.cycle.run_cycle`` (read engines, workload
 keys, latest forecasts and overrides; ask the residency index for each prefix's holders; run the
 planner; store the plan and its items) for 256 engines x 100k prefixes (``--quick``: 32 x 10k),
 target < 5 s. Baseline in the same run: the pure planner alone on the same inputs, so the
@@ -171,7 +171,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         setup(tmp)
         from controlplane.core import planner
-        from controlplane.replication import planning
+        from controlplane.replication.plans import cycle as planning
 
         t0 = time.perf_counter()
         policy = populate(engines, prefixes)

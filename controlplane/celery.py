@@ -42,7 +42,6 @@ TASK_QUEUES = {
     "celery.chord_unlock": Queue.PLAN,
     "controlplane.replication.tasks.plan_cycle": Queue.PLAN,
     "controlplane.replication.tasks.dispatch_job": Queue.DISPATCH,
-    "controlplane.replication.tasks.dispatch_approved": Queue.DISPATCH,
     "controlplane.replication.tasks.sweep_jobs": Queue.DISPATCH,
     "controlplane.replication.tasks.evict_expired": Queue.DISPATCH,
     "controlplane.replication.tasks.score_replicas": Queue.DEFAULT,

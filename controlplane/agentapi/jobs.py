@@ -9,7 +9,8 @@ from __future__ import annotations
 from channels.db import database_sync_to_async
 
 from controlplane.accounts.authentication import authenticate_agent
-from controlplane.replication.dispatch import EventError, apply_event, pending_for_node
+from controlplane.replication.jobs.delivery import apply_event, pending_for_node
+from controlplane.replication.jobs.states import EventError
 
 
 @database_sync_to_async

@@ -22,7 +22,7 @@ from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 from controlplane.fleet.api.views import AgentView
 from controlplane.realtime import groups
-from controlplane.replication.dispatch import apply_event
+from controlplane.replication.jobs.delivery import apply_event
 
 from .jobs import agent_node, pending
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from controlplane.accounts.roles import role_of
 from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Engine, Node
+from controlplane.replication.choices import JobState, PlanState
 from controlplane.replication.models import ReplicationJob, ReplicationPlan
-from controlplane.replication.services import LIVE_JOB_STATES, OPEN_PLAN_STATES
 
 
 def cluster_summary() -> dict:
@@ -21,8 +21,8 @@ def cluster_summary() -> dict:
             for state in (NodeState.ACTIVE, NodeState.STALE)
         },
         "engines": Engine.objects.count(),
-        "open_plans": ReplicationPlan.objects.filter(state__in=OPEN_PLAN_STATES).count(),
-        "live_job_count": ReplicationJob.objects.filter(state__in=LIVE_JOB_STATES).count(),
+        "open_plans": ReplicationPlan.objects.filter(state__in=PlanState.OPEN).count(),
+        "live_job_count": ReplicationJob.objects.filter(state__in=JobState.LIVE).count(),
     }
 
 

@@ -4,6 +4,7 @@ from controlplane.audit.admin import ServiceAdmin
 from controlplane.core.errors import DomainError
 
 from . import services
+from .jobs.delivery import cancel_job
 from .models import (
     JobTransition,
     Override,
@@ -13,6 +14,7 @@ from .models import (
     ReplicationPlan,
     SpeculativeReplica,
 )
+from .plans.decisions import decide
 
 
 @admin.register(Policy)
@@ -49,7 +51,7 @@ class OverrideAdmin(ServiceAdmin):
 
 def _decide(modeladmin, request, queryset, approve: bool):
     for plan in queryset:
-        _, refused = services.decide(plan.pk, request, approve, reason="admin")
+        _, refused = decide(plan.pk, request, approve, reason="admin")
         for item, why in refused.items():
             modeladmin.message_user(request, f"plan {plan.pk} item {item}: {why}", messages.WARNING)
 
@@ -68,7 +70,7 @@ def reject_plans(modeladmin, request, queryset):
 def cancel_jobs(modeladmin, request, queryset):
     for job in queryset:
         try:
-            services.cancel_job(job, request, "admin")
+            cancel_job(job, request, "admin")
         except DomainError as exc:  # a finished job: say so, cancel the others
             modeladmin.message_user(request, exc.detail, messages.WARNING)
 
@@ -141,7 +143,7 @@ class ReplicationJobAdmin(ReadOnly, ServiceAdmin):
     )
     list_filter = ("state", "action", "transport")
     inlines = [JobTransitionInline]
-    actions = [cancel_jobs]  # states change only through jobstates.transition
+    actions = [cancel_jobs]  # states change only through jobs.states.transition
 
 
 @admin.register(SpeculativeReplica)

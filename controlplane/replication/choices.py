@@ -46,6 +46,7 @@ class PlanState:
         (SUPERSEDED, "Superseded"),
         (SHADOW, "Shadow (never executed)"),
     ]
+    OPEN = frozenset({PROPOSED, PARTIAL})  # still to be decided (or decided in part)
 
 
 class ItemDecision:
@@ -87,11 +88,11 @@ class Transport:
 
 
 class Confirmation:
-    """What showed a landed copy on its target engine."""
+    """What showed a landed copy on its target engine (the wire's confirmation sources)."""
 
-    KV_EVENTS = "kv-events"  # the target engine's KV events reached the residency index
-    LMCACHE_PIN = "lmcache-pin"  # LMCache /pin on the target reported the resident length
-    LMCACHE_DIRECTORY = "lmcache-directory"  # the coordinator's directory lists the target
+    KV_EVENTS = wire.CONFIRM_KV_EVENTS
+    LMCACHE_PIN = wire.CONFIRM_LMCACHE_PIN
+    LMCACHE_DIRECTORY = wire.CONFIRM_LMCACHE_DIRECTORY
     CHOICES = [
         (KV_EVENTS, "the engine's KV events"),
         (LMCACHE_PIN, "LMCache pin on the target"),
@@ -125,6 +126,10 @@ class JobState:
     CANCELLED = wire.JOB_CANCELLED
     EXPIRED = wire.JOB_EXPIRED
     CHOICES = [(s, s.capitalize()) for s in wire.JOB_STATES]
+    # Approved and moving, not landed yet (the wire's one definition of each group).
+    IN_FLIGHT = frozenset(wire.JOB_IN_FLIGHT)
+    # Not final and not landed yet: pending counts (the budgets and the planner agree on it).
+    LIVE = frozenset(wire.JOB_LIVE)
     # No agent delivery left to do: late job events change nothing.
     TERMINAL = frozenset(
         {LANDED, CONFIRMED, UNCONFIRMED, LOST, SUCCEEDED, FAILED, CANCELLED, EXPIRED}

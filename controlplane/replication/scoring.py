@@ -35,7 +35,9 @@ from controlplane.core import blockhash
 from controlplane.demand.models import DemandBucket
 from controlplane.fleet.residency import get_index
 
+from .choices import StorageTier
 from .models import SpeculativeReplica
+from .plans.costs import cost_model_for
 
 LOOKBACK = timedelta(days=2)
 
@@ -69,8 +71,6 @@ def _served_records_during(key_id: int | None, start, end) -> int:
 
 
 def score_replica(r: SpeculativeReplica, now) -> None:
-    from .planning import cost_model_for
-
     end = min(x for x in (now, r.evicted_at, r.expires_at) if x is not None)
     never_held = not r.shadow and r.confirmed_at is None
     held_s = 0.0 if never_held else max(0.0, (end - r.placed_at).total_seconds())
@@ -85,7 +85,7 @@ def score_replica(r: SpeculativeReplica, now) -> None:
         holders = {
             h.engine
             for h in get_index().holders(chain, limit=256)
-            if h.depth == len(chain) and h.tier == "GPU"
+            if h.depth == len(chain) and h.tier == StorageTier.GPU
         }
         if r.shadow:
             holders.add(r.engine_id)
@@ -94,7 +94,7 @@ def score_replica(r: SpeculativeReplica, now) -> None:
     cm = cost_model_for(r.engine.model)
     r.hits, r.tokens_hit, r.hits_measured = hits, hits * tokens, measured
     r.ttft_saved_s = hits * (cm.prefill_seconds(tokens) - cm.batch_overhead_s)
-    on_gpu = r.tier == "GPU"
+    on_gpu = r.tier == StorageTier.GPU
     r.vram_byte_seconds = r.bytes * held_s if on_gpu else 0.0
     r.host_byte_seconds = 0.0 if on_gpu else r.bytes * held_s
     r.scored_at = now

@@ -7,20 +7,19 @@ its object vanished. Queues: see ``controlplane.celery.TASK_QUEUES``.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from celery import shared_task
-from django.db import transaction
-from django.db.models import F
-from django.utils import timezone
 
 from controlplane.forecasting.tasks import forecast_all
 
-from . import dispatch, planning, scoring
-from .choices import JobAction, JobState, Transport
-from .dispatch import dispatch_job
-from .jobstates import transition
-from .models import Policy, ReplicationJob, SpeculativeReplica
+from . import scoring
+from .jobs import delivery, expiry
+from .jobs.delivery import dispatch_job as dispatch_job
+from .models import Policy
+from .plans import cycle
+from .services import prune_finished
+
+# dispatch_job is defined beside what it runs (jobs.delivery) and named as this module's.
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ def tick() -> dict:
     policy = Policy.objects.filter(active=True).first()
     if policy is None:
         return {}
-    due = planning.due(policy)
+    due = cycle.due(policy)
     if due["forecast"]:
         forecast_then_plan(policy)
     elif due["plan"]:
@@ -58,68 +57,18 @@ def plan_after_forecasts(done: int | list[int], policy_id: int | None = None) ->
 
 @shared_task
 def plan_cycle(policy_id: int | None = None) -> int | None:
-    plan = planning.run_cycle(policy_id)
+    plan = cycle.run_cycle(policy_id)
     return plan.pk if plan else None
 
 
 @shared_task
 def sweep_jobs() -> dict:
-    return dispatch.sweep()
-
-
-# No per-prefix evict: vLLM has no API to drop a prefix (a warmed prefix stays ordinary prefix
-# cache, evicted LRU when room is needed), and LMCache 0.5.6's controller has none either (its
-# /clear empties a whole tier); an LMCache replica ends by its lease lapsing, as the agent stops
-# renewing it at the hold's end.
-ENDS_BY_ITSELF = (Transport.WARMUP, Transport.LMCACHE)
+    return delivery.sweep()
 
 
 @shared_task
 def evict_expired() -> int:
-    """Replicas past their TTL: shadow ones, and those whose executor cannot evict (warm-ups,
-    LMCache leases), simply end; the others are evicted through their agent."""
-    now = timezone.now()
-    expired = SpeculativeReplica.objects.filter(evicted_at__isnull=True, expires_at__lte=now)
-    ended = expired.filter(shadow=True).update(evicted_at=F("expires_at"))
-    ended += expired.filter(shadow=False, job__transport__in=ENDS_BY_ITSELF).update(
-        evicted_at=F("expires_at")
-    )
-    pinned = _pinned_chains()
-    for r in expired.filter(shadow=False).select_related("engine", "job"):
-        if tuple(r.prefix_keys) in pinned.get(r.engine_id, set()):
-            continue  # a pin keeps it
-        with transaction.atomic():
-            if ReplicationJob.objects.filter(
-                action=JobAction.EVICT,
-                target_id=r.engine_id,
-                prefix_keys=r.prefix_keys,
-                state__in=[JobState.APPROVED, *dispatch.DELIVERY_STATES],
-            ).exists():
-                continue  # an eviction is already under way
-            job = ReplicationJob.objects.create(
-                item=r.item,  # its workload key gives executors that address KV by tokens the tokens
-                action=JobAction.EVICT,
-                transport=r.job.transport if r.job_id else "tcp",
-                target=r.engine,
-                prefix_keys=r.prefix_keys,
-                tier=r.tier,
-                bytes=0,
-                deadline=now + timedelta(minutes=10),
-            )
-            transition(job, JobState.APPROVED, f"replica #{r.pk} passed its TTL")
-            transaction.on_commit(lambda j=job: dispatch_job.delay(str(j.pk)))
-            ended += 1
-    return ended
-
-
-def _pinned_chains() -> dict[int, set[tuple]]:
-    from .choices import OverrideKind
-    from .services import active_overrides
-
-    out: dict[int, set[tuple]] = {}
-    for o in active_overrides().filter(kind=OverrideKind.PIN):
-        out.setdefault(o.engine_id, set()).add(tuple(o.prefix_keys))
-    return out
+    return expiry.evict_expired()
 
 
 @shared_task
@@ -130,6 +79,4 @@ def score_replicas() -> int:
 @shared_task
 def retention() -> dict:
     """Finished jobs with their transitions and decided plans past PREWARM_JOB_KEEP_DAYS."""
-    from .services import prune_finished
-
     return prune_finished()

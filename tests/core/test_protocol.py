@@ -32,7 +32,8 @@ CONVERTED = [
     "nodeagent/transfers/nccl.py",
     "nodeagent/transfers/tcp.py",
     "nodeagent/transfers/warmup.py",
-    "controlplane/replication/dispatch.py",
+    "controlplane/replication/jobs/delivery.py",
+    "controlplane/replication/jobs/messages.py",
     "controlplane/agentapi/consumer.py",
     "controlplane/agentapi/views.py",
     "controlplane/agentapi/jobs.py",
@@ -54,7 +55,7 @@ NOT_WIRE = {
     "controlplane/fleet/api/views.py": {"lost"},
     "nodeagent/jobs.py": {"evict"},  # an executor's method name
     "nodeagent/reporter.py": {"failed"},
-    "controlplane/replication/dispatch.py": {"expired", "failed", "dispatched"},
+    "controlplane/replication/jobs/delivery.py": {"expired", "failed", "dispatched"},
     "nodeagent/transfers/lmcache_mp.py": {"failed", "cancelled"},
     "nodeagent/transfers/nccl.py": {"nccl"},
     "controlplane/readmodels/cachemap.py": {"lost"},

@@ -20,7 +20,7 @@ from django.utils import timezone  # noqa: E402
 from controlplane.demand.models import DemandBucket, WorkloadKey  # noqa: E402
 from controlplane.fleet.models import Engine, GpuSample  # noqa: E402
 from controlplane.forecasting.models import Forecast  # noqa: E402
-from controlplane.replication.jobstates import transition  # noqa: E402
+from controlplane.replication.jobs.states import transition  # noqa: E402
 from controlplane.replication.models import (  # noqa: E402
     Override,
     PlanItem,

@@ -14,7 +14,8 @@ from rest_framework.test import APIClient
 from controlplane.core import blockhash
 from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine, Node
-from controlplane.replication.dispatch import apply_event, assign_message
+from controlplane.replication.jobs.delivery import apply_event
+from controlplane.replication.jobs.messages import assign_message
 from controlplane.replication.models import PlanItem, Policy, ReplicationJob, ReplicationPlan
 from nodeagent.blockstore import MemoryBlockStore
 from nodeagent.config import EngineConfig

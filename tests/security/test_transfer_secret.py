@@ -4,7 +4,7 @@ and it is keyed by SECRET_KEY, not guessable from the job id."""
 
 import uuid
 
-from controlplane.replication.dispatch import assign_message
+from controlplane.replication.jobs.messages import assign_message
 from controlplane.replication.models import ReplicationJob
 
 

@@ -22,7 +22,9 @@ from ..filtersets import (
     ReplicationPlanFilterSet,
     SpeculativeReplicaFilterSet,
 )
+from ..jobs.delivery import cancel_job
 from ..models import Override, Policy, ReplicationJob, ReplicationPlan, SpeculativeReplica
+from ..plans.decisions import decide
 from ..scoreboard import scoreboard
 from . import serializers as s
 
@@ -87,7 +89,7 @@ class PlanViewSet(viewsets.ReadOnlyModelViewSet):
         data = s.DecisionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         plan = self.get_object()
-        plan, refused = services.decide(
+        plan, refused = decide(
             plan.pk,
             request,
             approve,
@@ -125,7 +127,7 @@ class ReplicationJobViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         reason = (request.data or {}).get("reason", "") if isinstance(request.data, dict) else ""
-        job = services.cancel_job(self.get_object(), request, reason)  # IllegalTransition: 409
+        job = cancel_job(self.get_object(), request, reason)  # IllegalTransition: 409
         return Response(s.ReplicationJobSerializer(job).data)
 
 

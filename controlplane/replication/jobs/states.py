@@ -6,8 +6,8 @@ from django.db import transaction
 
 from controlplane.core.errors import Conflict, DomainError
 
-from .choices import JobState
-from .models import JobTransition, ReplicationJob
+from ..choices import JobState
+from ..models import JobTransition, ReplicationJob
 
 
 class IllegalTransition(Conflict, ValueError):

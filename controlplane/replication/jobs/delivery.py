@@ -1,12 +1,11 @@
 """Jobs to agents and agents' events back: delivery, acknowledgement, results, retries, expiry.
 
-Every state change goes through ``jobstates.transition``; every push goes through ``publish`` (on
+Every state change goes through ``states.transition``; every push goes through ``publish`` (on
 commit) to the agent's Channels group, which its websocket consumer or long-poll request reads.
 Delivery is idempotent by job id and attempt: an agent that acknowledged an attempt is not sent
 it again; one that did not is sent it again after ``PREWARM_JOB_REDELIVER_SECONDS``.
 
-Roles: a ``replicate`` job goes to the source node (role ``source``) and the target node (role
-``target``); an ``evict`` job to the target only. The target's ``succeeded`` (after it verified
+Messages and roles are ``messages.py``'s. The target's ``succeeded`` (after it verified
 the checksum, where its executor has one) makes a replicate job ``landed``: the copy is recorded
 as a replica awaiting confirmation, and the control plane never writes it into the residency
 index itself. ``confirm.py`` confirms it when the target engine shows it (its KV events in the
@@ -17,8 +16,6 @@ lost otherwise.
 from __future__ import annotations
 
 import logging
-import time
-import zlib
 from datetime import timedelta
 
 from celery import shared_task
@@ -27,112 +24,21 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from controlplane.core import blockhash
+from controlplane.audit.services import record
 from controlplane.core import protocol as wire
 from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Engine
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
 
+from ..choices import JobAction, JobState, Transport
+from ..models import ReplicationJob, SpeculativeReplica
 from . import confirm
-from .choices import JobAction, JobState, Transport
-from .jobstates import EventError, IllegalTransition, transition
-from .models import ReplicationJob, SpeculativeReplica
-from .transfer_auth import transfer_secret
+from .messages import SOURCE, TARGET, assign_message, roles_of, tokens_for
+from .states import EventError, IllegalTransition, transition
 
 log = logging.getLogger(__name__)
-SOURCE, TARGET = wire.ROLE_SOURCE, wire.ROLE_TARGET
-DELIVERY_STATES = (JobState.DISPATCHED, JobState.RUNNING)
-
-
-def roles_of(job: ReplicationJob) -> dict[str, Engine]:
-    """role -> engine for the agents a job involves."""
-    if job.action == JobAction.EVICT or job.source_id is None:
-        return {TARGET: job.target} if job.target_id else {}
-    return {SOURCE: job.source, TARGET: job.target}
-
-
-ENGINE_ENDPOINTS = ("transfer", "openai", "kv_peer", "lmcache_instance_id")
-
-
-def _endpoint(engine: Engine | None) -> dict:
-    if engine is None:
-        return {}
-    ep = engine.endpoints or {}
-    return {
-        "node_id": engine.node_id,
-        "engine_id": engine.engine_id,
-        "block_size": engine.block_size,
-        **{k: ep.get(k, "") for k in ENGINE_ENDPOINTS},
-    }
-
-
-def assign_message(job: ReplicationJob, role: str) -> dict:
-    """The protocol's ``job.assign`` for one role (docs/agent-protocol.md)."""
-    src, tgt = _endpoint(job.source), _endpoint(job.target)
-    bpb = (job.target or job.source).bytes_per_block if (job.target or job.source) else 0
-    master = src.get("transfer", "").rpartition(":")[0] or "127.0.0.1"
-    tokens = tokens_for(job) if job.transport in Transport.NEEDS_TOKENS else []
-    hold = SpeculativeReplica.objects.filter(job=job).values_list("expires_at", flat=True).first()
-    ttl = job.item.plan.policy.replica_ttl_seconds if job.item_id else 900
-    return {
-        "type": wire.MSG_JOB_ASSIGN,
-        "job": {
-            "id": str(job.pk),
-            "action": job.action,
-            "role": role,
-            "transport": job.transport,
-            "keys": list(job.prefix_keys),
-            "bytes": job.bytes,
-            "bytes_per_block": bpb,
-            SOURCE: src,
-            TARGET: tgt,
-            # One port per job so concurrent NCCL jobs between the same pair do not collide.
-            "rendezvous": {
-                "master_addr": master,
-                "world_size": 2,
-                "master_port": 29500 + zlib.crc32(job.pk.bytes) % 2000,
-            },
-            wire.FIELD_LMCACHE: _lmcache(job),
-            "tokens": tokens or [],
-            "block_size": (job.target or job.source).block_size if tokens else 0,
-            # Until when a landed copy is held (LMCache leases are renewed until then).
-            "hold_until": (hold.timestamp() if hold else time.time() + ttl + 60),
-            # The source signs its transfer header with it; the target refuses any other sender.
-            "secret": transfer_secret(job),
-            "deadline": job.deadline.timestamp() if job.deadline else None,
-            "attempt": job.attempt,
-        },
-    }
-
-
-def _lmcache(job: ReplicationJob) -> dict:
-    """Where an LMCache copy goes: both engines' instance ids (as their agents report them)."""
-    if job.transport not in (Transport.LMCACHE, Transport.LMCACHE_MP):
-        return {}
-    ep = lambda e: (e.endpoints or {}) if e is not None else {}  # noqa: E731
-    return {
-        "source_instance": ep(job.source).get("lmcache_instance_id", ""),
-        "source_location": ep(job.source).get("lmcache_location", ""),
-        "target_instance": ep(job.target).get("lmcache_instance_id", ""),
-        "model_name": (job.target or job.source).model if (job.target or job.source) else "",
-    }
-
-
-def tokens_for(job: ReplicationJob) -> list[int] | None:
-    """The prefix's token ids, from its workload key (only kept where a gateway sent them and a
-    plan uses the key), checked against the job's chain; None when unknown or stale."""
-    key = job.item.workload_key if job.item_id and job.item.workload_key_id else None
-    engine = job.target or job.source
-    if key is None or engine is None or not key.prefix_token_ids:
-        return None
-    n = len(job.prefix_keys) * engine.block_size
-    tokens = list(key.prefix_token_ids[:n])
-    if len(tokens) < n or [
-        blockhash.to_hex(k) for k in blockhash.chain_keys(tokens, engine.block_size)
-    ] != [k.lower().rjust(16, "0") for k in job.prefix_keys]:
-        return None
-    return tokens
+DELIVERY_STATES = (JobState.DISPATCHED, JobState.RUNNING)  # sent; agents at work
 
 
 def _node_ok(engine: Engine | None) -> bool:
@@ -207,7 +113,9 @@ def _push(job: ReplicationJob, roles: dict[str, Engine]) -> None:
     for role, engine in roles.items():
         publish(groups.agent(engine.node_id), wire.MSG_JOB_ASSIGN, assign_message(job, role))
     publish(
-        groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state, "attempt": job.attempt}
+        groups.JOBS,
+        wire.EVENT_JOB_UPDATE,
+        {"job": str(job.pk), "state": job.state, "attempt": job.attempt},
     )
 
 
@@ -267,7 +175,7 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
             job = _result(job, node_id, roles, msg)
         publish(
             groups.JOBS,
-            "job.update",
+            wire.EVENT_JOB_UPDATE,
             {"job": str(job.pk), "state": job.state, "bytes_done": job.bytes_done},
         )
     return job
@@ -362,7 +270,11 @@ def end(job: ReplicationJob, to: str, why: str) -> ReplicationJob | None:
     except IllegalTransition:
         return None
     _cancel_on_agents(job)
-    publish(groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state, "error": job.error})
+    publish(
+        groups.JOBS,
+        wire.EVENT_JOB_UPDATE,
+        {"job": str(job.pk), "state": job.state, "error": job.error},
+    )
     return job
 
 
@@ -446,9 +358,20 @@ def _dispatch_later(job_id) -> None:
     dispatch_job.delay(str(job_id))
 
 
-# The task beside what it runs (tasks.py re-exports it), so dispatching needs no import of
-# tasks.py, which imports this module; its name (and queue) stay the tasks module's.
+# The task beside what it runs, so dispatching needs no import of tasks.py (which imports this
+# module); its name (and so its queue route) stays the tasks module's.
 @shared_task(name="controlplane.replication.tasks.dispatch_job")
 def dispatch_job(job_id: str) -> str | None:
     job = dispatch(job_id)
     return job.state if job else None
+
+
+@transaction.atomic
+def cancel_job(job: ReplicationJob, who, reason: str = "") -> ReplicationJob:
+    """An operator's cancel: the job ends ``cancelled`` (raises IllegalTransition when it has
+    already finished) and both agents are told; audited."""
+    before = {"state": job.state}
+    job = transition(job, JobState.CANCELLED, reason or "cancelled by an operator")
+    end(job, JobState.CANCELLED, "")  # tells both agents; already cancelled: no second transition
+    record(who, "job.cancelled", job, before=before, after={"state": job.state}, reason=reason)
+    return job

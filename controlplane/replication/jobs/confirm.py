@@ -31,13 +31,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.core import blockhash
+from controlplane.core import protocol as wire
 from controlplane.fleet.residency import get_index
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
 
-from .choices import Confirmation, JobAction, JobState, Transport
-from .jobstates import EventError, IllegalTransition, transition
-from .models import ReplicationJob, SpeculativeReplica
+from ..choices import Confirmation, JobAction, JobState, Transport
+from ..models import ReplicationJob, SpeculativeReplica
+from .states import EventError, IllegalTransition, transition
 
 log = logging.getLogger(__name__)
 HOLDERS_LIMIT = 256
@@ -81,7 +82,9 @@ def _create_replica(job: ReplicationJob) -> SpeculativeReplica:
 
 def _publish(job: ReplicationJob, why: str) -> None:
     publish(
-        groups.JOBS, "job.update", {"job": str(job.pk), "state": job.state, "detail": why[:200]}
+        groups.JOBS,
+        wire.EVENT_JOB_UPDATE,
+        {"job": str(job.pk), "state": job.state, "detail": why[:200]},
     )
 
 

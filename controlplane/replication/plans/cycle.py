@@ -1,0 +1,231 @@
+"""A planning cycle: the database and residency index in, ``ReplicationPlan`` rows out.
+
+Describes the cluster to the pure planner (``controlplane.core.planner.plan``, the function the
+simulator's predictive policy runs too) and stores its items. Then the policy's mode decides:
+``shadow`` keeps the plan as never executed and records the replicas it would have placed (so
+they are scored as if executed), ``auto`` approves it through ``decisions.decide`` within budgets,
+``manual`` leaves it for an operator. Overrides are applied here and again at approval.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.core import blockhash, planner
+from controlplane.core.protocol import TIER_GPU
+from controlplane.demand.services import want_prefix_tokens
+from controlplane.fleet.choices import EngineLifecycle
+from controlplane.fleet.models import Engine
+from controlplane.fleet.residency import get_index
+from controlplane.forecasting.models import Forecast
+from controlplane.realtime import groups
+from controlplane.realtime.publish import publish
+
+from ..choices import OverrideKind, PlanState, PolicyMode, Transport
+from ..models import PlanItem, Policy, ReplicationPlan, SpeculativeReplica
+from ..services import active_overrides
+from .decisions import decide
+from .inputs import Inputs, gather
+
+log = logging.getLogger(__name__)
+
+
+def _pin_items(inputs: Inputs) -> list[planner.PlannedMove]:
+    """Pins: copy the pinned chain to the pinned engine from a holder, whatever the forecast."""
+    if inputs.overrides.frozen:
+        return []
+    index, out = get_index(), []
+    for o in active_overrides().filter(kind=OverrideKind.PIN).select_related("engine"):
+        chain = tuple(blockhash.from_hex(h) for h in o.prefix_keys)
+        holders = {h.engine: h for h in index.holders(chain, limit=64) if h.depth == len(chain)}
+        if (
+            o.engine_id in holders
+            or not holders
+            or str(o.engine_id) in inputs.overrides.excluded_engines
+        ):
+            continue
+        src = next(iter(holders))
+        nbytes = len(chain) * (o.engine.bytes_per_block or 0)
+        out.append(
+            planner.PlannedMove(
+                f"pin:{o.pk}",
+                chain,
+                str(src),
+                str(o.engine_id),
+                TIER_GPU,
+                nbytes,
+                0.0,
+                0.0,
+                0.0,
+                1.0,
+                f"pinned by override #{o.pk}: {o.reason or 'no reason given'}",
+            )
+        )
+    return out
+
+
+def update_readiness(inputs: Inputs, planned: list[planner.PlannedMove]) -> dict[int, float]:
+    """Readiness of each warming engine: the share of the bytes of the forecast-hot prefixes it
+    is planned to hold that are already resident there. 1.0 when none are planned for it."""
+    wanted: dict[str, set[str]] = {}
+    for it in planned:
+        wanted.setdefault(it.target, set()).add(it.prefix_id)
+    held = {(h.prefix_id, h.engine_id) for h in inputs.holdings if h.tier == TIER_GPU}
+    for it in SpeculativeReplica.objects.filter(evicted_at__isnull=True, shadow=False).values_list(
+        "workload_key_id", "engine_id"
+    ):
+        wanted.setdefault(str(it[1]), set()).add(str(it[0]))
+    sizes = {c.prefix_id: c.nbytes for c in inputs.candidates}
+    out = {}
+    for e in inputs.engines:
+        if e.lifecycle != EngineLifecycle.WARMING:
+            continue
+        need = wanted.get(e.engine_id, set())
+        total = sum(sizes.get(p, 0) for p in need)
+        have = sum(sizes.get(p, 0) for p in need if (p, e.engine_id) in held)
+        out[int(e.engine_id)] = round(have / total, 4) if total else 1.0
+    for pk, r in out.items():
+        Engine.objects.filter(pk=pk).update(readiness=r)
+    if out:
+        publish(
+            groups.CLUSTER, "engine.readiness", {"readiness": {str(k): v for k, v in out.items()}}
+        )
+    return out
+
+
+def run_cycle(policy_id: int | None = None, now=None) -> ReplicationPlan | None:
+    """Plan, store, then apply the policy's mode. Returns the stored plan (None: no policy)."""
+    policy = (
+        Policy.objects.filter(pk=policy_id).first()
+        if policy_id
+        else Policy.objects.filter(active=True).first()
+    )
+    if policy is None:
+        log.info("plan: no active policy")
+        return None
+    now = now or timezone.now()
+    t0 = time.perf_counter()
+    inputs = gather(policy, now)
+    budgets = planner.Budgets(
+        max_spec_vram_fraction=policy.max_spec_vram_fraction,
+        max_bytes_per_interval=policy.max_bytes_per_interval,
+        min_confidence=policy.min_confidence,
+        ttl_s=policy.replica_ttl_seconds,
+        horizon_s=policy.horizon_seconds,
+    )
+    items = planner.plan(
+        inputs.candidates, inputs.demand, inputs.holdings, inputs.engines, budgets, inputs.overrides
+    )
+    items = _pin_items(inputs) + items
+    planned_s = time.perf_counter() - t0
+    plan = store(policy, inputs, items, planned_s)
+    update_readiness(inputs, items)
+    if policy.mode == PolicyMode.SHADOW:
+        _shadow_replicas(plan, policy, now)
+    elif policy.mode == PolicyMode.AUTO and items:
+        decide(plan.pk, None, True, reason="auto mode: approved within budgets")
+    return plan
+
+
+@transaction.atomic
+def store(
+    policy: Policy, inputs: Inputs, items: list[planner.PlannedMove], planned_s: float
+) -> ReplicationPlan:
+    # A new proposal supersedes the open ones: approving a stale plan would act on old residency.
+    ReplicationPlan.objects.filter(state=PlanState.PROPOSED).update(state=PlanState.SUPERSEDED)
+    plan = ReplicationPlan.objects.create(
+        policy=policy,
+        mode=policy.mode,
+        state=PlanState.SHADOW if policy.mode == PolicyMode.SHADOW else PlanState.PROPOSED,
+        summary={
+            "candidates": len(inputs.candidates),
+            "engines": len(inputs.engines),
+            "items": len(items),
+            "bytes": sum(i.nbytes for i in items),
+            "expected_ttft_saved_s": round(sum(i.expected_ttft_saved_s for i in items), 3),
+            "planner_seconds": round(planned_s, 4),
+            "frozen": inputs.overrides.frozen,
+            # the forecaster behind each planned key (scoring credits it), not all 100k
+            "forecasters": {
+                it.prefix_id: inputs.forecasters[it.prefix_id]
+                for it in items
+                if it.prefix_id in inputs.forecasters
+            },
+        },
+    )
+    rows = []
+    for it in items:
+        key = inputs.keys.get(it.prefix_id)
+        rows.append(
+            PlanItem(
+                plan=plan,
+                workload_key_id=key.pk if key else None,
+                prefix_keys=list(map(blockhash.to_hex, it.keys)),
+                prefix_tokens=key.prefix_tokens if key else 0,
+                source_id=int(it.source),
+                target_id=int(it.target),
+                tier=it.tier,
+                bytes=it.nbytes,
+                expected_ttft_saved_s=it.expected_ttft_saved_s,
+                cost_s=it.cost_s,
+                confidence=it.confidence,
+                reason=it.reason[:2000],
+            )
+        )
+    PlanItem.objects.bulk_create(rows, batch_size=2000)
+    if policy.default_transport in Transport.NEEDS_TOKENS:
+        # Its executor addresses KV by token ids: keep them for the keys this plan uses.
+        want_prefix_tokens({r.workload_key_id for r in rows if r.workload_key_id})
+    publish(
+        groups.PLANS,
+        "plan.created",
+        {"plan": plan.pk, "mode": plan.mode, "state": plan.state, "items": len(rows)},
+    )
+    return plan
+
+
+def _shadow_replicas(plan: ReplicationPlan, policy: Policy, now) -> None:
+    """Shadow mode: the replicas the plan would have placed, to be scored as if executed."""
+    ttl = timedelta(seconds=policy.replica_ttl_seconds)
+    forecasters = plan.summary.get("forecasters", {})
+    SpeculativeReplica.objects.bulk_create(
+        [
+            SpeculativeReplica(
+                item=i,
+                engine_id=i.target_id,
+                workload_key_id=i.workload_key_id,
+                prefix_keys=i.prefix_keys,
+                tier=i.tier,
+                bytes=i.bytes,
+                shadow=True,
+                bytes_moved=i.bytes,  # what it would have moved: it never did
+                forecaster=forecasters.get(str(i.workload_key_id), ""),
+                placed_at=now,
+                expires_at=now + ttl,
+            )
+            for i in plan.items.all()
+        ],
+        batch_size=2000,
+    )
+
+
+def due(policy: Policy, now=None) -> dict[str, bool]:
+    """Whether the policy's forecast and plan cadences say a new cycle is due."""
+    now = now or timezone.now()
+    last_f = (
+        Forecast.objects.order_by("-generated_at").values_list("generated_at", flat=True).first()
+    )
+    last_p = (
+        ReplicationPlan.objects.order_by("-created_at").values_list("created_at", flat=True).first()
+    )
+    return {
+        "forecast": last_f is None
+        or (now - last_f).total_seconds() >= policy.forecast_every_seconds,
+        "plan": last_p is None or (now - last_p).total_seconds() >= policy.plan_every_seconds,
+        "open_plan": ReplicationPlan.objects.filter(state__in=PlanState.OPEN).exists(),
+    }

@@ -1,0 +1,177 @@
+"""Plan decisions: approve or reject plan items, within the policy's budgets whatever a client
+sends; each approved item becomes a job handed to delivery."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from controlplane.audit.services import record
+from controlplane.core import protocol as wire
+from controlplane.core.errors import Invalid
+from controlplane.fleet.choices import EngineLifecycle, NodeState
+from controlplane.realtime import groups
+from controlplane.realtime.publish import publish
+
+from ..choices import (
+    ItemDecision,
+    JobAction,
+    JobState,
+    OverrideKind,
+    PlanState,
+    PolicyMode,
+    Transport,
+)
+from ..jobs.delivery import dispatch_job
+from ..jobs.states import transition
+from ..models import PlanItem, Policy, ReplicationJob, ReplicationPlan
+from ..services import active_overrides, frozen
+from .inputs import spec_bytes_by_engine
+
+
+def bytes_this_interval(policy: Policy) -> int:
+    since = timezone.now() - timedelta(seconds=policy.interval_seconds)
+    return (
+        ReplicationJob.objects.filter(created_at__gte=since, action=JobAction.REPLICATE)
+        .exclude(state=JobState.CANCELLED)
+        .aggregate(b=Sum("bytes"))["b"]
+        or 0
+    )
+
+
+def refusal_for(
+    item: PlanItem, policy: Policy, extra_bytes: int = 0, extra_on_target: int = 0
+) -> str | None:
+    """Why ``item`` may not be approved now, or None."""
+    target = item.target
+    if target.node.state != NodeState.ACTIVE:
+        return f"target node {target.node.name} is {target.node.state}"
+    if target.lifecycle == EngineLifecycle.DRAINING:
+        return f"target engine {target} is draining"
+    overrides = active_overrides()
+    if overrides.filter(kind=OverrideKind.EXCLUDE_NODE, node_id=target.node_id).exists():
+        return f"node {target.node.name} is excluded by an override"
+    if overrides.filter(kind=OverrideKind.EXCLUDE_ENGINE, engine_id=target.pk).exists():
+        return f"engine {target} is excluded by an override"
+    cap = policy.max_spec_vram_fraction * target.kv_capacity_bytes
+    used = spec_bytes_by_engine([target.pk]).get(target.pk, 0) + extra_on_target
+    if used + item.bytes > cap:
+        return (
+            f"speculative VRAM budget of {target}: {used + item.bytes:,} bytes would exceed "
+            f"{policy.max_spec_vram_fraction:.0%} of KV capacity ({cap:,.0f} bytes)"
+        )
+    moved = bytes_this_interval(policy) + extra_bytes
+    if moved + item.bytes > policy.max_bytes_per_interval:
+        return (
+            f"transfer budget: {moved + item.bytes:,} bytes in {policy.interval_seconds}s would exceed "
+            f"{policy.max_bytes_per_interval:,}"
+        )
+    if item.confidence < policy.min_confidence:
+        return f"confidence {item.confidence:.2f} is below the policy minimum {policy.min_confidence:.2f}"
+    return None
+
+
+def _job_for(item: PlanItem, policy: Policy) -> ReplicationJob:
+    job = ReplicationJob.objects.create(
+        item=item,
+        transport=policy.default_transport,
+        source=item.source,
+        target=item.target,
+        prefix_keys=item.prefix_keys,
+        tier=Transport.LANDS_IN.get(policy.default_transport, item.tier),
+        bytes=item.bytes,
+        max_attempts=settings.PREWARM_JOB_MAX_ATTEMPTS,
+        deadline=timezone.now() + timedelta(seconds=policy.horizon_seconds),
+    )
+    job = transition(job, JobState.APPROVED, "approved with its plan item")
+    transaction.on_commit(lambda: dispatch_job.delay(str(job.pk)))
+    return job
+
+
+@transaction.atomic
+def decide(
+    plan_id: int, who, approve: bool, item_ids: list[int] | None = None, reason: str = ""
+) -> tuple[ReplicationPlan, dict[int, str]]:
+    """Approve or reject a plan or some of its items. Refused items say why and change nothing."""
+    plan = (
+        ReplicationPlan.objects.select_for_update(of=("self",))
+        .select_related("policy")
+        .get(pk=plan_id)
+    )
+    items = plan.items.select_related("target__node", "source")
+    if item_ids:
+        found = {i.pk: i for i in items.filter(pk__in=item_ids)}
+        missing = set(item_ids) - set(found)
+        if missing:
+            raise Invalid(
+                f"items {sorted(missing)} are not in plan {plan.pk}",
+                code="unknown_items",
+                field="items",
+            )
+        selected = list(found.values())
+    else:
+        selected = list(items.filter(decision=ItemDecision.PENDING))
+    refused: dict[int, str] = {}
+    before = {"state": plan.state}
+    if plan.state not in PlanState.OPEN:
+        refused = {
+            i.pk: f"plan is {plan.state}" for i in selected if i.decision == ItemDecision.PENDING
+        }
+        return plan, refused
+    if approve and plan.mode == PolicyMode.SHADOW:
+        return plan, {
+            i.pk: "shadow mode moves nothing: switch the policy to manual or auto" for i in selected
+        }
+    if approve and frozen():
+        return plan, {i.pk: "a freeze override is active" for i in selected}
+    now = timezone.now()
+    user = getattr(who, "user", who)
+    user = user if getattr(user, "is_authenticated", False) else None
+    extra_bytes, extra_on_target = 0, {}
+    for item in selected:
+        if item.decision != ItemDecision.PENDING:
+            if (item.decision == ItemDecision.APPROVED) != approve:
+                refused[item.pk] = f"already {item.decision}"
+            continue  # deciding the same way twice is harmless
+        if approve:
+            why = refusal_for(
+                item, plan.policy, extra_bytes, extra_on_target.get(item.target_id, 0)
+            )
+            if why:
+                item.refusal = why
+                item.save(update_fields=["refusal"])
+                refused[item.pk] = why
+                continue
+            _job_for(item, plan.policy)
+            extra_bytes += item.bytes
+            extra_on_target[item.target_id] = extra_on_target.get(item.target_id, 0) + item.bytes
+        item.decision = ItemDecision.APPROVED if approve else ItemDecision.REJECTED
+        item.decided_by, item.decided_at, item.refusal = user, now, ""
+        item.save(update_fields=["decision", "decided_by", "decided_at", "refusal"])
+    states = set(plan.items.values_list("decision", flat=True))
+    if states == {ItemDecision.APPROVED}:
+        plan.state = PlanState.APPROVED
+    elif states == {ItemDecision.REJECTED}:
+        plan.state = PlanState.REJECTED
+    elif ItemDecision.APPROVED in states:
+        plan.state = PlanState.PARTIAL
+    plan.decided_at, plan.decided_by = now, user
+    plan.save(update_fields=["state", "decided_at", "decided_by"])
+    record(
+        who,
+        "plan.approved" if approve else "plan.rejected",
+        plan,
+        before=before,
+        after={
+            "state": plan.state,
+            "items": [i.pk for i in selected if i.pk not in refused],
+            "refused": refused,
+        },
+        reason=reason,
+    )
+    publish(groups.PLANS, wire.EVENT_PLAN_DECIDED, {"plan": plan.pk, "state": plan.state})
+    return plan, refused

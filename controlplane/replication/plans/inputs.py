@@ -1,0 +1,259 @@
+"""A planning cycle's inputs: the database and residency index read once and described to the
+pure planner (``controlplane.core.planner``) as candidates, demand, holdings and engines."""
+
+from __future__ import annotations
+
+import json
+from collections import namedtuple
+from dataclasses import dataclass
+from datetime import UTC
+
+import numpy as np
+from django.conf import settings
+from django.db import connection
+from django.db.models import Sum, TextField
+from django.db.models.functions import Cast
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from controlplane.core import blockhash, planner
+from controlplane.core.demand import demand_for
+from controlplane.core.protocol import TIER_GPU
+from controlplane.demand.models import WorkloadKey
+from controlplane.fleet.choices import EngineLifecycle, NodeState
+from controlplane.fleet.models import Engine
+from controlplane.fleet.residency import get_index
+from controlplane.forecasting.models import Forecast
+
+from ..choices import JobAction, JobState, OverrideKind
+from ..models import Policy, ReplicationJob, SpeculativeReplica
+from ..services import active_overrides
+from .costs import TIER_BYTES_PER_S, cost_model_for
+
+
+@dataclass
+class Inputs:
+    candidates: list[planner.Candidate]
+    demand: list[planner.Demand]
+    holdings: list[planner.Holding]
+    engines: list[planner.EngineState]
+    overrides: planner.Overrides
+    keys: dict[str, KeyRow]
+    forecasters: dict[str, str]
+
+
+# Plain rows instead of model instances: a cycle reads 100k keys and forecasts, and building
+# model objects was most of its time. JSON columns are read as text and decoded in one
+# ``json.loads`` per query (Django's per-row JSON and datetime converters were the rest).
+KeyRow = namedtuple("KeyRow", "pk tenant model chain prefix_tokens")
+ForecastRow = namedtuple(
+    "ForecastRow", "key_id yhat bucket_seconds model burst_risk backtest_mase start"
+)
+
+
+def _decode_json_texts(texts: list[str]) -> list:
+    """Many JSON documents (as the database returned them) decoded in a single call."""
+    return json.loads("[" + ",".join(texts) + "]") if texts else []
+
+
+def _workload_keys() -> dict[str, KeyRow]:
+    rows = list(
+        WorkloadKey.objects.exclude(prefix_keys=[])
+        .annotate(raw=Cast("prefix_keys", TextField()))
+        .values_list("pk", "tenant", "model", "raw", "prefix_tokens")
+        .iterator(chunk_size=5000)
+    )
+    chains = _decode_json_texts([r[3] for r in rows])
+    from_hex = blockhash.from_hex
+    return {
+        str(r[0]): KeyRow(r[0], r[1], r[2], tuple(map(from_hex, chain)), r[4])
+        for r, chain in zip(rows, chains, strict=True)
+    }
+
+
+def _latest_forecasts() -> dict[int, ForecastRow]:
+    """The newest forecast per key in one query (DISTINCT ON where the database has it)."""
+    rows = Forecast.objects.order_by("key_id", "-generated_at", "-id")
+    if connection.features.can_distinct_on_fields:
+        rows = rows.distinct("key_id")
+    rows = rows.annotate(raw_yhat=Cast("yhat", TextField()), raw_start=Cast("start", TextField()))
+    latest: dict[int, tuple] = {}
+    for r in rows.values_list(
+        "key_id", "raw_yhat", "bucket_seconds", "model", "burst_risk", "backtest_mase", "raw_start"
+    ).iterator(chunk_size=5000):
+        if r[0] not in latest:
+            latest[r[0]] = r
+    yhats = _decode_json_texts([r[1] for r in latest.values()])
+    starts: dict[str, object] = {}  # a cycle's forecasts share a few start times: parse each once
+    out = {}
+    for r, yhat in zip(latest.values(), yhats, strict=True):
+        start = starts.get(r[6]) or starts.setdefault(r[6], _parse_datetime(r[6]))
+        out[r[0]] = ForecastRow(r[0], yhat, r[2], r[3], r[4], r[5], start)
+    return out
+
+
+def _parse_datetime(text: str):
+    value = parse_datetime(text)
+    if value is None:
+        raise ValueError(f"forecast start is not a timestamp: {text!r}")
+    return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
+
+
+def spec_bytes_by_engine(engine_ids: list[int] | None = None) -> dict[int, int]:
+    """Bytes of speculative replicas held on each engine, or on their way there (live jobs,
+    pending included): the one figure the planner and the approval budget both read."""
+    held = SpeculativeReplica.objects.filter(evicted_at__isnull=True, shadow=False)
+    coming = ReplicationJob.objects.filter(state__in=JobState.LIVE, action=JobAction.REPLICATE)
+    if engine_ids is not None:
+        held, coming = (
+            held.filter(engine_id__in=engine_ids),
+            coming.filter(target_id__in=engine_ids),
+        )
+    out: dict[int, int] = {}
+    for qs, field in ((held, "engine_id"), (coming, "target_id")):
+        for engine, nbytes in qs.values_list(field).annotate(b=Sum("bytes")).order_by():
+            out[engine] = out.get(engine, 0) + (nbytes or 0)
+    return out
+
+
+def _engine_states(engines: list[Engine]) -> list[planner.EngineState]:
+    index = get_index()
+    spec = spec_bytes_by_engine()
+    out = []
+    for e in engines:
+        cap = e.kv_capacity_bytes
+        metrics = e.metrics or {}
+        load = metrics.get("kv_usage")
+        if isinstance(load, int | float):
+            # vLLM's KV usage counts blocks held by running requests; the rest of a full prefix
+            # cache is evictable, so a replica can take it (the engine evicts LRU to make room).
+            used = min(1.0, max(0.0, float(load))) * cap
+        else:
+            used = index.usage(e.pk).blocks.get(TIER_GPU, 0) * e.bytes_per_block
+        load = (
+            float(load) if isinstance(load, int | float) else settings.PREWARM_DEFAULT_ENGINE_LOAD
+        )
+        out.append(
+            planner.EngineState(
+                engine_id=str(e.pk),
+                node=str(e.node_id),
+                kv_capacity_bytes=float(cap),
+                free_bytes=float(max(0, cap - used)),
+                spec_bytes=float(spec.get(e.pk, 0)),
+                link_bytes_per_s=settings.PREWARM_LINK_BYTES_PER_S,
+                load=min(1.0, max(0.0, load)),
+                lifecycle=e.lifecycle,
+                starts_serving_in_s=settings.PREWARM_WARMING_LEAD_SECONDS
+                if e.lifecycle == EngineLifecycle.WARMING
+                else 0.0,
+                tier_bytes_per_s=TIER_BYTES_PER_S,
+            )
+        )
+    return out
+
+
+def gather(policy: Policy, now=None) -> Inputs:
+    """Everything the planner needs, read once."""
+    now = now or timezone.now()
+    engines = list(Engine.objects.select_related("node").filter(node__state=NodeState.ACTIVE))
+    by_model: dict[str, list[Engine]] = {}
+    for e in engines:
+        by_model.setdefault(e.model, []).append(e)
+    keys = _workload_keys()
+    forecasts = _latest_forecasts()
+    horizon = float(policy.horizon_seconds)
+    rows = [
+        (pid, key, forecasts[key.pk])
+        for pid, key in keys.items()
+        if by_model.get(key.model) and key.pk in forecasts
+    ]
+    expected = expected_many([f for _, _, f in rows], now, horizon)
+    cands, demand, forecasters = [], [], {}
+    models = {m: cost_model_for(m) for m in {key.model for _, key, _ in rows}}
+    # Service and recompute times depend only on (model, prefix tokens): a few distinct values.
+    times: dict[tuple[str, int], tuple[float, float]] = {}
+    for (pid, key, f), exp in zip(rows, expected.tolist(), strict=True):
+        peers, cm, chain = by_model[key.model], models[key.model], key.chain
+        tokens = key.prefix_tokens or len(chain) * peers[0].block_size
+        t = times.get((key.model, tokens))
+        if t is None:  # a typical 256-token suffix after the prefix
+            t = times[(key.model, tokens)] = (
+                cm.prefill_seconds(256, tokens),
+                cm.prefill_seconds(tokens) - cm.batch_overhead_s,
+            )
+        bpb = peers[0].bytes_per_block or int(cm.kv_bytes_per_token * peers[0].block_size)
+        cands.append(
+            planner.Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, t[0], t[1])
+        )
+        # The demand model the simulator's predictive policy shares (core.demand).
+        demand.append(
+            demand_for(
+                pid,
+                expected_requests=exp,
+                horizon_s=horizon,
+                burst_probability=f.burst_risk or 0.0,
+                backtest_mase=f.backtest_mase,
+            )
+        )
+        forecasters[pid] = f.model
+    # One batched residency read for every prefix (100k holders() calls were 100k round trips);
+    # the planner copies only from engines holding the whole chain.
+    index = get_index()
+    holdings = [
+        planner.Holding(c.prefix_id, str(h.engine), h.tier)
+        for c, found in zip(
+            cands, index.full_holders_many([c.keys for c in cands], limit=64), strict=True
+        )
+        for h in found
+    ]
+    return Inputs(cands, demand, holdings, _engine_states(engines), _overrides(), keys, forecasters)
+
+
+def _expected(f: ForecastRow, now, horizon: float) -> float:
+    """Requests the forecast expects in [now, now + horizon) (buckets overlapping it, pro rata)."""
+    t0 = f.start.timestamp()
+    a, b = now.timestamp(), now.timestamp() + horizon
+    total = 0.0
+    for i, y in enumerate(f.yhat):
+        lo, hi = t0 + i * f.bucket_seconds, t0 + (i + 1) * f.bucket_seconds
+        overlap = max(0.0, min(hi, b) - max(lo, a))
+        total += max(0.0, float(y)) * overlap / f.bucket_seconds
+    if total == 0.0 and f.yhat and a >= t0 + len(f.yhat) * f.bucket_seconds:
+        total = (
+            max(0.0, float(f.yhat[-1])) * horizon / f.bucket_seconds
+        )  # past its horizon: last level
+    return total
+
+
+def expected_many(rows: list[ForecastRow], now, horizon: float) -> np.ndarray:
+    """``_expected`` of many forecasts: the forecasts of one cycle share start, bucket and
+    length, so each such group is one matrix-vector product of its yhat rows with the overlap
+    weights of its buckets."""
+    groups: dict[tuple, list[int]] = {}
+    for i, f in enumerate(rows):
+        groups.setdefault((f.start, f.bucket_seconds, len(f.yhat)), []).append(i)
+    out = np.zeros(len(rows))
+    a = now.timestamp()
+    for (start, bucket, n), idx in groups.items():
+        if n == 0:
+            continue
+        t0 = start.timestamp()
+        lo = t0 + bucket * np.arange(n, dtype=float)
+        overlap = np.clip(np.minimum(lo + bucket, a + horizon) - np.maximum(lo, a), 0.0, None)
+        y = np.clip(np.array([rows[i].yhat for i in idx], dtype=float), 0.0, None)
+        total = y @ (overlap / bucket)
+        if a >= t0 + n * bucket:  # past its horizon: the last level
+            total = np.where(total == 0.0, y[:, -1] * horizon / bucket, total)
+        out[idx] = total
+    return out
+
+
+def _overrides() -> planner.Overrides:
+    ov = list(active_overrides())
+    return planner.Overrides(
+        excluded_engines=frozenset(
+            str(o.engine_id) for o in ov if o.kind == OverrideKind.EXCLUDE_ENGINE
+        ),
+        excluded_nodes=frozenset(str(o.node_id) for o in ov if o.kind == OverrideKind.EXCLUDE_NODE),
+        frozen=any(o.kind == OverrideKind.FREEZE for o in ov),
+    )
