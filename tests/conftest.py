@@ -12,6 +12,13 @@ def _fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def _no_random_holdout(settings):
+    """Policies hold out nothing unless a test sets their holdout_fraction (the deployment
+    default, PREWARM_HOLDOUT_FRACTION = 0.15, would make which items get copied random)."""
+    settings.PREWARM_HOLDOUT_FRACTION = 0.0
+
+
+@pytest.fixture(autouse=True)
 def _fresh_residency_index(settings):
     """Every test starts with an empty residency index (in-process or Redis)."""
     try:

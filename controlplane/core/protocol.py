@@ -82,6 +82,8 @@ JOB_SUCCEEDED = "succeeded"
 JOB_FAILED = "failed"
 JOB_CANCELLED = "cancelled"
 JOB_EXPIRED = "expired"
+JOB_REDUNDANT = "redundant"  # the target already held what the copy would have placed: no replica
+JOB_PARTIAL = "partial"  # the target shows part of the prefix new since dispatch: scored on that
 JOB_STATES = (
     JOB_PENDING,
     JOB_APPROVED,
@@ -95,6 +97,8 @@ JOB_STATES = (
     JOB_FAILED,
     JOB_CANCELLED,
     JOB_EXPIRED,
+    JOB_REDUNDANT,
+    JOB_PARTIAL,
 )
 RESULT_STATES = (JOB_SUCCEEDED, JOB_FAILED)  # what a job.result may say
 

@@ -76,7 +76,7 @@ def ingest_records(records: list[dict]) -> dict:
     bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
     now = timezone.now()
     engines = _serving_engines(records)
-    served: list[tuple[int, int, float, int]] = []
+    served: list[tuple[int, int, float, int, float | None]] = []
     keys_cache: dict[tuple[str, str, str], WorkloadKey] = {}
     counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     created = 0
@@ -146,7 +146,15 @@ def ingest_records(records: list[dict]) -> dict:
         c[2] += rec.get("cached_tokens", 0)
         if rec.get("engine") not in (None, "") and "cached_tokens" in rec:
             c[3] += 1
-            served.append((wk.pk, engines[str(rec["engine"])], rec["time"], rec["cached_tokens"]))
+            served.append(
+                (
+                    wk.pk,
+                    engines[str(rec["engine"])],
+                    rec["time"],
+                    rec["cached_tokens"],
+                    rec.get("ttft_s"),
+                )
+            )
     for wk in sorted(keys_cache.values(), key=lambda w: w.pk):  # row locks in one order
         fields = ["last_seen"]
         wk.last_seen = now

@@ -3,5 +3,6 @@
 from django.dispatch import Signal
 
 # Sent inside ingest_records' transaction with ``served``: rows (workload key id, serving engine
-# id, unix time, cached tokens) of the records that named their serving engine.
+# id, unix time, cached tokens, TTFT seconds or None) of the records that named their serving
+# engine.
 requests_served = Signal()

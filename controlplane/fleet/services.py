@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from django.conf import settings
@@ -24,6 +25,9 @@ from controlplane.realtime.publish import publish
 from .choices import EngineLifecycle, NodeState
 from .models import Engine, Gpu, GpuSample, Node
 from .residency import get_index
+from .signals import residency_reported
+
+log = logging.getLogger(__name__)
 
 GPU_SAMPLE_SECONDS = 60
 GPU_REFRESH_SECONDS = 60  # an unchanged GPU row is rewritten (updated_at) at most this often
@@ -327,6 +331,15 @@ def apply_report(node: Node, report: Report) -> dict:
         node.save(update_fields=["last_seq", "boot_id", "last_seen", "state", "reports_applied"])
         # Last, so a failure here rolls the database back; re-applying the same deltas is harmless.
         changes = get_index().apply(deltas)
+        stored = {d.engine: [row[0] for row in d.stored] for d in deltas if d.stored}
+        if stored:
+            # Receivers run in a savepoint each (send_robust logs and swallows their errors):
+            # a confirmation that fails never refuses an agent's report.
+            for receiver, result in residency_reported.send_robust(
+                sender=apply_report, node=node.pk, seq=report.seq, stored=stored
+            ):
+                if isinstance(result, Exception):
+                    log.error("residency_reported receiver %r failed: %s", receiver, result)
         if changes or report.gpus:
             publish(
                 groups.CLUSTER,

@@ -10,7 +10,12 @@ class ReplicationConfig(AppConfig):
         # it is loaded here because controlplane/__init__.py must not import Django.
         import controlplane.celery  # noqa: F401
         from controlplane.demand.signals import requests_served
+        from controlplane.fleet.signals import residency_reported
 
+        from .jobs.confirm import on_residency_reported
         from .scoring import credit_served
 
         requests_served.connect(credit_served, dispatch_uid="replication.credit_served")
+        residency_reported.connect(
+            on_residency_reported, dispatch_uid="replication.on_residency_reported"
+        )

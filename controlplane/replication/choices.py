@@ -53,7 +53,13 @@ class ItemDecision:
     PENDING = "pending"
     APPROVED = "approved"
     REJECTED = "rejected"
-    CHOICES = [(PENDING, "Pending"), (APPROVED, "Approved"), (REJECTED, "Rejected")]
+    HELD_OUT = "held_out"  # approved, then withheld at random: the holdout's control arm
+    CHOICES = [
+        (PENDING, "Pending"),
+        (APPROVED, "Approved"),
+        (REJECTED, "Rejected"),
+        (HELD_OUT, "Held out (randomized control)"),
+    ]
 
 
 class StorageTier:
@@ -108,10 +114,12 @@ class JobAction:
 
 class JobState:
     """A replicate job ends ``landed`` when its executor says the copy is done, then
-    ``confirmed`` only when the target engine shows it (KV events, LMCache pin or directory),
-    ``unconfirmed`` when it never does within PREWARM_REPLICA_CONFIRM_SECONDS, and ``lost``
-    when a confirmed copy leaves the engine before its hold ends. An evict job ends
-    ``succeeded``."""
+    ``confirmed`` only when the target engine shows blocks it did not hold at dispatch, stored
+    after the job started (KV events, LMCache pin or directory); ``partial`` when that covers
+    only part of the prefix; ``redundant`` when the target already held it (at dispatch, or
+    shows it without evidence the copy put it there); ``unconfirmed`` when it shows nothing new
+    within PREWARM_REPLICA_CONFIRM_SECONDS, and ``lost`` when a confirmed copy leaves the
+    engine before its hold ends. An evict job ends ``succeeded``."""
 
     PENDING = wire.JOB_PENDING
     APPROVED = wire.JOB_APPROVED
@@ -125,6 +133,8 @@ class JobState:
     FAILED = wire.JOB_FAILED
     CANCELLED = wire.JOB_CANCELLED
     EXPIRED = wire.JOB_EXPIRED
+    REDUNDANT = wire.JOB_REDUNDANT
+    PARTIAL = wire.JOB_PARTIAL
     CHOICES = [(s, s.capitalize()) for s in wire.JOB_STATES]
     # Approved and moving, not landed yet (the wire's one definition of each group).
     IN_FLIGHT = frozenset(wire.JOB_IN_FLIGHT)
@@ -132,20 +142,37 @@ class JobState:
     LIVE = frozenset(wire.JOB_LIVE)
     # No agent delivery left to do: late job events change nothing.
     TERMINAL = frozenset(
-        {LANDED, CONFIRMED, UNCONFIRMED, LOST, SUCCEEDED, FAILED, CANCELLED, EXPIRED}
+        {
+            LANDED,
+            CONFIRMED,
+            UNCONFIRMED,
+            LOST,
+            SUCCEEDED,
+            FAILED,
+            CANCELLED,
+            EXPIRED,
+            REDUNDANT,
+            PARTIAL,
+        }
     )
     # The executor did its part (a copy landed, or an eviction ran).
-    DONE = frozenset({LANDED, CONFIRMED, UNCONFIRMED, LOST, SUCCEEDED})
-    # The one table of legal transitions; failed -> approved is a bounded retry; a late
-    # confirmation of an unconfirmed copy still counts.
+    DONE = frozenset({LANDED, CONFIRMED, UNCONFIRMED, LOST, SUCCEEDED, REDUNDANT, PARTIAL})
+    # A copy on its way or landed and awaiting the engine: with the replicas whose hold has not
+    # ended, its (prefix, engine) is held-to-be for the planner and the approval check.
+    UNSETTLED = frozenset({*LIVE, LANDED})
+    # The one table of legal transitions; failed -> approved is a bounded retry. ``unconfirmed``
+    # is final: the engine's own traffic storing the prefix later proves nothing about the copy.
+    # A copy whose target held the whole prefix at dispatch goes approved -> redundant.
     ALLOWED = {
         PENDING: {APPROVED, CANCELLED, EXPIRED},
-        APPROVED: {DISPATCHED, CANCELLED, EXPIRED},
+        APPROVED: {DISPATCHED, CANCELLED, EXPIRED, REDUNDANT},
         DISPATCHED: {RUNNING, FAILED, CANCELLED, EXPIRED},
         RUNNING: {LANDED, SUCCEEDED, FAILED, CANCELLED, EXPIRED},
-        LANDED: {CONFIRMED, UNCONFIRMED},
+        LANDED: {CONFIRMED, UNCONFIRMED, REDUNDANT, PARTIAL},
         CONFIRMED: {LOST},
-        UNCONFIRMED: {CONFIRMED},
+        PARTIAL: {LOST},
+        UNCONFIRMED: set(),
+        REDUNDANT: set(),
         LOST: set(),
         FAILED: {APPROVED},
         SUCCEEDED: set(),

@@ -37,6 +37,12 @@ class Policy(models.Model):
     default_transport = models.CharField(
         max_length=16, choices=Transport.CHOICES, default=Transport.TCP
     )
+    holdout_fraction = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="share of approved speculative items withheld at random as the control arm "
+        "(empty: PREWARM_HOLDOUT_FRACTION, 0.15 unless configured)",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -53,6 +59,11 @@ class Policy(models.Model):
             models.CheckConstraint(
                 condition=models.Q(min_confidence__gte=0, min_confidence__lte=1),
                 name="min_confidence_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(holdout_fraction__isnull=True)
+                | models.Q(holdout_fraction__gte=0, holdout_fraction__lte=1),
+                name="holdout_fraction_range",
             ),
         ]
 
@@ -182,6 +193,14 @@ class ReplicationJob(models.Model):
         default=dict, blank=True, help_text="role -> attempt the agent acknowledged"
     )
     results = models.JSONField(default=dict, blank=True, help_text="role -> the agent's job.result")
+    held_at_dispatch = models.JSONField(
+        default=list, blank=True, help_text="keys of the prefix (hex) the target held at dispatch"
+    )
+    stored_since = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="keys of the prefix (hex) the target's reports stored after dispatch",
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -227,6 +246,16 @@ class SpeculativeReplica(models.Model):
     tier = models.CharField(max_length=8, choices=StorageTier.CHOICES, default=StorageTier.GPU)
     bytes = models.BigIntegerField()
     shadow = models.BooleanField(default=False)
+    held_out = models.BooleanField(
+        default=False,
+        help_text="the holdout's control arm: approved, withheld at random, never placed",
+    )
+    tokens = models.PositiveIntegerField(
+        default=0, help_text="prefix tokens it covers on its engine (from the chain's start)"
+    )
+    new_tokens = models.PositiveIntegerField(
+        default=0, help_text="of those, the ones its engine did not hold at dispatch"
+    )
     forecaster = models.CharField(max_length=40, blank=True)
     placed_at = models.DateTimeField()
     expires_at = models.DateTimeField()
@@ -250,7 +279,29 @@ class SpeculativeReplica(models.Model):
         default=False,
         help_text="hits come from served-request records; otherwise they are estimated",
     )
+    served_cached_tokens = models.BigIntegerField(
+        default=0, help_text="cached tokens of the requests its engine served during the hold"
+    )
+    served_ttft_s = models.FloatField(default=0.0, help_text="sum of those requests' TTFT")
+    served_ttft_n = models.PositiveIntegerField(default=0, help_text="how many sent a TTFT")
+    ttft_samples = models.JSONField(
+        default=list, blank=True, help_text="the first TTFTs (s) of those requests, for plots"
+    )
+    miss_ttft_s = models.FloatField(
+        default=0.0, help_text="sum of TTFTs of its key's requests that missed its prefix"
+    )
+    miss_ttft_n = models.PositiveIntegerField(default=0)
     hits = models.PositiveIntegerField(default=0)
+    saving_basis = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text="measured-ttft (misses' TTFT minus hits') or cost-model: where ttft_saved_s "
+        "comes from",
+    )
+    cost_s = models.FloatField(
+        default=0.0, help_text="what placing it took: link time of a copy, prefill of a warm-up"
+    )
+    cost_basis = models.CharField(max_length=32, blank=True)
     tokens_hit = models.BigIntegerField(default=0)
     ttft_saved_s = models.FloatField(default=0.0)
     vram_byte_seconds = models.FloatField(
@@ -269,14 +320,21 @@ class SpeculativeReplica(models.Model):
         return f"replica #{self.pk} on {self.engine_id}"
 
     @property
+    def full_tokens(self) -> int:
+        return len(self.prefix_keys) * (self.engine.block_size if self.engine_id else 0)
+
+    @property
     def status(self) -> str:
-        """shadow | landed (awaiting the engine) | confirmed | unconfirmed | lost."""
+        """shadow | held_out | landed (awaiting the engine) | confirmed | partial |
+        unconfirmed | lost."""
         if self.shadow:
             return "shadow"
+        if self.held_out:
+            return "held_out"
         if self.lost_at:
             return "lost"
         if self.confirmed_at:
-            return "confirmed"
+            return "partial" if 0 < self.tokens < self.full_tokens else "confirmed"
         if self.evicted_at:
             return "unconfirmed"
         return "landed"

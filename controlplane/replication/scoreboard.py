@@ -1,9 +1,14 @@
 """The scoreboard: what speculative replicas bought and what they cost, per policy, forecaster, tenant.
 
 The shape is the one `GET /api/scoreboard/` returns, so the dashboard and the API share it:
-``{"window", "totals", "shadow_totals", "by_policy", "by_forecaster", "by_tenant", "recommendation"}``
-with each metric block M = ``{"replicas", "hits", "hits_basis", "hits_measured_replicas",
-"precision", "bytes_moved", "vram_byte_seconds", "host_byte_seconds", "ttft_saved_s"}``.
+``{"window", "totals", "shadow_totals", "by_policy", "by_forecaster", "by_tenant", "holdout",
+"recommendation"}`` with each metric block M = ``{"replicas", "hits", "hits_basis",
+"hits_measured_replicas", "precision", "bytes_moved", "vram_byte_seconds", "host_byte_seconds",
+"ttft_saved_s", "saving_basis", "cost_s"}``: ``ttft_saved_s`` is counterfactual credit (at most
+one prefill of the placed tokens per used replica, ``saving_basis`` says from what) and
+``cost_s`` what placing them took (warm-up prefill, copy link time). ``holdout`` compares the
+requests of treated (prefix, engine) pairs with held-out ones (the randomized control arm) over
+the same windows, overall, per policy and per tenant, each difference with its 95% interval.
 Precision is the share of *scored* replicas that were hit at least once (None until one is
 scored). ``hits_basis`` says where the hits come from: ``measured`` (every scored replica's hits
 are requests its engine served with the prefix cached, from gateways' records), ``estimated``
@@ -13,6 +18,7 @@ executors reported; VRAM held counts GPU-tier replicas only, host memory is apar
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -23,7 +29,10 @@ from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine
 from controlplane.sim.speculation_map import advice, load_map
 
-from .models import SpeculativeReplica
+from .choices import Transport
+from .models import Policy, SpeculativeReplica
+from .plans.costs import cost_model_for, placement_cost
+from .scoring import MEASURED
 
 # Below this many scored replicas no verdict is honest (PREWARM_SCOREBOARD_MIN_REPLICAS).
 MIN_SCORED_FOR_VERDICT = 20
@@ -34,6 +43,11 @@ _AGG = {
     "replicas": Count("id"),
     "scored": Count("id", filter=Q(scored_at__isnull=False)),
     "scored_hit": Count("id", filter=Q(scored_at__isnull=False, hits__gt=0)),
+    # Filters on hits before the "hits" alias below shadows the field.
+    "measured_saving": Count(
+        "id", filter=Q(scored_at__isnull=False, hits__gt=0, saving_basis=MEASURED)
+    ),
+    "used": Count("id", filter=Q(scored_at__isnull=False, hits__gt=0)),
     "hits": Sum("hits"),
     "measured": Count("id", filter=Q(scored_at__isnull=False, hits_measured=True)),
     "bytes_moved": Sum("bytes_moved"),
@@ -41,6 +55,7 @@ _AGG = {
     "vram_byte_seconds": Sum("vram_byte_seconds"),
     "host_byte_seconds": Sum("host_byte_seconds"),
     "ttft_saved_s": Sum("ttft_saved_s"),
+    "cost_s": Sum("cost_s"),
 }
 
 
@@ -64,6 +79,10 @@ def _metrics(row: dict) -> dict:
         "vram_byte_seconds": float(row.get("vram_byte_seconds") or 0.0),
         "host_byte_seconds": float(row.get("host_byte_seconds") or 0.0),
         "ttft_saved_s": float(row.get("ttft_saved_s") or 0.0),
+        "saving_basis": hits_basis(row.get("used") or 0, row.get("measured_saving") or 0)
+        .replace("measured", "measured TTFT")
+        .replace("estimated", "cost model"),
+        "cost_s": float(row.get("cost_s") or 0.0),
         "scored": scored,
         "nominal_bytes": row.get("nominal_bytes") or 0,
     }
@@ -74,12 +93,6 @@ _PRIVATE = ("scored", "nominal_bytes")
 
 def _public(m: dict) -> dict:
     return {k: v for k, v in m.items() if k not in _PRIVATE}
-
-
-def _copy_bytes(m: dict, shadow: bool) -> int:
-    """The bytes the verdict charges the replicas' copies with: what the executors reported for
-    live replicas, and for shadow replicas (never copied) what their copies would have moved."""
-    return m["nominal_bytes"] if shadow else m["bytes_moved"]
 
 
 def _grouped(qs, field: str, name: str, extra: str | None = None) -> list[dict]:
@@ -93,14 +106,26 @@ def _grouped(qs, field: str, name: str, extra: str | None = None) -> list[dict]:
     return out
 
 
+def _placement_s(policy: Policy | None, tokens: float, per_token: float, model: str) -> float:
+    """What one placement takes on this cluster: a warm-up the target's prefill of the prefix,
+    a copy its bytes over the link left by serving traffic (the map's copy-time axis)."""
+    transport = policy.default_transport if policy else Transport.TCP
+    cm = cost_model_for(model)
+    seconds, _ = placement_cost(transport, int(tokens * per_token), cm, int(tokens))
+    return seconds
+
+
 def where_on_the_map() -> tuple[str, dict | None]:
     """This cluster's place on the simulator's map of where speculation pays.
 
-    Copy time = mean bytes of the workload keys' shared prefixes over the link speed left by
-    serving traffic (link x (1 - load)); load = mean KV usage the engines report. Returns a
-    sentence and the map's advice (None when the fleet or the map cannot say).
+    Placement time = a warm-up's prefill of the workload keys' mean shared prefix on the target
+    (the cost model), or a copy's bytes over the link speed left by serving traffic (link x
+    (1 - load)); load = mean KV usage the engines report. The map was measured on simulated GPU
+    clusters over a grid of placement time / burst onset and load, so a cluster whose engines
+    report no GPU (vLLM's CPU build), or that falls outside the grid, cannot be placed on it.
+    Returns a sentence and the map's advice (None when the cluster cannot be placed).
     """
-    engines = list(Engine.objects.values("block_size", "bytes_per_block", "metrics"))
+    engines = list(Engine.objects.values("pk", "block_size", "bytes_per_block", "metrics", "model"))
     tokens = [
         t
         for t in WorkloadKey.objects.filter(prefix_tokens__gt=0).values_list(
@@ -117,6 +142,12 @@ def where_on_the_map() -> tuple[str, dict | None]:
             "no prefixes or engines reported yet to place this cluster on the simulator's map",
             None,
         )
+    if not Engine.objects.filter(gpus__isnull=False).exists():
+        return (
+            "this cluster cannot be placed on the simulator's map: its engines report no GPU "
+            "(the map was measured on GPU clusters), so only its own evidence counts",
+            None,
+        )
     loads = [
         float(e["metrics"].get("kv_usage"))
         for e in engines
@@ -124,18 +155,34 @@ def where_on_the_map() -> tuple[str, dict | None]:
     ]
     load = sum(loads) / len(loads) if loads else settings.PREWARM_DEFAULT_ENGINE_LOAD
     load = min(max(load, 0.0), 0.95)
-    copy_s = (
-        (sum(tokens) / len(tokens))
-        * (sum(per_token) / len(per_token))
-        / (settings.PREWARM_LINK_BYTES_PER_S * (1 - load))
+    policy = Policy.objects.filter(active=True).first()
+    mean_tokens = sum(tokens) / len(tokens)
+    place_s = _placement_s(
+        policy, mean_tokens, sum(per_token) / len(per_token), engines[0]["model"] or ""
     )
+    if not policy or policy.default_transport != Transport.WARMUP:
+        place_s = place_s / max(0.05, 1 - load)
     try:
         doc = load_map()
-        tip = advice(copy_s / doc["burst_onset_s"], load, doc)
+        ratio = place_s / doc["burst_onset_s"]
+        ratios = [c["copy_to_onset"] for c in doc["cells"]]
+        loads_grid = [c["load"] for c in doc["cells"]]
+        if not (
+            min(ratios) / GRID_SLACK <= ratio <= max(ratios) * GRID_SLACK
+            and min(loads_grid) - LOAD_SLACK <= load <= max(loads_grid) + LOAD_SLACK
+        ):
+            return (
+                f"this cluster cannot be placed on the simulator's map: placements take "
+                f"~{place_s:.3f}s ({ratio:.4f} of a {doc['burst_onset_s']:.0f}s burst onset) at "
+                f"load {load:.2f}, outside the map's grid ({min(ratios):.4f}-{max(ratios):.2f}, "
+                f"load {min(loads_grid):.1f}-{max(loads_grid):.1f})",
+                None,
+            )
+        tip = advice(ratio, load, doc)
     except ValueError as exc:
         return f"the simulator's map is unavailable ({exc})", None
     where = (
-        f"copies here take ~{copy_s:.2f}s ({copy_s / doc['burst_onset_s']:.2f} of a "
+        f"placements here take ~{place_s:.2f}s ({place_s / doc['burst_onset_s']:.3f} of a "
         f"{doc['burst_onset_s']:.0f}s burst onset) at load {load:.2f}; the simulator's map says "
         f"'{tip['verdict']}' there (predictive vs reactive p99 {tip['expected_gain_p99']:+.1%}, "
         f"seed noise {tip['noise_p99']:.1%})"
@@ -143,14 +190,19 @@ def where_on_the_map() -> tuple[str, dict | None]:
     return where, tip
 
 
-# Copies that held the links this much longer than the TTFT they saved (and at least this many
-# seconds of link time) did harm: the verdict says to turn speculation off.
+# The map's grid, widened by this factor in placement time and this much in load, is where a
+# cluster can be placed on it; beyond, its nearest cell is an extrapolation.
+GRID_SLACK = 3.0
+LOAD_SLACK = 0.15
+# Placements that took this much longer than the TTFT they saved (and at least this many
+# seconds) did harm: the verdict says to turn speculation off.
 AVOID_MIN_LINK_S = 1.0
 _PRIOR = {"speculate": "speculation_pays", "reactive-enough": "reactive_enough", "avoid": "avoid"}
 # A map cell says "reactive is enough" with authority only where its interval rules out a gain
 # this large (predictive's p99 gain + its seed noise below it); a wider cell is no evidence
 # either way, and the cluster's own scores decide.
 MATERIAL_GAIN = 0.05
+Z95 = 1.96
 
 
 def _prior(tip: dict | None) -> str | None:
@@ -162,62 +214,204 @@ def _prior(tip: dict | None) -> str | None:
     return prior
 
 
-def _own_evidence(best: dict, hits: list[str], copy_s: float) -> str:
-    """What the cluster's own scored replicas say: ``pays`` (used, and saved more than their
-    copies cost), ``waste`` (mostly unused and cost far more link time than they saved) or
-    ``neutral``."""
+def _own_evidence(best: dict, hits: list[str], cost_s: float) -> str:
+    """What the cluster's own scored replicas say: ``pays`` (used, and their counterfactual
+    credit exceeds what placing them took), ``waste`` (placing them took far more than they
+    saved: mostly unused, or saving little) or ``neutral``."""
     precision = best["precision"] or 0.0
-    if precision >= MIN_USEFUL_PRECISION and best["ttft_saved_s"] > copy_s and hits:
+    saved = best["ttft_saved_s"]
+    if precision >= MIN_USEFUL_PRECISION and saved > cost_s and hits:
         return "pays"
-    if (
-        precision < MIN_USEFUL_PRECISION
-        and copy_s >= AVOID_MIN_LINK_S
-        and copy_s > 2 * best["ttft_saved_s"]
-    ):
+    if cost_s >= AVOID_MIN_LINK_S and cost_s > 2 * saved:
         return "waste"
     return "neutral"
 
 
-def recommendation(live: dict, shadow: dict, by_tenant: list[dict]) -> dict:
-    """A plain verdict on whether speculation earns its cost here.
+# -- the holdout -------------------------------------------------------------------------------
+def _mean_ci(a: list[float], b: list[float]) -> dict | None:
+    """mean(a) - mean(b) with a 95% interval (Welch, normal approximation); None below 2 each."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1)
+    half = Z95 * math.sqrt(va / len(a) + vb / len(b))
+    diff = ma - mb
+    return {"diff": diff, "low": diff - half, "high": diff + half}
 
-    The cluster's own scored replicas (live and shadow) are weighed first: were they used, and
-    did they save more prefill time than their copies held the links (bytes moved / link speed)?
-    The simulator's map of where speculation pays is the prior: it answers what the scores
-    cannot, whether at this cluster's copy speed and load a reactive copy made once demand turns
-    hot would have done as well (a used replica whose reactive copy lands in a fraction of a
-    second bought little). So:
 
-    - fewer than ``PREWARM_SCOREBOARD_MIN_REPLICAS`` scored: ``insufficient_data``, with the
-      map's verdict at this cluster's place as the ``prior`` (``basis`` = ``"map"``);
-    - replicas used and worth their cost: ``speculation_pays`` unless the map says a reactive
-      copy does as well here (``reactive_enough``);
-    - replicas mostly unused and costing far more link time than they saved: ``avoid``
-      (turn speculation off), whatever the map says;
-    - otherwise the map's verdict, ``reactive_enough`` where it has none or says ``speculate``
-      (the scores do not confirm it).
+_PAIR_FIELDS = (
+    "served_requests",
+    "served_hits",
+    "served_cached_tokens",
+    "served_ttft_s",
+    "served_ttft_n",
+    "ttft_samples",
+    "cost_s",
+)
 
-    The map's ``reactive-enough`` counts only where its interval rules out a material gain
-    (``MATERIAL_GAIN``); elsewhere the prior is ``"uncertain"`` and the scores decide.
 
-    Returns ``{"verdict", "basis", "prior", "tenants_that_benefit", "text"}``; ``basis`` is
-    ``"own scores"``, ``"own scores and map"``, ``"map"`` (too few scores: only the prior) or
-    ``"none"``; ``prior`` is the map's verdict (None where the cluster cannot be placed on it).
+def _arm(rows: list[dict]) -> dict:
+    with_req = [r for r in rows if r["served_requests"]]
+    with_ttft = [r for r in rows if r["served_ttft_n"]]
+    n = sum(r["served_requests"] for r in rows)
+    return {
+        "pairs": len(rows),
+        "pairs_with_requests": len(with_req),
+        "pairs_with_ttft": len(with_ttft),
+        "requests": n,
+        "hit_rate": (sum(r["served_hits"] for r in rows) / n) if n else None,
+        "cached_tokens_per_request": (sum(r["served_cached_tokens"] for r in rows) / n)
+        if n
+        else None,
+        "ttft_mean_s": (
+            sum(r["served_ttft_s"] for r in with_ttft) / sum(r["served_ttft_n"] for r in with_ttft)
+        )
+        if with_ttft
+        else None,
+        "_hit": [r["served_hits"] / r["served_requests"] for r in with_req],
+        "_cached": [r["served_cached_tokens"] / r["served_requests"] for r in with_req],
+        "_ttft": [r["served_ttft_s"] / r["served_ttft_n"] for r in with_ttft],
+        "_samples": [x for r in rows for x in r["ttft_samples"]],
+        "_cost": sum(r["cost_s"] for r in rows),
+    }
+
+
+def _compare(treated: list[dict], held: list[dict], samples: bool = False) -> dict:
+    """Treated vs held-out pairs: each arm's figures and the per-pair differences (treated minus
+    held out) of hit rate, cached tokens per request and mean TTFT, each with its 95% interval."""
+    t, h = _arm(treated), _arm(held)
+    out = {
+        "treated": {k: v for k, v in t.items() if not k.startswith("_")},
+        "held_out": {k: v for k, v in h.items() if not k.startswith("_")},
+        "hit_rate_diff": _mean_ci(t["_hit"], h["_hit"]),
+        "cached_tokens_diff": _mean_ci(t["_cached"], h["_cached"]),
+        "ttft_diff_s": _mean_ci(t["_ttft"], h["_ttft"]),
+        "pairs_compared": min(t["pairs_with_ttft"], h["pairs_with_ttft"]),
+        "treated_cost_s": t["_cost"],
+    }
+    if samples:
+        out["ttft_samples"] = {"treated": t["_samples"][:2000], "held_out": h["_samples"][:2000]}
+    return out
+
+
+def holdout(window) -> dict:
+    """The randomized holdout over the window's pairs: treated = live copies confirmed (or
+    partial) on their engine, held out = approved items withheld at random; overall (with the
+    TTFT samples the page plots), per policy and per tenant."""
+    treated = window.filter(shadow=False, held_out=False, confirmed_at__isnull=False)
+    held = window.filter(held_out=True)
+    groups = {"policy": "item__plan__policy__name", "tenant": "workload_key__tenant"}
+
+    def rows(qs, field=None):
+        return list(qs.values(*_PAIR_FIELDS, *([field] if field else [])))
+
+    t_all, h_all = rows(treated), rows(held)
+    out = _compare(t_all, h_all, samples=True)
+    for name, field in groups.items():
+        t_rows, h_rows = rows(treated, field), rows(held, field)
+        names = sorted({r[field] or "(none)" for r in t_rows + h_rows})
+        out[f"by_{name}"] = [
+            {
+                name: g,
+                **_compare(
+                    [r for r in t_rows if (r[field] or "(none)") == g],
+                    [r for r in h_rows if (r[field] or "(none)") == g],
+                ),
+            }
+            for g in names
+        ]
+    return out
+
+
+def _holdout_verdict(ho: dict, prior: str | None, sweep_note: str) -> dict | None:
+    """The verdict from the measured uplift, once enough pairs on each arm carry TTFT."""
+    needed = settings.PREWARM_HOLDOUT_MIN_PAIRS
+    pairs, diff = ho["pairs_compared"], ho["ttft_diff_s"]
+    if pairs < needed or diff is None:
+        return None
+    requests = ho["treated"]["requests"]
+    # Uplift per request = held-out TTFT - treated TTFT (positive: treated pairs were faster).
+    up, up_low, up_high = -diff["diff"], -diff["high"], -diff["low"]
+    saved, saved_low = up * requests, up_low * requests
+    cost = ho["treated_cost_s"]
+    figures = (
+        f"the randomized holdout ({pairs} treated and held-out pairs with TTFT each; "
+        f"{settings.PREWARM_HOLDOUT_MIN_PAIRS} needed) measures {up * 1000:+.0f} ms of TTFT per "
+        f"request on treated pairs (95% interval {up_low * 1000:+.0f} to {up_high * 1000:+.0f} "
+        f"ms), {saved:.1f}s over their {requests} requests, for {cost:.1f}s spent placing them"
+    )
+    base = {"prior": prior, "holdout_pairs": pairs}
+    if saved_low > 0 and saved_low > cost:
+        return {
+            **base,
+            "verdict": "speculation_pays",
+            "basis": "holdout",
+            "tenants_that_benefit": [
+                t["tenant"]
+                for t in ho["by_tenant"]
+                if t["ttft_diff_s"] and t["ttft_diff_s"]["high"] < 0
+            ],
+            "text": f"Speculation pays: {figures} ({sweep_note}).",
+        }
+    if cost >= AVOID_MIN_LINK_S and cost > 2 * max(0.0, up_high * requests):
+        return {
+            **base,
+            "verdict": "avoid",
+            "basis": "holdout",
+            "tenants_that_benefit": [],
+            "text": f"Avoid speculation here: {figures}; placing replicas costs more than even "
+            f"the interval's best case saves ({sweep_note}).",
+        }
+    return {
+        **base,
+        "verdict": "reactive_enough",
+        "basis": "holdout",
+        "tenants_that_benefit": [],
+        "text": f"Reactive replication is enough: {figures}; the gain does not clearly exceed "
+        f"what placing replicas costs ({sweep_note}).",
+    }
+
+
+def recommendation(live: dict, shadow: dict, by_tenant: list[dict], ho: dict | None = None) -> dict:
+    """A plain verdict on whether speculation earns its cost here, from evidence.
+
+    1. The randomized holdout, once ``PREWARM_HOLDOUT_MIN_PAIRS`` treated and held-out pairs
+       carry TTFT: the measured uplift (with its 95% interval) times the treated requests
+       against what placing the replicas cost (``basis = "holdout"``).
+    2. Otherwise the cluster's own scored replicas (live and shadow): counterfactual credit (at
+       most one prefill per used replica) against placement cost (warm-up prefill, copy link
+       time). Fewer than ``PREWARM_SCOREBOARD_MIN_REPLICAS`` scored: ``insufficient_data``.
+    3. The simulator's map is a prior only where this cluster can be placed on it
+       (``where_on_the_map``); it answers what scores cannot, whether a reactive copy made once
+       demand turns hot would have done as well. Its ``reactive-enough`` counts only where its
+       interval rules out a material gain (``MATERIAL_GAIN``); elsewhere ``"uncertain"``.
+
+    Returns ``{"verdict", "basis", "prior", "tenants_that_benefit", "holdout_pairs", "text"}``.
     """
     sweep_note, tip = where_on_the_map()
     prior = _prior(tip)
+    ho = ho or {"pairs_compared": 0, "ttft_diff_s": None}
+    measured = _holdout_verdict(ho, prior, sweep_note)
+    if measured is not None:
+        return measured
+    pairs = ho["pairs_compared"]
+    pairs_note = (
+        f"; the holdout has {pairs} of the {settings.PREWARM_HOLDOUT_MIN_PAIRS} treated and "
+        "held-out pairs with TTFT its measured uplift needs"
+    )
     scored = live["scored"] + shadow["scored"]
     needed = getattr(settings, "PREWARM_SCOREBOARD_MIN_REPLICAS", MIN_SCORED_FOR_VERDICT)
     if scored < needed:
         text = (
             f"Only {scored} speculative replicas have been scored (live and shadow); at least "
-            f"{needed} are needed before this cluster's own verdict means anything. Keep the "
-            f"policy in shadow mode and look again later ({sweep_note})"
+            f"{needed} are needed before this cluster's own verdict means anything{pairs_note}. "
+            f"Keep the policy in shadow mode and look again later ({sweep_note})"
         )
         if prior is not None:
             text += (
                 f". Until then the prior is the simulator's map: "
-                f"'{prior.replace('_', ' ')}' at this cluster's copy speed and load"
+                f"'{prior.replace('_', ' ')}' at this cluster's placement time and load"
             )
             if prior == "uncertain":
                 text += " (its seeds neither show a gain nor rule one out)"
@@ -225,72 +419,72 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict]) -> dict:
             "verdict": "insufficient_data",
             "basis": "map" if prior else "none",
             "prior": prior,
+            "holdout_pairs": pairs,
             "tenants_that_benefit": [],
             "text": text + ".",
         }
-    link = settings.PREWARM_LINK_BYTES_PER_S
     hits = [
         t["tenant"]
         for t in by_tenant
         if t["precision"] is not None
         and t["precision"] >= MIN_USEFUL_PRECISION
-        and t["ttft_saved_s"] > t["bytes_moved"] / link
+        and t["ttft_saved_s"] > t["cost_s"]
     ]
     best = max((m for m in (live, shadow) if m["scored"]), key=lambda m: m["precision"] or 0)
     which = "live" if best is live else "shadow"
-    copy_s = _copy_bytes(best, best is shadow) / link
-    own = _own_evidence(best, hits, copy_s)
+    cost_s = best["cost_s"]
+    own = _own_evidence(best, hits, cost_s)
     scores = (
         f"{best['precision']:.0%} of {best['scored']} scored {which} replicas were used, "
-        f"saving {best['ttft_saved_s']:.1f}s of time to first token for {copy_s:.1f}s of "
-        "link time"
+        f"credited {best['ttft_saved_s']:.1f}s of time to first token (at most one prefill "
+        f"each, {best['saving_basis']}) for {cost_s:.1f}s spent placing them{pairs_note}"
     )
+    base = {"prior": prior, "holdout_pairs": pairs}
     if own == "waste":
         return {
+            **base,
             "verdict": "avoid",
             "basis": "own scores",
-            "prior": prior,
             "tenants_that_benefit": [],
             "text": f"{scores}: speculation costs more than it saves here. Turn it off (or "
             f"keep it in shadow mode) and rely on reactive replication ({sweep_note}).",
         }
     if own == "pays" and prior == "reactive_enough":
         return {
+            **base,
             "verdict": "reactive_enough",
             "basis": "own scores and map",
-            "prior": prior,
             "tenants_that_benefit": [],
-            "text": f"{scores}, but copies are fast next to a burst's onset here, so a reactive "
-            f"copy made after demand turns hot would have served nearly as well: "
+            "text": f"{scores}, but placements are fast next to a burst's onset here, so a "
+            f"reactive copy made after demand turns hot would have served nearly as well: "
             f"{sweep_note}. Reactive replication is enough on this cluster; keep "
             "speculation off or in shadow mode.",
         }
     if own == "pays":
-        basis = "own scores and map" if prior == "speculation_pays" else "own scores"
         return {
+            **base,
             "verdict": "speculation_pays",
-            "basis": basis,
-            "prior": prior,
+            "basis": "own scores and map" if prior == "speculation_pays" else "own scores",
             "tenants_that_benefit": hits,
             "text": f"{scores}. Speculation pays for {', '.join(hits[:8])}; keep reactive "
             f"replication for the other tenants ({sweep_note}).",
         }
     if prior == "avoid":
         return {
+            **base,
             "verdict": "avoid",
             "basis": "own scores and map",
-            "prior": prior,
             "tenants_that_benefit": [],
             "text": f"{scores}, and the simulator's map says speculation hurts at this "
-            f"cluster's copy speed and load: {sweep_note}. Turn it off.",
+            f"cluster's placement time and load: {sweep_note}. Turn it off.",
         }
     return {
+        **base,
         "verdict": "reactive_enough",
-        "prior": prior,
         "basis": "own scores" if prior is None else "own scores and map",
         "tenants_that_benefit": hits,
-        "text": f"{scores}: speculation does not earn its VRAM and bandwidth here. Reactive "
-        f"replication is enough on this cluster ({sweep_note}).",
+        "text": f"{scores}: speculation does not earn its cost here. Reactive replication is "
+        f"enough on this cluster ({sweep_note}).",
     }
 
 
@@ -299,15 +493,18 @@ def scoreboard(since: datetime | None = None, until: datetime | None = None) -> 
     until = until or timezone.now()
     since = since or until - timedelta(days=7)
     window = SpeculativeReplica.objects.filter(placed_at__gte=since, placed_at__lt=until)
-    live_qs, shadow_qs = window.filter(shadow=False), window.filter(shadow=True)
+    placed = window.filter(held_out=False)
+    live_qs, shadow_qs = placed.filter(shadow=False), placed.filter(shadow=True)
     live, shadow = _metrics(live_qs.aggregate(**_AGG)), _metrics(shadow_qs.aggregate(**_AGG))
-    by_tenant = _grouped(window, "workload_key__tenant", "tenant")
+    by_tenant = _grouped(placed, "workload_key__tenant", "tenant")
+    ho = holdout(window)
     return {
         "window": {"since": since.isoformat(), "until": until.isoformat()},
         "totals": _public(live),
         "shadow_totals": _public(shadow),
-        "by_policy": _grouped(window, "item__plan__policy__name", "policy", "item__plan__mode"),
-        "by_forecaster": _grouped(window, "forecaster", "forecaster"),
+        "by_policy": _grouped(placed, "item__plan__policy__name", "policy", "item__plan__mode"),
+        "by_forecaster": _grouped(placed, "forecaster", "forecaster"),
         "by_tenant": by_tenant,
-        "recommendation": recommendation(live, shadow, by_tenant),
+        "holdout": ho,
+        "recommendation": recommendation(live, shadow, by_tenant, ho),
     }

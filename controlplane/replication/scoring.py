@@ -1,22 +1,33 @@
 """Scores of speculative replicas (the scoreboard that aggregates them is `scoreboard.py`).
 
-Per replica (real or shadow), over the time it was held, ``[placed_at, end)`` with ``end`` the
+Three kinds of replica: **live** (a copy that landed), **held out** (the holdout's control arm:
+approved, withheld at random, recorded with what it would have done) and **shadow** (a shadow
+plan's, never executed). Each is scored over its hold, ``[placed_at, end)`` with ``end`` the
 first of eviction (or loss), expiry and now:
-- **measured hits**, where gateways' request records name the serving engine and its cached
-  tokens (``engine``, ``cached_tokens``; counted at ingest, ``demand.services``): a hit is a
-  request of its key served by its engine during the hold whose cached tokens covered its
-  prefix (``served_hits``). ``hits_measured`` is then true.
-- **estimated hits** otherwise (records without those fields, and shadow replicas, which were
-  never placed): ``requests`` = its key's requests in the hold from the demand buckets (pro
-  rata), ``hits = floor(requests / holders)``, its share under cache-aware routing, where
-  ``holders`` is the number of engines holding the whole prefix on GPU when scored (a shadow
-  replica counts itself in too).
-- A copy its engine never confirmed (``unconfirmed``) was never held: no hits, nothing held.
-- ``tokens_hit = hits x prefix tokens``; ``ttft_saved_s = hits x`` the cost model's prefill
-  time of the prefix (what each hit did not recompute: a model figure either way);
+
+- **Requests on the pair**: gateways' request records that name their serving engine
+  (``engine``, ``cached_tokens``, optionally ``ttft_s``) are counted at ingest
+  (``credit_served``, on ``demand.signals.requests_served``) for the one replica of their
+  (key, engine) whose hold they fall in: requests, cached tokens, TTFT. Live and held-out pairs
+  alike, so the scoreboard compares treated with held-out pairs over the same windows. A hit
+  is a request on a confirmed live replica whose cached tokens cover the tokens it placed; a
+  record never counts for two replicas. Records of the key that missed the replica's tokens
+  (on any engine) give the **miss TTFT**.
+- **Hits**: measured where records name the engine (``hits_measured``); else (shadow replicas,
+  records without the fields) estimated as before: the key's requests in the hold over the
+  engines holding the prefix. Held-out replicas and copies never confirmed have none.
+- **Credit, counterfactual**: without the replica, its engine would have computed the prefix on
+  its first request and served the rest from its own cache, so a used replica is credited at
+  most **one prefill** of the tokens it placed (``new_tokens``): measured as the key's miss TTFT
+  minus the pair's TTFT where records carry TTFT (``saving_basis = measured-ttft``), else the
+  cost model's prefill (``cost-model``). More than that is only claimed by the holdout's
+  measured uplift (scoreboard), never per replica.
+- **Cost**: what placing it took (``cost_s``, ``cost_basis``): a warm-up's prefill of the tokens
+  it placed on the target, a copy's bytes on the link (held-out and shadow replicas: what they
+  would have taken).
 - ``vram_byte_seconds = bytes x held seconds`` for GPU-tier replicas only; host-memory (CPU
-  tier, e.g. LMCache's) replicas count in ``host_byte_seconds`` instead; bytes moved are what
-  the executor reported (``bytes_moved``; shadow replicas: what they would have moved).
+  tier, e.g. LMCache's) replicas count in ``host_byte_seconds``; copies never confirmed and
+  held-out replicas were never held: nothing.
 ``precision`` = replicas with at least one hit / replicas. A replica is final once scored one
 bucket after its hold ended; until then each scoring pass recomputes it from scratch.
 """
@@ -28,18 +39,20 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F, Sum
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from controlplane.core import blockhash
 from controlplane.demand.models import DemandBucket
 from controlplane.fleet.residency import get_index
 
-from .choices import StorageTier
+from .choices import StorageTier, Transport
 from .models import SpeculativeReplica
-from .plans.costs import cost_model_for
+from .plans.costs import cost_model_for, placement_cost, prefill_s
 
 LOOKBACK = timedelta(days=2)
+TTFT_SAMPLES = 200  # per replica, for the scoreboard's distributions
+MEASURED, MODELLED = "measured-ttft", "cost-model"
 
 
 def _requests_during(key_id: int | None, start, end) -> float:
@@ -70,12 +83,24 @@ def _served_records_during(key_id: int | None, start, end) -> int:
     )
 
 
+def _transport(r: SpeculativeReplica) -> str:
+    if r.job_id and r.job is not None:
+        return r.job.transport
+    if r.item_id and r.item is not None:
+        return r.item.plan.policy.default_transport
+    return Transport.TCP
+
+
 def score_replica(r: SpeculativeReplica, now) -> None:
     end = min(x for x in (now, r.evicted_at, r.expires_at) if x is not None)
-    never_held = not r.shadow and r.confirmed_at is None
+    live = not r.shadow and not r.held_out
+    never_held = r.held_out or (live and r.confirmed_at is None)
     held_s = 0.0 if never_held else max(0.0, (end - r.placed_at).total_seconds())
     chain = [blockhash.from_hex(k) for k in r.prefix_keys]
-    measured = not r.shadow and _served_records_during(r.workload_key_id, r.placed_at, end) > 0
+    full = len(chain) * r.engine.block_size
+    tokens = r.tokens or full
+    new = r.new_tokens or tokens
+    measured = live and _served_records_during(r.workload_key_id, r.placed_at, end) > 0
     if never_held:
         hits = 0
     elif measured:
@@ -90,23 +115,43 @@ def score_replica(r: SpeculativeReplica, now) -> None:
         if r.shadow:
             holders.add(r.engine_id)
         hits = int(math.floor(requests / max(1, len(holders))))
-    tokens = len(chain) * r.engine.block_size
     cm = cost_model_for(r.engine.model)
     r.hits, r.tokens_hit, r.hits_measured = hits, hits * tokens, measured
-    r.ttft_saved_s = hits * (cm.prefill_seconds(tokens) - cm.batch_overhead_s)
+    if r.miss_ttft_n and r.served_ttft_n:
+        one = max(0.0, r.miss_ttft_s / r.miss_ttft_n - r.served_ttft_s / r.served_ttft_n)
+        r.saving_basis = MEASURED
+    else:
+        one, r.saving_basis = prefill_s(cm, tokens, tokens - new), MODELLED
+    r.ttft_saved_s = one if hits else 0.0  # at most one prefill per used replica
+    nbytes = r.bytes if (r.shadow or r.held_out) else r.bytes_moved
+    r.cost_s, r.cost_basis = placement_cost(_transport(r), nbytes, cm, tokens, tokens - new)
     on_gpu = r.tier == StorageTier.GPU
     r.vram_byte_seconds = r.bytes * held_s if on_gpu else 0.0
     r.host_byte_seconds = 0.0 if on_gpu else r.bytes * held_s
     r.scored_at = now
 
 
+SCORED_FIELDS = [
+    "hits",
+    "tokens_hit",
+    "hits_measured",
+    "ttft_saved_s",
+    "saving_basis",
+    "cost_s",
+    "cost_basis",
+    "vram_byte_seconds",
+    "host_byte_seconds",
+    "scored_at",
+]
+
+
 def score_all(now=None) -> int:
     """Score every replica whose score can still change; returns how many were scored."""
     now = now or timezone.now()
     final_after = timedelta(seconds=settings.PREWARM_DEMAND_BUCKET_SECONDS)
-    unscored = SpeculativeReplica.objects.select_related("engine").filter(
-        placed_at__gte=now - LOOKBACK
-    )
+    unscored = SpeculativeReplica.objects.select_related(
+        "engine", "job", "item__plan__policy"
+    ).filter(placed_at__gte=now - LOOKBACK)
     changed = []
     for r in unscored:
         end = min(x for x in (r.evicted_at, r.expires_at) if x is not None)
@@ -114,40 +159,31 @@ def score_all(now=None) -> int:
             continue  # final
         score_replica(r, now)
         changed.append(r)
-    SpeculativeReplica.objects.bulk_update(
-        changed,
-        [
-            "hits",
-            "tokens_hit",
-            "hits_measured",
-            "ttft_saved_s",
-            "vram_byte_seconds",
-            "host_byte_seconds",
-            "scored_at",
-        ],
-        batch_size=2000,
-    )
+    SpeculativeReplica.objects.bulk_update(changed, SCORED_FIELDS, batch_size=2000)
     return len(changed)
 
 
-def credit_served(served: list[tuple[int, int, float, int]], **_signal) -> int:
-    """Requests served by a speculative replica's engine during its hold: each one counts for
-    the replica, and is a hit when its cached tokens cover the replica's prefix.
-    ``served`` rows: (workload key id, engine id, unix time, cached tokens). Connected to
+def credit_served(served: list[tuple], **_signal) -> int:
+    """Requests served on a live or held-out replica's (key, engine) during its hold: counted
+    for that one replica (the earliest placed, if holds overlap), a hit where the replica was
+    confirmed and the cached tokens cover what it placed; requests of the key that missed a
+    replica's tokens give it miss TTFTs. ``served`` rows: (workload key id, engine id, unix
+    time, cached tokens[, TTFT seconds or None]). Connected to
     ``demand.signals.requests_served`` (demand's ingest of request records)."""
     if not served:
         return 0
     t0 = datetime.fromtimestamp(min(r[2] for r in served), tz=UTC)
     t1 = datetime.fromtimestamp(max(r[2] for r in served), tz=UTC)
-    replicas = list(
+    rows = list(
         SpeculativeReplica.objects.filter(
             shadow=False,
-            engine_id__in={r[1] for r in served},
             workload_key_id__in={r[0] for r in served},
             placed_at__lte=t1,
             expires_at__gt=t0,
-            confirmed_at__isnull=False,
-        ).values_list(
+        )
+        .filter(Q(held_out=True) | Q(confirmed_at__isnull=False))
+        .order_by("placed_at", "pk")
+        .values_list(
             "pk",
             "engine_id",
             "workload_key_id",
@@ -156,22 +192,52 @@ def credit_served(served: list[tuple[int, int, float, int]], **_signal) -> int:
             "evicted_at",
             "prefix_keys",
             "engine__block_size",
+            "tokens",
+            "held_out",
         )
     )
-    if not replicas:
+    if not rows:
         return 0
-    by = defaultdict(list)
-    for pk, engine, key, placed, expires, evicted, chain, bs in replicas:
+    by_pair, by_key = defaultdict(list), defaultdict(list)
+    for pk, engine, key, placed, expires, evicted, chain, bs, tokens, held_out in rows:
         end = min(expires, evicted) if evicted else expires
-        by[(key, engine)].append((pk, placed.timestamp(), end.timestamp(), len(chain) * bs))
-    seen: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    for key, engine, t, cached in served:
-        for pk, start, end, tokens in by.get((key, engine), ()):
-            if start <= t < end:
-                seen[pk][0] += 1
-                seen[pk][1] += cached >= tokens
-    for pk, (n, hits) in seen.items():
+        row = (pk, placed.timestamp(), end.timestamp(), tokens or len(chain) * bs, held_out)
+        by_pair[(key, engine)].append(row)
+        by_key[key].append(row)
+    # pk -> [requests, hits, cached tokens, ttft sum, ttft n, miss ttft sum, miss n, samples]
+    seen: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0.0, 0, 0.0, 0, []])
+    for rec in served:
+        key, engine, t, cached = rec[:4]
+        ttft = rec[4] if len(rec) > 4 else None
+        mine = next((x for x in by_pair.get((key, engine), ()) if x[1] <= t < x[2]), None)
+        if mine is not None:
+            s = seen[mine[0]]
+            s[0] += 1
+            s[1] += cached >= mine[3]  # covered: the same test on both arms
+            s[2] += cached
+            if ttft is not None:
+                s[3] += ttft
+                s[4] += 1
+                s[7].append(round(float(ttft), 4))
+        if ttft is None:
+            continue
+        for pk, start, end, tokens, held_out in by_key.get(key, ()):
+            if start <= t < end and cached < tokens and not held_out:
+                seen[pk][5] += ttft
+                seen[pk][6] += 1
+    for pk, (n, hits, cached, tsum, tn, msum, mn, samples) in seen.items():
         SpeculativeReplica.objects.filter(pk=pk).update(
-            served_requests=F("served_requests") + n, served_hits=F("served_hits") + hits
+            served_requests=F("served_requests") + n,
+            served_hits=F("served_hits") + hits,
+            served_cached_tokens=F("served_cached_tokens") + cached,
+            served_ttft_s=F("served_ttft_s") + tsum,
+            served_ttft_n=F("served_ttft_n") + tn,
+            miss_ttft_s=F("miss_ttft_s") + msum,
+            miss_ttft_n=F("miss_ttft_n") + mn,
         )
+        if samples:
+            r = SpeculativeReplica.objects.only("ttft_samples").get(pk=pk)
+            if len(r.ttft_samples) < TTFT_SAMPLES:
+                r.ttft_samples = (r.ttft_samples + samples)[:TTFT_SAMPLES]
+                r.save(update_fields=["ttft_samples"])
     return len(seen)

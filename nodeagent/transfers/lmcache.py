@@ -26,8 +26,11 @@ agent reported it). Controller API as 0.5.6 implements it:
 LMCache keys are chained hashes of 256-token chunks of the full token sequence, so the job must
 carry the prefix's token ids exactly as the engine tokenized them; only whole chunks are stored
 (a 600-token prefix copies 512). The result reports ``bytes`` as the copied tokens at the
-engine's bytes per token, and ``confirmation: {"by": "lmcache-pin", "tokens": resident,
-"expected": copied}``; each renewal reports the same as a ``job.confirm`` event.
+engine's bytes per token, and ``confirmation: {"by": "lmcache-pin", "tokens": resident after,
+"before": resident before the move, "copied"}``: the pin is read on the target before and after
+the copy, and the control plane judges the copy against the tokens its plan asked for (never
+this executor's own count: a partial copy is partial). Each renewal reports the resident length
+again as a ``job.confirm`` event.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from nodeagent.transfers.base import Job, Progress, TransferResult
 
 log = logging.getLogger(__name__)
 NAME = wire.TRANSPORT_LMCACHE
-PIN = "lmcache-pin"
+PIN = wire.CONFIRM_LMCACHE_PIN
 
 
 class LmcacheError(Exception):
@@ -194,7 +197,7 @@ class LeaseKeeper:
                 "type": wire.MSG_JOB_CONFIRM,
                 "job_id": lease.job_id,
                 "by": PIN,
-                "expected": lease.expected,
+                "copied": lease.expected,
                 "instance_id": lease.instance_id,
                 "tokens": 0,
                 "error": None,
@@ -279,6 +282,8 @@ class LmcacheTransport:
         try:
             self.controller.require(source, f"the source engine {job.source.get('engine_id')}")
             self.controller.require(target, f"the target engine {engine_id}")
+            # What the target held before: a copy of what it already had places nothing.
+            before = self.controller.pin(target, location, job.tokens)
             copied = self.controller.move((source, source_location), (target, location), job.tokens)
             if copied <= 0:
                 return _failed(
@@ -302,7 +307,10 @@ class LmcacheTransport:
                 renewed_at=time.time(),
             )
         )
-        detail = f"copied {copied} tokens {source} -> {target} ({location}); {resident} resident"
+        detail = (
+            f"copied {copied} tokens {source} -> {target} ({location}); {resident} resident "
+            f"({before} before)"
+        )
         return TransferResult(
             True,
             int(copied * bpt),
@@ -312,7 +320,8 @@ class LmcacheTransport:
                 "confirmation": {
                     "by": PIN,
                     "tokens": resident,
-                    "expected": copied,
+                    "before": before,
+                    "copied": copied,
                     "instance_id": target,
                 },
             },

@@ -31,7 +31,7 @@ from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
 
 NAME = wire.TRANSPORT_LMCACHE_MP
-DIRECTORY = "lmcache-directory"
+DIRECTORY = wire.CONFIRM_LMCACHE_DIRECTORY
 
 
 class CoordinatorError(Exception):
@@ -122,6 +122,10 @@ class LmcacheMpTransport:
         instance, body = spec
         assert self.coordinator is not None
         try:
+            # What the directory listed on the target before: a prefetch of what it already
+            # had places nothing (the control plane judges the copy on the difference).
+            _, held_before = self.coordinator.placements(body)
+            mine_before = sum(1 for h in held_before if instance in h)
             sub = self.coordinator.call(
                 "POST", "/cache/prefetches", {"instance_id": instance, **body}
             )
@@ -161,7 +165,8 @@ class LmcacheMpTransport:
                 "confirmation": {
                     "by": DIRECTORY,
                     "tokens": mine * per_chunk,
-                    "expected": chunks * per_chunk,
+                    "before": mine_before * per_chunk,
+                    "chunks": chunks,
                     "instance_id": instance,
                 },
             },

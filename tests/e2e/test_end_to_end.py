@@ -24,6 +24,8 @@ TERMINAL = {
     "failed",
     "cancelled",
     "expired",
+    "redundant",
+    "partial",
 }
 
 

@@ -1,14 +1,17 @@
-"""Scoreboard figures and the recommendation, from SpeculativeReplica rows."""
+"""Scoreboard figures from a run through the API: copies approved, landed and confirmed by their
+engines' KV events, requests served from gateways' records, scoring run, nothing set by hand."""
 
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from controlplane.demand.models import WorkloadKey
-from controlplane.fleet.models import Engine, Node
-from controlplane.replication.models import PlanItem, Policy, ReplicationPlan, SpeculativeReplica
-from controlplane.replication.scoreboard import MIN_SCORED_FOR_VERDICT, scoreboard
+from controlplane.replication.plans.costs import cost_model_for, prefill_s
+from controlplane.replication.scoreboard import scoreboard
+from controlplane.replication.tasks import score_replicas
+from tests.workflow import burst
+from tests.workflow.conftest import BYTES_PER_BLOCK, eager, fleet  # noqa: F401
+from tests.workflow.evidence import BLOCKS, TOKENS, Evidence, confirmed_copy, prefix, since
 
 M_KEYS = {
     "replicas",
@@ -20,54 +23,28 @@ M_KEYS = {
     "vram_byte_seconds",
     "host_byte_seconds",
     "ttft_saved_s",
+    "saving_basis",
+    "cost_s",
 }
 
 
 @pytest.fixture
-def engine(db):
-    return Engine.objects.create(node=Node.objects.create(name="n"), engine_id="e")
+def board(fleet, settings):  # noqa: F811
+    """Three confirmed copies (two tenants); tenant-0's copy on node-b serves 6 hits."""
+    ev = Evidence(fleet)
+    ev.report("node-a", [k for i in range(2) for k in prefix(i)])
+    policy = fleet.policy("manual", holdout_fraction=0.0)
+    k0, k1 = ev.key(0), ev.key(1)
+    confirmed_copy(ev, policy, k0, "node-b")
+    confirmed_copy(ev, policy, k0, "node-c")
+    confirmed_copy(ev, policy, k1, "node-b")
+    ev.served(k0, "node-b", 6, cached=TOKENS)
+    ev.served(k1, "node-b", 2, cached=0)
+    score_replicas.delay()
+    return fleet.operator.get(f"/api/scoreboard/?since={since()}").json()
 
 
-def place(engine, n, tenant, hits, shadow=False, forecaster="ewma", item=None, scored=True):
-    key, _ = WorkloadKey.objects.get_or_create(tenant=tenant, model="m", prefix_group="*")
-    now = timezone.now()
-    for _ in range(n):
-        SpeculativeReplica.objects.create(
-            engine=engine,
-            workload_key=key,
-            prefix_keys=["01"],
-            bytes=100,
-            bytes_moved=100,
-            shadow=shadow,
-            forecaster=forecaster,
-            placed_at=now - timedelta(hours=1),
-            expires_at=now,
-            hits=hits,
-            ttft_saved_s=0.5 * hits,
-            vram_byte_seconds=1000.0,
-            scored_at=now if scored else None,
-            item=item,
-        )
-
-
-def test_shape_and_figures(engine):
-    policy = Policy.objects.create(name="p")
-    plan = ReplicationPlan.objects.create(policy=policy, mode="shadow")
-    item = PlanItem.objects.create(
-        plan=plan,
-        prefix_keys=["01"],
-        target=engine,
-        bytes=100,
-        expected_ttft_saved_s=1,
-        cost_s=1,
-        confidence=1,
-        reason="r",
-    )
-    place(engine, 3, "acme", hits=2)
-    place(engine, 1, "acme", hits=0)
-    place(engine, 2, "globex", hits=0, shadow=True, forecaster="prophet", item=item)
-    place(engine, 1, "globex", hits=0, scored=False)
-    board = scoreboard()
+def test_shape_and_figures_from_scored_evidence(board, settings):
     assert set(board) == {
         "window",
         "totals",
@@ -75,40 +52,25 @@ def test_shape_and_figures(engine):
         "by_policy",
         "by_forecaster",
         "by_tenant",
+        "holdout",
         "recommendation",
     }
     assert set(board["totals"]) == M_KEYS
-    assert board["totals"] == {
-        "replicas": 5,
-        "hits": 6,
-        "hits_basis": "estimated",
-        "hits_measured_replicas": 0,
-        "precision": 0.75,
-        "bytes_moved": 500,
-        "vram_byte_seconds": 5000.0,
-        "host_byte_seconds": 0.0,
-        "ttft_saved_s": 3.0,
-    }
-    assert board["shadow_totals"]["precision"] == 0.0 and board["shadow_totals"]["replicas"] == 2
-    assert {t["tenant"]: t["precision"] for t in board["by_tenant"]} == {
-        "acme": 0.75,
-        "globex": 0.0,
-    }
-    assert {p["policy"]: p["mode"] for p in board["by_policy"]} == {"(none)": None, "p": "shadow"}
-    assert {f["forecaster"] for f in board["by_forecaster"]} == {"ewma", "prophet"}
+    one = prefill_s(cost_model_for(burst.MODEL), TOKENS)
+    nbytes = BLOCKS * BYTES_PER_BLOCK
+    t = board["totals"]
+    assert t["replicas"] == 3 and t["hits"] == 6 and t["hits_basis"] == "measured"
+    assert t["precision"] == pytest.approx(1 / 3)
+    assert t["ttft_saved_s"] == pytest.approx(one)  # one prefill for the one used replica
+    assert t["saving_basis"] == "cost model"  # the records carried no TTFT
+    assert t["bytes_moved"] == 3 * nbytes
+    assert t["cost_s"] == pytest.approx(3 * nbytes / settings.PREWARM_LINK_BYTES_PER_S)
+    assert {x["tenant"]: x["hits"] for x in board["by_tenant"]} == {"tenant-0": 6, "tenant-1": 0}
+    assert [(p["policy"], p["mode"]) for p in board["by_policy"]] == [("p-manual", "manual")]
+    assert board["holdout"]["treated"]["pairs"] == 3 and board["holdout"]["held_out"]["pairs"] == 0
     assert board["recommendation"]["verdict"] == "insufficient_data"
 
 
-def test_verdicts(engine):
-    place(engine, MIN_SCORED_FOR_VERDICT, "acme", hits=3)
-    place(engine, MIN_SCORED_FOR_VERDICT, "globex", hits=0)
-    rec = scoreboard()["recommendation"]
-    assert rec["verdict"] == "speculation_pays" and rec["tenants_that_benefit"] == ["acme"]
-    SpeculativeReplica.objects.filter(workload_key__tenant="acme").update(hits=0, ttft_saved_s=0)
-    assert scoreboard()["recommendation"]["verdict"] == "reactive_enough"
-
-
-def test_window_excludes_old_replicas(engine):
-    place(engine, 2, "acme", hits=1)
+def test_window_excludes_old_replicas(board):
     now = timezone.now()
-    assert scoreboard(now - timedelta(minutes=10), now)["totals"]["replicas"] == 0
+    assert scoreboard(now - timedelta(days=30), now - timedelta(days=1))["totals"]["replicas"] == 0

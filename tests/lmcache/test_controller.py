@@ -57,10 +57,13 @@ def test_copy_keeps_the_source_and_a_pin_on_the_target_confirms_it(lmcache_clust
     assert c.store("A", 0, 600) == a0 + 2  # whole 256-token chunks only
     result = executor(c, tmp_path).receive(job(tokens(0, 600)), MemoryBlockStore(1), lambda n: None)
     assert result.ok, result.error
+    # Read on the target before and after the copy: the control plane judges the copy on the
+    # difference against the tokens its plan asked for (600 asked, 512 placed: partial).
     assert result.extra["confirmation"] == {
         "by": "lmcache-pin",
         "tokens": 512,
-        "expected": 512,
+        "before": 0,
+        "copied": 512,
         "instance_id": "B",
     }
     assert result.bytes == 512 * 1024  # the copied tokens at the engine's bytes per token

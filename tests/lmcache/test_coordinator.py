@@ -176,9 +176,14 @@ def test_prefetch_is_confirmed_by_the_directory_pinned_and_deleted(lmcache_coord
         assert result.extra["confirmation"] == {
             "by": "lmcache-directory",
             "tokens": 768,
-            "expected": 768,
+            "before": 0,  # the directory listed nothing on mp-b before the prefetch
+            "chunks": 3,
             "instance_id": "mp-b",
         }
+        # A second prefetch of what the target already lists places nothing: the reading's
+        # "before" equals what the plan asks for, which the control plane judges redundant.
+        again = ex.receive(job(toks), MemoryBlockStore(1), lambda n: None)
+        assert again.ok and again.extra["confirmation"]["before"] == 768, again.extra
         assert directory(url, toks) == [{"mp-b"}] * 3
         assert httpx.get(url + "/cache/pins", timeout=10).status_code == 200
         # The replica ends: unpinned, and the server's copy deleted through the coordinator.

@@ -31,6 +31,7 @@ class PolicySerializer(serializers.ModelSerializer):
             "forecast_every_seconds",
             "plan_every_seconds",
             "default_transport",
+            "holdout_fraction",
             "updated_at",
         ]
         read_only_fields = ["updated_at"]
@@ -40,6 +41,7 @@ class PolicySerializer(serializers.ModelSerializer):
             "active": {"validators": []},
             "max_spec_vram_fraction": {"min_value": 0.0, "max_value": 0.5},
             "min_confidence": {"min_value": 0.0, "max_value": 1.0},
+            "holdout_fraction": {"min_value": 0.0, "max_value": 1.0},
             "max_bytes_per_interval": {"min_value": 0, "max_value": 2**62},
             "interval_seconds": {"min_value": 1, "max_value": 86400},
             "replica_ttl_seconds": {"min_value": 10, "max_value": 7 * 86400},
@@ -209,9 +211,11 @@ class SpeculativeReplicaSerializer(serializers.ModelSerializer):
     status = serializers.CharField(
         read_only=True,
         help_text=(
-            "shadow | landed (the executor finished, the engine has not shown it yet) | confirmed "
-            "(the engine's KV events, an LMCache pin or the coordinator's directory show it) | "
-            "unconfirmed (never shown) | lost (left the engine before its hold ended)"
+            "shadow | held_out (the holdout's control arm: approved, withheld at random) | landed "
+            "(the executor finished, the engine has not shown it yet) | confirmed (the engine's KV "
+            "events, an LMCache pin or the coordinator's directory show blocks it lacked at "
+            "dispatch, stored after the job started) | partial (part of the prefix: scored on "
+            "tokens) | unconfirmed (never shown) | lost (left the engine before its hold ended)"
         ),
     )
     hits_basis = serializers.SerializerMethodField(
@@ -237,6 +241,9 @@ class SpeculativeReplicaSerializer(serializers.ModelSerializer):
             "bytes",
             "bytes_moved",
             "shadow",
+            "held_out",
+            "tokens",
+            "new_tokens",
             "forecaster",
             "status",
             "placed_at",
@@ -249,8 +256,14 @@ class SpeculativeReplicaSerializer(serializers.ModelSerializer):
             "hits_basis",
             "served_requests",
             "served_hits",
+            "served_cached_tokens",
+            "served_ttft_s",
+            "served_ttft_n",
             "tokens_hit",
             "ttft_saved_s",
+            "saving_basis",
+            "cost_s",
+            "cost_basis",
             "vram_byte_seconds",
             "host_byte_seconds",
             "scored_at",

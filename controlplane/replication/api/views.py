@@ -134,7 +134,7 @@ class ReplicationJobViewSet(viewsets.ReadOnlyModelViewSet):
 class SpeculativeReplicaViewSet(viewsets.ReadOnlyModelViewSet):
     """Speculative replicas with their scores."""
 
-    queryset = SpeculativeReplica.objects.all()
+    queryset = SpeculativeReplica.objects.select_related("engine")
     serializer_class = s.SpeculativeReplicaSerializer
     filterset_class = SpeculativeReplicaFilterSet
 

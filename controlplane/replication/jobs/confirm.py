@@ -1,23 +1,36 @@
-"""Landed copies count only once the target engine shows them: confirmation, loss, no phantoms.
+"""Landed copies count only for what they put on the target engine, shown by the engine side,
+after the job started: confirmation, partial copies, redundant copies, loss, no phantoms.
 
 An executor's success makes a replicate job ``landed`` and records its replica; nothing writes
 the copy into the residency index (only agents' reports of the engines' own KV events do), so
 the cache map and the residency lookup gateways route by never show a copy the engine did not
-confirm. Confirmation comes from the engine side:
+confirm. What counts as evidence:
 
+- **At dispatch** the blocks of the prefix the target already holds (residency index) are
+  recorded (``held_at_dispatch``). If it holds all of them, the copy is pointless: the job ends
+  ``redundant`` without being sent (no replica, no credit).
 - **KV events** (``warmup``, and ``tcp``/``nccl`` in the virtual cluster, whose engines publish
-  the blocks they gain): once the residency index holds the whole chain on the target, the copy
-  is ``confirmed`` (by ``kv-events``), at the tier the engine reported.
-- **LMCache** (``lmcache``): the executor pins the prefix on the target through the controller
-  and reports the resident length with its result (``confirmation: {"by": "lmcache-pin",
-  "tokens": N, "expected": M}``); N >= M confirms. Each lease renewal reports again as a
-  ``job.confirm`` event; a length below M is a loss.
-- **Coordinator** (``lmcache-mp``): the directory lists the target for every chunk
-  (``lmcache-directory``), reported the same way.
+  the blocks they gain): each agent report applied after dispatch that stores blocks of the
+  prefix on the target adds them to the job's ``stored_since`` (``fleet.signals
+  .residency_reported``, sent when the report is applied: confirmation is evaluated then, not
+  by a poll). The copy is ``confirmed`` once the index holds the whole chain on the target and
+  every block it lacked at dispatch was stored since. A block the engine held before, or that
+  appeared with no report after dispatch, proves nothing about the copy.
+- **LMCache** (``lmcache``, ``lmcache-mp``): the executor reads the controller (pin) or the
+  coordinator's directory on the target before and after the copy and reports both
+  (``confirmation: {"by", "tokens", "before"}``). The control plane checks them against the
+  tokens the plan asked for (the prefix's chain x block size), never the executor's own
+  expectation: ``tokens`` >= asked confirms; ``before`` < ``tokens`` < asked is ``partial``;
+  ``before`` >= asked is ``redundant``. Each lease renewal reports again as ``job.confirm``;
+  fewer tokens than the replica covers is a loss.
 
-A landed copy not confirmed within ``PREWARM_REPLICA_CONFIRM_SECONDS`` becomes ``unconfirmed``
-and its hold ends (a late confirmation still counts); a confirmed copy whose blocks leave the
-target before its hold ends becomes ``lost``. ``sweep`` runs with the job sweep.
+A copy that shows part of the prefix new since dispatch is ``partial`` and its replica covers
+those tokens (``tokens``; ``new_tokens`` of them new), scored on them. A landed copy with no
+evidence within ``PREWARM_REPLICA_CONFIRM_SECONDS`` is judged then: ``partial`` on what evidence
+there is, ``redundant`` where the target holds the prefix without evidence the copy put it there,
+else ``unconfirmed`` (final: the engine's own traffic storing the prefix later proves nothing);
+a confirmed copy whose blocks leave the target before its hold ends is ``lost``. ``sweep`` runs
+the timeouts and the loss checks with the job sweep.
 """
 
 from __future__ import annotations
@@ -27,7 +40,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.core import blockhash
@@ -43,14 +55,47 @@ from .states import EventError, IllegalTransition, transition
 log = logging.getLogger(__name__)
 HOLDERS_LIMIT = 256
 ENGINE_SIDE = {Confirmation.LMCACHE_PIN, Confirmation.LMCACHE_DIRECTORY}
+# Evidence still counts while the copy may be on its way or awaiting the engine.
+AWAITING = (JobState.DISPATCHED, JobState.RUNNING, JobState.LANDED)
 
 
 def _chain(job_or_replica) -> list[int]:
     return [blockhash.from_hex(k) for k in job_or_replica.prefix_keys]
 
 
+def _hex(keys) -> list[str]:
+    return [blockhash.to_hex(k) for k in keys]
+
+
 def replica_of(job: ReplicationJob) -> SpeculativeReplica | None:
     return SpeculativeReplica.objects.filter(job=job).first()
+
+
+def _on_target(job: ReplicationJob) -> dict[int, str]:
+    """The prefix's blocks the residency index shows on the job's target: key -> tier."""
+    index = get_index()
+    out = {}
+    for key in _chain(job):
+        tier = index.engines_of(key).get(job.target_id)
+        if tier is not None:
+            out[key] = tier
+    return out
+
+
+def _depth(chain: list[int], held: dict[int, str]) -> int:
+    """How many blocks of ``chain``, from its root, ``held`` has without a gap."""
+    for i, key in enumerate(chain):
+        if key not in held:
+            return i
+    return len(chain)
+
+
+def held_at_dispatch(job: ReplicationJob) -> list[str]:
+    """The prefix's blocks (hex, root first) the target holds as the job is dispatched."""
+    if job.action != JobAction.REPLICATE or job.target_id is None:
+        return []
+    held = _on_target(job)
+    return _hex(k for k in _chain(job) if k in held)
 
 
 def _create_replica(job: ReplicationJob) -> SpeculativeReplica:
@@ -90,83 +135,181 @@ def _publish(job: ReplicationJob, why: str) -> None:
 
 def confirm(
     job: ReplicationJob,
-    replica: SpeculativeReplica | None,
     by: str,
     detail: str,
+    tokens: int,
+    new_tokens: int,
     tier: str | None = None,
 ) -> ReplicationJob:
-    """Landed (or unconfirmed) -> confirmed; the replica's hold counts from now on."""
+    """Landed -> confirmed (the whole prefix) or partial (``tokens`` of it); the replica covers
+    ``tokens`` from the chain's start, ``new_tokens`` of them placed by this copy."""
     now = timezone.now()
-    job = transition(job, JobState.CONFIRMED, f"confirmed by {by}: {detail}")
-    replica = replica or replica_of(job)
-    if replica is not None:
-        replica.confirmed_at, replica.confirmed_by = now, by
-        fields = ["confirmed_at", "confirmed_by"]
-        if tier:
-            replica.tier = tier
-            fields.append("tier")
-        if replica.evicted_at and replica.expires_at > now:
-            replica.evicted_at = None  # a late confirmation: the copy is held after all
-            fields.append("evicted_at")
-        replica.save(update_fields=fields)
+    full = len(job.prefix_keys) * (job.target.block_size if job.target else 0)
+    to = JobState.CONFIRMED if tokens >= full else JobState.PARTIAL
+    word = "confirmed" if to == JobState.CONFIRMED else f"partial ({tokens} of {full} tokens)"
+    job = transition(job, to, f"{word} by {by}: {detail}")
+    replica = replica_of(job) or _create_replica(job)
+    replica.confirmed_at, replica.confirmed_by = now, by
+    replica.tokens, replica.new_tokens = tokens, new_tokens
+    fields = ["confirmed_at", "confirmed_by", "tokens", "new_tokens"]
+    if tier:
+        replica.tier = tier
+        fields.append("tier")
+    replica.save(update_fields=fields)
     _publish(job, detail)
     return job
 
 
-def _pin_ok(confirmation: dict | None) -> tuple[bool, str, str]:
-    """Whether an executor's confirmation shows the whole copy: (ok, by, detail)."""
-    if not isinstance(confirmation, dict):
-        return False, "", ""
-    by = str(confirmation.get("by") or "")
+def redundant(job: ReplicationJob, why: str) -> ReplicationJob:
+    """The target held what the copy would have placed: no replica, no credit."""
+    job = transition(job, JobState.REDUNDANT, why)
+    SpeculativeReplica.objects.filter(job=job).delete()
+    _publish(job, why)
+    return job
+
+
+def evaluate(job: ReplicationJob, final: bool = False) -> ReplicationJob:
+    """Judge a landed KV-events copy on its evidence: confirmed, or (``final``: its window is
+    over) partial, redundant or unconfirmed; otherwise it keeps waiting."""
+    chain = _chain(job)
+    bs = job.target.block_size if job.target else 0
+    before = {blockhash.from_hex(k) for k in job.held_at_dispatch}
+    since = {blockhash.from_hex(k) for k in job.stored_since}
+    needed = [k for k in chain if k not in before]
+    if not needed:
+        return redundant(job, "the target held the whole prefix before the copy")
+    held = _on_target(job)
+    depth = _depth(chain, held)
+    if depth == len(chain) and all(k in since for k in needed):
+        tiers = {held[k] for k in chain}
+        tier = max(tiers, key=lambda t: wire.TIER_RANK[t])
+        return confirm(
+            job,
+            Confirmation.KV_EVENTS,
+            f"the target's KV events stored the {len(needed)} blocks it lacked at dispatch",
+            len(chain) * bs,
+            len(needed) * bs,
+            tier=tier,
+        )
+    if not final:
+        return job
+    # The part with evidence: from the root up to the first block neither held before nor
+    # stored since (and still held).
+    proven = 0
+    for key in chain[:depth]:
+        if key not in before and key not in since:
+            break
+        proven += 1
+    new = [k for k in chain[:proven] if k not in before]
+    if new:
+        tier = max((held[k] for k in chain[:proven]), key=lambda t: wire.TIER_RANK[t])
+        return confirm(
+            job,
+            Confirmation.KV_EVENTS,
+            f"the target's KV events stored {len(new)} of the {len(needed)} blocks it lacked",
+            proven * bs,
+            len(new) * bs,
+            tier=tier,
+        )
+    if depth or before:
+        return redundant(
+            job,
+            "the target holds the prefix's blocks, but no report after dispatch stored the "
+            "ones it lacked: the copy placed nothing",
+        )
+    return unconfirmed(job)
+
+
+def _reading(job: ReplicationJob, msg: dict | None) -> tuple[str, int, int, str] | None:
+    """An engine-side reading (LMCache pin or directory): (by, tokens resident, before, where);
+    None when ``msg`` is none; EventError when it is malformed."""
+    if not isinstance(msg, dict):
+        return None
+    by = str(msg.get("by") or "")
     if by not in ENGINE_SIDE:
-        return False, by, f"unknown confirmation source {by!r}"
+        raise EventError(f"confirmation by must be one of {sorted(ENGINE_SIDE)}", field="by")
     try:
-        got, want = int(confirmation.get("tokens") or 0), int(confirmation.get("expected") or 0)
+        got, before = int(msg.get("tokens") or 0), int(msg.get("before") or 0)
     except (TypeError, ValueError):
-        return False, by, "confirmation tokens are not integers"
-    where = confirmation.get("instance_id") or "the target"
-    detail = f"{got} of {want} tokens resident on {where}"
-    return want > 0 and got >= want, by, detail
+        raise EventError("confirmation tokens are not integers", field="tokens") from None
+    return by, max(0, got), max(0, before), str(msg.get("instance_id") or "the target")
+
+
+def _judge_reading(job: ReplicationJob, by: str, got: int, before: int, where: str):
+    """A landed LMCache copy against the tokens the plan asked for (chain x block size)."""
+    asked = len(job.prefix_keys) * (job.target.block_size if job.target else 0)
+    detail = f"{got} of the {asked} tokens asked for resident on {where} ({before} before)"
+    if before >= asked:
+        return redundant(job, f"{by}: the target held the prefix before the copy ({detail})")
+    if got >= asked:
+        return confirm(job, by, detail, asked, asked - before)
+    if got > before:
+        return confirm(job, by, detail, got, got - before)
+    log.info("job %s landed; %s does not show it (%s)", job.pk, by, detail)
+    return job
 
 
 def on_landed(job: ReplicationJob, confirmation: dict | None = None) -> ReplicationJob:
-    """Record the landed copy's replica; confirm it now if the engine already shows it."""
-    replica = _create_replica(job)
-    ok, by, detail = _pin_ok(confirmation)
-    if ok:
-        return confirm(job, replica, by, detail)
-    if by:
-        log.info("job %s landed; %s does not confirm it yet (%s)", job.pk, by, detail)
-        return job
-    holders = get_index().full_holders_many([_chain(job)], limit=HOLDERS_LIMIT)[0]
-    mine = next((h for h in holders if h.engine == job.target_id), None)
-    if mine is not None:
-        return confirm(
-            job,
-            replica,
-            Confirmation.KV_EVENTS,
-            "the target's KV events hold the whole prefix",
-            tier=mine.tier,
-        )
-    return job
+    """Record the landed copy's replica; judge it now on the evidence already in."""
+    _create_replica(job)
+    try:
+        reading = _reading(job, confirmation)
+    except EventError as exc:
+        log.warning("job %s: ignoring its result's confirmation: %s", job.pk, exc)
+        reading = None
+    if reading is not None:
+        return _judge_reading(job, *reading)
+    if job.transport in (Transport.LMCACHE, Transport.LMCACHE_MP):
+        return job  # its evidence is the executor's reading; the sweep ends it unconfirmed
+    return evaluate(job)
 
 
 def on_agent_confirmation(job: ReplicationJob, msg: dict) -> ReplicationJob:
     """A ``job.confirm`` event: an LMCache executor's pin (renewal) or directory reading."""
-    ok, by, detail = _pin_ok(msg)
-    if not by or by not in ENGINE_SIDE:
-        raise EventError(f"job.confirm needs by = one of {sorted(ENGINE_SIDE)}")
-    if job.state in (JobState.LANDED, JobState.UNCONFIRMED) and ok:
-        return confirm(job, None, by, detail)
-    if job.state == JobState.CONFIRMED and not ok:
-        return lose(
-            job, None, f"{by}: {detail}" + (f" ({msg['error']})" if msg.get("error") else "")
-        )
+    reading = _reading(job, msg)
+    if reading is None:
+        raise EventError("job.confirm needs a reading")
+    by, got, before, where = reading
+    if job.state == JobState.LANDED:
+        return _judge_reading(job, by, got, before, where)
+    if job.state in (JobState.CONFIRMED, JobState.PARTIAL):
+        replica = replica_of(job)
+        covers = replica.tokens if replica is not None else 0
+        if got < covers:
+            why = f"{by}: {got} of the {covers} tokens it covered resident on {where}"
+            return lose(job, replica, why + (f" ({msg['error']})" if msg.get("error") else ""))
     return job
 
 
+def on_residency_reported(node: int, seq: int, stored: dict[int, list[int]], **_signal) -> int:
+    """An agent report was applied: blocks it stored on targets of copies awaiting evidence
+    join those jobs' ``stored_since``, and each landed one is judged now. Connected to
+    ``fleet.signals.residency_reported``. Returns how many jobs took evidence."""
+    touched = 0
+    with transaction.atomic():  # a savepoint inside the report's transaction
+        jobs = (
+            ReplicationJob.objects.select_for_update(of=("self",))
+            .select_related("target")
+            .filter(action=JobAction.REPLICATE, target_id__in=list(stored), state__in=AWAITING)
+            .exclude(transport__in=(Transport.LMCACHE, Transport.LMCACHE_MP))
+        )
+        sets = {engine: set(keys) for engine, keys in stored.items()}
+        for job in jobs:
+            got = [k for k in _chain(job) if k in sets[job.target_id]]
+            have = set(job.stored_since)
+            new = [h for h in _hex(got) if h not in have]
+            if not new:
+                continue
+            job.stored_since = [*job.stored_since, *new]
+            job.save(update_fields=["stored_since", "updated_at"])
+            touched += 1
+            if job.state == JobState.LANDED:
+                evaluate(job)
+    return touched
+
+
 def lose(job: ReplicationJob, replica: SpeculativeReplica | None, why: str) -> ReplicationJob:
-    """Confirmed -> lost: the copy left the engine before its hold ended."""
+    """Confirmed (or partial) -> lost: the copy left the engine before its hold ended."""
     now = timezone.now()
     job = transition(job, JobState.LOST, why)
     replica = replica or replica_of(job)
@@ -178,54 +321,54 @@ def lose(job: ReplicationJob, replica: SpeculativeReplica | None, why: str) -> R
     return job
 
 
-def sweep(now=None) -> dict:
-    """Confirm landed copies the index now shows, mark overdue ones unconfirmed, and confirmed
-    KV-event copies that left their engine lost."""
-    now = now or timezone.now()
-    out = {"confirmed": 0, "unconfirmed": 0, "lost": 0}
-    index = get_index()
-    # Unconfirmed copies whose hold has not ended yet may still be confirmed late.
-    landed = list(
-        ReplicationJob.objects.filter(action=JobAction.REPLICATE)
-        .filter(
-            Q(state=JobState.LANDED) | Q(state=JobState.UNCONFIRMED, replicas__expires_at__gt=now)
-        )
-        .distinct()
+def unconfirmed(job: ReplicationJob) -> ReplicationJob:
+    limit = settings.PREWARM_REPLICA_CONFIRM_SECONDS
+    why = f"the target engine showed nothing new from the copy within {limit:.0f}s of landing"
+    job = transition(job, JobState.UNCONFIRMED, why)
+    SpeculativeReplica.objects.filter(job=job, evicted_at__isnull=True).update(
+        evicted_at=timezone.now()
     )
-    if landed:
-        found = index.full_holders_many([_chain(j) for j in landed], limit=HOLDERS_LIMIT)
-        overdue = now - timedelta(seconds=settings.PREWARM_REPLICA_CONFIRM_SECONDS)
-        for job, holders in zip(landed, found, strict=True):
-            mine = next((h for h in holders if h.engine == job.target_id), None)
-            with transaction.atomic():
-                try:
-                    if mine is not None:
-                        confirm(
-                            job,
-                            None,
-                            Confirmation.KV_EVENTS,
-                            "the target's KV events hold the whole prefix",
-                            tier=mine.tier,
-                        )
-                        out["confirmed"] += 1
-                    elif job.state == JobState.LANDED and job.updated_at <= overdue:
-                        _unconfirmed(job, now)
-                        out["unconfirmed"] += 1
-                except IllegalTransition:
-                    continue  # another sweep got there first
+    _publish(job, why)
+    return job
+
+
+def sweep(now=None) -> dict:
+    """Timeouts only (evidence is judged as reports arrive): landed copies past the
+    confirmation window are judged for good; confirmed KV-event copies that left their engine
+    are lost."""
+    now = now or timezone.now()
+    out = {"confirmed": 0, "partial": 0, "redundant": 0, "unconfirmed": 0, "lost": 0}
+    overdue = now - timedelta(seconds=settings.PREWARM_REPLICA_CONFIRM_SECONDS)
+    for job in ReplicationJob.objects.filter(
+        action=JobAction.REPLICATE, state=JobState.LANDED, updated_at__lte=overdue
+    ).select_related("target"):
+        with transaction.atomic():
+            try:
+                if job.transport in (Transport.LMCACHE, Transport.LMCACHE_MP):
+                    job = unconfirmed(job)
+                else:
+                    job = evaluate(job, final=True)
+            except IllegalTransition:
+                continue  # judged meanwhile
+        key = job.state if job.state in out else None
+        if key:
+            out[key] += 1
     live = list(
         SpeculativeReplica.objects.filter(
             shadow=False,
+            held_out=False,
             confirmed_by=Confirmation.KV_EVENTS,
             lost_at__isnull=True,
             evicted_at__isnull=True,
             expires_at__gt=now,
             engine__residency_synced=True,
-            job__state=JobState.CONFIRMED,
-        ).select_related("job")
+            job__state__in=(JobState.CONFIRMED, JobState.PARTIAL),
+        ).select_related("job", "engine")
     )
     if live:
-        found = index.full_holders_many([_chain(r) for r in live], limit=HOLDERS_LIMIT)
+        index = get_index()
+        chains = [_chain(r)[: max(1, r.tokens // max(1, r.engine.block_size))] for r in live]
+        found = index.full_holders_many(chains, limit=HOLDERS_LIMIT)
         for replica, holders in zip(live, found, strict=True):
             if any(h.engine == replica.engine_id for h in holders):
                 continue
@@ -234,17 +377,9 @@ def sweep(now=None) -> dict:
                     lose(
                         replica.job,
                         replica,
-                        "the target's KV events no longer hold the whole prefix",
+                        "the target's KV events no longer hold the blocks the copy covered",
                     )
                     out["lost"] += 1
                 except IllegalTransition:
                     continue
     return out
-
-
-def _unconfirmed(job: ReplicationJob, now) -> None:
-    limit = settings.PREWARM_REPLICA_CONFIRM_SECONDS
-    why = f"the target engine did not show the copy within {limit:.0f}s of landing"
-    transition(job, JobState.UNCONFIRMED, why)
-    SpeculativeReplica.objects.filter(job=job, evicted_at__isnull=True).update(evicted_at=now)
-    _publish(job, why)

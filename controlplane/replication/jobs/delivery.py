@@ -86,6 +86,11 @@ def dispatch(job_id) -> ReplicationJob | None:
                 "are known for it: gateways must send token_ids (not only keys) for this "
                 "workload key, and PREWARM_KEEP_PREFIX_TOKEN_IDS must be on",
             )
+        held = confirm.held_at_dispatch(job)
+        if held and len(held) == len(job.prefix_keys):
+            return confirm.redundant(
+                job, "the target held the whole prefix at dispatch: nothing to copy"
+            )
         now = timezone.now()
         attempt_s = settings.PREWARM_JOB_ATTEMPT_SECONDS
         deadline = (
@@ -104,6 +109,8 @@ def dispatch(job_id) -> ReplicationJob | None:
             bytes_done=0,
             retry_at=None,
             attempt_deadline=deadline,
+            held_at_dispatch=held,
+            stored_since=[],
         )
         _push(job, roles)
     return job
@@ -280,8 +287,8 @@ def end(job: ReplicationJob, to: str, why: str) -> ReplicationJob | None:
 
 def sweep(now=None) -> dict:
     """Expire jobs whose agent is gone or whose time ran out; redeliver unacknowledged ones;
-    dispatch approved jobs whose backoff is over; confirm, or mark unconfirmed or lost, the
-    copies that landed (``confirm.sweep``)."""
+    dispatch approved jobs whose backoff is over; judge landed copies whose confirmation window
+    ended, and mark lost the confirmed ones that left their engine (``confirm.sweep``)."""
     now = now or timezone.now()
     expired = failed = redelivered = due = 0
     live = ReplicationJob.objects.filter(

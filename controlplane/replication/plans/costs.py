@@ -1,4 +1,5 @@
-"""What the planner and the scores charge and credit: the cost model of an engine's model, and
+"""What the planner and the scores charge and credit: the cost model of an engine's model, what a
+replica saves and what placing it takes, and
 the promotion bandwidth of the slower tiers."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from controlplane.core.costmodel import MODELS, CostModel
-from controlplane.core.protocol import TIER_CPU, TIER_DISK
+from controlplane.core.protocol import TIER_CPU, TIER_DISK, TRANSPORT_WARMUP
 
 # Promotion bandwidth from CPU DRAM (PCIe 5 x16, ~50 GB/s usable) and SSD (NVMe, ~6 GB/s).
 TIER_BYTES_PER_S = {TIER_CPU: 50e9, TIER_DISK: 6e9}
@@ -20,3 +21,22 @@ def cost_model_for(model_name: str) -> CostModel:
         settings.PREWARM_DEFAULT_MODEL,
     )
     return CostModel.preset(name, settings.PREWARM_DEFAULT_GPU)
+
+
+def prefill_s(cm: CostModel, tokens: int, before: int = 0) -> float:
+    """Compute time of prefilling ``tokens - before`` tokens after ``before`` cached ones: what
+    a replica of ``tokens`` saves an engine that held ``before`` (no batch overhead: the
+    request pays that either way)."""
+    new = max(0, tokens - before)
+    return max(0.0, cm.prefill_seconds(new, before) - cm.batch_overhead_s) if new else 0.0
+
+
+def placement_cost(
+    transport: str, nbytes: int, cm: CostModel, tokens: int, before: int = 0
+) -> tuple[float, str]:
+    """What placing a replica takes, and on what basis: a warm-up the target's prefill of the
+    tokens it lacked (the cost model's: the executor reports no timing), a copy its bytes'
+    time on the link (PREWARM_LINK_BYTES_PER_S)."""
+    if transport == TRANSPORT_WARMUP:
+        return prefill_s(cm, tokens, before), "warm-up prefill (cost model)"
+    return nbytes / settings.PREWARM_LINK_BYTES_PER_S, "copy link time"

@@ -30,7 +30,7 @@ from ..choices import OverrideKind, PlanState, PolicyMode, Transport
 from ..models import PlanItem, Policy, ReplicationPlan, SpeculativeReplica
 from ..services import active_overrides
 from .decisions import decide
-from .inputs import Inputs, gather
+from .inputs import Inputs, chain_hex, gather, holders_to_be
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,12 @@ def run_cycle(policy_id: int | None = None, now=None) -> ReplicationPlan | None:
     items = planner.plan(
         inputs.candidates, inputs.demand, inputs.holdings, inputs.engines, budgets, inputs.overrides
     )
-    items = _pin_items(inputs) + items
+    # One replica per (prefix, engine): copies planned, moving, landed or held (and held-out
+    # pairs) are holders-to-be; the residency index alone does not show them yet.
+    to_be = holders_to_be(now)
+    items = [
+        it for it in _pin_items(inputs) + items if (chain_hex(it.keys), int(it.target)) not in to_be
+    ]
     planned_s = time.perf_counter() - t0
     plan = store(policy, inputs, items, planned_s)
     update_readiness(inputs, items)

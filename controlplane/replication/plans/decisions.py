@@ -3,6 +3,7 @@ sends; each approved item becomes a job handed to delivery."""
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 from django.conf import settings
@@ -28,9 +29,12 @@ from ..choices import (
 )
 from ..jobs.delivery import dispatch_job
 from ..jobs.states import transition
-from ..models import PlanItem, Policy, ReplicationJob, ReplicationPlan
+from ..models import PlanItem, Policy, ReplicationJob, ReplicationPlan, SpeculativeReplica
 from ..services import active_overrides, frozen
-from .inputs import spec_bytes_by_engine
+from .inputs import chain_hex, holders_to_be, spec_bytes_by_engine
+
+# The holdout's coin: uniform on [0, 1), drawn per approved speculative item.
+_draw = random.SystemRandom().random
 
 
 def bytes_this_interval(policy: Policy) -> int:
@@ -44,10 +48,18 @@ def bytes_this_interval(policy: Policy) -> int:
 
 
 def refusal_for(
-    item: PlanItem, policy: Policy, extra_bytes: int = 0, extra_on_target: int = 0
+    item: PlanItem,
+    policy: Policy,
+    extra_bytes: int = 0,
+    extra_on_target: int = 0,
+    to_be: dict | None = None,
 ) -> str | None:
-    """Why ``item`` may not be approved now, or None."""
+    """Why ``item`` may not be approved now, or None. ``to_be``: ``inputs.holders_to_be()``."""
     target = item.target
+    to_be = holders_to_be() if to_be is None else to_be
+    already = to_be.get((chain_hex(item.prefix_keys), target.pk))
+    if already:
+        return f"one replica per prefix and engine: {already}"
     if target.node.state != NodeState.ACTIVE:
         return f"target node {target.node.name} is {target.node.state}"
     if target.lifecycle == EngineLifecycle.DRAINING:
@@ -73,6 +85,31 @@ def refusal_for(
     if item.confidence < policy.min_confidence:
         return f"confidence {item.confidence:.2f} is below the policy minimum {policy.min_confidence:.2f}"
     return None
+
+
+def holdout_fraction(policy: Policy) -> float:
+    f = policy.holdout_fraction
+    return float(settings.PREWARM_HOLDOUT_FRACTION if f is None else f)
+
+
+def _hold_out(item: PlanItem, policy: Policy, now) -> SpeculativeReplica:
+    """The control arm: an approved item withheld, recorded with what it would have done."""
+    tokens = item.prefix_tokens or len(item.prefix_keys) * item.target.block_size
+    return SpeculativeReplica.objects.create(
+        item=item,
+        engine=item.target,
+        workload_key_id=item.workload_key_id,
+        prefix_keys=item.prefix_keys,
+        tier=Transport.LANDS_IN.get(policy.default_transport, item.tier),
+        bytes=item.bytes,
+        bytes_moved=item.bytes,  # what it would have moved: it never did
+        held_out=True,
+        tokens=tokens,
+        new_tokens=tokens,
+        forecaster=item.plan.summary.get("forecasters", {}).get(str(item.workload_key_id), ""),
+        placed_at=now,
+        expires_at=now + timedelta(seconds=policy.replica_ttl_seconds),
+    )
 
 
 def _job_for(item: PlanItem, policy: Policy) -> ReplicationJob:
@@ -132,27 +169,41 @@ def decide(
     user = getattr(who, "user", who)
     user = user if getattr(user, "is_authenticated", False) else None
     extra_bytes, extra_on_target = 0, {}
+    to_be = holders_to_be(now) if approve else {}
+    share = holdout_fraction(plan.policy)
     for item in selected:
         if item.decision != ItemDecision.PENDING:
-            if (item.decision == ItemDecision.APPROVED) != approve:
+            if (item.decision in (ItemDecision.APPROVED, ItemDecision.HELD_OUT)) != approve:
                 refused[item.pk] = f"already {item.decision}"
             continue  # deciding the same way twice is harmless
+        decision = ItemDecision.APPROVED if approve else ItemDecision.REJECTED
         if approve:
             why = refusal_for(
-                item, plan.policy, extra_bytes, extra_on_target.get(item.target_id, 0)
+                item, plan.policy, extra_bytes, extra_on_target.get(item.target_id, 0), to_be
             )
             if why:
                 item.refusal = why
                 item.save(update_fields=["refusal"])
                 refused[item.pk] = why
                 continue
-            _job_for(item, plan.policy)
-            extra_bytes += item.bytes
-            extra_on_target[item.target_id] = extra_on_target.get(item.target_id, 0) + item.bytes
-        item.decision = ItemDecision.APPROVED if approve else ItemDecision.REJECTED
+            to_be[(chain_hex(item.prefix_keys), item.target_id)] = f"plan item #{item.pk}"
+            # Speculative items only (a pin is an operator's order, not a bet to measure).
+            if item.workload_key_id and share > 0 and _draw() < share:
+                _hold_out(item, plan.policy, now)
+                decision = ItemDecision.HELD_OUT
+            else:
+                _job_for(item, plan.policy)
+                extra_bytes += item.bytes
+                extra_on_target[item.target_id] = (
+                    extra_on_target.get(item.target_id, 0) + item.bytes
+                )
+        item.decision = decision
         item.decided_by, item.decided_at, item.refusal = user, now, ""
         item.save(update_fields=["decision", "decided_by", "decided_at", "refusal"])
-    states = set(plan.items.values_list("decision", flat=True))
+    states = {
+        ItemDecision.APPROVED if d == ItemDecision.HELD_OUT else d
+        for d in plan.items.values_list("decision", flat=True)
+    }
     if states == {ItemDecision.APPROVED}:
         plan.state = PlanState.APPROVED
     elif states == {ItemDecision.REJECTED}:

@@ -11,7 +11,7 @@ from datetime import UTC
 import numpy as np
 from django.conf import settings
 from django.db import connection
-from django.db.models import Sum, TextField
+from django.db.models import Q, Sum, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -99,11 +99,24 @@ def _parse_datetime(text: str):
     return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
 
 
+def _holding_replicas(now=None):
+    """Replicas whose hold has not ended and that did not leave: confirmed, partial, landed,
+    and unconfirmed ones (a copy not shown yet may still be there), not shadow or held out."""
+    now = now or timezone.now()
+    return SpeculativeReplica.objects.filter(
+        shadow=False, held_out=False, lost_at__isnull=True, expires_at__gt=now
+    ).filter(Q(evicted_at__isnull=True) | Q(confirmed_at__isnull=True))
+
+
+def _unsettled_jobs():
+    return ReplicationJob.objects.filter(state__in=JobState.UNSETTLED, action=JobAction.REPLICATE)
+
+
 def spec_bytes_by_engine(engine_ids: list[int] | None = None) -> dict[int, int]:
-    """Bytes of speculative replicas held on each engine, or on their way there (live jobs,
-    pending included): the one figure the planner and the approval budget both read."""
-    held = SpeculativeReplica.objects.filter(evicted_at__isnull=True, shadow=False)
-    coming = ReplicationJob.objects.filter(state__in=JobState.LIVE, action=JobAction.REPLICATE)
+    """Bytes of speculative copies held on each engine or on their way there (held replicas,
+    landed and unconfirmed ones included; live jobs, pending included): the one figure the
+    planner and the approval budget both read."""
+    held, coming = _holding_replicas(), _unsettled_jobs().exclude(state=JobState.LANDED)
     if engine_ids is not None:
         held, coming = (
             held.filter(engine_id__in=engine_ids),
@@ -113,6 +126,31 @@ def spec_bytes_by_engine(engine_ids: list[int] | None = None) -> dict[int, int]:
     for qs, field in ((held, "engine_id"), (coming, "target_id")):
         for engine, nbytes in qs.values_list(field).annotate(b=Sum("bytes")).order_by():
             out[engine] = out.get(engine, 0) + (nbytes or 0)
+    return out
+
+
+def chain_hex(keys) -> tuple[str, ...]:
+    """A prefix chain in its one stored form: 16-digit lower-case hex, root first."""
+    return tuple(blockhash.to_hex(k if isinstance(k, int) else blockhash.from_hex(k)) for k in keys)
+
+
+def holders_to_be(now=None) -> dict[tuple[tuple[str, ...], int], str]:
+    """(chain, engine) -> why, for every copy planned, moving, landed or held there (and every
+    held-out pair within its would-be hold): one replica per (prefix, engine), so neither the
+    planner nor an approval adds a second."""
+    out: dict[tuple[tuple[str, ...], int], str] = {}
+    for pk, chain, engine, state in _unsettled_jobs().values_list(
+        "pk", "prefix_keys", "target_id", "state"
+    ):
+        out[(chain_hex(chain), engine)] = f"job {str(pk)[:8]} is {state}"
+    replicas = SpeculativeReplica.objects.filter(
+        shadow=False, lost_at__isnull=True, expires_at__gt=now or timezone.now()
+    ).filter(Q(evicted_at__isnull=True) | Q(confirmed_at__isnull=True))
+    for pk, chain, engine, held_out in replicas.values_list(
+        "pk", "prefix_keys", "engine_id", "held_out"
+    ):
+        why = "held out" if held_out else "held"
+        out.setdefault((chain_hex(chain), engine), f"replica #{pk} is {why} there")
     return out
 
 

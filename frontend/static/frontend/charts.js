@@ -39,3 +39,15 @@ if (fc && window.Plotly) {
   }
   window.Plotly.newPlot("forecast-chart", traces, { ...LAYOUT, yaxis: { title: "requests / bucket", rangemode: "tozero" } }, CONFIG);
 }
+
+// The scoreboard's holdout: TTFT of requests on treated vs held-out (prefix, engine) pairs.
+const holdout = data("holdout-data");
+if (holdout && window.Plotly && (holdout.treated.length || holdout.held_out.length)) {
+  const hist = (xs, name, color) => ({ x: xs, name, type: "histogram", histnorm: "probability",
+                                      opacity: 0.6, marker: { color }, nbinsx: 30 });
+  window.Plotly.newPlot("holdout-chart",
+    [hist(holdout.treated, `treated (${holdout.treated.length})`, C.blue),
+     hist(holdout.held_out, `held out (${holdout.held_out.length})`, C.orange)],
+    { ...LAYOUT, barmode: "overlay", hovermode: "closest", xaxis: { title: "TTFT (s)" },
+      yaxis: { title: "share of requests" } }, CONFIG);
+}

@@ -1,0 +1,161 @@
+"""A copy is credited only for what it caused: confirmation by blocks the target lacked at
+dispatch and stored after the job started, partial and redundant copies, one replica per
+(prefix, engine), counterfactual credit and the randomized holdout. All through the API."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.replication.choices import ItemDecision, JobState
+from controlplane.replication.models import ReplicationJob, SpeculativeReplica
+from controlplane.replication.plans.costs import cost_model_for, prefill_s
+from controlplane.replication.tasks import score_replicas, sweep_jobs
+from tests.workflow import burst
+from tests.workflow.evidence import TOKENS, Evidence, confirmed_copy, prefix, since
+
+
+@pytest.fixture
+def ev(fleet):
+    e = Evidence(fleet)
+    e.report("node-a", [k for i in range(3) for k in prefix(i)])
+    return e
+
+
+def _one_job(ev, policy, key, target="node-b"):
+    plan = ev.plan(policy, [(key, target)])
+    assert ev.approve(plan)["refused"] == {}
+    return ReplicationJob.objects.get(item__plan=plan)
+
+
+def test_copy_confirmed_when_the_report_with_new_blocks_is_applied(ev, fleet):
+    policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
+    job = _one_job(ev, policy, key)
+    assert job.state == JobState.DISPATCHED and job.held_at_dispatch == []
+    job = ev.land(job)
+    assert job.state == JobState.LANDED
+    ev.report("node-b", prefix(0))  # no sweep: the report's application confirms it
+    job.refresh_from_db()
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert job.state == JobState.CONFIRMED and replica.confirmed_by == "kv-events"
+    assert replica.tokens == TOKENS and replica.new_tokens == TOKENS
+
+
+def test_target_that_held_the_prefix_before_dispatch_ends_redundant(ev, fleet):
+    policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
+    ev.report("node-b", prefix(0))  # the engine computed the prefix itself, before the plan
+    job = _one_job(ev, policy, key)
+    assert job.state == JobState.REDUNDANT
+    assert not SpeculativeReplica.objects.filter(job=job).exists()  # no replica, no credit
+    board = fleet.operator.get(f"/api/scoreboard/?since={since()}").json()
+    assert board["totals"]["replicas"] == 0
+
+
+def test_blocks_held_before_dispatch_are_not_the_copys(ev, fleet):
+    policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
+    half = prefix(0)[: len(prefix(0)) // 2]
+    ev.report("node-b", half)
+    job = ev.land(_one_job(ev, policy, key))
+    assert len(job.held_at_dispatch) == len(half)
+    ev.report("node-b", prefix(0))
+    job.refresh_from_db()
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert job.state == JobState.CONFIRMED
+    assert replica.tokens == TOKENS and replica.new_tokens == TOKENS // 2
+
+
+def test_unconfirmed_stays_unconfirmed_when_the_engine_computes_the_prefix_later(
+    ev, fleet, settings
+):
+    settings.PREWARM_REPLICA_CONFIRM_SECONDS = 0.0
+    policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
+    job = ev.land(_one_job(ev, policy, key))
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    assert job.state == JobState.UNCONFIRMED
+    ev.report("node-b", prefix(0))  # its own traffic, after the window: proves nothing
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    assert job.state == JobState.UNCONFIRMED
+    assert SpeculativeReplica.objects.get(job=job).confirmed_at is None
+
+
+def test_partial_copy_is_scored_on_the_tokens_it_covers(ev, fleet, settings):
+    settings.PREWARM_REPLICA_CONFIRM_SECONDS = 0.0
+    policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
+    job = ev.land(_one_job(ev, policy, key))
+    ev.report("node-b", prefix(0)[:16])  # 16 of 64 blocks arrived
+    job.refresh_from_db()
+    assert job.state == JobState.LANDED  # not the whole prefix: wait for the window
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert job.state == JobState.PARTIAL and replica.status == "partial"
+    assert replica.tokens == 16 * burst.BLOCK == replica.new_tokens
+    ev.served(key, "node-b", 5, cached=16 * burst.BLOCK)
+    score_replicas.delay()
+    replica.refresh_from_db()
+    cm = cost_model_for(burst.MODEL)
+    assert replica.hits == 5 and replica.saving_basis == "cost-model"
+    assert replica.ttft_saved_s == pytest.approx(prefill_s(cm, 16 * burst.BLOCK))
+    assert replica.ttft_saved_s < prefill_s(cm, TOKENS)
+
+
+def test_one_replica_per_prefix_and_engine(ev, fleet):
+    policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
+    job = ev.land(_one_job(ev, policy, key))  # landed, not confirmed yet
+    again = ev.plan(policy, [(key, "node-b"), (key, "node-c")])
+    refused = ev.approve(again)["refused"]
+    assert list(refused.values()) == [
+        f"one replica per prefix and engine: job {str(job.pk)[:8]} is landed"
+    ]
+    ev.report("node-b", prefix(0))
+    ev.report("node-c", prefix(0))
+    ev.served(key, "node-b", 4, cached=TOKENS)
+    replicas = SpeculativeReplica.objects.filter(engine=ev.engine["node-b"])
+    assert replicas.count() == 1 and replicas.get().served_requests == 4
+
+
+def test_a_used_replica_is_credited_one_prefill_measured_from_ttft(ev, fleet):
+    policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
+    job = ev.land(_one_job(ev, policy, key))
+    ev.report("node-b", prefix(0))
+    ev.served(key, "node-b", 20, cached=TOKENS, ttft_s=0.1)  # 20 hits
+    ev.served(key, "node-c", 4, cached=0, ttft_s=1.1)  # the key's misses elsewhere
+    score_replicas.delay()
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert replica.hits == 20 and replica.saving_basis == "measured-ttft"
+    assert replica.ttft_saved_s == pytest.approx(1.0)  # one prefill, not 20
+    board = fleet.operator.get(f"/api/scoreboard/?since={since()}").json()
+    assert board["totals"]["ttft_saved_s"] == pytest.approx(1.0)
+    assert board["totals"]["saving_basis"] == "measured TTFT"
+
+
+def test_holdout_withholds_an_approved_item_and_records_what_it_would_have_done(ev, fleet):
+    policy = fleet.policy("manual", holdout_fraction=1.0)
+    key = ev.key(0)
+    plan = ev.plan(policy, [(key, "node-c")])
+    assert ev.approve(plan)["refused"] == {}
+    item = plan.items.get()
+    assert item.decision == ItemDecision.HELD_OUT and not ReplicationJob.objects.exists()
+    held = SpeculativeReplica.objects.get(item=item)
+    assert held.held_out and held.status == "held_out" and held.engine == ev.engine["node-c"]
+    assert held.bytes == item.bytes and held.tokens == TOKENS
+    ev.served(key, "node-c", 3, cached=0, ttft_s=1.5)
+    score_replicas.delay()
+    held.refresh_from_db()
+    assert held.served_requests == 3 and held.hits == 0 and held.ttft_saved_s == 0
+    board = fleet.operator.get(f"/api/scoreboard/?since={since()}").json()
+    assert board["totals"]["replicas"] == 0  # never placed: not a live replica
+    arm = board["holdout"]["held_out"]
+    assert arm["pairs"] == 1 and arm["requests"] == 3 and arm["ttft_mean_s"] == pytest.approx(1.5)
+
+
+def test_a_confirmed_copy_whose_blocks_leave_the_engine_is_lost(ev, fleet):
+    policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
+    job = confirmed_copy(ev, policy, key, "node-b")
+    ev.held["node-b"] = []
+    ev.report("node-b")  # the engine evicted the prefix before the hold ended
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    replica = SpeculativeReplica.objects.get(job=job)
+    assert job.state == JobState.LOST and replica.status == "lost" and replica.lost_at
