@@ -46,6 +46,8 @@ class LiveControlPlane:
             "PREWARM_DATA_DIR": str(data_dir),
             "DJANGO_SETTINGS_MODULE": "controlplane.settings",
             "PYTHONUNBUFFERED": "1",
+            # Every approved item copied unless a test asks for a holdout: tests count them.
+            "PREWARM_HOLDOUT_FRACTION": "0",
             **(env or {}),
         }
         self.database: str | None = None

@@ -60,7 +60,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
                 {"type": wire.MSG_ERROR, "job_id": content.get("job_id"), "detail": error}
             )
 
-    # Group messages from controlplane.replication.dispatch (published on commit).
+    # Group messages from controlplane.replication.jobs.delivery (published on commit).
     async def job_assign(self, message):
         await self.send_json(message["payload"])
 

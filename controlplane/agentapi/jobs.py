@@ -1,7 +1,7 @@
 """What the jobs socket and the long-poll share: the agent's node, its pending jobs, its events.
 
 Async wrappers over ``accounts.authentication.authenticate_agent`` and the dispatch service
-(``replication.dispatch``), so both transports authenticate and apply events the same way.
+(``replication.jobs.delivery``), so both transports authenticate and apply events the same way.
 """
 
 from __future__ import annotations
