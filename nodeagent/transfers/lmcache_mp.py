@@ -123,9 +123,13 @@ class LmcacheMpTransport:
         assert self.coordinator is not None
         try:
             # What the directory listed on the target before: a prefetch of what it already
-            # had places nothing (the control plane judges the copy on the difference).
-            _, held_before = self.coordinator.placements(body)
-            mine_before = sum(1 for h in held_before if instance in h)
+            # had places nothing (the control plane judges the copy on the difference). A
+            # lookup the coordinator refuses leaves it unknown; the prefetch names the error.
+            try:
+                _, held_before = self.coordinator.placements(body)
+                mine_before: int | None = sum(1 for h in held_before if instance in h)
+            except CoordinatorError:
+                mine_before = None
             sub = self.coordinator.call(
                 "POST", "/cache/prefetches", {"instance_id": instance, **body}
             )
@@ -165,7 +169,7 @@ class LmcacheMpTransport:
                 "confirmation": {
                     "by": DIRECTORY,
                     "tokens": mine * per_chunk,
-                    "before": mine_before * per_chunk,
+                    "before": None if mine_before is None else mine_before * per_chunk,
                     "chunks": chunks,
                     "instance_id": instance,
                 },
