@@ -9,8 +9,8 @@ import httpx
 
 from controlplane.core import blockhash
 from controlplane.core.prefix_groups import group_of
-from controlplane.realvllm import driver
-from controlplane.realvllm.driver import BLOCK, MAX_PROMPT, Gateway, Target
+from controlplane.harness.realvllm import driver
+from controlplane.harness.realvllm.driver import BLOCK, MAX_PROMPT, Gateway, Target
 
 
 def test_a_trace_block_becomes_the_same_vllm_block_everywhere():
@@ -51,17 +51,16 @@ def _fake(holders: dict[str, int], cached: int, posted: list, fail_posts: int = 
                     ],
                 },
             )
-        if request.url.path == "/v1/completions":
+        if request.url.path == "/v1/completions":  # streamed, as the driver asks
             body = json.loads(request.content)
-            return httpx.Response(
-                200,
-                json={
-                    "usage": {
-                        "prompt_tokens": len(body["prompt"]),
-                        "prompt_tokens_details": {"cached_tokens": cached},
-                    }
-                },
-            )
+            assert body["stream"] and body["stream_options"] == {"include_usage": True}
+            usage = {
+                "prompt_tokens": len(body["prompt"]),
+                "prompt_tokens_details": {"cached_tokens": cached},
+            }
+            chunks = [{"choices": [{"text": " w5"}]}, {"choices": [], "usage": usage}]
+            sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+            return httpx.Response(200, text=sse, headers={"content-type": "text/event-stream"})
         if request.url.path == "/api/request-records/":
             if state["fail"]:
                 state["fail"] -= 1
@@ -80,6 +79,7 @@ def test_routes_to_the_deepest_serving_holder_and_records_what_served_it():
     rec = gw.send(list(range(4, 104)))
     assert rec["engine"] == "n2/b" and rec["cached_tokens"] == 64 and rec["prompt_tokens"] == 100
     assert rec["block_size"] == BLOCK and rec["token_ids"] == list(range(4, 104))
+    assert 0 < rec["ttft_s"] < 10  # measured to the first streamed token
     # b is not serving (it joins later): the holder that serves is a.
     gw.targets["b"].serving = False
     assert gw.send(list(range(4, 104)))["engine"] == "n1/a"
