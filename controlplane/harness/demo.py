@@ -109,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
             cwd=ROOT,
             env=env,
             pass_fds=(lock,),
-        )
+            start_new_session=True,  # its agents are in its group: none outlives the demo
+        ),
+        group=True,
     )
     print(
         f"\nPrewarm is running at {url}\n"

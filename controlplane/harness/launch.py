@@ -171,10 +171,16 @@ class Children:
 
     def __init__(self, on_stop: Callable[[], None] | None = None):
         self.procs: list[subprocess.Popen] = []
+        self.groups: set[int] = set()  # children that lead their own process group
         self.on_stop = on_stop
 
-    def add(self, proc: subprocess.Popen) -> subprocess.Popen:
+    def add(self, proc: subprocess.Popen, group: bool = False) -> subprocess.Popen:
+        """``group``: the child was started with ``start_new_session=True`` and starts
+        children of its own (the virtual cluster's agents): if it does not stop in time, its
+        whole group is killed, so that none of them outlives the run."""
         self.procs.append(proc)
+        if group:
+            self.groups.add(proc.pid)
         return proc
 
     def web(
@@ -214,7 +220,12 @@ class Children:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        self.procs = []
+            if p.pid in self.groups:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)  # what it started and did not stop
+                except ProcessLookupError:
+                    pass
+        self.procs, self.groups = [], set()
         if self.on_stop:
             self.on_stop()
 

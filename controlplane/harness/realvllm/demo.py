@@ -99,7 +99,7 @@ def agent_config(
     return path
 
 
-def _policy(fields: dict[str, Any]) -> None:
+def set_policy(fields: dict[str, Any]) -> None:
     from io import StringIO
 
     from django.core.management import call_command
@@ -137,7 +137,7 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
     credentials = data / "credentials.json"
     launch.setup_control_plane(2, password, credentials)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per health poll
-    _policy(REAL_POLICY)
+    set_policy(REAL_POLICY)
     creds = json.loads(credentials.read_text())
     url = f"http://{host}:{port}/"
     cp = f"http://127.0.0.1:{port}" if host in ("0.0.0.0", "::") else url.rstrip("/")

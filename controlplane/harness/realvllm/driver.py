@@ -198,6 +198,7 @@ class Gateway:
         targets: list[Target],
         tenant: str = TENANT,
         client: httpx.Client | None = None,
+        keep_records: bool = False,
     ):
         if not targets:
             raise ValueError("at least one engine")
@@ -209,6 +210,7 @@ class Gateway:
         self.lock = threading.Lock()
         self.poster = RecordPoster(self.cp, gateway_token, client=self.http)
         self.stats = DriverStats()
+        self.records: list[dict[str, Any]] | None = [] if keep_records else None  # for benches
 
     # -- routing -------------------------------------------------------------------------------
     def holders(self, token_ids: list[int]) -> dict[str, int]:
@@ -290,6 +292,8 @@ class Gateway:
             target.prompt_tokens += prompt
             target.cached_tokens += cached
             self.stats.sent += 1
+            if self.records is not None:
+                self.records.append(record)
         self.poster.add(record)
         return record
 
