@@ -426,6 +426,51 @@ def print_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown(doc: dict) -> str:
+    """The docs table: per policy, and the paired differences with their 95% intervals."""
+    sm = doc["summary"]
+    lines = [
+        "| policy | runs | TTFT mean (ms) | p50 | p99 | joining engine, first 2 min: mean | "
+        "p99 | hit rate | cached-token share | warm-ups sent (failed) | warm-up prefill (ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in POLICIES:
+        s = sm["policies"].get(p)
+        if not s:
+            continue
+        rs = [r for r in doc["runs"] if r["policy"] == p]
+        failed = statistics.fmean(r["warmups_by_state"].get("failed", 0) for r in rs)
+        lines.append(
+            f"| {p} | {s['runs']} | {1000 * s['ttft_mean_s']:.1f} | {1000 * s['ttft_p50_s']:.1f} "
+            f"| {1000 * s['ttft_p99_s']:.1f} | {1000 * s['joiner_first_2min_mean_s']:.1f} "
+            f"| {1000 * s['joiner_first_2min_p99_s']:.1f} | {s['hit_rate']:.3f} "
+            f"| {s['cached_token_share']:.3f} | {s['warmups']:.1f} ({failed:.1f}) "
+            f"| {1000 * s['warmup_cost_s']:.0f} |"
+        )
+    lines += [
+        "",
+        "| paired difference (run i vs run i) | TTFT mean (ms) | p50 | p99 | "
+        "joining engine, first 2 min mean | hit rate |",
+        "|---|---|---|---|---|---|",
+    ]
+    pairs = dict(sm.get("paired_vs_none", {}))
+    rows = [(f"{p} - none", d) for p, d in pairs.items()]
+    if sm.get("paired_predictive_vs_reactive"):
+        rows.append(("predictive - reactive", sm["paired_predictive_vs_reactive"]))
+    for name, d in rows:
+        cells = []
+        for k in ("ttft.mean", "ttft.p50", "ttft.p99", "joiner_first_2min.mean", "hit_rate"):
+            x = d.get(k)
+            if not x or x["mean"] is None:
+                cells.append("")
+                continue
+            scale, fmt = (1, ".3f") if k == "hit_rate" else (1000, ".1f")
+            ci = f" ± {scale * x['ci95']:{fmt}}" if x["ci95"] is not None else ""
+            cells.append(f"{scale * x['mean']:+{fmt}}{ci}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_html(path: Path, runs: list[dict], title: str, cdn: bool = False) -> None:
     """TTFT over time per policy: every request of every run (points; the joining engine's in
     a second trace per policy) and the mean per 10-second bin (lines), times from each run's
@@ -526,7 +571,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--html-cdn", action="store_true", help="a small chart that loads plotly.js from its CDN"
     )
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        help="no runs: the markdown table (and --html) from a JSON this bench wrote",
+    )
     args = p.parse_args(argv)
+    if args.from_json:
+        doc = json.loads(args.from_json.read_text())
+        print(markdown(doc))
+        if args.html:
+            n = max(doc["summary"]["policies"][x]["runs"] for x in doc["summary"]["policies"])
+            write_html(
+                args.html,
+                doc["runs"],
+                f"Real vLLM A/B (CPU, tiny model): TTFT per request, {n} run(s) per policy",
+                cdn=args.html_cdn,
+            )
+        return 0
     if args.quick:
         args.runs, args.announce_s, args.serve_s, args.serving_s = 1, 20.0, 60.0, 40.0
     policies = [x for x in args.policies.split(",") if x]
@@ -602,6 +664,7 @@ def main(argv: list[str] | None = None) -> int:
             e.stop()
     doc = build_doc(runs, args, requests, probe_figures, load_before, t0)
     print(print_table(doc["summary"]))
+    print(markdown(doc))
     write_json(args.json, doc)
     if args.html:
         write_html(

@@ -22,21 +22,36 @@ import sys
 from pathlib import Path
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``prewarm-sim cluster ...`` here; every other command is the simulator's own."""
-    from controlplane.sim.cli import main as sim_main
-
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] != "cluster":
-        if argv[:1] in (["-h"], ["--help"]):
-            print("prewarm-sim cluster --help: the virtual cluster (a live demo's engines)\n")
-        return sim_main(argv)
+def cluster_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="prewarm-sim cluster",
         description="play the simulator's engines in real time for real agents",
     )
     add_arguments(p)
-    args = p.parse_args(argv[1:])
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """``prewarm-sim``'s arguments: ``cluster ...`` here, the rest by the simulator's parser."""
+    if argv[:1] == ["cluster"]:
+        args = cluster_parser().parse_args(argv[1:])
+        args.cmd = "cluster"
+        return args
+    from controlplane.sim.cli import parser
+
+    return parser().parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``prewarm-sim cluster ...`` here; every other command is the simulator's own."""
+    from controlplane.sim.cli import main as sim_main
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] != ["cluster"]:
+        if argv[:1] in (["-h"], ["--help"]):
+            print("prewarm-sim cluster --help: the virtual cluster (a live demo's engines)\n")
+        return sim_main(argv)
+    args = parse_args(argv)
     try:
         return main_cluster(args)
     except ValueError as exc:
