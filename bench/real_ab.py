@@ -57,7 +57,7 @@ from typing import Any
 
 from _common import REPO, parser, percentile, table, write_json
 
-from controlplane.core.protocol import ENGINE_SERVING, TRANSPORT_WARMUP
+from controlplane.core.protocol import ENGINE_SERVING, JOB_FAILED, ROLE_TARGET, TRANSPORT_WARMUP
 from controlplane.harness import launch
 from controlplane.harness.lifecycle import Lifecycles, Operator
 from controlplane.harness.realvllm.demo import REAL_POLICY, start_agent, wait_for_engines
@@ -116,7 +116,7 @@ def run_figures(
     prompt = sum(r["prompt_tokens"] for r in records)
     cached = sum(r["cached_tokens"] for r in records)
     warm = [j for j in jobs if j["transport"] == TRANSPORT_WARMUP]
-    tgt = [((j.get("results") or {}).get("target") or {}) for j in warm]
+    tgt = [((j.get("results") or {}).get(ROLE_TARGET) or {}) for j in warm]
     warm_tokens = sum(int(t.get("prompt_tokens") or 0) for t in tgt)
     warm_cached = sum(int(t.get("cached_tokens") or 0) for t in tgt)
     return {
@@ -439,7 +439,7 @@ def markdown(doc: dict) -> str:
         if not s:
             continue
         rs = [r for r in doc["runs"] if r["policy"] == p]
-        failed = statistics.fmean(r["warmups_by_state"].get("failed", 0) for r in rs)
+        failed = statistics.fmean(r["warmups_by_state"].get(JOB_FAILED, 0) for r in rs)
         lines.append(
             f"| {p} | {s['runs']} | {1000 * s['ttft_mean_s']:.1f} | {1000 * s['ttft_p50_s']:.1f} "
             f"| {1000 * s['ttft_p99_s']:.1f} | {1000 * s['joiner_first_2min_mean_s']:.1f} "

@@ -99,3 +99,48 @@ def test_no_holder_goes_to_the_least_busy_and_a_failed_post_is_kept():
     assert sorted(served) == ["a", "a", "b", "b"]
     assert gw.flush() == 0 and gw.stats.post_failures == 1
     assert gw.flush() == 4 and len(posted) == 4
+
+
+def test_the_lifecycle_scheduler_takes_the_legal_path_and_tells_the_gateway():
+    """serving -> warming goes through draining; the gateway routes only to serving engines;
+    a change the control plane refuses leaves the state as it was."""
+    from controlplane.harness.lifecycle import Lifecycles, Operator
+
+    posted: list[tuple[int, str]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/engines/":
+            return httpx.Response(
+                200,
+                json={
+                    "results": [
+                        {"id": 7, "node_name": "n1", "engine_id": "a", "lifecycle": "serving"},
+                        {"id": 8, "node_name": "n2", "engine_id": "b", "lifecycle": "serving"},
+                    ],
+                    "next": None,
+                },
+            )
+        pk = int(request.url.path.split("/")[3])
+        want = json.loads(request.content)["lifecycle"]
+        if pk == 8 and want == "warming" and posted[-1:] != [(8, "draining")]:
+            return httpx.Response(400, json={"detail": "serving -> warming is not allowed"})
+        posted.append((pk, want))
+        return httpx.Response(200, json={})
+
+    op = Operator("http://cp", "pwu_x")
+    op.client = httpx.Client(transport=httpx.MockTransport(handle))
+    gw = Gateway(
+        "http://cp",
+        "pwg_x",
+        [Target("a", "http://a", node="n1"), Target("b", "http://b", node="n2")],
+    )
+    lc = Lifecycles(op, "test", on_change=gw.set_serving)
+    assert lc.find({("n1", "a"), ("n2", "b")}) and lc.pk == {"a": 7, "b": 8}
+    assert lc.want("b", "warming", "joins again")
+    assert posted == [(8, "draining"), (8, "warming")] and lc.state["b"] == "warming"
+    assert not gw.targets["b"].serving and gw.targets["a"].serving
+    assert lc.want("b", "serving", "serves") and gw.targets["b"].serving
+    assert lc.changes == [("b", "warming"), ("b", "serving")]
+    op.client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(403)))
+    assert not lc.want("a", "draining", "refused") and lc.state["a"] == "serving"
+    assert gw.targets["a"].serving
