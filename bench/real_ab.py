@@ -572,6 +572,12 @@ def main(argv: list[str] | None = None) -> int:
         "--html-cdn", action="store_true", help="a small chart that loads plotly.js from its CDN"
     )
     p.add_argument(
+        "--resume",
+        type=Path,
+        help="keep the runs of a JSON this bench wrote (those where the joining engine served) "
+        "and run only the rest",
+    )
+    p.add_argument(
         "--from-json",
         type=Path,
         help="no runs: the markdown table (and --html) from a JSON this bench wrote",
@@ -645,7 +651,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         probe = requests[0].token_ids
         order = [pol for _ in range(args.runs) for pol in ORDER if pol in policies]
+        kept: list[dict] = []
+        if args.resume:
+            kept = [
+                r
+                for r in json.loads(args.resume.read_text())["runs"]
+                if r["policy"] in policies and r["joiner_first_2min"]["n"] > 0
+            ]
         for n, pol in enumerate(order):
+            old = next((r for r in kept if r["policy"] == pol), None)
+            if old is not None:
+                kept.remove(old)
+                runs.append(old)
+                print(f"run {n + 1}/{len(order)} {pol}: kept from {args.resume}", flush=True)
+                continue
             fig = one_run(pol, n, engines, template, requests, args, env0, probe)
             runs.append(fig)
             # Written after every run: a bench cut short keeps what it measured.

@@ -134,12 +134,14 @@ class Lifecycles:
         warming from ``announce_s`` and serving from ``serve_s`` (seconds from now)."""
         t0 = time.monotonic()
         self.hold(joins)
-        steps = sorted(
-            (at, eid, what)
+        steps = sorted(  # at equal times, an engine is announced before it serves
+            (at, phase, eid, what)
             for eid, (announce, serve) in joins.items()
-            for at, what in ((announce, ENGINE_WARMING), (serve, ENGINE_SERVING))
+            for phase, (at, what) in enumerate(
+                ((announce, ENGINE_WARMING), (serve, ENGINE_SERVING))
+            )
         )
-        for at, engine_id, what in steps:
+        for at, _phase, engine_id, what in steps:
             if stop.wait(max(0.0, t0 + at - time.monotonic())):
                 return
             self.want(engine_id, what, "joins the fleet" if what == ENGINE_WARMING else "serves")

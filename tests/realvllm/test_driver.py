@@ -141,6 +141,14 @@ def test_the_lifecycle_scheduler_takes_the_legal_path_and_tells_the_gateway():
     assert not gw.targets["b"].serving and gw.targets["a"].serving
     assert lc.want("b", "serving", "serves") and gw.targets["b"].serving
     assert lc.changes == [("b", "warming"), ("b", "serving")]
+    # Announced and serving at the same moment (the bench's reactive arm): warming first, so
+    # that the engine ends up serving.
+    import threading
+
+    posted.clear()
+    lc.run({"b": (0.0, 0.0)}, threading.Event())
+    assert posted == [(8, "draining"), (8, "warming"), (8, "serving")]
+    assert lc.state["b"] == "serving" and gw.targets["b"].serving
     op.client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(403)))
     assert not lc.want("a", "draining", "refused") and lc.state["a"] == "serving"
     assert gw.targets["a"].serving
