@@ -47,6 +47,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -609,6 +610,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"real_ab: {exc}", file=sys.stderr)
         return 2
     WORK.mkdir(parents=True, exist_ok=True)
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt  # the run's clean-up stops its agents, web and engines
+
+    signal.signal(signal.SIGTERM, interrupted)
     requests = servegen(
         tenants=args.tenants,
         duration_s=(args.serve_s + args.serving_s) * TIME_SCALE,
