@@ -34,7 +34,7 @@ and their prefill time at this engine's measured cold cost; per run, and the pai
 and ``--html`` (a plotly chart of TTFT over time per policy).
 
     python bench/real_ab.py [--runs 5] [--json PATH] [--html PATH]
-    python bench/real_ab.py --quick      # one short run per policy: ~8 minutes, not one
+    python bench/real_ab.py --quick      # one short run per policy: ~10 minutes, not one
 
 ``--quick`` cannot finish in a minute: two engines take a minute or more to start and each run
 needs the joining engine's announce, warm-up and serving phases in real time (so ``make bench``
