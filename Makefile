@@ -32,7 +32,7 @@ EMBEDDED_RUN := PREWARM_DATA_DIR=$(CURDIR)/var/test $(PYTEST) -m "not services" 
 # database backend, and two vLLM engines take minutes to start).
 SERVICES_RUN := $(SERVICES_ENV) $(PYTEST) -m "not browser and not vllm and not lmcache" $(PYTEST_ARGS)
 
-.PHONY: install vllm-env lmcache-env test-vllm demo test test-embedded test-services services chromium data bench lint lint-imports clean
+.PHONY: install vllm-env lmcache-env test-vllm demo test test-embedded test-services services chromium data bench bench-real lint lint-imports clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -71,7 +71,7 @@ $(LMCACHE_STAMP): requirements/lmcache-env.txt
 lmcache-env: $(LMCACHE_STAMP)
 
 demo: install $(if $(filter real,$(PRESET)),vllm-env)
-	$(PY) -m controlplane.demo --host $(HOST) --port $(PORT) --preset $(PRESET)
+	$(PY) -m controlplane.harness.demo --host $(HOST) --port $(PORT) --preset $(PRESET)
 
 # PostgreSQL and Redis answering (started when installed but stopped); one line if missing.
 services: install
@@ -103,8 +103,16 @@ test-services: $(filter-out chromium vllm-env lmcache-env,$(TEST_PREREQS))
 	$(SERVICES_RUN)
 	@echo "make test-services: left out the embedded half, the browser tests and the real vLLM / LMCache tests (make test runs both)"
 
+# real_ab needs two real vLLM engines (~6 GB, a minute or more to start) and real-time runs: even
+# --quick takes minutes, so it runs alone in `make bench-real`, not here.
 bench: install
-	@for b in $$(ls bench/[a-z]*.py | grep -v gpu_check); do echo "== $$b"; $(PY) $$b --quick --json var/bench/$$(basename $$b .py).json || exit 1; done
+	@for b in $$(ls bench/[a-z]*.py | grep -v -e gpu_check -e real_ab); do echo "== $$b"; $(PY) $$b --quick --json var/bench/$$(basename $$b .py).json || exit 1; done
+
+# Speculation on real engines: none / reactive / predictive on two vLLM CPU engines, RUNS each
+# (default 5; ~4 minutes a run). Figures and the TTFT chart: docs/benchmarks.md, docs/real-ab.html.
+RUNS ?= 5
+bench-real: install vllm-env data
+	$(PY) bench/real_ab.py --runs $(RUNS) --json var/bench/real_ab.json --html var/bench/real-ab.html
 
 # Style and layers: ruff's rules, ruff's format (100 columns), mypy over the pure logic, and the
 # import-linter layer contracts. Part of `make test`; `$(PY) -m ruff format .` fixes the format.

@@ -2,7 +2,7 @@
 
 prewarm-sim run --workload servegen --scenario slowlink --json out.json --html out.html
 prewarm-sim sweep --json sweep.json --html sweep.html
-prewarm-sim cluster --preset burst --control-plane URL --gateway-token ...  (virtual cluster)
+prewarm-sim cluster --preset burst --control-plane URL ...  (virtual cluster: controlplane/harness)
 prewarm-sim seeds --seeds 0,1,2,3,4 --json seeds.json
 """
 
@@ -77,19 +77,12 @@ def parser() -> argparse.ArgumentParser:
     sd.add_argument("--engines", type=int, default=16)
     sd.add_argument("--workers", type=int, default=1, help="worker processes")
     sd.add_argument("--json", dest="json_path")
-    from controlplane.sim.virtual.cli import add_parser
-
-    add_parser(sub)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        if args.cmd == "cluster":
-            from controlplane.sim.virtual.cli import main_cluster
-
-            return main_cluster(args)
         if args.cmd == "sweep":
             from controlplane.sim.sweep import main_sweep
 

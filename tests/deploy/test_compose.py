@@ -102,9 +102,9 @@ def check_command(argv: list[str]) -> None:
         path = _module_file(module)
         assert path and _defines(path, func), f"console script {prog} -> {scripts[prog]} missing"
         if prog == "prewarm-sim":
-            from controlplane.sim.cli import parser
+            from controlplane.harness.cli import parse_args
 
-            parser().parse_args(args)
+            parse_args(args)
         if prog == "prewarm-agent":
             from nodeagent.config import build_parser
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from controlplane import demo
+from controlplane.harness import launch as demo
 
 
 def _holder(lock_path) -> subprocess.Popen:
@@ -32,14 +32,14 @@ def test_a_run_waits_for_the_previous_one_then_takes_the_folder(tmp_path, capsys
     straggler = _holder(str(data) + ".lock")
     try:
         with pytest.raises(SystemExit) as refused:
-            demo._lock(data, timeout_s=0.5)
+            demo.lock_run(data, timeout_s=0.5)
         assert "another demo of this preset is running (pid straggler" in str(refused.value)
         assert "waiting for the previous demo run to stop" in capsys.readouterr().out
     finally:
         straggler.communicate("")  # it exits, letting go of the lock
-    fd = demo._lock(data, timeout_s=5)
+    fd = demo.lock_run(data, timeout_s=5)
     try:
-        other = demo._lock(tmp_path / "steady", timeout_s=0.5)  # another preset: its own lock
+        other = demo.lock_run(tmp_path / "steady", timeout_s=0.5)  # another preset: its own lock
         demo.os.close(other)
     finally:
         demo.os.close(fd)
@@ -50,9 +50,9 @@ def test_a_taken_port_is_waited_for_then_named():
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        assert not demo._port_free("127.0.0.1", port)
+        assert not demo.port_free("127.0.0.1", port)
         with pytest.raises(SystemExit) as refused:
-            demo._wait_for_port("127.0.0.1", port, timeout_s=0.5)
+            demo.wait_for_port("127.0.0.1", port, timeout_s=0.5)
         assert f"port {port} on 127.0.0.1 is in use" in str(refused.value)
         assert f"PORT={port + 1} make demo" in str(refused.value)
-    demo._wait_for_port("127.0.0.1", port, timeout_s=5)  # free again: returns at once
+    demo.wait_for_port("127.0.0.1", port, timeout_s=5)  # free again: returns at once

@@ -13,7 +13,12 @@ import os
 
 import pytest
 
-from controlplane.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model, vllm_python
+from controlplane.harness.realvllm.engine import (
+    EngineUnavailable,
+    VllmEngine,
+    ensure_model,
+    vllm_python,
+)
 from tests.live import LiveControlPlane
 from tests.realvllm.helpers import user_token
 

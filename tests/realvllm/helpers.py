@@ -13,7 +13,7 @@ import msgpack
 import zmq
 
 from controlplane.core import blockhash
-from controlplane.realvllm.engine import BLOCK_SIZE, VllmEngine
+from controlplane.harness.realvllm.engine import BLOCK_SIZE, VllmEngine
 from tests.e2e.harness import Proc
 from tests.live import LiveControlPlane, wait_for
 

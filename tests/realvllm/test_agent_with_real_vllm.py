@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.core import blockhash
-from controlplane.realvllm.engine import BLOCK_SIZE
+from controlplane.harness.realvllm.engine import BLOCK_SIZE
 from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
 from tests.live import wait_for

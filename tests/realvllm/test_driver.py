@@ -9,8 +9,8 @@ import httpx
 
 from controlplane.core import blockhash
 from controlplane.core.prefix_groups import group_of
-from controlplane.realvllm import driver
-from controlplane.realvllm.driver import BLOCK, MAX_PROMPT, Gateway, Target
+from controlplane.harness.realvllm import driver
+from controlplane.harness.realvllm.driver import BLOCK, MAX_PROMPT, Gateway, Target
 
 
 def test_a_trace_block_becomes_the_same_vllm_block_everywhere():
@@ -51,17 +51,16 @@ def _fake(holders: dict[str, int], cached: int, posted: list, fail_posts: int = 
                     ],
                 },
             )
-        if request.url.path == "/v1/completions":
+        if request.url.path == "/v1/completions":  # streamed, as the driver asks
             body = json.loads(request.content)
-            return httpx.Response(
-                200,
-                json={
-                    "usage": {
-                        "prompt_tokens": len(body["prompt"]),
-                        "prompt_tokens_details": {"cached_tokens": cached},
-                    }
-                },
-            )
+            assert body["stream"] and body["stream_options"] == {"include_usage": True}
+            usage = {
+                "prompt_tokens": len(body["prompt"]),
+                "prompt_tokens_details": {"cached_tokens": cached},
+            }
+            chunks = [{"choices": [{"text": " w5"}]}, {"choices": [], "usage": usage}]
+            sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+            return httpx.Response(200, text=sse, headers={"content-type": "text/event-stream"})
         if request.url.path == "/api/request-records/":
             if state["fail"]:
                 state["fail"] -= 1
@@ -80,6 +79,7 @@ def test_routes_to_the_deepest_serving_holder_and_records_what_served_it():
     rec = gw.send(list(range(4, 104)))
     assert rec["engine"] == "n2/b" and rec["cached_tokens"] == 64 and rec["prompt_tokens"] == 100
     assert rec["block_size"] == BLOCK and rec["token_ids"] == list(range(4, 104))
+    assert 0 < rec["ttft_s"] < 10  # measured to the first streamed token
     # b is not serving (it joins later): the holder that serves is a.
     gw.targets["b"].serving = False
     assert gw.send(list(range(4, 104)))["engine"] == "n1/a"
@@ -99,3 +99,56 @@ def test_no_holder_goes_to_the_least_busy_and_a_failed_post_is_kept():
     assert sorted(served) == ["a", "a", "b", "b"]
     assert gw.flush() == 0 and gw.stats.post_failures == 1
     assert gw.flush() == 4 and len(posted) == 4
+
+
+def test_the_lifecycle_scheduler_takes_the_legal_path_and_tells_the_gateway():
+    """serving -> warming goes through draining; the gateway routes only to serving engines;
+    a change the control plane refuses leaves the state as it was."""
+    from controlplane.harness.lifecycle import Lifecycles, Operator
+
+    posted: list[tuple[int, str]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/engines/":
+            return httpx.Response(
+                200,
+                json={
+                    "results": [
+                        {"id": 7, "node_name": "n1", "engine_id": "a", "lifecycle": "serving"},
+                        {"id": 8, "node_name": "n2", "engine_id": "b", "lifecycle": "serving"},
+                    ],
+                    "next": None,
+                },
+            )
+        pk = int(request.url.path.split("/")[3])
+        want = json.loads(request.content)["lifecycle"]
+        if pk == 8 and want == "warming" and posted[-1:] != [(8, "draining")]:
+            return httpx.Response(400, json={"detail": "serving -> warming is not allowed"})
+        posted.append((pk, want))
+        return httpx.Response(200, json={})
+
+    op = Operator("http://cp", "pwu_x")
+    op.client = httpx.Client(transport=httpx.MockTransport(handle))
+    gw = Gateway(
+        "http://cp",
+        "pwg_x",
+        [Target("a", "http://a", node="n1"), Target("b", "http://b", node="n2")],
+    )
+    lc = Lifecycles(op, "test", on_change=gw.set_serving)
+    assert lc.find({("n1", "a"), ("n2", "b")}) and lc.pk == {"a": 7, "b": 8}
+    assert lc.want("b", "warming", "joins again")
+    assert posted == [(8, "draining"), (8, "warming")] and lc.state["b"] == "warming"
+    assert not gw.targets["b"].serving and gw.targets["a"].serving
+    assert lc.want("b", "serving", "serves") and gw.targets["b"].serving
+    assert lc.changes == [("b", "warming"), ("b", "serving")]
+    # Announced and serving at the same moment (the bench's reactive arm): warming first, so
+    # that the engine ends up serving.
+    import threading
+
+    posted.clear()
+    lc.run({"b": (0.0, 0.0)}, threading.Event())
+    assert posted == [(8, "draining"), (8, "warming"), (8, "serving")]
+    assert lc.state["b"] == "serving" and gw.targets["b"].serving
+    op.client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(403)))
+    assert not lc.want("a", "draining", "refused") and lc.state["a"] == "serving"
+    assert gw.targets["a"].serving

@@ -18,8 +18,13 @@ import httpx
 import pytest
 
 from controlplane.core import blockhash
-from controlplane.realvllm.driver import Gateway, Target
-from controlplane.realvllm.engine import BLOCK_SIZE, BYTES_PER_BLOCK, KV_CAPACITY_BLOCKS, MODEL_NAME
+from controlplane.harness.realvllm.driver import Gateway, Target
+from controlplane.harness.realvllm.engine import (
+    BLOCK_SIZE,
+    BYTES_PER_BLOCK,
+    KV_CAPACITY_BLOCKS,
+    MODEL_NAME,
+)
 from tests.e2e.harness import EngineMetricsServer
 from tests.live import LiveControlPlane, wait_for
 from tests.realvllm.helpers import api, engine_blocks, fresh, lookup_depth, start_agent, user_token

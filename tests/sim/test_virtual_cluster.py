@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from controlplane.core.blockhash import chain_keys
+from controlplane.harness.virtual import Options, VirtualCluster
+from controlplane.harness.virtual.engine import block_file
+from controlplane.harness.virtual.publisher import KvEventPublisher, block_stored
+from controlplane.harness.virtual.tokens import TokenBook
 from controlplane.sim.scenarios import build
-from controlplane.sim.virtual import Options, VirtualCluster
-from controlplane.sim.virtual.engine import block_file
-from controlplane.sim.virtual.publisher import KvEventPublisher, block_stored
-from controlplane.sim.virtual.tokens import TokenBook
 from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
 from nodeagent.blockstore import FileBlockStore
 from nodeagent.kvevents import decode_payload
@@ -224,9 +224,9 @@ def test_a_warmup_request_prefills_in_sim_time_then_publishes_the_blocks(cluster
     got = {}
     t = threading.Thread(target=lambda: got.setdefault("r", httpx.post(url, json=body, timeout=30)))
     t.start()
-    wait_for(lambda: not vc._warmups.empty(), what="the request queued")
+    wait_for(lambda: not vc.warmups.queue.empty(), what="the request queued")
     vc.serve_warmups(0.0)
-    w = vc._prefilling[0]
+    w = vc.warmups.prefilling[0]
     expect = vc.sim.prefill_s(len(tokens), 0)
     assert w.ready_at == pytest.approx(max(0.0, dst.sim.free_at - expect) + expect)
     vc.serve_warmups(w.ready_at - 1e-6)
@@ -249,11 +249,36 @@ def test_a_warmup_request_prefills_in_sim_time_then_publishes_the_blocks(cluster
         target=lambda: got.__setitem__("r", httpx.post(url, json=body, timeout=30))
     )
     t.start()
-    wait_for(lambda: not vc._warmups.empty(), what="the second request queued")
+    wait_for(lambda: not vc.warmups.queue.empty(), what="the second request queued")
     vc.serve_warmups(w.ready_at)
-    vc.serve_warmups(vc._prefilling[0].ready_at)
+    vc.serve_warmups(vc.warmups.prefilling[0].ready_at)
     t.join(10)
     assert got["r"].json()["usage"]["prompt_tokens_details"]["cached_tokens"] == len(tokens)
     # A wrong model name or a prompt of foreign tokens is a 400, as vLLM answers it.
     bad = httpx.post(url, json={**body, "model": "other"}, timeout=10)
     assert bad.status_code == 400 and "does not exist" in bad.json()["message"]
+
+
+@pytest.mark.slow
+def test_virtual_gpu_memory_is_the_weights_plus_the_kv_blocks_held(cluster):
+    """The agent's simulated GPU source reads what the engine holds, not a fixed share of HBM:
+    an empty cache shows the weights alone; serving fills it and memory in use rises with it."""
+    import httpx
+
+    vc, _subs = cluster
+    cost = vc.setup.config.cost
+    weights = cost.model.weight_bytes / cost.gpus
+
+    def gpus(i: int) -> list[dict]:
+        url = f"http://127.0.0.1:{vc.http.port}/nodes/{vc.node_name(i)}/gpus"
+        return httpx.get(url, timeout=5).json()["gpus"]
+
+    assert {g["memory_used"] for g in gpus(0)} == {int(weights)}
+    for i in range(40):
+        vc.serve(i, float(vc.workload.t[i]))
+    vc.gauges.publish(float(vc.workload.t[39]))
+    for ve in vc.engines:
+        held = len(ve.sim.cache) * vc.block_bytes / cost.gpus
+        used = {g["memory_used"] for g in gpus(ve.sim.eid)}
+        assert used == {int(weights + held)}
+    assert len({gpus(ve.sim.eid)[0]["memory_used"] for ve in vc.engines}) == 2

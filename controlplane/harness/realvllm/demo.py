@@ -14,18 +14,20 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from controlplane.realvllm.engine import (
+from controlplane.core.protocol import TRANSPORT_WARMUP
+from controlplane.harness import launch
+from controlplane.harness.lifecycle import Lifecycles, Operator
+from controlplane.harness.realvllm.engine import (
     BYTES_PER_BLOCK,
     KV_CAPACITY_BLOCKS,
+    MODEL_NAME,
     EngineUnavailable,
     VllmEngine,
     ensure_model,
@@ -33,9 +35,11 @@ from controlplane.realvllm.engine import (
     vllm_python,
 )
 
-# Real seconds, not a compressed trace: a replica lives two minutes, plans every 10 s.
+# Real seconds, not a compressed trace: a replica lives two minutes, plans every 10 s. Copies are
+# warm-ups: prefill-only requests the agent sends to the target engine's OpenAI server.
 REAL_POLICY = {
     "mode": "auto",
+    "default_transport": TRANSPORT_WARMUP,
     "forecast_every_seconds": 10,
     "plan_every_seconds": 10,
     "horizon_seconds": 120,
@@ -95,7 +99,7 @@ def agent_config(
     return path
 
 
-def _policy(fields: dict[str, Any]) -> None:
+def set_policy(fields: dict[str, Any]) -> None:
     from io import StringIO
 
     from django.core.management import call_command
@@ -103,36 +107,27 @@ def _policy(fields: dict[str, Any]) -> None:
     call_command("ensure_policy", "demo", "--fields", json.dumps(fields), stdout=StringIO())
 
 
-def _warmup_executor() -> bool:
-    """Whether this control plane has the `warmup` executor (a prefill-only request)."""
-    from controlplane.replication.models import Transport
-
-    return "warmup" in {c[0] for c in Transport.CHOICES}
-
-
 def main(host: str, port: int, rate: float = 1.0) -> int:
-    from controlplane import demo
-
     try:
         python = vllm_python()
         ensure_model(python=python)
     except EngineUnavailable as exc:
         print(f"make demo PRESET=real: {exc}", file=sys.stderr)
         return 2
-    data = demo.DEMO_DIR / "real"
-    demo.DEMO_DIR.mkdir(parents=True, exist_ok=True)
+    data = launch.DEMO_DIR / "real"
+    launch.DEMO_DIR.mkdir(parents=True, exist_ok=True)
     # A run right after Ctrl-C waits for the previous one to let go of the folder and the port.
-    lock = demo._lock(data, beside=f"PRESET=burst PORT={port + 1}")  # noqa: F841 (held until exit)
-    demo._wait_for_port(host, port)
+    lock = launch.lock_run(data, beside=f"PRESET=burst PORT={port + 1}")  # noqa: F841 (held until exit)
+    launch.wait_for_port(host, port)
     shutil.rmtree(data, ignore_errors=True)  # each run starts empty: the scoreboard is this run's
     data.mkdir(parents=True)
-    password = demo._password()
+    password = launch.password()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "controlplane.settings",
         "PREWARM_DATA_DIR": str(data),
         "PYTHONUNBUFFERED": "1",
-        **demo.SETTINGS,
+        **launch.SETTINGS,
     }
     os.environ.update(env)
     print(
@@ -140,17 +135,13 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
         flush=True,
     )
     credentials = data / "credentials.json"
-    demo._setup(2, password, credentials)
+    launch.setup_control_plane(2, password, credentials)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per health poll
-    policy = dict(REAL_POLICY)
-    if _warmup_executor():
-        policy["default_transport"] = "warmup"
-    _policy(policy)
+    set_policy(REAL_POLICY)
     creds = json.loads(credentials.read_text())
     url = f"http://{host}:{port}/"
     cp = f"http://127.0.0.1:{port}" if host in ("0.0.0.0", "::") else url.rstrip("/")
 
-    procs: list[subprocess.Popen] = []
     engines = [
         VllmEngine("vllm-a", data, events="connect", cpu_cores="0"),
         VllmEngine(
@@ -158,40 +149,13 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
         ),
     ]
 
-    def stop(*_: object) -> None:
-        for p in reversed(procs):  # the driver first, so its last records reach the web
-            if p.poll() is None:
-                p.terminate()
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    def stop_engines() -> None:
         for e in engines:
             e.stop()
-        sys.exit(0)
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    web_log = open(data / "web.log", "ab")  # noqa: SIM115 - the child keeps it
-    procs.append(
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                host,
-                "-p",
-                str(port),
-                "controlplane.asgi:application",
-            ],
-            cwd=demo.ROOT,
-            env={**env, "PREWARM_EMBEDDED_WORKER": "true"},
-            stdout=web_log,
-            stderr=subprocess.STDOUT,
-        )
-    )
-    demo._wait_healthy(url, procs[0])
+    children = launch.Children(on_stop=stop_engines)
+    children.exit_on_signals()
+    children.web(host, port, env, data / "web.log")
     print("starting two vLLM engines (about a minute, ~2.9 GB each) ...", flush=True)
     started = time.monotonic()
     try:
@@ -201,44 +165,26 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
             e.wait_ready()
     except EngineUnavailable as exc:
         print(f"make demo PRESET=real: {exc}", file=sys.stderr)
-        stop()
+        children.stop()
+        return 1
     print(
         f"engines ready in {time.monotonic() - started:.0f} s "
         f"({', '.join(f'{e.name} {e.rss_bytes() / 2**30:.1f} GiB' for e in engines)})",
         flush=True,
     )
-    extra: dict[str, Any] = {}
-    if _warmup_executor():  # the agent sends warm-ups to the engine's OpenAI-compatible server
-        extra = {"served_model_name": "tiny"}
     for i, e in enumerate(engines):
-        state = data / f"agent-{e.name}"
-        state.mkdir()
-        cfg = agent_config(
-            data / f"agent-{e.name}.toml",
-            cp,
-            creds["enrolment_tokens"][i],
-            e,
-            state,
-            **({"openai_url": e.url, **extra} if extra else {}),
+        children.add(start_agent(e, data, cp, creds["enrolment_tokens"][i], env))
+    if not wait_for_engines(cp, creds["operator_token"], {e.name for e in engines}):
+        print(
+            "the agents have not reported both engines within a minute; going on", file=sys.stderr
         )
-        with open(data / f"agent-{e.name}.log", "ab") as log:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "nodeagent", "--config", str(cfg)],
-                    cwd=demo.ROOT,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-    _wait_engines(cp, creds["operator_token"], {e.name for e in engines}, procs)
     with open(data / "driver.log", "ab") as log:
-        procs.append(
+        children.add(
             subprocess.Popen(
                 [
                     sys.executable,
                     "-m",
-                    "controlplane.realvllm.driver",
+                    "controlplane.harness.realvllm.driver",
                     "--control-plane",
                     cp,
                     "--gateway-token",
@@ -253,7 +199,7 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
                     f"--join={engines[1].name}={JOIN[0]:g}:{JOIN[1]:g}",
                     *[f"--engine=cpu-{e.name}/{e.name}={e.url}" for e in engines],
                 ],
-                cwd=demo.ROOT,
+                cwd=launch.ROOT,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -271,36 +217,45 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
         "Ctrl-C stops everything.\n",
         flush=True,
     )
-    while True:
-        for p in procs:
-            if p.poll() is not None:
-                print(f"a demo process exited with code {p.returncode}; stopping", file=sys.stderr)
-                stop()
-        for e in engines:
-            if not e.alive():
-                print(f"vLLM engine {e.name} exited: {e.last_error()}; stopping", file=sys.stderr)
-                stop()
-        time.sleep(0.5)
+    children.watch(
+        lambda: next(
+            (f"vLLM engine {e.name} exited: {e.last_error()}" for e in engines if not e.alive()),
+            "",
+        )
+    )
+    return 0
 
 
-def _wait_engines(
-    cp: str, token: str, names: set[str], procs: list[subprocess.Popen], timeout_s: float = 60.0
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            resp = httpx.get(
-                f"{cp}/api/engines/?page_size=100",
-                headers={"Authorization": f"Bearer {token}"},
-                timeout=5,
-            )
-            if resp.status_code == 200 and names <= {
-                e["engine_id"] for e in resp.json()["results"]
-            }:
-                return
-        except httpx.HTTPError:
-            pass
-        if any(p.poll() is not None for p in procs):
-            return  # the main loop reports which one exited
-        time.sleep(0.5)
-    print("the agents have not reported both engines within a minute; going on", file=sys.stderr)
+def start_agent(
+    engine: VllmEngine, data: Path, cp: str, enrolment: str, env: dict[str, str]
+) -> subprocess.Popen:
+    """A real ``prewarm-agent`` beside the engine: its state and log under ``data``; it sends
+    warm-ups to the engine's OpenAI server."""
+    state = data / f"agent-{engine.name}"
+    state.mkdir(parents=True, exist_ok=True)
+    cfg = agent_config(
+        data / f"agent-{engine.name}.toml",
+        cp,
+        enrolment,
+        engine,
+        state,
+        openai_url=engine.url,
+        served_model_name=MODEL_NAME,
+    )
+    with open(data / f"agent-{engine.name}.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "nodeagent", "--config", str(cfg)],
+            cwd=launch.ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def wait_for_engines(cp: str, token: str, names: set[str], timeout_s: float = 60.0) -> bool:
+    """Whether the agents reported every engine named within ``timeout_s``."""
+    operator = Operator(cp, token)
+    try:
+        return Lifecycles(operator, "demo").wait_for(names, timeout_s, threading.Event())
+    finally:
+        operator.close()

@@ -10,10 +10,12 @@ divided by 16 too; prompts are capped to fit the 2048-token model.
 Each request is routed like a cache-aware gateway would: to the engine holding the longest
 prefix of the prompt according to the control plane's residency lookup, least busy first, and
 to the least busy engine when none holds any of it. The engine's answer gives the request record
-the driver posts to ``/api/request-records/``: served engine, prompt tokens and
-``usage.prompt_tokens_details.cached_tokens``.
+the driver posts to ``/api/request-records/`` (through the harness's one gateway client,
+``harness/gateway.py``): served engine, prompt tokens,
+``usage.prompt_tokens_details.cached_tokens`` and the time to the first token it measured.
+Engines that join mid-run follow the harness's one lifecycle scheduler (``harness/lifecycle.py``).
 
-Pure Python (httpx), no Django: ``python -m controlplane.realvllm.driver --help``.
+Pure Python (httpx), no Django: ``python -m controlplane.harness.realvllm.driver --help``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ from typing import Any
 
 import httpx
 
+from controlplane.core.protocol import ENGINE_SERVING
 from controlplane.core.traces.paths import shared_data_dir
+from controlplane.harness.gateway import RecordPoster
+from controlplane.harness.lifecycle import Lifecycles, Operator
 from controlplane.sim.workloads.mooncake import load_mooncake
 
 log = logging.getLogger(__name__)
@@ -178,9 +183,8 @@ class Target:
 class DriverStats:
     sent: int = 0
     failed: int = 0
-    posted: int = 0
-    post_failures: int = 0
     routed_by_residency: int = 0
+    post_failures: int = 0
     per_engine: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
@@ -194,6 +198,7 @@ class Gateway:
         targets: list[Target],
         tenant: str = TENANT,
         client: httpx.Client | None = None,
+        keep_records: bool = False,
     ):
         if not targets:
             raise ValueError("at least one engine")
@@ -203,9 +208,9 @@ class Gateway:
         self.http = client or httpx.Client(timeout=60)
         self.headers = {"Authorization": f"Bearer {gateway_token}"}
         self.lock = threading.Lock()
-        self.pending: list[dict[str, Any]] = []
+        self.poster = RecordPoster(self.cp, gateway_token, client=self.http)
         self.stats = DriverStats()
-        self.records: list[dict[str, Any]] = []  # every record posted (kept for tests, bounded)
+        self.records: list[dict[str, Any]] | None = [] if keep_records else None  # for benches
 
     # -- routing -------------------------------------------------------------------------------
     def holders(self, token_ids: list[int]) -> dict[str, int]:
@@ -251,26 +256,17 @@ class Gateway:
         target: Target | None = None,
         tenant: str | None = None,
     ) -> dict | None:
-        """Serve one prompt; returns its request record (None if the engine failed)."""
+        """Serve one prompt (streamed, so that the time to its first token is measured); returns
+        its request record (None if the engine failed)."""
         arrival = time.time()
         if target is None:
             target = self.route(token_ids)
         else:
             with self.lock:
                 target.in_flight += 1
+        started = time.monotonic()
         try:
-            resp = self.http.post(
-                f"{target.url}/v1/completions",
-                timeout=120,
-                json={
-                    "model": target.model,
-                    "prompt": token_ids,
-                    "max_tokens": max_tokens,
-                    "temperature": 0.0,
-                },
-            )
-            resp.raise_for_status()
-            usage = resp.json()["usage"]
+            ttft, usage = self._complete(target, token_ids, max_tokens, started)
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             with self.lock:
                 target.in_flight -= 1
@@ -288,6 +284,7 @@ class Gateway:
             "prompt_tokens": prompt,
             "cached_tokens": cached,
             ENGINE_FIELD: target.ref,
+            "ttft_s": round(ttft, 6),
         }
         with self.lock:
             target.in_flight -= 1
@@ -295,50 +292,59 @@ class Gateway:
             target.prompt_tokens += prompt
             target.cached_tokens += cached
             self.stats.sent += 1
-            self.pending.append(record)
+            if self.records is not None:
+                self.records.append(record)
+        self.poster.add(record)
         return record
 
-    def flush(self) -> int:
-        """Post the records gathered since the last flush; kept for the next one on failure."""
-        with self.lock:
-            batch, self.pending = self.pending, []
-        if not batch:
-            return 0
-        try:
-            resp = self.http.post(
-                f"{self.cp}/api/request-records/",
-                headers=self.headers,
-                json={"records": batch},
-                timeout=30,
-            )
-            if 400 <= resp.status_code < 500:  # refused as it is: sending it again cannot help
-                log.error(
-                    "the control plane refused %d records: HTTP %d %s",
-                    len(batch),
-                    resp.status_code,
-                    resp.text[:300],
-                )
-                with self.lock:
-                    self.stats.post_failures += 1
-                return 0
+    def _complete(
+        self, target: Target, token_ids: list[int], max_tokens: int, started: float
+    ) -> tuple[float, dict[str, Any]]:
+        """A streamed completion: (seconds to the first token, the final usage)."""
+        body = {
+            "model": target.model,
+            "prompt": token_ids,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        ttft: float | None = None
+        usage: dict[str, Any] | None = None
+        with self.http.stream(
+            "POST", f"{target.url}/v1/completions", json=body, timeout=120
+        ) as resp:
             resp.raise_for_status()
-        except httpx.HTTPError as exc:
-            log.warning("posting %d records failed (%s): kept for the next flush", len(batch), exc)
-            with self.lock:
-                self.stats.post_failures += 1
-                self.pending = batch + self.pending
-            return 0
+            for line in resp.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if ttft is None and chunk.get("choices"):
+                    ttft = time.monotonic() - started
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+        if ttft is None or usage is None:
+            raise ValueError("the stream ended without a token or without usage")
+        return ttft, usage
+
+    def flush(self) -> int:
+        """Post the records gathered since the last flush (kept for the next one on failure);
+        how many the control plane took."""
+        before = self.poster.posted
+        self.poster.flush()
         with self.lock:
-            self.stats.posted += len(batch)
-            self.records = (self.records + batch)[-10_000:]
-        return len(batch)
+            self.stats.post_failures = self.poster.failures
+        return self.poster.posted - before
+
+    def close(self) -> None:
+        self.poster.close()
 
     def summary(self) -> dict[str, Any]:
         with self.lock:
             return {
                 "sent": self.stats.sent,
                 "failed": self.stats.failed,
-                "posted": self.stats.posted,
+                "posted": self.poster.posted,
                 "routed_by_residency": self.stats.routed_by_residency,
                 "engines": {
                     t.engine_id: {
@@ -349,6 +355,12 @@ class Gateway:
                     for t in self.targets.values()
                 },
             }
+
+    def set_serving(self, engine_id: str, lifecycle: str) -> None:
+        """The lifecycle scheduler's listener: route to an engine only while it serves."""
+        with self.lock:
+            if engine_id in self.targets:
+                self.targets[engine_id].serving = lifecycle == ENGINE_SERVING
 
     # -- a replay ------------------------------------------------------------------------------
     def replay(
@@ -382,54 +394,6 @@ class Gateway:
                     last_flush = time.monotonic()
         self.flush()
         return self.summary()
-
-
-class Joins:
-    """Engines that join the fleet during the replay, as in a scale-out: each starts
-    ``draining`` (booted, not serving), is announced ``warming`` at ``announce_s`` (the planner
-    may now send it warm-up copies of the hot prefixes) and starts ``serving`` at ``serve_s``
-    (the gateway routes to it from then on). Lifecycles are set with an operator's token."""
-
-    def __init__(
-        self,
-        gateway: Gateway,
-        control_plane: str,
-        operator_token: str,
-        joins: dict[str, tuple[float, float]],
-    ):
-        from controlplane.sim.virtual.control import Operator
-
-        self.gw, self.joins = gateway, joins
-        self.operator = Operator(control_plane, operator_token)
-        self.pk = {eid: e["id"] for (_, eid), e in self.operator.engines().items()}
-        missing = sorted(set(joins) - set(self.pk))
-        if missing:
-            raise ValueError(f"engines {', '.join(missing)} are not known to the control plane")
-        self.state: dict[str, str] = {}
-        for engine_id in joins:
-            self._set(engine_id, "draining", "not serving yet: it joins later")
-
-    def _set(self, engine_id: str, lifecycle: str, reason: str) -> None:
-        self.operator.set_lifecycle(self.pk[engine_id], lifecycle, f"request driver: {reason}")
-        self.state[engine_id] = lifecycle
-        with self.gw.lock:
-            self.gw.targets[engine_id].serving = lifecycle == "serving"
-        log.info("%s is now %s", engine_id, lifecycle)
-
-    def run(self, stop: threading.Event) -> None:
-        t0 = time.monotonic()
-        steps = sorted(
-            (at, eid, what)
-            for eid, (announce, serve) in self.joins.items()
-            for at, what in ((announce, "warming"), (serve, "serving"))
-        )
-        for at, engine_id, what in steps:
-            if stop.wait(max(0.0, t0 + at - time.monotonic())):
-                return
-            try:
-                self._set(engine_id, what, "joins the fleet" if what == "warming" else "serves")
-            except (RuntimeError, httpx.HTTPError) as exc:
-                log.warning("%s", exc)
 
 
 def _schedule(
@@ -526,11 +490,18 @@ def main(argv: list[str] | None = None) -> int:
                 p.error(f"--join {spec!r}: an --engine, and 0 <= ANNOUNCE_S <= SERVE_S")
             joins[engine_id] = (announce, serve)
         try:
-            joiner = Joins(gw, args.control_plane, args.operator_token, joins)
+            joiner = Lifecycles(
+                Operator(args.control_plane, args.operator_token),
+                "request driver",
+                on_change=gw.set_serving,
+            )
+            if not joiner.find(set(joins)):
+                raise ValueError(f"engines {', '.join(sorted(joins))} are not all known")
+            joiner.hold(joins)
         except (ValueError, RuntimeError, httpx.HTTPError) as exc:
             print(f"driver: {exc}", file=sys.stderr)
             return 2
-        threading.Thread(target=joiner.run, args=(stop,), daemon=True).start()
+        threading.Thread(target=joiner.run, args=(joins, stop), daemon=True).start()
     print(
         f"driver: {len(requests)} requests of {args.trace} over "
         f"{requests[-1].at_s / args.speed if requests else 0:.0f} s",

@@ -1,4 +1,5 @@
-"""``prewarm-sim cluster``: run the virtual cluster against a control plane.
+"""``prewarm-sim``: the simulator's commands (``controlplane/sim/cli.py``) and ``cluster``, which
+runs the virtual cluster (``virtual/``) against a control plane.
 
     prewarm-sim cluster --preset burst --control-plane http://127.0.0.1:8000 \\
         --gateway-token pwg_... --operator-token pwu_... --dir var/vcluster \\
@@ -12,6 +13,7 @@ the agents' configurations (``<dir>/<node>/agent.toml``) and waits for agents st
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -20,12 +22,44 @@ import sys
 from pathlib import Path
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "cluster",
-        help="play engines in real time for real agents",
-        description=__doc__.split("\n")[0],
+def cluster_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="prewarm-sim cluster",
+        description="play the simulator's engines in real time for real agents",
     )
+    add_arguments(p)
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """``prewarm-sim``'s arguments: ``cluster ...`` here, the rest by the simulator's parser."""
+    if argv[:1] == ["cluster"]:
+        args = cluster_parser().parse_args(argv[1:])
+        args.cmd = "cluster"
+        return args
+    from controlplane.sim.cli import parser
+
+    return parser().parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``prewarm-sim cluster ...`` here; every other command is the simulator's own."""
+    from controlplane.sim.cli import main as sim_main
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] != ["cluster"]:
+        if argv[:1] in (["-h"], ["--help"]):
+            print("prewarm-sim cluster --help: the virtual cluster (a live demo's engines)\n")
+        return sim_main(argv)
+    args = parse_args(argv)
+    try:
+        return main_cluster(args)
+    except ValueError as exc:
+        print(f"prewarm-sim: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="burst", help="burst or steady")
     p.add_argument("--engines", type=int, default=None, help="override the preset's engine count")
     p.add_argument("--seed", type=int, default=0)
@@ -60,9 +94,9 @@ def add_parser(sub) -> None:
 
 
 def main_cluster(args) -> int:
-    from controlplane.sim.virtual.agents import spawn_agents, stop_agents
-    from controlplane.sim.virtual.cluster import Options, VirtualCluster
-    from controlplane.sim.virtual.presets import build_preset
+    from controlplane.harness.virtual.agents import spawn_agents, stop_agents
+    from controlplane.harness.virtual.cluster import Options, VirtualCluster
+    from controlplane.harness.virtual.presets import build_preset
 
     if args.credentials:
         _read_credentials(args)
@@ -143,3 +177,7 @@ def _read_credentials(args) -> None:
         args.enrolment_tokens = args.enrolment_tokens or ",".join(doc["enrolment_tokens"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"--credentials {args.credentials}: unreadable ({exc})") from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,9 +20,9 @@ from hashlib import blake2b
 from pathlib import Path
 
 from controlplane.core.blockhash import ROOT_PARENT
+from controlplane.harness.virtual.publisher import KvEventPublisher, block_removed, block_stored
+from controlplane.harness.virtual.tokens import TokenBook
 from controlplane.sim.engine import Engine
-from controlplane.sim.virtual.publisher import KvEventPublisher, block_removed, block_stored
-from controlplane.sim.virtual.tokens import TokenBook
 
 log = logging.getLogger(__name__)
 _MASK = (1 << 64) - 1

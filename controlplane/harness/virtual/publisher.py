@@ -27,6 +27,8 @@ from typing import Any
 import msgpack
 import zmq
 
+from controlplane.core.protocol import TIER_GPU
+
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
 
@@ -39,7 +41,7 @@ def block_stored(
     parent: int | None,
     token_ids: Sequence[int],
     block_size: int,
-    medium: str = "GPU",
+    medium: str = TIER_GPU,
 ) -> dict[str, Any]:
     return {
         "type": "BlockStored",
@@ -53,7 +55,7 @@ def block_stored(
     }
 
 
-def block_removed(block_hashes: Sequence[int], medium: str = "GPU") -> dict[str, Any]:
+def block_removed(block_hashes: Sequence[int], medium: str = TIER_GPU) -> dict[str, Any]:
     return {"type": "BlockRemoved", "block_hashes": list(block_hashes), "medium": medium}
 
 

@@ -1,9 +1,10 @@
-"""The virtual cluster's side of the control plane's API: a gateway and an operator.
+"""The gateway's side of the control plane's API: request records, posted as a gateway does.
 
-``RecordPoster`` posts request records as a gateway does (``POST /api/request-records/`` with a
-gateway token, batched, in a background thread; a failed batch is kept and sent again, bounded).
-``Operator`` reads engines and sets an engine's lifecycle (an operator's user token), which is
-how the virtual cluster announces an engine that joins.
+``RecordPoster`` posts request records (``POST /api/request-records/`` with a gateway token) in
+batches, from a background thread (``start()``) or when asked (``flush()``); a batch the control
+plane did not take for a passing reason (no answer, 5xx, 429) is kept and sent again, bounded; one
+it refused as written (another 4xx) is dropped and counted. The virtual cluster and the real
+engines' request driver both post through it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from typing import Any
 
 import httpx
@@ -23,13 +23,21 @@ MAX_BACKLOG = 200_000
 
 
 class RecordPoster:
-    def __init__(self, base_url: str, token: str, flush_s: float = 1.0, timeout_s: float = 10.0):
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        flush_s: float = 1.0,
+        timeout_s: float = 10.0,
+        client: httpx.Client | None = None,
+    ):
         if not token:
             raise ValueError("a gateway token is needed to post request records")
         self.url = base_url.rstrip("/") + "/api/request-records/"
         self.headers = {"Authorization": f"Bearer {token}"}
         self.flush_s = flush_s
-        self.client = httpx.Client(timeout=timeout_s)
+        self.client = client or httpx.Client(timeout=timeout_s)
+        self._own_client = client is None
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -51,6 +59,11 @@ class RecordPoster:
                 del self._pending[:drop]
                 self.dropped += drop
 
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
     def flush(self) -> bool:
         """Send what is pending; False if the control plane did not take it (kept for later)."""
         with self._lock:
@@ -68,13 +81,13 @@ class RecordPoster:
             if resp.status_code == 200:
                 with self._lock:
                     del self._pending[: len(batch)]
-                self.posted += len(batch)
+                    self.posted += len(batch)
                 continue
             if 400 <= resp.status_code < 500 and resp.status_code != 429:
                 # The server refused the batch as written: resending it cannot help.
                 with self._lock:
                     del self._pending[: len(batch)]
-                self.dropped += len(batch)
+                    self.dropped += len(batch)
             self._failed(f"HTTP {resp.status_code}: {resp.text[:300]}")
             return False
         return True
@@ -94,7 +107,8 @@ class RecordPoster:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self.flush()
-        self.client.close()
+        if self._own_client:
+            self.client.close()
 
 
 def _bounded(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -106,47 +120,3 @@ def _bounded(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if size > MAX_BATCH_BYTES and i:
             return records[:i]
     return records
-
-
-class Operator:
-    """Engine lookups and lifecycle changes with an operator's user token."""
-
-    def __init__(self, base_url: str, token: str, timeout_s: float = 10.0):
-        self.base = base_url.rstrip("/")
-        self.client = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {token}"})
-
-    def engines(self) -> dict[tuple[str, str], dict[str, Any]]:
-        """(node name, engine id) -> the engine as the API shows it."""
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        url: str | None = f"{self.base}/api/engines/?limit=500"
-        while url:
-            resp = self.client.get(url)
-            resp.raise_for_status()
-            page = resp.json()
-            for e in page["results"]:
-                out[(e["node_name"], e["engine_id"])] = e
-            url = page.get("next")
-        return out
-
-    def set_lifecycle(self, engine_pk: int, lifecycle: str, reason: str) -> None:
-        resp = self.client.post(
-            f"{self.base}/api/engines/{engine_pk}/lifecycle/",
-            json={"lifecycle": lifecycle, "reason": reason},
-        )
-        if resp.status_code != 200:
-            raise RuntimeError(
-                f"lifecycle {lifecycle} for engine {engine_pk}: "
-                f"HTTP {resp.status_code} {resp.text[:300]}"
-            )
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def wait_until(predicate, timeout_s: float, interval_s: float = 0.5) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return False

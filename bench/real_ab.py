@@ -1,0 +1,707 @@
+"""Speculation measured on real engines: an A/B bench on vLLM's CPU build (`make bench-real`).
+
+Two real vLLM engines (the tiny model the project builds under ``var/realvllm/``; each engine's
+compute threads pinned to its own core with ``VLLM_CPU_OMP_THREADS_BIND``) behind the project's
+request driver (``controlplane/harness/realvllm/driver.py``: cache-aware routing by the control
+plane's residency lookup, streamed completions, TTFT measured to the first token), the real
+control plane (daphne, the embedded Celery worker and beat), one real ``prewarm-agent`` per
+engine and its ``warmup`` executor (prefill-only requests into the target engine, confirmed by
+that engine's own KV events).
+
+Every run replays the same slice of the shared ServeGen trace (the 4 busiest tenants of the
+steepest demand ramp, 10 trace seconds per wall second, as token-id prompts that start with the
+tenant's shared prefix of 1,056-1,600 tokens). ``vllm-a`` serves from the start; ``vllm-b`` joins
+as in a scale-out and serves from ``--serve-s``. The policies:
+
+  none        cache-aware routing only: the control plane plans in shadow mode, copies nothing
+  reactive    the control plane learns of the joining engine only when it starts serving
+              (draining -> warming -> serving at once): whatever it copies comes with no lead
+              time. (The control plane has no hot-spot rule of its own; the simulator's
+              ``reactive`` is that rule, see docs/benchmarks.md.)
+  predictive  the joining engine is announced ``warming`` at ``--announce-s``; the planner warms
+              it with the forecast-hot tenant prefixes before it serves (the scale-out path)
+
+Runs alternate policy by policy (predictive, none, reactive, predictive, ...), ``--runs`` each. Every
+run starts from reset engines (``POST /reset_prefix_cache``, vLLM's dev-mode route; checked: a
+probe prompt sent before the reset is a miss after it) and a fresh control plane (a new SQLite
+database copied from a migrated template, new credentials, new agents with empty state).
+
+Reported per policy: TTFT mean / p50 / p99 over all requests and over the requests the joining
+engine served in its first two minutes of serving; hit rate (requests with any cached token)
+and cached-token share; warm-ups sent (jobs), their prompt tokens, how many were already cached
+and their prefill time at this engine's measured cold cost; per run, and the paired differences
+(run i of a policy against run i of ``none``) with 95% Student-t intervals. Writes ``--json``
+and ``--html`` (a plotly chart of TTFT over time per policy).
+
+    python bench/real_ab.py [--runs 5] [--json PATH] [--html PATH]
+    python bench/real_ab.py --quick      # one short run per policy: ~10 minutes, not one
+
+``--quick`` cannot finish in a minute: two engines take a minute or more to start and each run
+needs the joining engine's announce, warm-up and serving phases in real time (so ``make bench``
+leaves this bench out; ``make bench-real`` runs it). Needs ``.venv-vllm`` (``make vllm-env``),
+about 6 GB of memory and the shared data (``PREWARM_SHARED_DATA`` or ``../shared/data``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, parser, percentile, table, write_json
+
+from controlplane.core.protocol import ENGINE_SERVING, JOB_FAILED, ROLE_TARGET, TRANSPORT_WARMUP
+from controlplane.harness import launch
+from controlplane.harness.lifecycle import Lifecycles, Operator
+from controlplane.harness.realvllm.demo import REAL_POLICY, start_agent, wait_for_engines
+from controlplane.harness.realvllm.driver import Gateway, Target, TraceRequest, servegen
+from controlplane.harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
+from controlplane.harness.realvllm.engine import vllm_python as find_vllm
+from controlplane.sim.seeds import t95
+
+POLICIES = ("none", "reactive", "predictive")
+ORDER = ("predictive", "none", "reactive")  # the order runs alternate in
+WORK = REPO / "var" / "bench" / "real_ab"
+JOINER_WINDOW_S = 120.0  # the joining engine's first two minutes of serving
+TIME_SCALE = 10.0  # trace seconds per wall second (the driver's ServeGen replay)
+
+
+# -- statistics ------------------------------------------------------------------------------
+def summarise(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0, "mean": float("nan"), "p50": float("nan"), "p99": float("nan")}
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values),
+        "p50": percentile(values, 50),
+        "p99": percentile(values, 99),
+    }
+
+
+def paired(base: list[float], other: list[float]) -> dict[str, Any]:
+    """Run-by-run differences ``other - base`` (pairs in run order): mean and the half-width
+    of its 95% Student-t interval (None with one pair)."""
+    diffs = [o - b for b, o in zip(base, other, strict=False)]
+    if not diffs:
+        return {"n": 0, "mean": None, "ci95": None, "diffs": []}
+    half = (
+        t95(len(diffs) - 1) * statistics.stdev(diffs) / len(diffs) ** 0.5
+        if len(diffs) > 1
+        else None
+    )
+    return {"n": len(diffs), "mean": statistics.fmean(diffs), "ci95": half, "diffs": diffs}
+
+
+def run_figures(
+    records: list[dict], joiner_ref: str, serving_at: float | None, jobs: list[dict]
+) -> dict[str, Any]:
+    """One run's figures from the driver's request records and the control plane's jobs."""
+    ttft = [r["ttft_s"] for r in records]
+    first = (
+        [
+            r["ttft_s"]
+            for r in records
+            if r["engine"] == joiner_ref and serving_at <= r["time"] < serving_at + JOINER_WINDOW_S
+        ]
+        if serving_at is not None
+        else []
+    )
+    prompt = sum(r["prompt_tokens"] for r in records)
+    cached = sum(r["cached_tokens"] for r in records)
+    warm = [j for j in jobs if j["transport"] == TRANSPORT_WARMUP]
+    tgt = [((j.get("results") or {}).get(ROLE_TARGET) or {}) for j in warm]
+    warm_tokens = sum(int(t.get("prompt_tokens") or 0) for t in tgt)
+    warm_cached = sum(int(t.get("cached_tokens") or 0) for t in tgt)
+    return {
+        "requests": len(records),
+        "ttft": summarise(ttft),
+        "joiner_first_2min": summarise(first),
+        "joiner_requests": sum(1 for r in records if r["engine"] == joiner_ref),
+        "hit_rate": sum(1 for r in records if r["cached_tokens"] > 0) / max(1, len(records)),
+        "cached_token_share": cached / max(1, prompt),
+        "warmups": len(warm),
+        "warmups_by_state": _count(j["state"] for j in warm),
+        "warmup_prompt_tokens": warm_tokens,
+        "warmup_tokens_computed": warm_tokens - warm_cached,
+    }
+
+
+def _count(items) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def gpu_ratio(requests: list[TraceRequest], model: str = "llama3-70b", gpu: str = "h100") -> dict:
+    """The same prompts priced by the simulator's cost model on GPUs: prefill of the whole
+    prompt against prefill of its own part after the cached tenant prefix (means)."""
+    from controlplane.core.costmodel import CostModel
+
+    cost = CostModel.preset(model, gpu)
+    heads: dict[str, int] = {}
+    for r in requests:  # a tenant's shared prefix: what all its prompts start with
+        prev = heads.get(r.tenant)
+        if prev is None:
+            heads[r.tenant] = len(r.token_ids)
+            continue
+        first = next(x for x in requests if x.tenant == r.tenant)
+        n = 0
+        while n < min(prev, len(r.token_ids)) and first.token_ids[n] == r.token_ids[n]:
+            n += 1
+        heads[r.tenant] = n
+    cold = [cost.prefill_seconds(len(r.token_ids)) for r in requests]
+    hot = [
+        cost.prefill_seconds(len(r.token_ids) - heads[r.tenant], heads[r.tenant]) for r in requests
+    ]
+    return {
+        "model": model,
+        "gpu": f"{cost.gpus} x {gpu}",
+        "cold_prefill_s": statistics.fmean(cold),
+        "cached_prefill_s": statistics.fmean(hot),
+        "ratio": statistics.fmean(cold) / statistics.fmean(hot),
+        "mean_prompt_tokens": statistics.fmean(len(r.token_ids) for r in requests),
+        "mean_prefix_tokens": statistics.fmean(heads[r.tenant] for r in requests),
+    }
+
+
+# -- the engines -----------------------------------------------------------------------------
+def cold_and_cached_s(
+    engine: VllmEngine, prompt: list[int], repeats: int = 5
+) -> tuple[float, float]:
+    """Median TTFT of a cold prefill (reset before each) and of the same prompt cached."""
+    gw = Gateway("http://127.0.0.1:9", "unused", [Target(engine.name, engine.url)])
+    cold, warm = [], []
+    try:
+        for _ in range(repeats):
+            engine.reset_prefix_cache()
+            rec = gw.send(prompt, 1, target=gw.targets[engine.name])
+            again = gw.send(prompt, 1, target=gw.targets[engine.name])
+            if rec is None or again is None:
+                raise EngineUnavailable(f"{engine.name} failed a probe request")
+            cold.append(rec["ttft_s"])
+            warm.append(again["ttft_s"])
+        engine.reset_prefix_cache()
+    finally:
+        gw.http.close()
+    return statistics.median(cold), statistics.median(warm)
+
+
+def reset_and_check(engines: list[VllmEngine], probe: list[int]) -> None:
+    """Empty each engine's prefix cache and show it is empty: the probe (cached before the
+    reset) must miss after it; then reset once more so the run starts with nothing."""
+    for e in engines:
+        e.complete(probe)
+        if e.cached_tokens(probe) == 0:
+            raise RuntimeError(f"{e.name}: the probe is not cached even before the reset")
+        if not e.reset_prefix_cache():
+            raise RuntimeError(f"{e.name}: /reset_prefix_cache did not succeed")
+        if (left := e.cached_tokens(probe)) != 0:
+            raise RuntimeError(f"{e.name}: {left} probe tokens still cached after the reset")
+        e.reset_prefix_cache()
+
+
+# -- one run ---------------------------------------------------------------------------------
+def prepare_template(env: dict[str, str]) -> Path:
+    """A migrated database, copied for each run (migrating afresh takes longer than a run's
+    set-up should)."""
+    tpl = WORK / "template"
+    shutil.rmtree(tpl, ignore_errors=True)
+    tpl.mkdir(parents=True)
+    _manage(
+        {**env, "PREWARM_DATA_DIR": str(tpl)},
+        "import django; django.setup(); from django.core.management import call_command; "
+        "call_command('migrate', verbosity=0)",
+    )
+    return tpl
+
+
+def _manage(env: dict[str, str], code: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    if out.returncode:
+        raise RuntimeError(f"control-plane set-up failed: {out.stderr.strip()[-800:]}")
+
+
+def policy_fields(policy: str) -> dict[str, Any]:
+    fields = dict(REAL_POLICY)
+    if policy == "none":
+        fields["mode"] = "shadow"  # plans and scores, moves nothing
+    return fields
+
+
+def one_run(
+    policy: str,
+    index: int,
+    engines: list[VllmEngine],
+    template: Path,
+    requests: list[TraceRequest],
+    args,
+    env0: dict[str, str],
+    probe: list[int],
+) -> dict[str, Any]:
+    run_dir = WORK / f"run-{index:02d}-{policy}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.copytree(template, run_dir)
+    env = {**env0, "PREWARM_DATA_DIR": str(run_dir)}
+    creds_path = run_dir / "credentials.json"
+    _manage(
+        env,
+        "import json, sys; import django; django.setup(); "
+        "from pathlib import Path; from controlplane.harness import launch; "
+        "from controlplane.harness.realvllm.demo import set_policy; "
+        f"launch.setup_control_plane(2, 'bench-only', Path({str(creds_path)!r})); "
+        f"set_policy(json.loads({json.dumps(json.dumps(policy_fields(policy)))}))",
+    )
+    creds = json.loads(creds_path.read_text())
+    reset_and_check(engines, probe)
+    cp = f"http://127.0.0.1:{args.port}"
+    children = launch.Children()
+    operator = Operator(cp, creds["operator_token"])
+    try:
+        launch.wait_for_port("127.0.0.1", args.port)
+        children.web("127.0.0.1", args.port, env, run_dir / "web.log")
+        for i, e in enumerate(engines):
+            children.add(start_agent(e, run_dir, cp, creds["enrolment_tokens"][i], env))
+        if not wait_for_engines(cp, creds["operator_token"], {e.name for e in engines}, 120):
+            raise RuntimeError(f"the agents did not report both engines (logs in {run_dir})")
+        joiner = engines[1]
+        targets = [Target(e.name, e.url, node=f"cpu-{e.name}") for e in engines]
+        gw = Gateway(cp, creds["gateway_token"], targets, keep_records=True)
+        serving_at: dict[str, float] = {}
+
+        def changed(engine_id: str, lifecycle: str) -> None:
+            gw.set_serving(engine_id, lifecycle)
+            if lifecycle == ENGINE_SERVING:
+                serving_at.setdefault(engine_id, time.time())
+
+        lc = Lifecycles(operator, "real A/B bench", on_change=changed)
+        if not lc.find({joiner.name}):
+            raise RuntimeError(f"{joiner.name} is not known to the control plane")
+        lc.hold([joiner.name])
+        announce = args.serve_s if policy == "reactive" else args.announce_s
+        stop = threading.Event()
+        sched = threading.Thread(
+            target=lc.run, args=({joiner.name: (announce, args.serve_s)}, stop), daemon=True
+        )
+        started = time.time()
+        sched.start()
+        timer = threading.Timer(args.serve_s + args.serving_s, stop.set)
+        timer.start()
+        gw.replay(requests, speed=1.0, stop=stop, workers=4)
+        stop.set()
+        timer.cancel()
+        gw.close()
+        jobs = _jobs(operator, cp)
+        records = sorted(gw.records or [], key=lambda r: r["time"])
+        fig = run_figures(records, targets[1].ref, serving_at.get(joiner.name), jobs)
+        fig.update(
+            policy=policy,
+            run=index,
+            started_at=started,
+            load_avg=os.getloadavg(),
+            posted=gw.poster.posted,
+            timeline=[(round(r["time"] - started, 3), r["ttft_s"], r["engine"]) for r in records],
+            serving_at_s=(serving_at[joiner.name] - started) if joiner.name in serving_at else None,
+        )
+        return fig
+    finally:
+        operator.close()
+        children.stop()
+
+
+def _jobs(operator: Operator, cp: str) -> list[dict]:
+    out: list[dict] = []
+    url: str | None = f"{cp}/api/replication-jobs/?limit=500"
+    while url:
+        resp = operator.client.get(url)
+        resp.raise_for_status()
+        page = resp.json()
+        out += page["results"]
+        url = page.get("next")
+    return out
+
+
+# -- report ----------------------------------------------------------------------------------
+def report(runs: list[dict], cold_s: float, prompt_tokens: int) -> dict:
+    by = {p: [r for r in runs if r["policy"] == p] for p in POLICIES}
+    per_token = cold_s / max(1, prompt_tokens)
+    out: dict[str, Any] = {"policies": {}, "paired_vs_none": {}}
+    for p, rs in by.items():
+        if not rs:
+            continue
+        pooled = [t for r in rs for (_, t, _) in r["timeline"]]
+        out["policies"][p] = {
+            "runs": len(rs),
+            "ttft_mean_s": statistics.fmean(r["ttft"]["mean"] for r in rs),
+            "ttft_p50_s": statistics.fmean(r["ttft"]["p50"] for r in rs),
+            "ttft_p99_s": statistics.fmean(r["ttft"]["p99"] for r in rs),
+            "ttft_pooled": summarise(pooled),
+            "joiner_first_2min_mean_s": _mean(r["joiner_first_2min"]["mean"] for r in rs),
+            "joiner_first_2min_p99_s": _mean(r["joiner_first_2min"]["p99"] for r in rs),
+            "hit_rate": statistics.fmean(r["hit_rate"] for r in rs),
+            "cached_token_share": statistics.fmean(r["cached_token_share"] for r in rs),
+            "warmups": statistics.fmean(r["warmups"] for r in rs),
+            "warmup_tokens_computed": statistics.fmean(r["warmup_tokens_computed"] for r in rs),
+            "warmup_cost_s": statistics.fmean(r["warmup_tokens_computed"] for r in rs) * per_token,
+        }
+    base = by["none"]
+    for p in ("reactive", "predictive"):
+        if not by[p] or not base:
+            continue
+        out["paired_vs_none"][p] = {
+            k: paired([_get(r, k) for r in base], [_get(r, k) for r in by[p]])
+            for k in ("ttft.mean", "ttft.p50", "ttft.p99", "joiner_first_2min.mean", "hit_rate")
+        }
+    if by["reactive"] and by["predictive"]:
+        out["paired_predictive_vs_reactive"] = {
+            k: paired([_get(r, k) for r in by["reactive"]], [_get(r, k) for r in by["predictive"]])
+            for k in ("ttft.mean", "ttft.p99", "joiner_first_2min.mean")
+        }
+    return out
+
+
+def _get(run: dict, dotted: str) -> float:
+    v: Any = run
+    for part in dotted.split("."):
+        v = v[part]
+    return float(v)
+
+
+def _mean(xs) -> float:
+    vals = [x for x in xs if x == x]  # NaN-free
+    return statistics.fmean(vals) if vals else float("nan")
+
+
+def print_table(summary: dict) -> str:
+    rows = []
+    for p, s in summary["policies"].items():
+        rows.append(
+            (
+                p,
+                str(s["runs"]),
+                f"{1000 * s['ttft_mean_s']:.1f}",
+                f"{1000 * s['ttft_p50_s']:.1f}",
+                f"{1000 * s['ttft_p99_s']:.1f}",
+                f"{1000 * s['joiner_first_2min_mean_s']:.1f}",
+                f"{s['hit_rate']:.3f}",
+                f"{s['cached_token_share']:.3f}",
+                f"{s['warmups']:.1f}",
+                f"{1000 * s['warmup_cost_s']:.0f}",
+            )
+        )
+    text = table(
+        rows,
+        (
+            "policy",
+            "runs",
+            "TTFT mean ms",
+            "p50 ms",
+            "p99 ms",
+            "joiner 2min mean ms",
+            "hit rate",
+            "cached share",
+            "warm-ups",
+            "warm-up cost ms",
+        ),
+    )
+    lines = [text, "", "paired differences vs none (policy - none; mean +- 95% CI half-width):"]
+    for p, ks in summary["paired_vs_none"].items():
+        parts = []
+        for k, d in ks.items():
+            if d["mean"] is None:
+                continue
+            scale = 1 if k == "hit_rate" else 1000
+            ci = f" +- {scale * d['ci95']:.2f}" if d["ci95"] is not None else ""
+            parts.append(f"{k} {scale * d['mean']:+.2f}{ci}")
+        lines.append(f"  {p}: " + "; ".join(parts) + " (ms; hit rate as a fraction)")
+    return "\n".join(lines)
+
+
+def markdown(doc: dict) -> str:
+    """The docs table: per policy, and the paired differences with their 95% intervals."""
+    sm = doc["summary"]
+    lines = [
+        "| policy | runs | TTFT mean (ms) | p50 | p99 | joining engine, first 2 min: mean | "
+        "p99 | hit rate | cached-token share | warm-ups sent (failed) | warm-up prefill (ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in POLICIES:
+        s = sm["policies"].get(p)
+        if not s:
+            continue
+        rs = [r for r in doc["runs"] if r["policy"] == p]
+        failed = statistics.fmean(r["warmups_by_state"].get(JOB_FAILED, 0) for r in rs)
+        lines.append(
+            f"| {p} | {s['runs']} | {1000 * s['ttft_mean_s']:.1f} | {1000 * s['ttft_p50_s']:.1f} "
+            f"| {1000 * s['ttft_p99_s']:.1f} | {1000 * s['joiner_first_2min_mean_s']:.1f} "
+            f"| {1000 * s['joiner_first_2min_p99_s']:.1f} | {s['hit_rate']:.3f} "
+            f"| {s['cached_token_share']:.3f} | {s['warmups']:.1f} ({failed:.1f}) "
+            f"| {1000 * s['warmup_cost_s']:.0f} |"
+        )
+    lines += [
+        "",
+        "| paired difference (run i vs run i) | TTFT mean (ms) | p50 | p99 | "
+        "joining engine, first 2 min mean | hit rate |",
+        "|---|---|---|---|---|---|",
+    ]
+    pairs = dict(sm.get("paired_vs_none", {}))
+    rows = [(f"{p} - none", d) for p, d in pairs.items()]
+    if sm.get("paired_predictive_vs_reactive"):
+        rows.append(("predictive - reactive", sm["paired_predictive_vs_reactive"]))
+    for name, d in rows:
+        cells = []
+        for k in ("ttft.mean", "ttft.p50", "ttft.p99", "joiner_first_2min.mean", "hit_rate"):
+            x = d.get(k)
+            if not x or x["mean"] is None:
+                cells.append("")
+                continue
+            scale, fmt = (1, ".3f") if k == "hit_rate" else (1000, ".1f")
+            ci = f" ± {scale * x['ci95']:{fmt}}" if x["ci95"] is not None else ""
+            cells.append(f"{scale * x['mean']:+{fmt}}{ci}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_html(path: Path, runs: list[dict], title: str, cdn: bool = False) -> None:
+    """TTFT over time per policy: every request of every run (points; the joining engine's in
+    a second trace per policy) and the mean per 10-second bin (lines), times from each run's
+    start. Self-contained (plotly.js inside, ~4.7 MB) unless ``cdn``: then a small file that
+    loads plotly.js from its CDN when opened (the one committed under docs/)."""
+    import plotly.graph_objects as go
+
+    colours = {"none": "#7f7f7f", "reactive": "#1f77b4", "predictive": "#d62728"}
+    fig = go.Figure()
+    for p in POLICIES:
+        rs = [r for r in runs if r["policy"] == p]
+        for joiner in (False, True):
+            xs, ys = [], []
+            for r in rs:
+                for t, ttft, eng in r["timeline"]:
+                    if eng.endswith("vllm-b") == joiner:
+                        xs.append(round(t, 1))
+                        ys.append(round(1000 * ttft, 1))
+            if xs:
+                fig.add_trace(
+                    go.Scattergl(
+                        x=xs,
+                        y=ys,
+                        mode="markers",
+                        name=f"{p} ({'joining engine' if joiner else 'first engine'})",
+                        marker={
+                            "color": colours[p],
+                            "size": 4,
+                            "symbol": "diamond" if joiner else "circle",
+                            "opacity": 0.6,
+                        },
+                    )
+                )
+        bins: dict[int, list[float]] = {}
+        for r in rs:
+            for t, ttft, _ in r["timeline"]:
+                bins.setdefault(int(t // 10), []).append(1000 * ttft)
+        if bins:
+            keys = sorted(bins)
+            fig.add_trace(
+                go.Scatter(
+                    x=[10 * k + 5 for k in keys],
+                    y=[round(statistics.fmean(bins[k]), 1) for k in keys],
+                    mode="lines",
+                    name=f"{p}: mean per 10 s",
+                    line={"color": colours[p], "width": 3},
+                )
+            )
+    serve = [r["serving_at_s"] for r in runs if r.get("serving_at_s") is not None]
+    if serve:
+        fig.add_vline(x=statistics.median(serve), line_dash="dash", annotation_text="vllm-b serves")
+    fig.update_layout(
+        title=title,
+        xaxis_title="seconds since the run started",
+        yaxis_title="TTFT (ms)",
+        yaxis_type="log",
+        template="plotly_white",
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(path, include_plotlyjs="cdn" if cdn else True, full_html=True)
+
+
+def build_doc(runs, args, requests, probe_figures, load_before, t0) -> dict:
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    return {
+        "bench": "real_ab",
+        "quick": args.quick,
+        "settings": {
+            k: getattr(args, k)
+            for k in ("runs", "announce_s", "serve_s", "serving_s", "rate", "tenants")
+        },
+        "runs_done": len(runs),
+        "requests_per_run_replayed": len(requests),
+        "prefill_probe": probe_figures,
+        "gpu_cost_model": gpu_ratio(requests),
+        "load_avg_before": load_before,
+        "uptime_after": uptime,
+        "wall_s": time.monotonic() - t0,
+        "summary": report(runs, probe_figures["cold_ttft_s"], probe_figures["prompt_tokens"]),
+        "runs": runs,
+    }
+
+
+# -- main ------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__.split("\n")[0])
+    p.add_argument("--runs", type=int, default=5, help="runs per policy (default 5)")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--announce-s", type=float, default=30.0, help="predictive: warming from")
+    p.add_argument("--serve-s", type=float, default=90.0, help="the joining engine serves from")
+    p.add_argument("--tenants", type=int, default=8, help="ServeGen tenants (the busiest)")
+    p.add_argument(
+        "--serving-s", type=float, default=JOINER_WINDOW_S, help="run on after it serves"
+    )
+    p.add_argument("--rate", type=float, default=1.0, help="mean requests per wall second")
+    p.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8104")))
+    p.add_argument("--html", type=Path, help="write the TTFT-over-time chart here")
+    p.add_argument(
+        "--html-cdn", action="store_true", help="a small chart that loads plotly.js from its CDN"
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        help="keep the runs of a JSON this bench wrote (those where the joining engine served) "
+        "and run only the rest",
+    )
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        help="no runs: the markdown table (and --html) from a JSON this bench wrote",
+    )
+    args = p.parse_args(argv)
+    if args.from_json:
+        doc = json.loads(args.from_json.read_text())
+        print(markdown(doc))
+        if args.html:
+            n = max(doc["summary"]["policies"][x]["runs"] for x in doc["summary"]["policies"])
+            write_html(
+                args.html,
+                doc["runs"],
+                f"Real vLLM A/B (CPU, tiny model): TTFT per request, {n} run(s) per policy",
+                cdn=args.html_cdn,
+            )
+        return 0
+    if args.quick:
+        args.runs, args.announce_s, args.serve_s, args.serving_s = 1, 20.0, 60.0, 40.0
+    policies = [x for x in args.policies.split(",") if x]
+    if not policies or any(x not in POLICIES for x in policies) or "none" not in policies:
+        p.error(f"--policies: a subset of {','.join(POLICIES)} that includes none")
+    if not 0 <= args.announce_s <= args.serve_s or args.runs < 1:
+        p.error("need 0 <= --announce-s <= --serve-s and --runs >= 1")
+    try:
+        python = find_vllm()
+        ensure_model(python=python)
+    except EngineUnavailable as exc:
+        print(f"real_ab: {exc}", file=sys.stderr)
+        return 2
+    WORK.mkdir(parents=True, exist_ok=True)
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt  # the run's clean-up stops its agents, web and engines
+
+    signal.signal(signal.SIGTERM, interrupted)
+    requests = servegen(
+        tenants=args.tenants,
+        duration_s=(args.serve_s + args.serving_s) * TIME_SCALE,
+        wall_rate=args.rate,
+    )
+    env0 = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "PYTHONUNBUFFERED": "1",
+        **launch.SETTINGS,
+    }
+    engines = [
+        VllmEngine("vllm-a", WORK, events="connect", cpu_cores="0"),
+        VllmEngine(
+            "vllm-b", WORK, events="connect", cpu_cores="1" if (os.cpu_count() or 1) > 1 else "0"
+        ),
+    ]
+    load_before = os.getloadavg()
+    t0 = time.monotonic()
+    runs: list[dict] = []
+    try:
+        template = prepare_template(env0)
+        for e in engines:
+            e.start()
+        for e in engines:
+            e.wait_ready()
+        print(f"engines ready in {time.monotonic() - t0:.0f} s", flush=True)
+        longest = max(requests, key=lambda r: len(r.token_ids))
+        cold_s, cached_s = cold_and_cached_s(engines[0], longest.token_ids)
+        probe_figures = {
+            "prompt_tokens": len(longest.token_ids),
+            "cold_ttft_s": cold_s,
+            "cached_ttft_s": cached_s,
+            "ratio": cold_s / cached_s,
+        }
+        print(
+            f"a {len(longest.token_ids)}-token prompt: cold {1000 * cold_s:.1f} ms, "
+            f"cached {1000 * cached_s:.1f} ms ({cold_s / cached_s:.2f}x)",
+            flush=True,
+        )
+        probe = requests[0].token_ids
+        order = [pol for _ in range(args.runs) for pol in ORDER if pol in policies]
+        kept: list[dict] = []
+        if args.resume:
+            kept = [
+                r
+                for r in json.loads(args.resume.read_text())["runs"]
+                if r["policy"] in policies and r["joiner_first_2min"]["n"] > 0
+            ]
+        for n, pol in enumerate(order):
+            old = next((r for r in kept if r["policy"] == pol), None)
+            if old is not None:
+                kept.remove(old)
+                runs.append(old)
+                print(f"run {n + 1}/{len(order)} {pol}: kept from {args.resume}", flush=True)
+                continue
+            fig = one_run(pol, n, engines, template, requests, args, env0, probe)
+            runs.append(fig)
+            # Written after every run: a bench cut short keeps what it measured.
+            write_json(args.json, build_doc(runs, args, requests, probe_figures, load_before, t0))
+            print(
+                f"run {n + 1}/{len(order)} {pol}: {fig['requests']} requests, TTFT mean "
+                f"{1000 * fig['ttft']['mean']:.1f} ms p99 {1000 * fig['ttft']['p99']:.1f} ms, "
+                f"joiner first 2 min {1000 * fig['joiner_first_2min']['mean']:.1f} ms "
+                f"({fig['joiner_first_2min']['n']} requests), cached share "
+                f"{fig['cached_token_share']:.3f}, warm-ups {fig['warmups']} "
+                f"{fig['warmups_by_state']}, load {fig['load_avg'][0]:.1f}",
+                flush=True,
+            )
+    finally:
+        for e in engines:
+            e.stop()
+    doc = build_doc(runs, args, requests, probe_figures, load_before, t0)
+    print(print_table(doc["summary"]))
+    print(markdown(doc))
+    write_json(args.json, doc)
+    if args.html:
+        write_html(
+            args.html,
+            runs,
+            f"Real vLLM A/B (CPU, tiny model): TTFT per request, {args.runs} run(s) per policy",
+            cdn=args.html_cdn,
+        )
+    uptime = doc["uptime_after"]
+    print(f"uptime after: {uptime}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
