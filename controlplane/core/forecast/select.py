@@ -23,6 +23,7 @@ import numpy as np
 from controlplane.core.forecast.backtest import BacktestScore, backtest
 from controlplane.core.forecast.baselines import (
     Ewma,
+    Fitted,
     Forecaster,
     LastValue,
     SeasonalBlend,
@@ -53,6 +54,7 @@ class ForecastResult:
     scores: dict[str, float]
     note: str
     folds: dict[str, int] = field(default_factory=dict)  # backtest folds per scored model
+    fitted: Fitted | None = field(default=None, repr=False, compare=False)  # the chosen model
 
 
 def _validate(
@@ -156,6 +158,7 @@ def forecast_counts(
         scores={m: s.mean for m, s in scores.items()},
         note="; ".join(notes),
         folds={m: len(s.fold_mase) for m, s in scores.items()},
+        fitted=fitted,
     )
 
 
