@@ -201,7 +201,8 @@ def _rows_copy(since: float, end: float, bucket_s: int, key_ids=None) -> tuple[n
     data = b"".join(chunks)
     if not data:
         return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
-    flat = np.array(data.replace(b"\t", b" ").split(), dtype=np.int64).reshape(-1, 3)
+    text = data.replace(b"\t", b" ").decode()
+    flat = np.fromstring(text, dtype=np.int64, sep=" ").reshape(-1, 3)  # text mode: not deprecated
     return flat[:, 0], flat[:, 1].astype(np.float64), flat[:, 2].astype(np.float64)
 
 
