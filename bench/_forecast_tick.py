@@ -67,5 +67,25 @@ def run(keys, horizon_s: float = 600.0) -> dict:
         warm = services.forecast_tick(horizon_s, now=later)
         out["incremental"] = {**warm, "seconds": round(time.perf_counter() - t0, 2)}
         out["forecasts_stored"] = Forecast.objects.count()
+        # Baseline in the same run: the bare COPY of the rows each tick read (bytes only, no
+        # parsing, no forecasting), the database's own floor for the read stage.
+        end = later.timestamp() // BUCKET_S * BUCKET_S
+        for name, since in (
+            ("cold_read", end - window * BUCKET_S),
+            ("incremental_read", end - (1 + services.REREAD_BUCKETS) * BUCKET_S),
+        ):
+            t0 = time.perf_counter()
+            n = 0
+            with (
+                connection.cursor() as cur,
+                cur.cursor.copy(
+                    "COPY (SELECT key_id, start, requests FROM demand_demandbucket WHERE seconds = %s "
+                    "AND start >= to_timestamp(%s) AND start < to_timestamp(%s)) TO STDOUT",
+                    (BUCKET_S, since, end),
+                ) as copy,
+            ):
+                for block in copy:
+                    n += len(block)
+            out[f"baseline_bare_copy_{name}_ms"] = round((time.perf_counter() - t0) * 1e3, 1)
         out["load_avg_1m"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     return out

@@ -301,6 +301,14 @@ def main() -> None:
                 f"tick on PostgreSQL, {phase}: {r['seconds']} s for {r['forecast']} forecasts "
                 f"({r['window']} window read) stages ms {r.get('ms')}; target <= {TICK_TARGET_S} s"
             )
+        print(
+            "baseline, same run: a bare COPY of the rows read, cold "
+            f"{out['baseline_bare_copy_cold_read_ms']} ms, incremental "
+            f"{out['baseline_bare_copy_incremental_read_ms']} ms; read stage / bare COPY: cold "
+            f"{out['cold']['ms']['read'] / out['baseline_bare_copy_cold_read_ms']:.1f}x, "
+            f"incremental "
+            f"{out['incremental']['ms']['read'] / out['baseline_bare_copy_incremental_read_ms']:.1f}x"
+        )
         print(f"load average (1 min): {out['load_avg_1m']}")
         if args.json:
             Path(args.json).write_text(json.dumps(out, indent=2))

@@ -206,51 +206,40 @@ def _rows_copy(since: float, end: float, bucket_s: int, key_ids=None) -> tuple[n
     return flat[:, 0], flat[:, 1].astype(np.float64), flat[:, 2].astype(np.float64)
 
 
-def _store(rows: list[Forecast]) -> None:
-    """Insert the tick's forecasts: COPY on PostgreSQL, ``bulk_create`` elsewhere."""
+_COLUMNS = (
+    "key_id",
+    "start",
+    "bucket_seconds",
+    "horizon",
+    "yhat",
+    "lower",
+    "upper",
+    "model",
+    "backtest_mase",
+    "scores",
+    "burst_risk",
+    "note",
+)
+_JSON_COLUMNS = frozenset({"yhat", "lower", "upper", "scores"})
+
+
+def _store(rows: list[dict]) -> None:
+    """Insert the tick's forecasts (field dicts): COPY on PostgreSQL, ``bulk_create`` elsewhere."""
     if connection.vendor != "postgresql":
-        Forecast.objects.bulk_create(rows, batch_size=2000)
+        Forecast.objects.bulk_create([Forecast(**r) for r in rows], batch_size=2000)
         return
     import json
 
-    cols = [
-        "key_id",
-        "generated_at",
-        "start",
-        "bucket_seconds",
-        "horizon",
-        "yhat",
-        "lower",
-        "upper",
-        "model",
-        "backtest_mase",
-        "scores",
-        "burst_risk",
-        "note",
-    ]
     now = timezone.now()
+    cols = ", ".join(("generated_at", *_COLUMNS))
     with (
         transaction.atomic(),
         connection.cursor() as cur,
-        cur.cursor.copy(f"COPY {Forecast._meta.db_table} ({', '.join(cols)}) FROM STDIN") as copy,
+        cur.cursor.copy(f"COPY {Forecast._meta.db_table} ({cols}) FROM STDIN") as copy,
     ):
-        for f in rows:
+        for r in rows:
             copy.write_row(
-                (
-                    f.key_id,
-                    now,
-                    f.start,
-                    f.bucket_seconds,
-                    f.horizon,
-                    json.dumps(f.yhat),
-                    json.dumps(f.lower),
-                    json.dumps(f.upper),
-                    f.model,
-                    f.backtest_mase,
-                    json.dumps(f.scores),
-                    f.burst_risk,
-                    f.note,
-                )
+                (now, *(json.dumps(r[c]) if c in _JSON_COLUMNS else r[c] for c in _COLUMNS))
             )
 
 
@@ -407,9 +396,11 @@ def forecast_tick(horizon_s: float, now=None) -> dict:
     z = z_for(0.8)
     start = datetime.fromtimestamp(end, tz=UTC)
     rows = []
+    # Rounded for storage as whole matrices (one C call each, not a Python round per value).
+    yhats, lowers, uppers = (np.round(a, 4).tolist() for a in (res.yhat, res.lower, res.upper))
     for i, key_id in enumerate(ids.tolist()):
         model = res.model_name(i)
-        yhat, lower, upper = res.yhat[i], res.lower[i], res.upper[i]
+        yhat, lower, upper = yhats[i], lowers[i], uppers[i]
         mase = float(res.backtest_mase[i])
         scores = res.scores_of(i)
         note = _note(int(n[i]), bucket_s, model, mase, int(res.folds[i, res.model[i]]))
@@ -418,26 +409,28 @@ def forecast_tick(horizon_s: float, now=None) -> dict:
             scores[SLOW_MODEL] = fit.backtest_mase
             if fit.chosen and fit.bucket_seconds == bucket_s:
                 model, mase = SLOW_MODEL, fit.backtest_mase
-                yhat = np.maximum(
+                p = np.maximum(
                     interpolate_fit(
                         fit.values, fit.end.timestamp(), fit.fit_seconds, bucket_s, end, horizon
                     ),
                     0.0,
                 )
                 half = z * fit.sigma
-                lower, upper = np.maximum(yhat - half, 0.0), yhat + half
+                yhat, lower, upper = (
+                    np.round(a, 4).tolist() for a in (p, np.maximum(p - half, 0.0), p + half)
+                )
                 note = f"prophet won its backtest when fitted at {fit.end:%H:%M} (MASE {mase:.3g})"
         elif int(n[i]) * bucket_s >= PROPHET_MIN_HISTORY_S:
             note += "; prophet not fitted yet (slow-model queue)"
         rows.append(
-            Forecast(
+            dict(
                 key_id=key_id,
                 start=start,
                 bucket_seconds=bucket_s,
                 horizon=horizon,
-                yhat=[round(float(v), 4) for v in yhat],
-                lower=[round(float(v), 4) for v in lower],
-                upper=[round(float(v), 4) for v in upper],
+                yhat=yhat,
+                lower=lower,
+                upper=upper,
                 model=model,
                 backtest_mase=None if math.isnan(mase) else mase,
                 scores={k: (None if not math.isfinite(v) else v) for k, v in scores.items()},
@@ -450,7 +443,7 @@ def forecast_tick(horizon_s: float, now=None) -> dict:
     t_write = time.perf_counter()
     stamp.update(
         forecast=len(rows),
-        prophet=sum(r.model == SLOW_MODEL for r in rows),
+        prophet=sum(r["model"] == SLOW_MODEL for r in rows),
         ms={
             "read": round((t_read - t0) * 1e3, 1),
             "arrays": round((t_arrays - t_read) * 1e3, 1),
