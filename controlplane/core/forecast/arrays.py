@@ -137,11 +137,17 @@ def _ewma(y: np.ndarray, first: np.ndarray, end: int, bucket_seconds: int) -> tu
     rows = np.arange(y.shape[0])
     level = np.broadcast_to(y[rows, np.minimum(start, end - 1)], (len(alphas), len(rows))).copy()
     sse = np.zeros_like(level)
-    for t in range(max(0, end - window) + 1, end):
-        e = y[:, t] - level
-        active = t > start
-        sse += np.where(active, e * e, 0.0)
-        level = np.where(active, level + alphas * e, level)
+    lo = max(0, end - window)
+    cols = np.ascontiguousarray(y[:, lo:end].T)  # one contiguous row per time step
+    e, tmp, active = np.empty_like(level), np.empty_like(level), np.empty(len(rows), dtype=bool)
+    for t in range(lo + 1, end):
+        np.subtract(cols[t - lo], level, out=e)
+        np.greater(t, start, out=active)
+        e *= active  # rows whose history starts later: no error, no update (level + a * 0)
+        np.multiply(e, e, out=tmp)
+        sse += tmp
+        np.multiply(alphas, e, out=tmp)
+        level += tmp
     best = np.argmin(sse, axis=0)  # first of equal errors, as the per-key loop keeps the first
     n_recent = end - start
     sigma = np.sqrt(sse[best, rows] / np.maximum(n_recent - 1, 1))
@@ -359,13 +365,20 @@ def _negbin_sf_many(k: np.ndarray, mu: np.ndarray, var: np.ndarray) -> np.ndarra
         size = mu[rows] * mu[rows] / (var[rows] - mu[rows])
         p = size / (size + mu[rows])
         jj = np.arange(1, kmax + 1, dtype=np.float64)
-        steps = np.log((jj[None, :] - 1 + size[:, None]) / jj[None, :]) + np.log1p(-p)[:, None]
-        log_pmf = (
-            np.concatenate((np.zeros((len(rows), 1)), np.cumsum(steps, axis=1)), axis=1)
-            + (size * np.log(p))[:, None]
-        )
-        keep = np.arange(kmax + 1)[None, :] <= k[rows][:, None]
-        cdf = np.where(keep, np.exp(log_pmf), 0.0).sum(axis=1)
+        # log pmf(j) = size log p + sum_{i<=j} [log((i - 1 + size) / i) + log(1 - p)], built in
+        # one preallocated table with in-place operations (few passes over the chunk's cells).
+        table = np.empty((len(rows), kmax + 1))
+        steps = table[:, 1:]
+        np.add(jj[None, :] - 1, size[:, None], out=steps)
+        np.divide(steps, jj[None, :], out=steps)
+        np.log(steps, out=steps)
+        steps += np.log1p(-p)[:, None]
+        table[:, 0] = 0.0
+        np.cumsum(table, axis=1, out=table)
+        table += (size * np.log(p))[:, None]
+        np.exp(table, out=table)
+        table[np.arange(kmax + 1)[None, :] > k[rows][:, None]] = 0.0
+        cdf = table.sum(axis=1)
         out[rows] = np.clip(1.0 - cdf, 0.0, 1.0)
         i = j
     return out
