@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import OuterRef, Subquery
+from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
 from controlplane.core.demand import risk_from_counts
@@ -499,13 +499,14 @@ def slow_fits_due(now=None, since_last_s: float | None = None) -> list[int]:
     n = math.ceil(budget * min(since_last_s or 3600.0, 3600.0) / 3600.0)
     bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
     # A key's first bucket at least PROPHET_MIN_HISTORY_S ago: it has the history Prophet takes.
+    # An EXISTS per key (the (key, start, seconds) index), not a scan of every old bucket.
     cutoff = now - timedelta(seconds=PROPHET_MIN_HISTORY_S)
-    old_enough = (
-        DemandBucket.objects.filter(seconds=bucket_s, start__lte=cutoff).values("key_id").distinct()
+    old_enough = DemandBucket.objects.filter(
+        key_id=OuterRef("pk"), seconds=bucket_s, start__lte=cutoff
     )
     active = WorkloadKey.objects.filter(
+        Exists(old_enough),
         last_seen__gte=now - timedelta(days=settings.PREWARM_FORECAST_HISTORY_DAYS),
-        pk__in=old_enough,
     )
     fitted = dict(FittedModel.objects.filter(model=SLOW_MODEL).values_list("key_id", "fitted_at"))
     ids = list(active.values_list("pk", flat=True))
