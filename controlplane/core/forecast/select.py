@@ -16,7 +16,7 @@ import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -164,7 +164,8 @@ def forecast_counts(
 
 def _forecast_job(job: tuple[np.ndarray, float, dict]) -> ForecastResult:
     counts, start, kwargs = job
-    return forecast_counts(counts, start=start, **kwargs)
+    # The fitted model stays in the pool process: a Prophet fit is heavy to send back.
+    return replace(forecast_counts(counts, start=start, **kwargs), fitted=None)
 
 
 def forecast_many(
