@@ -291,6 +291,8 @@ class DemandWindow:
         return np.clip(n, 0, self.width)
 
     def _put(self, keys: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> None:
+        if not len(self.key_ids) or not len(keys):
+            return  # no active key, or nothing read: nothing to place
         rows = np.searchsorted(self.key_ids, keys)
         ok = (rows < len(self.key_ids)) & (
             self.key_ids[np.minimum(rows, len(self.key_ids) - 1)] == keys

@@ -182,3 +182,15 @@ def test_prophet_is_fitted_off_the_tick_and_read_from_its_state(tick_settings):
     assert FittedModel.objects.count() == 1
     # Refitted now, so not due again before the never-fitted keys (none left) and within budget.
     assert services.slow_fits_due(now=now, since_last_s=360) == [k.pk]
+
+
+def test_demand_of_inactive_keys_only_forecasts_nothing(tick_settings):
+    now = datetime(2026, 12, 1, 12, 3, tzinfo=UTC)
+    seed(now, 3)
+    WorkloadKey.objects.update(last_seen=now - timedelta(days=30))  # buckets, but no active key
+    assert services.forecast_tick(HORIZON_S, now=now) == {
+        "keys": 0,
+        "forecast": 0,
+        "window": "full",
+    }
+    assert not Forecast.objects.exists()
