@@ -27,7 +27,8 @@ class Queue(StrEnum):
     """Slow work never shares a queue with latency-sensitive work."""
 
     DEFAULT = "default"  # tick, sweeps, scoring
-    FORECAST = "forecast"  # Prophet and baselines: CPU-heavy
+    FORECAST = "forecast"  # the forecast tick (array work) and per-key forecasts
+    FORECAST_SLOW = "forecast-slow"  # Prophet refits, off the tick path: CPU-heavy
     PLAN = "plan"
     DISPATCH = "dispatch"  # approval -> agent: latency-sensitive
 
@@ -36,6 +37,7 @@ TASK_QUEUES = {
     "controlplane.forecasting.tasks.forecast_all": Queue.FORECAST,
     "controlplane.forecasting.tasks.forecast_key": Queue.FORECAST,
     "controlplane.forecasting.tasks.forecast_batch": Queue.FORECAST,
+    "controlplane.forecasting.tasks.fit_slow_model": Queue.FORECAST_SLOW,
     "controlplane.replication.tasks.plan_after_forecasts": Queue.PLAN,
     # A chord's own steps (the forecast cycle's group -> plan) run where the plan runs.
     "celery.accumulate": Queue.PLAN,

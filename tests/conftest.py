@@ -28,6 +28,9 @@ def _fresh_residency_index(settings):
         return
     reset_index()
     get_index().clear()
+    from controlplane.forecasting.services import reset_windows
+
+    reset_windows()  # a test's database is rolled back: its key ids come round again
     yield
     get_index().clear()
     reset_index()

@@ -45,6 +45,7 @@ capacity, and re-enters the queue for a further replica. Budgets and overrides a
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Iterable, Sequence
@@ -295,6 +296,7 @@ def plan(
         heapq.heappush(heap, (-c.recompute_s * max(overflow, 1e-9), seq, c.prefix_id))
         seq += 1
 
+    targets = _Targets(allowed, room, spare, by_engine)
     while heap:
         _, _, pid = heapq.heappop(heap)
         c = cands[pid]
@@ -302,7 +304,7 @@ def plan(
         overflow, holders, count = state[pid]
         if count >= budgets.max_replicas_per_prefix or c.nbytes > bytes_left:
             continue
-        best = _best_target(c, holders, allowed, room, spare, by_engine)
+        best = targets.best(c.nbytes, holders)
         if best is None:
             continue
         tgt = by_engine[best]
@@ -326,7 +328,7 @@ def plan(
         queued[src] = queued.get(src, 0.0) + copy_s
         queued[best] = queued.get(best, 0.0) + copy_s
         bytes_left -= c.nbytes
-        spare[best] = max(0.0, spare[best] - served / H * c.service_s)
+        targets.set_spare(best, max(0.0, spare[best] - served / H * c.service_s))
         holders.add(best)
         state[pid] = [overflow - served / H, holders, count + 1]
         lead = tgt.starts_serving_in_s if tgt.lifecycle == "warming" else 0.0
@@ -438,19 +440,49 @@ def lam_text(d: Demand | None, horizon: float) -> str:
 
 
 def _best_target(c, holders, allowed, room, spare, by_engine) -> str | None:
+    """The allowed engine with the most spare capacity (then warming, link, id) that does not
+    hold ``c`` and has room for it. ``_Targets`` answers the same question without a scan."""
     best, key = None, None
     for eid in allowed:
         if eid in holders or room[eid] < c.nbytes or spare[eid] <= 0:
             continue
-        k = (
-            spare[eid],
-            by_engine[eid].lifecycle == "warming",
-            by_engine[eid].link_bytes_per_s,
-            eid,
-        )
+        k = _target_key(eid, spare, by_engine)
         if key is None or k > key:
             best, key = eid, k
     return best
+
+
+def _target_key(eid: str, spare: dict[str, float], by_engine: dict) -> tuple:
+    e = by_engine[eid]
+    return (spare[eid], e.lifecycle == "warming", e.link_bytes_per_s, eid)
+
+
+class _Targets:
+    """``_best_target`` for a whole plan: the allowed engines kept sorted by their key, so a
+    query walks down from the best and stops at the first engine that does not hold the prefix
+    and has room (a fleet-size plan asks thousands of times over a thousand engines). Spare
+    capacity and room only shrink during a plan: an engine with no spare left leaves the order."""
+
+    def __init__(self, allowed, room: dict[str, float], spare: dict[str, float], by_engine):
+        self.room, self.spare, self.by_engine = room, spare, by_engine
+        self.order = sorted(_target_key(eid, spare, by_engine) for eid in allowed if spare[eid] > 0)
+
+    def best(self, nbytes: float, holders) -> str | None:
+        room = self.room
+        for key in reversed(self.order):
+            eid = key[3]
+            if eid not in holders and room[eid] >= nbytes:
+                return eid
+        return None
+
+    def set_spare(self, eid: str, value: float) -> None:
+        old = _target_key(eid, self.spare, self.by_engine)
+        i = bisect.bisect_left(self.order, old)
+        if i < len(self.order) and self.order[i] == old:
+            del self.order[i]
+        self.spare[eid] = value
+        if value > 0:
+            bisect.insort(self.order, _target_key(eid, self.spare, self.by_engine))
 
 
 def _best_source(holders, by_engine, target, queued: dict[str, float] | None = None) -> str:

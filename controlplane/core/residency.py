@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Protocol
 
 from .protocol import TIER_RANK, TIERS
@@ -176,6 +177,10 @@ def full_holders(
     return [Holder(engine, len(keys), MEDIA[r]) for r, engine in worst[:limit]]
 
 
+_MEDIUM_OF_STORED = itemgetter(2)
+_MEDIUM_OF_REMOVED = itemgetter(1)
+
+
 class InProcessResidencyIndex:
     """Residency in dictionaries of this process (embedded default, tests, simulator).
 
@@ -193,29 +198,37 @@ class InProcessResidencyIndex:
     def apply(self, deltas: Iterable[Delta]) -> int:
         deltas = list(deltas)
         for delta in deltas:  # validate everything first: all or nothing
-            for _key, _parent, medium in delta.stored:
-                if medium not in BIT:
-                    validate_medium(medium)
-            for _key, medium in delta.removed:
+            # The distinct media, collected in C (map/set), not by a Python loop over every row.
+            for medium in set(map(_MEDIUM_OF_STORED, delta.stored)) | set(
+                map(_MEDIUM_OF_REMOVED, delta.removed)
+            ):
                 if medium not in BIT:
                     validate_medium(medium)
         changes = 0
         by_key, parents = self._by_key, self._parent
+        by_key_get, bits = by_key.get, BIT
         for delta in deltas:
             engine = delta.engine
             if delta.snapshot or delta.cleared:
                 self.drop_engine(engine)
             held = self._by_engine.setdefault(engine, {})
+            held_get = held.get
+            roots = []
             for key, parent, medium in delta.stored:
-                mask = held.get(key, 0) | BIT[medium]
+                mask = held_get(key, 0) | bits[medium]
                 held[key] = mask
-                engines = by_key.get(key)
+                engines = by_key_get(key)
                 if engines is None:
                     by_key[key] = {engine: mask}
                 else:
                     engines[engine] = mask
-                if parent is not None or key not in parents:
+                if parent is None:
+                    roots.append(key)
+                else:
                     parents[key] = parent
+            # A root is recorded once, never over a known parent (as before, in one C call).
+            for key in roots:
+                parents.setdefault(key, None)
             changes += len(delta.stored)
             for key, medium in delta.removed:
                 bit = BIT[medium]

@@ -1,17 +1,20 @@
-"""Forecast tasks (``forecast`` queue): take ids, idempotent, a vanished key is logged and skipped.
+"""Forecast tasks: take ids, idempotent, a vanished key is logged and skipped.
 
-A cycle fans out: ``forecast_all`` lists the keys to forecast and replaces itself with one
-``forecast_batch`` task per ``BATCH_KEYS`` keys, so every forecast worker process shares the
-cycle. In the chain ``tick`` builds (``controlplane.replication.tasks``: forecast, then plan),
-Celery turns that group into a chord: the plan runs once every batch is in. Forecasting knows
-nothing of planning; the horizon arrives as a number.
+A cycle is one task: ``forecast_all`` (``forecast`` queue) forecasts every active key at once
+(``services.forecast_tick``: array work, Prophet read from its fitted state), then sends the
+Prophet refits the per-hour budget grants since the previous cycle to the ``forecast-slow``
+queue (``fit_slow_model``, staggered over the interval), and returns how many keys got a
+forecast. In the chain ``tick`` builds (``controlplane.replication.tasks``: forecast, then plan)
+the plan runs after it. Forecasting knows nothing of planning; the horizon arrives as a number.
+``forecast_key`` / ``forecast_batch`` are the per-key path (every model fitted inline).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
-from celery import group, shared_task
+from celery import shared_task
 
 from . import services
 
@@ -38,18 +41,41 @@ def forecast_batch(key_ids: list[int], horizon_s: float = DEFAULT_HORIZON_S) -> 
     return done
 
 
-@shared_task(bind=True, ignore_result=False)
-def forecast_all(self, horizon_s: float = DEFAULT_HORIZON_S) -> int | list[int]:
-    """Forecast every recently active key, one ``forecast_batch`` task per BATCH_KEYS keys.
+@shared_task(ignore_result=False)
+def forecast_all(horizon_s: float = DEFAULT_HORIZON_S) -> int:
+    """Forecast every recently active key in one array pass; returns how many got a forecast.
+    Then queue the Prophet refits due since the previous cycle (off the tick path)."""
+    stamp = services.forecast_tick(horizon_s)
+    log.info("forecast tick: %s", stamp)
+    schedule_slow_fits(horizon_s)
+    return stamp["forecast"]
 
-    Returns 0 when there is nothing to forecast; otherwise this task is replaced by the group of
-    batches, whose results (forecasts made per batch) go to the next task of its chain.
-    """
-    ids = list(services.keys_to_forecast())
-    if not ids:
-        return 0
-    batches = [ids[i : i + BATCH_KEYS] for i in range(0, len(ids), BATCH_KEYS)]
-    return self.replace(group(forecast_batch.si(b, horizon_s) for b in batches))
+
+_last_schedule: dict[str, float] = {}
+
+
+def schedule_slow_fits(horizon_s: float) -> int:
+    """Send the refits the budget grants for the time since this process last sent some, spread
+    evenly over that interval (``countdown``), so a worker fits a few keys at a time."""
+    now = time.time()
+    since = now - _last_schedule.get("at", now - 3600.0)
+    _last_schedule["at"] = now
+    due = services.slow_fits_due(since_last_s=since)
+    step = min(since, 3600.0) / max(len(due), 1)
+    for i, key_id in enumerate(due):
+        fit_slow_model.apply_async((key_id, horizon_s), countdown=round(i * step, 1))
+    return len(due)
+
+
+@shared_task
+def fit_slow_model(key_id: int, horizon_s: float = DEFAULT_HORIZON_S) -> int | None:
+    """Refit one key's Prophet state (``forecast-slow`` queue)."""
+    try:
+        f = services.fit_slow_model(key_id, horizon_s)
+    except ValueError as exc:  # a history no model accepts: skip the key
+        log.warning("slow fit of key %s refused: %s", key_id, exc)
+        return None
+    return f.pk if f else None
 
 
 @shared_task

@@ -67,6 +67,13 @@ PREWARM_FORECAST_MODELS = get_from_env(
     type_cast=lambda v: [m.strip() for m in v.split(",") if m.strip()],
 )
 PREWARM_FORECAST_BACKTEST_FOLDS = get_from_env("PREWARM_FORECAST_BACKTEST_FOLDS", 3, type_cast=int)
+# The forecast tick's window (days): the baselines' fits, the daily season and the backtest folds
+# fit in it; the per-key path and Prophet's refits read PREWARM_FORECAST_HISTORY_DAYS.
+PREWARM_FORECAST_TICK_DAYS = get_from_env("PREWARM_FORECAST_TICK_DAYS", 3.0, type_cast=float)
+# Prophet refits a forecast worker may spend per hour, off the tick path (forecast-slow queue).
+PREWARM_FORECAST_SLOW_FITS_PER_HOUR = get_from_env(
+    "PREWARM_FORECAST_SLOW_FITS_PER_HOUR", 600, type_cast=int
+)
 # A dashboard socket sends at most one merged update per this many seconds.
 PREWARM_DASHBOARD_COALESCE_SECONDS = get_from_env(
     "PREWARM_DASHBOARD_COALESCE_SECONDS", 0.1, type_cast=float

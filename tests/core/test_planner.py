@@ -141,3 +141,67 @@ def test_no_speculation_on_busy_targets_or_links():
         assert bool(plan([c], [d], h, es, Budgets(horizon_s=60))) is planned
     with pytest.raises(ValueError):
         Budgets(max_load=0.0)
+
+
+def test_the_sorted_target_order_plans_what_the_scan_plans(monkeypatch):
+    """A fleet-size plan picks targets from a kept order (``_Targets``) instead of scanning every
+    engine per replica; on a random fleet with multi-block chains and overflow it must plan the
+    very same items as the scan (``_best_target``)."""
+    import numpy as np
+
+    from controlplane.core import planner
+
+    rng = np.random.default_rng(4)
+    n_engine, n_prefix = 60, 400
+    fleet = [
+        EngineState(
+            f"e{i}",
+            f"n{i // 8}",
+            100 * GB,
+            float(rng.uniform(1, 20)) * GB,
+            0.0,
+            float(rng.choice([12.5e9, 25e9])),
+            float(rng.uniform(0.1, 0.9)),
+            lifecycle="warming" if i % 17 == 0 else "serving",
+        )
+        for i in range(n_engine)
+    ]
+    cands, dem, holds = [], [], []
+    for p in range(n_prefix):
+        blocks = int(rng.integers(4, 64))
+        cands.append(
+            Candidate(
+                f"p{p}",
+                tuple(range(p * 100, p * 100 + blocks)),
+                blocks * 16,
+                blocks * (5 << 20),
+                "k",
+                0.05 + blocks * 3e-5,
+                blocks * 1.6e-3,
+            )
+        )
+        rate = 40.0 / (p + 1) ** 0.8
+        dem.append(Demand(f"p{p}", rate * 120, float(rng.uniform(0, 0.6)), 2 * rate, 0.8))
+        for h in rng.choice(n_engine, size=int(rng.integers(1, 4)), replace=False):
+            holds.append(Holding(f"p{p}", f"e{h}"))
+    budgets = Budgets(horizon_s=120.0, max_spec_vram_fraction=0.25)
+    fast = plan(cands, dem, holds, fleet, budgets)
+
+    class Scan:  # the scan, behind _Targets' interface
+        def __init__(self, allowed, room, spare, by_engine):
+            self.args = (allowed, room, spare, by_engine)
+
+        def best(self, nbytes, holders):
+            allowed, room, spare, by_engine = self.args
+            probe = Candidate("", (), 0, nbytes, "", 0.0, 0.0)
+            return planner._best_target(probe, holders, allowed, room, spare, by_engine)
+
+        def set_spare(self, eid, value):
+            self.args[2][eid] = value
+
+    monkeypatch.setattr(planner, "_Targets", Scan)
+    slow = plan(cands, dem, holds, fleet, budgets)
+    assert len(fast) > 100 and len({m.target for m in fast}) > 10
+    assert [(m.prefix_id, m.source, m.target, m.reason) for m in fast] == [
+        (m.prefix_id, m.source, m.target, m.reason) for m in slow
+    ]

@@ -3,7 +3,7 @@
 ``Cluster`` starts, on production settings (its own PostgreSQL database and its own
 ``redis-server`` on a free port, so faults never touch the shared Redis) or on the embedded
 default (SQLite, in-process worker and beat):
-  daphne (web), ``celery worker -Q default,forecast,plan,dispatch`` and ``celery beat``,
+  daphne (web), ``celery worker -Q default,forecast,forecast-slow,plan,dispatch`` and ``celery beat``,
   and one real ``python -m nodeagent`` process per node with a simulated GPU source, a file
   block store and one engine whose KV events come from a ZMQ publisher in vLLM's wire format.
 The first node's engine holds the burst's prefix (its events say so and its block store has the
@@ -42,7 +42,7 @@ PG_URL = os.environ.get("PREWARM_E2E_PG_URL", "postgres://postgres@127.0.0.1:543
 BYTES_PER_BLOCK = 64 * 1024
 PASSWORD = "e2e-pass-123456789"
 SECRET = "e2e-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
-QUEUES = "default,forecast,plan,dispatch"
+QUEUES = "default,forecast,forecast-slow,plan,dispatch"
 
 
 class Proc:

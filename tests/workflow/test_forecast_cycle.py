@@ -8,7 +8,6 @@ import time
 from celery.signals import task_prerun
 
 from controlplane.demand.models import WorkloadKey
-from controlplane.forecasting import tasks as forecasting_tasks
 from controlplane.forecasting.models import Forecast
 from controlplane.replication.models import ReplicationPlan
 from controlplane.replication.tasks import forecast_then_plan
@@ -25,11 +24,11 @@ def ran_tasks():
     return names, lambda: task_prerun.disconnect(seen)
 
 
-def test_one_task_per_batch_then_one_plan_after_all_of_them(fleet, monkeypatch):
+def test_one_array_task_forecasts_every_key_then_one_plan(fleet):
     p = fleet.policy("shadow")
     end = time.time()
     fleet.post_burst(end)
-    # A second tenant with the same prompts: a second workload key, so a second batch.
+    # A second tenant with the same prompts: a second workload key.
     resp = fleet.gateway.post(
         "/api/request-records/",
         {"records": [{**r, "tenant": "second"} for r in burst.records(end)]},
@@ -37,16 +36,13 @@ def test_one_task_per_batch_then_one_plan_after_all_of_them(fleet, monkeypatch):
     )
     assert resp.status_code == 200, resp.content
     keys = WorkloadKey.objects.count()
-    monkeypatch.setattr(forecasting_tasks, "BATCH_KEYS", 1)
     names, done = ran_tasks()
     try:
         forecast_then_plan(p)
     finally:
         done()
-    assert names.count("forecast_batch") == keys >= 2
-    assert names.index("plan_after_forecasts") > max(
-        i for i, n in enumerate(names) if n == "forecast_batch"
-    )
+    assert keys >= 2 and names.count("forecast_all") == 1 and "forecast_batch" not in names
+    assert names.index("plan_after_forecasts") > names.index("forecast_all")
     assert Forecast.objects.count() == keys
     assert ReplicationPlan.objects.filter(policy=p).count() == 1
 

@@ -62,18 +62,38 @@ class _ProphetFit(Fitted):
     sigma: float
 
     def predict(self, horizon: int, interval: float = 0.8) -> Prediction:
+        factor = self.fit_seconds // self.bucket_seconds
+        values = self.fit_values(-(-horizon // factor) + 1)  # one extra to interpolate the last
+        yhat = interpolate_fit(
+            values, self.end, self.fit_seconds, self.bucket_seconds, self.end, horizon
+        )
+        return normal_prediction(yhat, np.full(horizon, self.sigma), interval)
+
+    def fit_values(self, n_fit: int) -> np.ndarray:
+        """Prophet's expected count per fit bucket (an hour) for the ``n_fit`` after ``end``: what
+        the forecast tick stores and reads back (``interpolate_fit``) instead of refitting."""
         import pandas as pd
 
-        factor = self.fit_seconds // self.bucket_seconds
-        n_fit = -(-horizon // factor) + 1  # one extra hour to interpolate the last buckets
         fit_starts = self.end + np.arange(n_fit) * self.fit_seconds
         future = pd.DataFrame({"ds": pd.to_datetime(fit_starts, unit="s")})
         with _quiet_pandas():
-            per_fit_bucket = self.model.predict(future)["yhat"].to_numpy()  # type: ignore[attr-defined]
-        mids = fit_starts + self.fit_seconds / 2
-        bucket_mids = self.end + (np.arange(horizon) + 0.5) * self.bucket_seconds
-        yhat = np.interp(bucket_mids, mids, per_fit_bucket) / factor
-        return normal_prediction(yhat, np.full(horizon, self.sigma), interval)
+            return self.model.predict(future)["yhat"].to_numpy()  # type: ignore[attr-defined]
+
+
+def interpolate_fit(
+    values: np.ndarray,
+    fit_end: float,
+    fit_seconds: int,
+    bucket_seconds: int,
+    start: float,
+    horizon: int,
+) -> np.ndarray:
+    """Expected count per bucket for the ``horizon`` buckets from ``start`` out of per-fit-bucket
+    values starting at ``fit_end``: linear between fit-bucket midpoints, scaled to the bucket."""
+    factor = fit_seconds / bucket_seconds
+    mids = fit_end + (np.arange(len(values)) + 0.5) * fit_seconds
+    bucket_mids = start + (np.arange(horizon) + 0.5) * bucket_seconds
+    return np.interp(bucket_mids, mids, np.asarray(values, dtype=np.float64)) / factor
 
 
 class ProphetForecaster(Forecaster):

@@ -16,13 +16,14 @@ import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from controlplane.core.forecast.backtest import BacktestScore, backtest
 from controlplane.core.forecast.baselines import (
     Ewma,
+    Fitted,
     Forecaster,
     LastValue,
     SeasonalBlend,
@@ -53,6 +54,7 @@ class ForecastResult:
     scores: dict[str, float]
     note: str
     folds: dict[str, int] = field(default_factory=dict)  # backtest folds per scored model
+    fitted: Fitted | None = field(default=None, repr=False, compare=False)  # the chosen model
 
 
 def _validate(
@@ -156,12 +158,14 @@ def forecast_counts(
         scores={m: s.mean for m, s in scores.items()},
         note="; ".join(notes),
         folds={m: len(s.fold_mase) for m, s in scores.items()},
+        fitted=fitted,
     )
 
 
 def _forecast_job(job: tuple[np.ndarray, float, dict]) -> ForecastResult:
     counts, start, kwargs = job
-    return forecast_counts(counts, start=start, **kwargs)
+    # The fitted model stays in the pool process: a Prophet fit is heavy to send back.
+    return replace(forecast_counts(counts, start=start, **kwargs), fitted=None)
 
 
 def forecast_many(
