@@ -222,6 +222,8 @@ class Agent:
         if self.cfg.jobs_transport != "none":
             tasks.append(asyncio.create_task(self.channel.run()))
         await stop.wait()
+        # Running jobs first: aborted, their results recorded and sent while the channel is up.
+        await self.runner.stop(self.cfg.stop_timeout_s)
         self.reporter.stop_event.set()
         self.channel.stop_event.set()
         for t in tasks:
