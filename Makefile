@@ -106,13 +106,16 @@ test-services: $(filter-out chromium vllm-env lmcache-env,$(TEST_PREREQS))
 bench: install
 	@for b in $$(ls bench/[a-z]*.py | grep -v gpu_check); do echo "== $$b"; $(PY) $$b --quick --json var/bench/$$(basename $$b .py).json || exit 1; done
 
-# Style and layers: ruff's rules, ruff's format (100 columns), mypy over the pure logic, and the
-# import-linter layer contracts. Part of `make test`; `$(PY) -m ruff format .` fixes the format.
+# Style and layers: ruff's rules, ruff's format (100 columns), mypy over the pure logic, the
+# import-linter layer contracts, and the wire vocabulary quoted only in protocol.py
+# (tests/vocabulary.py states the rule). Part of `make test`; `$(PY) -m ruff format .` fixes the
+# format.
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
+	$(PY) tests/vocabulary.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(LMCACHE_VENV) var

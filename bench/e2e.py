@@ -90,6 +90,7 @@ def _dashboard_delta_at(dash, engine_pk: int, since: float) -> float | None:
 
 
 def _one_plan(policy_id: int, source: int, target: int, hexes: list[str], nbytes: int) -> int:
+    from controlplane.core import protocol as wire
     from controlplane.replication.models import PlanItem, ReplicationPlan
 
     plan = ReplicationPlan.objects.create(
@@ -101,7 +102,7 @@ def _one_plan(policy_id: int, source: int, target: int, hexes: list[str], nbytes
         prefix_tokens=BLOCKS * 16,
         source_id=source,
         target_id=target,
-        tier="GPU",
+        tier=wire.TIER_GPU,
         bytes=nbytes,
         expected_ttft_saved_s=1.0,
         cost_s=0.01,
@@ -112,15 +113,16 @@ def _one_plan(policy_id: int, source: int, target: int, hexes: list[str], nbytes
 
 
 def _ack_and_success(plan_id: int) -> tuple[float, float] | None:
+    from controlplane.core import protocol as wire
     from controlplane.replication.models import JobTransition
 
     rows = dict(
         JobTransition.objects.filter(
-            job__item__plan_id=plan_id, to_state__in=["running", "landed"]
+            job__item__plan_id=plan_id, to_state__in=[wire.JOB_RUNNING, wire.JOB_LANDED]
         ).values_list("to_state", "at")
     )
-    if "running" in rows and "landed" in rows:
-        return rows["running"].timestamp(), rows["landed"].timestamp()
+    if wire.JOB_RUNNING in rows and wire.JOB_LANDED in rows:
+        return rows[wire.JOB_RUNNING].timestamp(), rows[wire.JOB_LANDED].timestamp()
     return None
 
 

@@ -192,7 +192,8 @@ class JobRunner:
         if job.action == wire.ACTION_EVICT:
             if job.role != wire.ROLE_TARGET:
                 return TransferResult(True)
-            evict = getattr(self.transports.get(job.transport), "evict", None)
+            executor = self.transports.get(job.transport)
+            evict = getattr(executor, "evict", None)  # not-vocabulary: the method's name
             if evict is not None:  # an executor that removes the copy from the engine's cache
                 return evict(job)  # type: ignore[no-any-return]
             for k in job.keys:

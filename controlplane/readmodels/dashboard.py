@@ -6,10 +6,11 @@ A read model joining fleet and replication (so it sits above both, with the cach
 from __future__ import annotations
 
 from controlplane.accounts.roles import role_of
+from controlplane.core import protocol as wire
 from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Engine, Node
 from controlplane.replication.models import ReplicationJob, ReplicationPlan
-from controlplane.replication.services import LIVE_JOB_STATES, OPEN_PLAN_STATES
+from controlplane.replication.services import OPEN_PLAN_STATES
 
 
 def cluster_summary() -> dict:
@@ -22,7 +23,7 @@ def cluster_summary() -> dict:
         },
         "engines": Engine.objects.count(),
         "open_plans": ReplicationPlan.objects.filter(state__in=OPEN_PLAN_STATES).count(),
-        "live_job_count": ReplicationJob.objects.filter(state__in=LIVE_JOB_STATES).count(),
+        "live_job_count": ReplicationJob.objects.filter(state__in=wire.JOB_LIVE).count(),
     }
 
 

@@ -51,7 +51,7 @@ from nodeagent.transfers.base import Job, Progress, TransferResult
 
 log = logging.getLogger(__name__)
 NAME = wire.TRANSPORT_LMCACHE
-PIN = "lmcache-pin"
+PIN = wire.CONFIRM_LMCACHE_PIN
 
 
 class LmcacheError(Exception):

@@ -31,7 +31,7 @@ from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
 
 NAME = wire.TRANSPORT_LMCACHE_MP
-DIRECTORY = "lmcache-directory"
+DIRECTORY = wire.CONFIRM_LMCACHE_DIRECTORY
 
 
 class CoordinatorError(Exception):
@@ -134,7 +134,7 @@ class LmcacheMpTransport:
                 status = str(self.coordinator.call("GET", path).get("status", "")).lower()
                 if status == "completed":
                     break
-                if status in ("failed", "error", "cancelled"):
+                if status in ("failed", "error", "cancelled"):  # not-vocabulary: LMCache's
                     return _failed(
                         f"lmcache-mp: prefetch {sub['request_id']} on {instance!r}: {status}"
                     )
