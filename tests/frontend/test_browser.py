@@ -71,7 +71,8 @@ def live(tmp_path_factory):
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        # A file, not a pipe nobody reads: a full pipe (64 KiB of log) would block the server.
+        stderr=open(tmp / "daphne.log", "wb"),  # the server holds it
     )
     url = f"http://127.0.0.1:{port}"
     try:
