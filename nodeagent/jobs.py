@@ -75,6 +75,7 @@ class JobRunner:
         self.metrics = metrics
         self.running: dict[str, asyncio.Task[None]] = {}
         self.jobs: dict[str, Job] = {}  # the running jobs, to abort them
+        self.stopping = False  # the agent is stopping: new assignments are left unacknowledged
         self.loop: asyncio.AbstractEventLoop | None = None
         self._send: Send | None = (
             None  # the latest channel's send, for events not tied to a message
@@ -112,6 +113,8 @@ class JobRunner:
             log.warning("ignoring unknown message type %r", kind)
 
     async def _assign(self, raw: dict[str, Any], send: Send) -> None:
+        if self.stopping:
+            return  # not acknowledged: the control plane delivers it again (here after a restart)
         try:
             job = Job.from_message(raw)
         except JobError as exc:
@@ -176,6 +179,7 @@ class JobRunner:
     async def stop(self, budget_s: float) -> None:
         """Abort every running job and give their results ``budget_s`` to be recorded and sent;
         then cancel what is left (its journal line may be missing: the job runs again)."""
+        self.stopping = True
         for job in list(self.jobs.values()):
             job.abort()
         tasks = list(self.running.values())
