@@ -32,9 +32,11 @@ JOB_DEADLINE_S = 60.0
 # An agent process importing its modules and enrolling: seconds normally, more on a loaded machine.
 AGENT_START_S = 60.0
 # The agent's stop budget (its stop_timeout_s default) and what the exit may add to it on a loaded
-# machine: closing the reporter, the subscribers and the interpreter.
+# machine: closing the reporter, the subscribers and the interpreter. An agent niced beside
+# `stress --cpu 2` and other suites (load average 36 on 2 cores) once took over 10 s to exit while
+# idle; before the fix, an agent stopped mid-transfer exited only at the job's deadline (300 s).
 STOP_BUDGET_S = 5.0
-EXIT_SLACK_S = 5.0
+EXIT_SLACK_S = 20.0
 
 
 def free_port():
