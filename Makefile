@@ -114,13 +114,16 @@ RUNS ?= 5
 bench-real: install vllm-env data
 	$(PY) bench/real_ab.py --runs $(RUNS) --json var/bench/real_ab.json --html var/bench/real-ab.html
 
-# Style and layers: ruff's rules, ruff's format (100 columns), mypy over the pure logic, and the
-# import-linter layer contracts. Part of `make test`; `$(PY) -m ruff format .` fixes the format.
+# Style and layers: ruff's rules, ruff's format (100 columns), mypy over the pure logic, the
+# import-linter layer contracts, and the wire vocabulary quoted only in protocol.py
+# (tests/vocabulary.py states the rule). Part of `make test`; `$(PY) -m ruff format .` fixes the
+# format.
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
+	$(PY) tests/vocabulary.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(LMCACHE_VENV) var

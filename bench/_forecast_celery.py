@@ -134,7 +134,7 @@ def _wait_ready(app, n: int, limit_s: float = 120) -> None:
 
 def _plan_ran(log_dir: str, n: int) -> bool:
     return any(
-        "plan_after_forecasts" in line and "succeeded" in line
+        "plan_after_forecasts" in line and "succeeded" in line  # not-vocabulary: Celery's log
         for p in Path(log_dir).glob(f"worker-{n}-*.log")
         for line in p.read_text().splitlines()
     )

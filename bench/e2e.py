@@ -100,6 +100,7 @@ def _dashboard_delta_at(dash, engine_pk: int, since: float) -> float | None:
 
 
 def _one_plan(policy_id: int, source: int, target: int, hexes: list[str], nbytes: int) -> int:
+    from controlplane.core import protocol as wire
     from controlplane.replication.models import PlanItem, ReplicationPlan
 
     plan = ReplicationPlan.objects.create(
@@ -111,7 +112,7 @@ def _one_plan(policy_id: int, source: int, target: int, hexes: list[str], nbytes
         prefix_tokens=BLOCKS * 16,
         source_id=source,
         target_id=target,
-        tier="GPU",
+        tier=wire.TIER_GPU,
         bytes=nbytes,
         expected_ttft_saved_s=1.0,
         cost_s=0.01,
@@ -123,16 +124,18 @@ def _one_plan(policy_id: int, source: int, target: int, hexes: list[str], nbytes
 
 def _ack_and_landed(plan_id: int) -> tuple[int, float, float] | None:
     """(job id, running at, landed at) once the plan's job has landed."""
+    from controlplane.core import protocol as wire
     from controlplane.replication.models import JobTransition
 
     rows = {
         state: (job, at)
         for job, state, at in JobTransition.objects.filter(
-            job__item__plan_id=plan_id, to_state__in=["running", "landed"]
+            job__item__plan_id=plan_id, to_state__in=[wire.JOB_RUNNING, wire.JOB_LANDED]
         ).values_list("job_id", "to_state", "at")
     }
-    if "running" in rows and "landed" in rows:
-        return rows["landed"][0], rows["running"][1].timestamp(), rows["landed"][1].timestamp()
+    if wire.JOB_RUNNING in rows and wire.JOB_LANDED in rows:
+        run, landed = rows[wire.JOB_RUNNING], rows[wire.JOB_LANDED]
+        return landed[0], run[1].timestamp(), landed[1].timestamp()
     return None
 
 

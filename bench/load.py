@@ -62,7 +62,7 @@ def seed(env: dict, agents: int) -> dict:
     return {
         "session": session.session_key,
         "enrol": [EnrolmentToken.issue()[1] for _ in range(agents)],
-        "gateway": ApiToken.issue(TokenKind.GATEWAY, "load")[1],
+        "gateway_token": ApiToken.issue(TokenKind.GATEWAY, "load")[1],
     }
 
 
@@ -314,7 +314,7 @@ def run_backend(
                         max(1, n // 4),
                         seconds,
                         data["session"],
-                        data["gateway"],
+                        data["gateway_token"],
                     )
                 )
                 results.append(r)

@@ -46,6 +46,7 @@ def populate(engines: int, prefixes: int, seed: int = 7):
     from datetime import UTC, datetime
 
     from controlplane.core import blockhash
+    from controlplane.core import protocol as wire
     from controlplane.core.residency import Delta
     from controlplane.demand.models import WorkloadKey
     from controlplane.fleet.models import Engine, Node
@@ -86,7 +87,7 @@ def populate(engines: int, prefixes: int, seed: int = 7):
         )
         for e in rng.sample(eng, rng.randint(1, 2)):
             deltas.setdefault(e.pk, []).extend(
-                (k, chain[i - 1] if i else None, "GPU") for i, k in enumerate(chain)
+                (k, chain[i - 1] if i else None, wire.TIER_GPU) for i, k in enumerate(chain)
             )
     WorkloadKey.objects.bulk_create(keys, batch_size=5000)
     get_index().apply([Delta(e, stored=s) for e, s in deltas.items()])

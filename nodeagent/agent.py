@@ -222,6 +222,9 @@ class Agent:
         if self.cfg.jobs_transport != "none":
             tasks.append(asyncio.create_task(self.channel.run()))
         await stop.wait()
+        log.info("stopping (%d running job(s))", len(self.runner.running))
+        # Running jobs first: aborted, their results recorded and sent while the channel is up.
+        await self.runner.stop(self.cfg.stop_timeout_s)
         self.reporter.stop_event.set()
         self.channel.stop_event.set()
         for t in tasks:
@@ -234,6 +237,7 @@ class Agent:
         if self.server:
             self.server.close()
         self.gpu_source.close()
+        log.info("stopped")
 
 
 def run_agent(cfg: AgentConfig) -> int:

@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
         level=getattr(logging, cfg.log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if logging.getLogger().level > logging.DEBUG:
+        # httpx logs every request at INFO: a line per report, poll and progress event, forever.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     from nodeagent.agent import run_agent  # after config: keeps --help and errors light
 
     return run_agent(cfg)

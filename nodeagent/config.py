@@ -113,6 +113,8 @@ class AgentConfig:
     lmcache_coordinator_url: str = ""
     lmcache_renew_s: float = 60.0
     log_level: str = "INFO"
+    # On SIGTERM: how long running jobs get to end and send their results before the agent exits.
+    stop_timeout_s: float = 5.0
     engines: list[EngineConfig] = field(default_factory=list)
     transfer: TransferConfig = field(default_factory=TransferConfig)
 
@@ -349,6 +351,7 @@ def validate(cfg: AgentConfig) -> None:
         "backoff_initial_s",
         "backoff_max_s",
         "engine_metrics_interval_s",
+        "stop_timeout_s",
     ):
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"{name} must be positive")

@@ -4,6 +4,11 @@ Delivery is idempotent by job id: a small journal (``jobs.journal``, one JSON li
 result, replayed at start) answers a job id it has already finished with the recorded result
 instead of running it again. A failed job that comes back with a higher ``attempt`` (the
 control plane's retry) runs again; a succeeded one never does.
+
+Every job ends by its deadline: the runner waits for the executor until then, and past it (or on
+``job.cancel``, or when the agent stops) aborts the job (``Job.abort``: the executor's socket is
+shut, its waits end) and reports it failed. Executors run in daemon threads, so one stuck in a
+system call that ignores the abort cannot keep the agent from exiting when it is told to stop.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import asyncio
 import json
 import logging
 import os
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -68,6 +74,8 @@ class JobRunner:
         self.transports = transports
         self.metrics = metrics
         self.running: dict[str, asyncio.Task[None]] = {}
+        self.jobs: dict[str, Job] = {}  # the running jobs, to abort them
+        self.stopping = False  # the agent is stopping: new assignments are left unacknowledged
         self.loop: asyncio.AbstractEventLoop | None = None
         self._send: Send | None = (
             None  # the latest channel's send, for events not tied to a message
@@ -97,13 +105,16 @@ class JobRunner:
         if kind == wire.MSG_JOB_ASSIGN:
             await self._assign(msg.get("job") or {}, send)
         elif kind == wire.MSG_JOB_CANCEL:
-            task = self.running.get(str(msg.get("job_id")))
+            job_id = str(msg.get("job_id"))
+            task = self.running.get(job_id)
             if task:
-                task.cancel()
+                task.cancel()  # reports it cancelled now; _run aborts the executor's work
         else:
             log.warning("ignoring unknown message type %r", kind)
 
     async def _assign(self, raw: dict[str, Any], send: Send) -> None:
+        if self.stopping:
+            return  # not acknowledged: the control plane delivers it again (here after a restart)
         try:
             job = Job.from_message(raw)
         except JobError as exc:
@@ -129,15 +140,31 @@ class JobRunner:
                 lambda: asyncio.ensure_future(send(wire.job_progress(job.id, n)))
             )
 
+        self.jobs[job.id] = job
+        finished: asyncio.Future[TransferResult] = loop.create_future()
+
+        def work() -> None:
+            try:
+                result = self._execute(job, progress)
+            except Exception as exc:  # a transport bug fails the job, not the agent
+                log.exception("job %s crashed", job.id)
+                result = TransferResult(False, error=f"internal error: {exc}")
+            loop.call_soon_threadsafe(_settle, finished, result)
+
+        threading.Thread(target=work, name=f"job-{job.id[:8]}", daemon=True).start()
         try:
-            result = await asyncio.to_thread(self._execute, job, progress)
+            result = await asyncio.wait_for(
+                asyncio.shield(finished), timeout=max(job.seconds_left(), 0)
+            )
+        except TimeoutError:
+            job.abort()
+            result = TransferResult(False, error="deadline passed before the job ended")
         except asyncio.CancelledError:
+            job.abort()
             result = TransferResult(False, error=wire.JOB_CANCELLED)
-        except Exception as exc:  # a transport bug fails the job, not the agent
-            log.exception("job %s crashed", job.id)
-            result = TransferResult(False, error=f"internal error: {exc}")
         finally:
             self.running.pop(job.id, None)
+            self.jobs.pop(job.id, None)
         record = wire.job_result(
             job.id, result.ok, result.checksum, result.bytes, result.error, result.extra
         )
@@ -149,11 +176,28 @@ class JobRunner:
             self.metrics.transfer_bytes.labels(job.transport, job.role).inc(result.bytes)
         await send(record)
 
+    async def stop(self, budget_s: float) -> None:
+        """Abort every running job and give their results ``budget_s`` to be recorded and sent;
+        then cancel what is left (its journal line may be missing: the job runs again)."""
+        self.stopping = True
+        for job in list(self.jobs.values()):
+            job.abort()
+        tasks = list(self.running.values())
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=budget_s)
+        for t in pending:
+            t.cancel()
+        if pending:
+            log.warning("%d job(s) did not end within the stop budget", len(pending))
+            await asyncio.wait(pending, timeout=1.0)
+
     def _execute(self, job: Job, progress: Any) -> TransferResult:
         if job.action == wire.ACTION_EVICT:
             if job.role != wire.ROLE_TARGET:
                 return TransferResult(True)
-            evict = getattr(self.transports.get(job.transport), "evict", None)
+            executor = self.transports.get(job.transport)
+            evict = getattr(executor, "evict", None)  # not-vocabulary: the method's name
             if evict is not None:  # an executor that removes the copy from the engine's cache
                 return evict(job)  # type: ignore[no-any-return]
             for k in job.keys:
@@ -257,6 +301,11 @@ class JobChannel:
                 self.backoff.reset()
                 for msg in resp.json():
                     await self.runner.handle(msg, send)
+
+
+def _settle(fut: asyncio.Future[TransferResult], result: TransferResult) -> None:
+    if not fut.done():
+        fut.set_result(result)
 
 
 def _refused_upgrade(exc: Exception) -> bool:

@@ -15,15 +15,16 @@ Events are normalised to small tuples so that residency code never looks at the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import msgpack
 
+from controlplane.core import protocol as wire
+
 STORED = "BlockStored"
 REMOVED = "BlockRemoved"
 CLEARED = "AllBlocksCleared"
-DEFAULT_MEDIUM = "GPU"
+DEFAULT_MEDIUM = wire.TIER_GPU
 _MASK64 = (1 << 64) - 1
 
 
@@ -134,8 +135,3 @@ def _normalise(event: Any) -> tuple:
             return (CLEARED,)
         raise EventDecodeError(f"unknown event tag {tag!r}")
     raise EventDecodeError(f"event is neither a map nor a tagged array: {type(event).__name__}")
-
-
-def iter_events(raw_events: list[Any]) -> Iterator[tuple]:
-    for ev in raw_events:
-        yield normalise(ev)

@@ -179,7 +179,7 @@ class SequenceTracker:
 def connect_address(endpoint: str) -> str:
     """Where to connect for a publisher bound at ``endpoint``: a wildcard host on loopback."""
     scheme, sep, rest = endpoint.partition("://")
-    if scheme != "tcp" or not sep:
+    if scheme != "tcp" or not sep:  # not-vocabulary: the ZMQ URL scheme
         return endpoint
     host, _, port = rest.rpartition(":")
     if host in ("*", "0.0.0.0"):

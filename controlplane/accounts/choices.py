@@ -1,4 +1,6 @@
-"""Roles and token kinds."""
+"""Roles and token kinds (the kinds' values from ``controlplane.core.protocol``)."""
+
+from controlplane.core import protocol as wire
 
 
 class Role:
@@ -10,9 +12,9 @@ class Role:
 
 
 class TokenKind:
-    USER = "user"
-    GATEWAY = "gateway"
-    AGENT = "agent"
+    USER = wire.TOKEN_USER
+    GATEWAY = wire.TOKEN_GATEWAY
+    AGENT = wire.TOKEN_AGENT
     CHOICES = [
         (USER, "User (automation, acts as its user)"),
         (GATEWAY, "Gateway (request records only)"),

@@ -1,12 +1,18 @@
 """Sign-in throttling (django-axes) wired to Prewarm: the audit trail, the lockout page, the client.
 
-django-axes counts failed sign-ins in the database (shared by every web process) per user name and
-per client address (``AXES_LOCKOUT_PARAMETERS``); at ``PREWARM_LOGIN_FAILURE_LIMIT`` failures
-either one is locked for ``PREWARM_LOGIN_COOLOFF_SECONDS``. It guards ``django.contrib.auth
-.authenticate``, so the dashboard's ``/login/`` and the admin's ``/admin/login/``; API tokens never
-call it and are unaffected. This module adds what Prewarm needs around it:
+django-axes counts failed sign-ins in the database (shared by every web process) per (user name,
+client address) pair and per client address (``AXES_LOCKOUT_PARAMETERS``). The pair is locked at
+``PREWARM_LOGIN_FAILURE_LIMIT`` failures, the address at the higher
+``PREWARM_LOGIN_ADDRESS_FAILURE_LIMIT``, each for ``PREWARM_LOGIN_COOLOFF_SECONDS``: guessing at one
+account locks only the guesser's address out of that account (its owner signs in from elsewhere,
+other users from the same address sign in), and a spray over many names from one address still
+stops. It guards ``django.contrib.auth.authenticate``, so the dashboard's ``/login/`` and the
+admin's ``/admin/login/``; API tokens never call it and are unaffected. This module adds what
+Prewarm needs around it:
 
-- ``AuditingAxesHandler`` writes the first failure of a burst and every lockout to the audit log;
+- ``AuditingAxesHandler`` applies the two limits (axes compares one count with one limit), resets
+  only the pair on a successful sign-in (a sprayer's own account must not clear its address's
+  count), and writes the first failure of a burst and every lockout to the audit log;
 - ``lockout_response`` answers a locked sign-in with the sign-in page, a clear message, 429 and
   ``Retry-After``;
 - ``client_ip`` reads the client address behind ``PREWARM_TRUSTED_PROXY_COUNT`` proxies, so a load
@@ -19,10 +25,11 @@ import logging
 import math
 
 from axes.handlers.database import AxesDatabaseHandler
-from axes.helpers import get_client_username, get_cool_off
+from axes.helpers import get_client_username, get_cool_off, get_failure_limit
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
+from django.db.models import Sum
 from django.shortcuts import render
 
 from controlplane.audit.services import record
@@ -52,7 +59,8 @@ def cooloff_text(seconds: float) -> str:
 
 def lockout_message(seconds: float) -> str:
     return (
-        "Too many failed sign-ins for this user name or from this address: sign-in is locked for "
+        "Too many failed sign-ins for this user name from this address, or from this address: "
+        "sign-in is locked for "
         f"{cooloff_text(seconds)}. An admin can unlock it sooner."
     )
 
@@ -80,7 +88,28 @@ def _subject(username: str | None) -> tuple[str, str]:
 
 
 class AuditingAxesHandler(AxesDatabaseHandler):
-    """axes' database handler, plus the audit trail: a burst's first failure, and each lockout."""
+    """axes' database handler with a limit per pair and a higher one per address, plus the audit
+    trail: a burst's first failure, and each lockout."""
+
+    def get_failures(self, request, credentials: dict | None = None) -> int:
+        """The pair's failures, or the pair limit when the address has reached its own limit.
+
+        axes locks when this reaches ``AXES_FAILURE_LIMIT`` (the pair limit), both when it
+        records a failure and when it checks a sign-in (``is_locked``), so this one answer carries
+        both thresholds."""
+        pair, address = (
+            attempts.aggregate(n=Sum("failures_since_start"))["n"] or 0
+            for attempts in self.get_user_attempts(request, credentials)
+        )
+        if address >= settings.PREWARM_LOGIN_ADDRESS_FAILURE_LIMIT:
+            return max(pair, get_failure_limit(request, credentials))
+        return pair
+
+    def reset_user_attempts(self, request, credentials: dict | None = None) -> int:
+        """A successful sign-in clears its own pair's failures, not its address's."""
+        pair = self.filter_user_attempts(request, credentials)[0]
+        deleted, _ = pair.delete()
+        return deleted
 
     def user_login_failed(self, sender, credentials: dict, request=None, **kwargs):
         already_locked = bool(getattr(request, "axes_locked_out", False))
@@ -102,7 +131,7 @@ class AuditingAxesHandler(AxesDatabaseHandler):
         if locked:
             after["cooloff_seconds"] = cool_off.total_seconds() if cool_off else None
             reason = (
-                f"{failures} failed sign-ins for {username!r} or from {ip}: locked out for "
+                f"{failures} failed sign-ins for {username!r} from {ip}, or from {ip}: locked out for "
                 f"{cooloff_text(after['cooloff_seconds'] or 0)}"
             )
         else:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from controlplane.core.protocol import TIER_CPU, TIER_DISK
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -72,6 +74,13 @@ GPUS: dict[str, GpuSpec] = {
 PREFILL_MFU = 0.5
 DECODE_BW_EFFICIENCY = 0.6
 BATCH_OVERHEAD_S = 0.02
+# Promotion bandwidth into HBM from the tiers below it, one figure for the planner and the simulator.
+# CPU DRAM: PCIe 5.0 x16 (the H100/H200 host link) moves 64 GB/s per direction on the wire, ~50 GB/s
+# host-to-device from pinned buffers (32 GB/s is PCIe 4.0 x16's wire rate, the A100's link). SSD:
+# one NVMe Gen4 x4 drive, ~6 GB/s sequential read.
+CPU_TIER_BYTES_PER_S = 50e9
+DISK_TIER_BYTES_PER_S = 6e9
+TIER_BYTES_PER_S = {TIER_CPU: CPU_TIER_BYTES_PER_S, TIER_DISK: DISK_TIER_BYTES_PER_S}
 # Fraction of HBM left to the KV cache after weights (vLLM's gpu_memory_utilization 0.9 minus
 # activations): the default KV capacity when the user gives none.
 KV_MEMORY_FRACTION = 0.85
@@ -97,7 +106,7 @@ class CostModel:
     @classmethod
     def preset(cls, model: str, gpu: str, gpus: int | None = None) -> CostModel:
         m = lookup(MODELS, model, "model")
-        g = lookup(GPUS, gpu, "GPU")
+        g = lookup(GPUS, gpu, "GPU")  # not-vocabulary: the accelerator, not the tier
         return cls(m, g, gpus if gpus is not None else default_gpus(m, g))
 
     def __post_init__(self) -> None:

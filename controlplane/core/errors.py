@@ -52,22 +52,8 @@ class Forbidden(DomainError):
     code = "forbidden"
 
 
-class NotFound(DomainError):
-    """The object named does not exist, or not for this caller (404)."""
-
-    status = 404
-    code = "not_found"
-
-
 class Conflict(DomainError):
     """The object's current state does not allow this (409)."""
 
     status = 409
     code = "conflict"
-
-
-class TooLarge(DomainError):
-    """The request is over a size limit (413)."""
-
-    status = 413
-    code = "too_large"

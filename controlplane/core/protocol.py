@@ -124,15 +124,33 @@ TOKEN_GATEWAY = "gateway"
 TOKEN_AGENT = "agent"
 TOKEN_KINDS = (TOKEN_USER, TOKEN_GATEWAY, TOKEN_AGENT)
 
-# Realtime (Channels) event names sent to the dashboard groups.
+# Realtime (Channels) event names sent to the dashboard groups (controlplane/realtime/groups.py).
+EVENT_PLAN_CREATED = "plan.created"
 EVENT_PLAN_DECIDED = "plan.decided"
 EVENT_JOB_UPDATE = "job.update"
 EVENT_NODE_STALE = "node.stale"
 EVENT_RESIDENCY_DELTA = "residency.delta"
+EVENT_ENGINE_READINESS = "engine.readiness"
+REALTIME_EVENTS = (
+    EVENT_PLAN_CREATED,
+    EVENT_PLAN_DECIDED,
+    EVENT_JOB_UPDATE,
+    EVENT_NODE_STALE,
+    EVENT_RESIDENCY_DELTA,
+    EVENT_ENGINE_READINESS,
+)
 
-# Fields of the ``job`` object of a ``job.assign`` (docs/agent-protocol.md, "Replication jobs").
-FIELD_LMCACHE = TRANSPORT_LMCACHE  # the lmcache executor's parameters (controller URL, instance)
-JOB_FIELDS = (
+# The ``job`` object of a ``job.assign`` (docs/agent-protocol.md, "Replication jobs"): built by
+# ``job_assign`` below, read by the agent's ``nodeagent.transfers.base.Job.from_message``.
+FIELD_LMCACHE = TRANSPORT_LMCACHE  # the lmcache / lmcache-mp executors' parameters
+LMCACHE_FIELDS = (  # what the agent reads; the control plane sends all but world_size (default 1)
+    "source_instance",
+    "source_location",
+    "target_instance",
+    "model_name",
+    "world_size",
+)
+JOB_ASSIGN_FIELDS = (
     "id",
     "action",
     "role",
@@ -144,9 +162,66 @@ JOB_FIELDS = (
     ROLE_TARGET,
     "rendezvous",
     FIELD_LMCACHE,
+    "tokens",
+    "block_size",
+    "hold_until",
+    "secret",
     "deadline",
     "attempt",
 )
+
+
+def job_assign(
+    *,
+    job_id: str,
+    action: str,
+    role: str,
+    transport: str,
+    keys: Iterable[int | str],
+    nbytes: int,
+    bytes_per_block: int,
+    source: dict[str, Any],
+    target: dict[str, Any],
+    rendezvous: dict[str, Any],
+    lmcache: dict[str, Any],
+    tokens: list[int],
+    block_size: int,
+    hold_until: float,
+    secret: str,
+    deadline: float | None,
+    attempt: int,
+) -> dict[str, Any]:
+    """A ``job.assign`` for one role. Keys in their JSON form (hex), whichever form is given;
+    ``lmcache`` holds only ``LMCACHE_FIELDS``. ProtocolError on a value the agent would refuse."""
+    if action not in ACTIONS:
+        raise ProtocolError("job.action", f"{action!r} is not one of {', '.join(ACTIONS)}")
+    if role not in ROLES:
+        raise ProtocolError("job.role", f"{role!r} is not one of {', '.join(ROLES)}")
+    if transport not in TRANSPORTS:
+        raise ProtocolError("job.transport", f"{transport!r} is not one of {', '.join(TRANSPORTS)}")
+    extra = sorted(set(lmcache) - set(LMCACHE_FIELDS))
+    if extra:
+        raise ProtocolError(f"job.{FIELD_LMCACHE}", f"unknown fields {extra}")
+    job = {
+        "id": job_id,
+        "action": action,
+        "role": role,
+        "transport": transport,
+        "keys": [key_hex(decode_key(k, f"job.keys[{i}]")) for i, k in enumerate(keys)],
+        "bytes": nbytes,
+        "bytes_per_block": bytes_per_block,
+        ROLE_SOURCE: source,
+        ROLE_TARGET: target,
+        "rendezvous": rendezvous,
+        FIELD_LMCACHE: lmcache,
+        "tokens": tokens,
+        "block_size": block_size,
+        "hold_until": hold_until,
+        "secret": secret,
+        "deadline": deadline,
+        "attempt": attempt,
+    }
+    return {"type": MSG_JOB_ASSIGN, "job": job}
 
 
 def job_ack(job_id: str) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""Choices for nodes and engines."""
+"""Choices for nodes and engines (the lifecycle's values from ``controlplane.core.protocol``)."""
+
+from controlplane.core import protocol as wire
 
 
 class NodeState:
@@ -9,9 +11,9 @@ class NodeState:
 
 
 class EngineLifecycle:
-    WARMING = "warming"
-    SERVING = "serving"
-    DRAINING = "draining"
+    WARMING = wire.ENGINE_WARMING
+    SERVING = wire.ENGINE_SERVING
+    DRAINING = wire.ENGINE_DRAINING
     CHOICES = [
         (WARMING, "Warming (joining, not yet taking traffic)"),
         (SERVING, "Serving"),

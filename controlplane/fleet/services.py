@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from controlplane.accounts.choices import TokenKind
 from controlplane.accounts.models import ApiToken, EnrolmentToken, digest
-from controlplane.api.exceptions import ApiError
 from controlplane.audit.services import record, save_audited, snapshot
+from controlplane.core import protocol as wire
 from controlplane.core.agent_report import Report
 from controlplane.core.errors import Conflict, Forbidden, Invalid
 from controlplane.core.protocol import MODE_SNAPSHOT
@@ -176,11 +176,10 @@ def _upsert_gpus(node: Node, gpus: list[dict], now) -> dict[str, Gpu]:
             existing[gpu.uuid] = gpu
         else:
             if gpu.node_id != node.pk:
-                raise ApiError(
-                    "gpu_owned_elsewhere",
+                raise Conflict(
                     "this GPU belongs to another node",
-                    "gpus.uuid",
-                    status_code=409,
+                    code="gpu_owned_elsewhere",
+                    field="gpus.uuid",
                 )
             # Unchanged values are not rewritten (live values reach browsers through publish
             # anyway); updated_at is still refreshed every GPU_REFRESH_SECONDS.
@@ -264,14 +263,13 @@ def apply_report(node: Node, report: Report) -> dict:
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node.pk)
         if node.state == NodeState.RETIRED:
-            raise ApiError("node_retired", "this node is retired", status_code=403)
+            raise Forbidden("this node is retired", code="node_retired")
         new_boot = node.boot_id != report.boot_id
         if report.seq <= node.last_seq and not (new_boot and report.snapshot_only):
-            raise ApiError(
-                "stale_seq",
+            raise Conflict(
                 f"seq {report.seq} is not after {node.last_seq}",
-                "seq",
-                status_code=409,
+                code="stale_seq",
+                field="seq",
                 last_seq=node.last_seq,
             )
         if get_index().mark_live():
@@ -343,7 +341,7 @@ def apply_report(node: Node, report: Report) -> dict:
         if changes or report.gpus:
             publish(
                 groups.CLUSTER,
-                "residency.delta",
+                wire.EVENT_RESIDENCY_DELTA,
                 {
                     "node": node.pk,
                     "engines": {
@@ -396,12 +394,12 @@ def mark_stale_nodes() -> list[int]:
                 get_index().drop_engine(engine_id)
             record(
                 None,
-                "node.stale",
+                "node.stale",  # not-vocabulary: the audit action of the same name
                 object_type="fleet.node",
                 object_id=str(node_id),
                 reason=f"no report for {settings.PREWARM_NODE_STALE_SECONDS:.0f}s",
             )
-            publish(groups.CLUSTER, "node.stale", {"node": node_id})
+            publish(groups.CLUSTER, wire.EVENT_NODE_STALE, {"node": node_id})
     return stale
 
 

@@ -35,7 +35,7 @@ STATES = {
     LANDED: "copy landed, not yet confirmed by the engine",
     LOST: "copy lost or never confirmed",
 }
-IN_FLIGHT_JOB_STATES = (JobState.APPROVED, JobState.DISPATCHED, JobState.RUNNING)
+IN_FLIGHT_JOB_STATES = wire.JOB_IN_FLIGHT
 
 
 def hottest_prefixes(limit: int) -> list[WorkloadKey]:

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from controlplane.core import protocol as wire
+
 from .env import get_from_env, str_to_bool
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -111,10 +113,11 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.api.exceptions.exception_handler",
-    # Per token (agents, gateways) or user; a load test raises them from the environment.
+    # Per token (scopes named after the token kinds: agents, gateways) or user (DRF's own scope);
+    # a load test raises them from the environment.
     "DEFAULT_THROTTLE_RATES": {
-        "agent": get_from_env("PREWARM_THROTTLE_AGENT", "6000/min"),
-        "gateway": get_from_env("PREWARM_THROTTLE_GATEWAY", "6000/min"),
+        wire.TOKEN_AGENT: get_from_env("PREWARM_THROTTLE_AGENT", "6000/min"),
+        wire.TOKEN_GATEWAY: get_from_env("PREWARM_THROTTLE_GATEWAY", "6000/min"),
         "user": "3000/min",
     },
 }

@@ -54,10 +54,17 @@ CONTENT_SECURITY_POLICY = (
 )
 
 # Sign-in throttling (django-axes; controlplane/accounts/lockout.py, docs/security.md). Failed
-# sign-ins are counted per user name and per client address; at the limit, that name or address
-# is locked for the cool-off. Attempts while locked do not extend it (an attacker gets at most
-# LIMIT guesses per cool-off either way, and the user's wait stays what the page says).
+# sign-ins are counted per (user name, address) pair and per address. At
+# PREWARM_LOGIN_FAILURE_LIMIT failures the pair is locked for the cool-off: the same user from
+# another address, and other users from that address, still sign in, so guessing one account's
+# password cannot lock its owner (or an admin) out. At PREWARM_LOGIN_ADDRESS_FAILURE_LIMIT
+# failures (any user names) the address itself is locked: a password spray from one address stops
+# there. Attempts while locked do not extend the lock (an attacker gets at most the limit's guesses
+# per cool-off either way, and the user's wait stays what the page says).
 PREWARM_LOGIN_FAILURE_LIMIT = get_from_env("PREWARM_LOGIN_FAILURE_LIMIT", 5, type_cast=int)
+PREWARM_LOGIN_ADDRESS_FAILURE_LIMIT = get_from_env(
+    "PREWARM_LOGIN_ADDRESS_FAILURE_LIMIT", 20, type_cast=int
+)
 PREWARM_LOGIN_COOLOFF_SECONDS = get_from_env(
     "PREWARM_LOGIN_COOLOFF_SECONDS", 900.0, type_cast=float
 )
@@ -67,7 +74,9 @@ PREWARM_TRUSTED_PROXY_COUNT = get_from_env("PREWARM_TRUSTED_PROXY_COUNT", 0, typ
 AXES_ENABLED = True
 AXES_FAILURE_LIMIT = PREWARM_LOGIN_FAILURE_LIMIT
 AXES_COOLOFF_TIME = timedelta(seconds=PREWARM_LOGIN_COOLOFF_SECONDS)
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# The order matters: AuditingAxesHandler.get_failures reads the pair's attempts first, then the
+# address's, each against its own limit (axes itself compares their maximum with one limit).
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_HANDLER = "controlplane.accounts.lockout.AuditingAxesHandler"

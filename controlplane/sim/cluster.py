@@ -496,6 +496,6 @@ class Simulation:
             "t": t,
             "normal_bytes": (total - spec) * self.block_bytes,
             "spec_bytes": spec * self.block_bytes,
-            "serving": len(self.serving),
+            SERVING: len(self.serving),
             "load": self.load(t),
         }

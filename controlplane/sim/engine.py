@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from controlplane.core import protocol as wire
 from controlplane.core.prefix_cache import PrefixCache
 
-PLANNED, WARMING, SERVING, GONE = "planned", "warming", "serving", "gone"
+# The simulator's lifecycle: the fleet's warming and serving, plus not yet announced and gone.
+PLANNED, WARMING, SERVING, GONE = "planned", wire.ENGINE_WARMING, wire.ENGINE_SERVING, "gone"
 
 
 @dataclass

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from controlplane.core.costmodel import CostModel
+from controlplane.core.costmodel import CPU_TIER_BYTES_PER_S, DISK_TIER_BYTES_PER_S, CostModel
 from controlplane.core.protocol import TIER_CPU, TIER_DISK
 from controlplane.core.traces.paths import shared_data_dir
 from controlplane.sim.cluster import ClusterConfig, EngineChange, TierSpec
@@ -31,8 +31,7 @@ def link_bytes_per_s(scenario: str) -> float:
     return SLOW_NETWORK_BPS if scenario == "slowlink" else STEADY_NETWORK_BPS
 
 
-CPU_TIER_BPS = 32e9  # PCIe 5.0 x16, practical host-to-device
-SSD_TIER_BPS = 6e9  # one NVMe Gen4 x4 drive
+CPU_TIER_BPS, SSD_TIER_BPS = CPU_TIER_BYTES_PER_S, DISK_TIER_BYTES_PER_S  # core/costmodel.py
 TIERED_GPU_SHARE = 0.5  # share of HBM KV left to cached prefixes when tiers hold the rest
 BOOT_S = 120.0  # an engine joining a scale-out is announced this long before it serves
 # Routers that balance load (SGLang's cache-aware router, llm-d's load scorer) send a request to

@@ -115,7 +115,8 @@ def run_one(job: dict) -> dict:
     )
     if job.get("link_bytes_per_s"):
         setup.config.network_bytes_per_s = job["link_bytes_per_s"]
-    doc, _ = run_policies(setup, job["policies"], seed=job["seed"], warmup_s=job.get("warmup", 0.0))
+    warmup_s = job.get("warmup", 0.0)  # not-vocabulary: seconds before measuring
+    doc, _ = run_policies(setup, job["policies"], seed=job["seed"], warmup_s=warmup_s)
     return {**job, "policies": doc["policies"], "offered_load": doc["offered_load"]}
 
 
@@ -151,7 +152,7 @@ def summarize_cell(runs: list[dict]) -> dict:
         "saturated_seeds": sat,
         "gains_over": "unsaturated seeds" if kept is not runs else "all seeds",
         "seeds_measured": [r["seed"] for r in kept],
-        "warmup_s": runs[0].get("warmup", 0.0),
+        "warmup_s": runs[0].get("warmup", 0.0),  # not-vocabulary: seconds before measuring
         "ttft_s": {},
         "ttft_s_noise": {},
     }
@@ -231,7 +232,7 @@ def main_seeds(args) -> int:
             "policies": policies,
             "duration": args.duration,
             "load": args.load,
-            "warmup": args.warmup,
+            "warmup": args.warmup,  # not-vocabulary: seconds before measuring
             "engines": args.engines,
         }
         for m, s in cells

@@ -54,7 +54,7 @@ def _jobs(args, contexts, loads, duration, seeds) -> list[dict]:
             "load": load,
             "prefix_tokens": (lo, hi),
             "link_bytes_per_s": bw,
-            "warmup": args.warmup,
+            "warmup": args.warmup,  # not-vocabulary: seconds before measuring
             "policies": list(COMPARED),
         }
         for lo, hi, bw in contexts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,11 @@ class Job:
     hold_until: float = (
         0.0  # the replica's TTL end (unix time): LMCache leases are renewed until then
     )
+    # Set when the job must end now (its deadline passed, the control plane cancelled it, or the
+    # agent is stopping): an executor blocked in a socket call registers ``on_abort`` to wake up.
+    aborted: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    _on_abort: list[Callable[[], None]] = field(default_factory=list, repr=False, compare=False)
+    _abort_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def from_message(cls, msg: dict[str, Any]) -> Job:
@@ -78,6 +84,32 @@ class Job:
 
     def seconds_left(self) -> float:
         return self.deadline - time.time()
+
+    def abort(self) -> None:
+        """End the job now: set ``aborted`` and run every registered ``on_abort`` callback."""
+        with self._abort_lock:
+            self.aborted.set()
+            callbacks, self._on_abort = self._on_abort, []
+        for fn in callbacks:
+            try:
+                fn()
+            except OSError:
+                pass  # e.g. a socket already closed
+
+    def on_abort(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Call ``fn`` when the job is aborted (at once if it already is); returns the undo."""
+        with self._abort_lock:
+            if not self.aborted.is_set():
+                self._on_abort.append(fn)
+
+                def undo() -> None:
+                    with self._abort_lock:
+                        if fn in self._on_abort:
+                            self._on_abort.remove(fn)
+
+                return undo
+        fn()
+        return lambda: None
 
 
 def _tokens(raw: Any) -> list[int]:

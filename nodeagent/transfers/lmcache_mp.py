@@ -142,7 +142,7 @@ class LmcacheMpTransport:
                 status = str(self.coordinator.call("GET", path).get("status", "")).lower()
                 if status == "completed":
                     break
-                if status in ("failed", "error", "cancelled"):
+                if status in ("failed", "error", "cancelled"):  # not-vocabulary: LMCache's
                     return _failed(
                         f"lmcache-mp: prefetch {sub['request_id']} on {instance!r}: {status}"
                     )

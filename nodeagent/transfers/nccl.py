@@ -109,8 +109,8 @@ class NcclTransport:
         left = job.seconds_left()
         if left <= 0:
             raise RendezvousError("deadline passed before the group formed")
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        device = self.device or ("cuda" if backend == "nccl" else "cpu")
+        backend = "nccl" if torch.cuda.is_available() else "gloo"  # not-vocabulary: torch's
+        device = self.device or ("cuda" if backend == "nccl" else "cpu")  # not-vocabulary: torch's
         try:
             dist.init_process_group(
                 backend,

@@ -44,6 +44,8 @@ MAGIC = b"PWX1"
 MAX_HEADER = 16 << 20
 UNKNOWN_JOB = "unknown job"
 SOCK_BUF = 4 << 20
+ABORTED = "aborted: the job was cancelled, its deadline passed or the agent is stopping"
+ABORT_POLL_S = 0.2  # how soon a waiting target notices an abort
 
 
 def _send_msg(sock: socket.socket, obj: dict[str, Any]) -> None:
@@ -248,8 +250,19 @@ class TcpTransport:
         if self.server is None:
             return TransferResult(False, error="this agent runs no transfer server")
         exp = self.server.expect(job.id, progress, job.secret, job.keys)
+        woken = threading.Event()
+        undo = job.on_abort(woken.set)
         try:
-            if not exp.done.wait(timeout=max(job.seconds_left(), 0)):
+            end = time.monotonic() + max(job.seconds_left(), 0)
+            while not exp.done.is_set() and not woken.is_set():
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                # exp.done and the abort are two events: wake on either within a beat.
+                exp.done.wait(timeout=min(left, ABORT_POLL_S))
+            if job.aborted.is_set() and not exp.done.is_set():
+                return TransferResult(False, error=ABORTED)
+            if not exp.done.is_set():
                 why = "deadline passed before the source delivered"
                 if exp.refused:
                     why += f"; refused {len(exp.refused)} unauthenticated sender(s): " + "; ".join(
@@ -259,6 +272,7 @@ class TcpTransport:
             assert exp.result is not None
             return exp.result
         finally:
+            undo()
             self.server.forget(job.id)
 
     # -- source ------------------------------------------------------------------------------
@@ -275,20 +289,24 @@ class TcpTransport:
             )
         failures = 0
         while True:
+            if job.aborted.is_set():
+                return TransferResult(False, error=ABORTED)
             try:
                 return self._send_once(job, store, progress, addr)
             except _NotYetExpected:
                 if job.seconds_left() <= 0:
                     return TransferResult(False, error="target never accepted the job")
-                time.sleep(min(0.2, max(job.seconds_left(), 0)))
+                job.aborted.wait(min(0.2, max(job.seconds_left(), 0)))
             except (OSError, ConnectionError, ValueError) as exc:
+                if job.aborted.is_set():
+                    return TransferResult(False, error=ABORTED)
                 failures += 1
                 if failures > self.retries or job.seconds_left() <= 0:
                     return TransferResult(False, error=f"transfer to {addr} failed: {exc}")
                 log.info(
                     "job %s: attempt %d to %s failed (%s); retrying", job.id, failures, addr, exc
                 )
-                time.sleep(min(0.5 * failures, max(job.seconds_left(), 0)))
+                job.aborted.wait(min(0.5 * failures, max(job.seconds_left(), 0)))
 
     def _send_once(
         self, job: Job, store: BlockStore, progress: Progress, addr: str
@@ -304,33 +322,56 @@ class TcpTransport:
             "checksum": checksum,
         }
         header[MAC_FIELD] = sign(job.secret, header)
-        with socket.create_connection(split_addr(addr), timeout=self.connect_timeout_s) as sock:
-            _tune(sock)
-            sock.settimeout(max(job.seconds_left(), 1.0))
-            sock.sendall(MAGIC)
-            _send_msg(sock, header)
-            reply = _recv_msg(sock)
-            if not reply.get("ok"):
-                if reply.get("error") == UNKNOWN_JOB:
-                    raise _NotYetExpected()
-                return TransferResult(False, error=f"target refused: {reply.get('error')}")
+        connect_s = min(self.connect_timeout_s, _left(job))
+        with socket.create_connection(split_addr(addr), timeout=connect_s) as sock:
+            # The job's abort (deadline, cancel, agent stopping) wakes a blocked send or receive.
+            undo = job.on_abort(lambda: sock.shutdown(socket.SHUT_RDWR))
             try:
-                verify_answer(job.secret, header, reply.get(MAC_FIELD))
-            except AuthError as exc:
-                return TransferResult(False, error=f"target at {addr}: {exc}")
-            sent = 0
-            start = time.monotonic()
-            for view in views:
-                for off in range(0, view.nbytes, self.chunk):
-                    piece = view[off : off + self.chunk]
-                    sock.sendall(piece)
-                    sent += piece.nbytes
-                    if self.rate:
-                        ahead = start + sent / self.rate - time.monotonic()
-                        if ahead > 0:
-                            time.sleep(ahead)
-                progress(sent)
-            final = _recv_msg(sock)
+                return self._exchange(job, sock, views, header, progress, addr)
+            finally:
+                undo()
+
+    def _exchange(
+        self,
+        job: Job,
+        sock: socket.socket,
+        views: list[memoryview],
+        header: dict[str, Any],
+        progress: Progress,
+        addr: str,
+    ) -> TransferResult:
+        checksum = header["checksum"]
+        _tune(sock)
+        # Every call on the socket is bounded by what is left of the job's deadline, so a
+        # peer that stops reading (or answering) cannot keep the job past it.
+        sock.settimeout(_left(job))
+        sock.sendall(MAGIC)
+        _send_msg(sock, header)
+        sock.settimeout(_left(job))
+        reply = _recv_msg(sock)
+        if not reply.get("ok"):
+            if reply.get("error") == UNKNOWN_JOB:
+                raise _NotYetExpected()
+            return TransferResult(False, error=f"target refused: {reply.get('error')}")
+        try:
+            verify_answer(job.secret, header, reply.get(MAC_FIELD))
+        except AuthError as exc:
+            return TransferResult(False, error=f"target at {addr}: {exc}")
+        sent = 0
+        start = time.monotonic()
+        for view in views:
+            for off in range(0, view.nbytes, self.chunk):
+                piece = view[off : off + self.chunk]
+                sock.settimeout(_left(job))
+                sock.sendall(piece)
+                sent += piece.nbytes
+                if self.rate:
+                    ahead = start + sent / self.rate - time.monotonic()
+                    if ahead > 0:
+                        job.aborted.wait(ahead)
+            progress(sent)
+        sock.settimeout(_left(job))
+        final = _recv_msg(sock)
         if not final.get("ok"):
             return TransferResult(
                 False, sent, final.get("checksum"), f"target: {final.get('error')}"
@@ -338,6 +379,16 @@ class TcpTransport:
         if final.get("checksum") != checksum:
             return TransferResult(False, sent, final.get("checksum"), "target checksum differs")
         return TransferResult(True, sent, checksum)
+
+
+def _left(job: Job) -> float:
+    """Seconds left to the job's deadline for the next socket call; TimeoutError when none."""
+    if job.aborted.is_set():
+        raise TimeoutError(ABORTED)
+    left = job.seconds_left()
+    if left <= 0:
+        raise TimeoutError("the job's deadline passed")
+    return left
 
 
 class _NotYetExpected(Exception):

@@ -1,10 +1,18 @@
 """Two real agent processes move real bytes over TCP, checksum-verified; a killed receiver fails
-the job cleanly and the retried job succeeds."""
+the job cleanly and the retried job succeeds; a peer that stalls mid-transfer cannot keep the
+source's job past its deadline, nor the agent from exiting when it is stopped.
+
+Each agent logs to a file under the test's tmp_path: a pipe nobody reads fills at 64 KiB and then
+blocks the agent at its next log line (that was issue 25's "stalled transfer": the agents froze
+writing to stderr, their event loop with them, so neither the result nor SIGTERM got through).
+"""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -13,6 +21,8 @@ import pytest
 
 from controlplane.core.blockhash import to_hex
 from nodeagent.blockstore import FileBlockStore
+from nodeagent.transfers import tcp
+from nodeagent.transfers.auth import MAC_FIELD, answer
 
 REPO = Path(__file__).resolve().parents[2]
 BLOCK = 1 << 20
@@ -21,6 +31,12 @@ BLOCK = 1 << 20
 JOB_DEADLINE_S = 60.0
 # An agent process importing its modules and enrolling: seconds normally, more on a loaded machine.
 AGENT_START_S = 60.0
+# The agent's stop budget (its stop_timeout_s default) and what the exit may add to it on a loaded
+# machine: closing the reporter, the subscribers and the interpreter. An agent niced beside
+# `stress --cpu 2` and other suites (load average 36 on 2 cores) once took over 10 s to exit while
+# idle; before the fix, an agent stopped mid-transfer exited only at the job's deadline (300 s).
+STOP_BUDGET_S = 5.0
+EXIT_SLACK_S = 20.0
 
 
 def free_port():
@@ -51,12 +67,13 @@ connect_timeout_s = 2.0
 {extra}
 """)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "nodeagent", "--config", str(cfg)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    with open(tmp_path / f"{name}.log", "ab") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", "nodeagent", "--config", str(cfg)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
 
 
 def job(job_id, keys, src_port, dst_port, attempt=1):
@@ -100,10 +117,22 @@ def blocks(tmp_path):
 
 
 def stop(*procs):
+    """SIGTERM every process, wait for each within the stop budget, kill any still running; only
+    then fail, naming those that ignored the stop (so none is left behind by another's failure)."""
     for p in procs:
         if p.poll() is None:
             p.terminate()
-            p.wait(10)
+    ignored = []
+    for p in procs:
+        try:
+            p.wait(STOP_BUDGET_S + EXIT_SLACK_S)
+        except subprocess.TimeoutExpired:
+            ignored.append(p.args)
+            p.kill()
+            p.wait()
+    assert not ignored, (
+        f"did not exit within {STOP_BUDGET_S + EXIT_SLACK_S} s of SIGTERM: {ignored}"
+    )
 
 
 @pytest.mark.slow
@@ -171,3 +200,79 @@ def test_receiver_killed_mid_transfer_fails_cleanly_then_retry_succeeds(
         assert all(bytes(got.read(k)) == bytes(store.read(k)) for k in keys)
     finally:
         stop(src, dst, *(p for p in [dst2] if p))
+
+
+class StalledPeer:
+    """A target that accepts the job's header (proving the secret, as a real target does), then
+    reads nothing more: the source's sends block once the socket buffers are full."""
+
+    def __init__(self, secret: str):
+        self.secret = secret
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted = threading.Event()
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            view = memoryview(bytearray(4))
+            tcp._recv_exact(conn, view)
+            header = tcp._recv_msg(conn)
+            tcp._send_msg(conn, {"ok": True, MAC_FIELD: answer(self.secret, header)})
+            self.accepted.set()  # and never read again
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.mark.slow
+def test_a_stalled_peer_cannot_hold_the_job_past_its_deadline_nor_the_agent_past_sigterm(
+    control_plane, tmp_path, blocks
+):
+    store, keys = blocks
+    src = start_agent(control_plane, tmp_path, "src", "enrol-1", store.dir, free_port())
+    peers: list[StalledPeer] = []
+    try:
+        assert control_plane.wait_for(lambda: len(control_plane.nodes) == 1, AGENT_START_S)
+        s = control_plane.node_id("src")
+
+        def stalled_job(seconds: float) -> tuple[str, float, StalledPeer]:
+            jid = str(uuid.uuid4())
+            peer = StalledPeer(f"secret-{jid}")
+            peers.append(peer)
+            spec = job(jid, keys, 0, peer.port)
+            spec["deadline"] = time.time() + seconds
+            control_plane.assign(s, {**spec, "role": "source"})
+            assert peer.accepted.wait(seconds), "the source never reached the peer"
+            return jid, spec["deadline"], peer
+
+        # 1. The job ends by its deadline: its failed result arrives then (plus a report's trip).
+        jid, deadline, _ = stalled_job(8.0)
+        failed = wait_result(control_plane, jid, s)
+        late = time.time() - deadline
+        assert failed["state"] == "failed"
+        assert late < EXIT_SLACK_S, f"result {late:.1f} s after the deadline: {failed['error']}"
+        # 2. Stopped mid-stall (the deadline far away), the agent ends the job and exits within
+        # its stop budget, reporting the job failed on the way out.
+        jid, _, _ = stalled_job(300.0)
+        assert control_plane.wait_for(
+            lambda: any(e.get("job_id") == jid for e in control_plane.events), JOB_DEADLINE_S
+        )  # acknowledged: the job is running
+        t0 = time.monotonic()
+        src.send_signal(signal.SIGTERM)
+        src.wait(STOP_BUDGET_S + EXIT_SLACK_S)
+        assert time.monotonic() - t0 < STOP_BUDGET_S + EXIT_SLACK_S
+        assert [r["state"] for r in control_plane.results(jid)] == ["failed"]
+    finally:
+        for p in peers:
+            p.close()
+        stop(src)

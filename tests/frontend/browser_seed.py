@@ -141,5 +141,29 @@ def plans() -> dict:
     }
 
 
+def long_names() -> dict:
+    """A workload key named as deployments name them (a Hugging Face model id, a long tenant),
+    with a forecast whose chosen model has the longest candidate name: the widest key row."""
+    key = cluster.hot_prefix(
+        "servegen-language-m-large-tenant-0417", cluster.chain(9, 3), requests=1
+    )
+    WorkloadKey.objects.filter(pk=key.pk).update(model="meta-llama/Llama-3.1-70B-Instruct")
+    now = timezone.now().replace(second=0, microsecond=0)
+    Forecast.objects.create(
+        key=key,
+        start=now,
+        bucket_seconds=60,
+        horizon=30,
+        yhat=[4.0] * 30,
+        lower=[2.0] * 30,
+        upper=[6.0] * 30,
+        model="seasonal_naive",
+        backtest_mase=12.345,
+        scores={"seasonal_naive": 12.345, "ewma": 13.5},
+        burst_risk=0.125,
+    )
+    return {"key": key.pk}
+
+
 if __name__ == "__main__":
-    print(json.dumps({"base": base, "plans": plans}[sys.argv[1]]()))
+    print(json.dumps({"base": base, "plans": plans, "long_names": long_names}[sys.argv[1]]()))

@@ -71,7 +71,8 @@ def live(tmp_path_factory):
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        # A file, not a pipe nobody reads: a full pipe (64 KiB of log) would block the server.
+        stderr=open(tmp / "daphne.log", "wb"),  # the server holds it
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -320,3 +321,21 @@ def test_screenshots_of_every_page(browser, live):
     login.goto(f"{url}/login/")
     shot(login, "00-login")
     login.close()
+
+
+def test_forecasts_key_table_stays_beside_the_detail_panel(browser, live):
+    """At 1440 px the workload-key table fits its panel and ends before the detail panel starts
+    (it used to run under it: a fixed-width panel round a table wider than it)."""
+    key = json.loads(_run(live["env"], "-m", "tests.frontend.browser_seed", "long_names"))["key"]
+    page = page_as(browser, live, "viewer")
+    page.goto(f"{live['url']}/forecasts/?key={key}")  # the widest row, selected
+    page.wait_for_selector("#forecast-detail .main-svg")  # Plotly drew the chart
+    keys = page.locator("#forecast-keys").bounding_box()
+    table = page.locator("#forecast-keys table").bounding_box()
+    detail = page.locator("#forecast-detail").bounding_box()
+    shot(page, "10-forecasts-selected")
+    assert table["x"] + table["width"] <= keys["x"] + keys["width"] + 0.5, (table, keys)
+    assert keys["x"] + keys["width"] <= detail["x"], (keys, detail)
+    assert detail["width"] >= 600, detail  # the chart keeps room to be read
+    assert page.errors == []
+    page.context.close()

@@ -1,5 +1,7 @@
-"""Password guessing: failed sign-ins are counted per user name and per address, lock for a cool-off,
-land in the audit log, and an admin can unlock; API tokens are not affected (OWASP API2).
+"""Password guessing: failed sign-ins are counted per (user name, address) pair and, with a higher
+limit, per address; they lock for a cool-off, land in the audit log, and an admin can unlock; API
+tokens are not affected (OWASP API2). Guessing one account's password locks only that pair, so
+nobody can lock its owner, or everyone behind the same address, out (issue 25).
 
 Time is driven explicitly: django-axes compares each attempt's stored time with now minus the
 cool-off, so moving the stored attempts back by the cool-off is exactly the cool-off passing.
@@ -58,11 +60,31 @@ def test_twenty_wrong_passwords_lock_the_user_until_the_cool_off_passes(db, cool
     assert not AccessAttempt.objects.filter(username="root").exists()  # success resets the count
 
 
-def test_failures_count_per_address_too(db):
+def test_a_locked_pair_leaves_other_users_and_other_addresses_signing_in(db):
+    make_user("admin", "root")
     make_user("viewer", "alice")
+    for i in range(5):
+        sign_in(Client(), "root", f"guess-{i}", ip="10.0.0.66")
+    assert sign_in(Client(), "root", RIGHT, ip="10.0.0.66").status_code == 429
+    # Another user from the same address, and the same user from another address, sign in.
+    assert signed_in(sign_in(Client(), "alice", RIGHT, ip="10.0.0.66"))
+    assert signed_in(sign_in(Client(), "root", RIGHT, ip="10.0.0.7"))
+    # alice's success did not clear root's lock from that address.
+    assert sign_in(Client(), "root", RIGHT, ip="10.0.0.66").status_code == 429
+
+
+def test_failures_count_per_address_too(db, settings):
+    limit = settings.PREWARM_LOGIN_ADDRESS_FAILURE_LIMIT
+    assert limit > settings.PREWARM_LOGIN_FAILURE_LIMIT
+    make_user("viewer", "alice")
+    make_user("viewer", "bob")
     client = Client()
-    for i in range(5):  # five different user names from one address
-        sign_in(client, f"nobody-{i}", "x", ip="10.0.0.66")
+    for i in range(limit - 1):  # a spray: one guess for each of many user names
+        assert sign_in(client, f"nobody-{i}", "x", ip="10.0.0.66").status_code == 200
+    # One short of the address's limit: a user from that address still signs in ...
+    assert signed_in(sign_in(Client(), "bob", RIGHT, ip="10.0.0.66"))
+    # ... and bob's success does not clear the address's count: one more failure locks it.
+    assert sign_in(client, "nobody-last", "x", ip="10.0.0.66").status_code == 429
     assert sign_in(client, "alice", RIGHT, ip="10.0.0.66").status_code == 429
     # alice herself is not locked from elsewhere: only that address is.
     assert signed_in(sign_in(Client(), "alice", RIGHT, ip="10.0.0.7"))
@@ -115,7 +137,8 @@ def test_api_tokens_work_from_a_locked_address(db):
 def test_client_address_behind_trusted_proxies(db, settings):
     settings.PREWARM_TRUSTED_PROXY_COUNT = 1
     make_user("viewer", "alice")
-    for i in range(5):  # the client forges a left-most address; the proxy's entry is what counts
+    # The client forges a left-most address; the proxy's entry is what counts (and locks).
+    for i in range(settings.PREWARM_LOGIN_ADDRESS_FAILURE_LIMIT):
         Client().post(
             "/login/",
             {"username": f"x{i}", "password": "x"},

@@ -3,6 +3,7 @@ approval by policy mode -> jobs -> agents' events -> replica in residency -> sco
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import timedelta
 
@@ -578,3 +579,39 @@ def test_job_events_the_node_cannot_apply_are_refused_with_their_field_and_statu
         assert r.status_code == status, (msg, r.content)
         assert r.json()["error"] == "invalid_event" and r.json()["field"] == field, r.content
     assert ReplicationJob.objects.get(pk=job.pk).state == JobState.DISPATCHED  # nothing changed
+
+
+def test_a_confirmed_job_shows_no_error_of_an_earlier_failed_attempt(fleet, settings):
+    """Attempt 1 fails, attempt 2 lands and is confirmed: the job's error (the API, the jobs table
+    and its live update) is no longer the first attempt's."""
+    settings.PREWARM_JOB_BACKOFF_SECONDS = 0.0
+    _, plan = run_cycle(fleet, "auto")
+    job = ReplicationJob.objects.filter(item__plan=plan).first()
+    names = {v: k for k, v in fleet.nodes.items()}
+    source = fleet.agents[names[job.source.node_id]]
+    for msg in (
+        {"type": "job.ack"},
+        {"type": "job.result", "state": "failed", "error": "disk full"},
+    ):
+        assert (
+            source.post(f"/api/agents/jobs/{job.pk}/events/", msg, format="json").status_code == 200
+        )
+    job.refresh_from_db()
+    assert job.attempt == 2 and "disk full" in job.error  # the retry says why it was needed
+    job = finish(fleet, job)
+    fleet.report(names[job.target.node_id], burst.PREFIX)
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    assert job.state == JobState.CONFIRMED and job.attempt == 2
+    assert job.error == "" and _job_via_api(fleet, job)["error"] == ""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(User.objects.get(username="op"))
+    page = browser.get("/jobs/").content.decode()
+    row = page[page.index(f'data-job="{job.pk}"') :]
+    error_cell = re.search(r'data-field="error"[^>]*>([^<]*)</td>', row).group(1)
+    assert error_cell == ""
+    # The attempt's history still tells the story.
+    assert any("disk full" in t.detail for t in job.transitions.all())

@@ -5,6 +5,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane.accounts.choices import TokenKind
 from controlplane.accounts.throttling import TokenScopedRateThrottle
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
@@ -18,10 +19,10 @@ from . import serializers as s
 class RequestRecordsView(APIView):
     """Gateways post request records in bulk; they are rolled into demand buckets."""
 
-    token_kinds = {"gateway"}
+    token_kinds = {TokenKind.GATEWAY}
     token_kinds_only = True
     throttle_classes = [TokenScopedRateThrottle]
-    throttle_scope = "gateway"
+    throttle_scope = TokenKind.GATEWAY
 
     @extend_schema(
         request=s.RequestBatchSerializer,

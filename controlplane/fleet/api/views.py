@@ -25,6 +25,7 @@ from controlplane.api.limits import check_body_size
 from controlplane.api.parsers import MsgpackParser
 from controlplane.core import blockhash
 from controlplane.core.agent_report import ReportError, parse_report
+from controlplane.core.errors import DomainError
 
 from .. import services
 from ..filtersets import EngineFilterSet, GpuFilterSet, NodeFilterSet
@@ -42,7 +43,7 @@ class AgentView(APIView):
     token_kinds = {TokenKind.AGENT}
     token_kinds_only = True
     throttle_classes = [TokenScopedRateThrottle]
-    throttle_scope = "agent"
+    throttle_scope = TokenKind.AGENT
     parser_classes = [JSONParser, MsgpackParser]
 
     def node(self, request) -> Node:
@@ -55,7 +56,7 @@ class EnrolView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
     throttle_classes = [TokenScopedRateThrottle]
-    throttle_scope = "agent"
+    throttle_scope = TokenKind.AGENT
 
     @extend_schema(
         request=s.EnrolSerializer, responses={201: s.EnrolResponseSerializer}, tags=["agents"]
@@ -120,7 +121,8 @@ class ReportView(AgentView):
     def handle_exception(self, exc):
         # Every refusal, whatever raised it (auth, throttle, size, validation, stale seq).
         metrics.report_rejected(
-            getattr(exc, "error_code", None)
+            getattr(exc, "error_code", None)  # the API layer's ApiError
+            or (exc.code if isinstance(exc, DomainError) else "")  # a service's refusal
             or getattr(exc, "default_code", "")
             or type(exc).__name__
         )
@@ -186,11 +188,11 @@ class EngineViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = s.EngineSerializer
     filterset_class = EngineFilterSet
     action_roles = {"lifecycle": Role.OPERATOR}
-    token_kinds = {"agent"}
+    token_kinds = {TokenKind.AGENT}
 
     def check_permissions(self, request):
         # Agents may only call `lifecycle`, and only for their own node's engines.
-        if getattr(request.auth, "kind", None) == "agent" and self.action != "lifecycle":
+        if getattr(request.auth, "kind", None) == TokenKind.AGENT and self.action != "lifecycle":
             self.permission_denied(request, message="agents may only set their engines' lifecycle")
         super().check_permissions(request)
 
@@ -199,7 +201,7 @@ class EngineViewSet(viewsets.ReadOnlyModelViewSet):
     def lifecycle(self, request, pk=None):
         engine = self.get_object()
         if (
-            getattr(request.auth, "kind", None) == "agent"
+            getattr(request.auth, "kind", None) == TokenKind.AGENT
             and engine.node_id != request.auth.node_id
         ):
             raise ApiError(
@@ -219,7 +221,7 @@ class EngineViewSet(viewsets.ReadOnlyModelViewSet):
 class ResidencyLookupView(APIView):
     """Engines holding the longest prefix of the given keys or token ids (a router's scorer)."""
 
-    token_kinds = {"gateway"}
+    token_kinds = {TokenKind.GATEWAY}
     read_role = Role.VIEWER
     write_role = Role.VIEWER  # a lookup is a read, sent as POST because bodies can be large
 

@@ -183,7 +183,12 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
         publish(
             groups.JOBS,
             wire.EVENT_JOB_UPDATE,
-            {"job": str(job.pk), "state": job.state, "bytes_done": job.bytes_done},
+            {
+                "job": str(job.pk),
+                "state": job.state,
+                "bytes_done": job.bytes_done,
+                "error": job.error,
+            },
         )
     return job
 

@@ -50,35 +50,32 @@ def assign_message(job: ReplicationJob, role: str) -> dict:
     tokens = tokens_for(job) if job.transport in Transport.NEEDS_TOKENS else []
     hold = SpeculativeReplica.objects.filter(job=job).values_list("expires_at", flat=True).first()
     ttl = job.item.plan.policy.replica_ttl_seconds if job.item_id else 900
-    return {
-        "type": wire.MSG_JOB_ASSIGN,
-        "job": {
-            "id": str(job.pk),
-            "action": job.action,
-            "role": role,
-            "transport": job.transport,
-            "keys": list(job.prefix_keys),
-            "bytes": job.bytes,
-            "bytes_per_block": bpb,
-            SOURCE: src,
-            TARGET: tgt,
-            # One port per job so concurrent NCCL jobs between the same pair do not collide.
-            "rendezvous": {
-                "master_addr": master,
-                "world_size": 2,
-                "master_port": 29500 + zlib.crc32(job.pk.bytes) % 2000,
-            },
-            wire.FIELD_LMCACHE: _lmcache(job),
-            "tokens": tokens or [],
-            "block_size": (job.target or job.source).block_size if tokens else 0,
-            # Until when a landed copy is held (LMCache leases are renewed until then).
-            "hold_until": (hold.timestamp() if hold else time.time() + ttl + 60),
-            # The source signs its transfer header with it; the target refuses any other sender.
-            "secret": transfer_secret(job),
-            "deadline": job.deadline.timestamp() if job.deadline else None,
-            "attempt": job.attempt,
+    return wire.job_assign(
+        job_id=str(job.pk),
+        action=job.action,
+        role=role,
+        transport=job.transport,
+        keys=job.prefix_keys,
+        nbytes=job.bytes,
+        bytes_per_block=bpb,
+        source=src,
+        target=tgt,
+        # One port per job so concurrent NCCL jobs between the same pair do not collide.
+        rendezvous={
+            "master_addr": master,
+            "world_size": 2,
+            "master_port": 29500 + zlib.crc32(job.pk.bytes) % 2000,
         },
-    }
+        lmcache=_lmcache(job),
+        tokens=tokens or [],
+        block_size=(job.target or job.source).block_size if tokens else 0,
+        # Until when a landed copy is held (LMCache leases are renewed until then).
+        hold_until=(hold.timestamp() if hold else time.time() + ttl + 60),
+        # The source signs its transfer header with it; the target refuses any other sender.
+        secret=transfer_secret(job),
+        deadline=job.deadline.timestamp() if job.deadline else None,
+        attempt=job.attempt,
+    )
 
 
 def _lmcache(job: ReplicationJob) -> dict:

@@ -43,6 +43,8 @@ def transition(job: ReplicationJob, to: str, detail: str = "", **fields) -> Repl
         raise IllegalTransition(f"job {locked.pk}: {locked.state} -> {to} is not allowed")
     if to in (JobState.FAILED, JobState.EXPIRED) and "error" not in fields:
         fields["error"] = detail[:2000]  # a job that ended badly says why, in the table and the API
+    elif to in (JobState.LANDED, JobState.SUCCEEDED) and "error" not in fields:
+        fields["error"] = ""  # this attempt worked: an earlier one's error is history (transitions)
     JobTransition.objects.create(
         job=locked, from_state=locked.state, to_state=to, detail=detail[:2000]
     )

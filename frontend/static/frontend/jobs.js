@@ -20,7 +20,8 @@ onLive((msg) => {
       row.querySelector(".progress").setAttribute("aria-valuenow", pct.toFixed(0));
       row.querySelector('[data-field="done"]').textContent = fmtBytes(job.bytes_done);
     }
-    if (job.error) row.querySelector('[data-field="error"]').textContent = job.error;
+    // "" clears the cell: a later attempt landed, the earlier one's error is in the history.
+    if (job.error !== undefined) row.querySelector('[data-field="error"]').textContent = job.error;
   }
   if (unseen) {
     document.getElementById("new-jobs").replaceChildren(
