@@ -9,8 +9,11 @@ class ReplicationConfig(AppConfig):
         # Every Django process (web, worker, manage.py) sends tasks through the configured app;
         # it is loaded here because controlplane/__init__.py must not import Django.
         import controlplane.celery  # noqa: F401
+        from controlplane.demand.misses import register_copies_in_flight
         from controlplane.demand.signals import requests_served
 
+        from .inflight import copies_in_flight
         from .scoring import credit_served
 
         requests_served.connect(credit_served, dispatch_uid="replication.credit_served")
+        register_copies_in_flight(copies_in_flight)  # miss reason ``warming``
