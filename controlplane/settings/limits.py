@@ -26,6 +26,9 @@ PREWARM_REMOVALS_PER_ENGINE = get_from_env("PREWARM_REMOVALS_PER_ENGINE", 20_000
 PREWARM_MISS_REPORT_LAG_SECONDS = get_from_env(
     "PREWARM_MISS_REPORT_LAG_SECONDS", 10.0, type_cast=float
 )
+# Prometheus: per-tenant miss series for this many tenants (most served requests), the rest as
+# tenant="other".
+PREWARM_METRICS_TOP_TENANTS = get_from_env("PREWARM_METRICS_TOP_TENANTS", 10, type_cast=int)
 # Misses speculation could remove: cold misses this many seconds before a burst of their key.
 PREWARM_MISS_BURST_LEAD_SECONDS = get_from_env(
     "PREWARM_MISS_BURST_LEAD_SECONDS", 300, type_cast=int
