@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from django.conf import settings
-from django.db.models import F
 
 from controlplane.core import misses as m
 from controlplane.core.prefix_groups import group_depth
@@ -120,13 +119,36 @@ def count(rows: list[Served], bucket_s: int) -> int:
             s["predicted_records"] += 1
             s["predicted_cached_tokens"] += r.predicted
             s["predicted_delivered_tokens"] += r.cached_tokens
-    for (key_id, engine, start), values in sorted(sums.items()):  # row locks in one order
-        at = datetime.fromtimestamp(start, tz=UTC)
-        bucket, made = MissBucket.objects.get_or_create(
-            key_id=key_id, engine_id=engine, start=at, seconds=bucket_s, defaults=dict(values)
-        )
-        if not made:
-            MissBucket.objects.filter(pk=bucket.pk).update(
-                **{name: F(name) + n for name, n in values.items()}
-            )
+    _upsert(sums, bucket_s)
     return len(sums)
+
+
+UPSERT_ROWS = 500  # rows per INSERT statement
+
+
+def _upsert(sums: dict[tuple[int, int, int], dict[str, int]], bucket_s: int) -> None:
+    """Add ``sums`` to their buckets with INSERT ... ON CONFLICT DO UPDATE (SQLite and
+    PostgreSQL): one statement per UPSERT_ROWS buckets, atomic against another web process
+    adding to the same bucket, rows in key order (locks taken in one order)."""
+    from django.db import connection
+
+    from .services import MISS_COUNTERS
+
+    table = connection.ops.quote_name(MissBucket._meta.db_table)
+    q = connection.ops.quote_name
+    cols = ["key_id", "engine_id", "start", "seconds", *MISS_COUNTERS]
+    conflict = ", ".join(q(c) for c in ("key_id", "engine_id", "start", "seconds"))
+    update = ", ".join(f"{q(c)} = {table}.{q(c)} + excluded.{q(c)}" for c in MISS_COUNTERS)
+    head = f"INSERT INTO {table} ({', '.join(q(c) for c in cols)}) VALUES "
+    tail = f" ON CONFLICT ({conflict}) DO UPDATE SET {update}"
+    one = "(" + ", ".join(["%s"] * len(cols)) + ")"
+    adapt = connection.ops.adapt_datetimefield_value
+    items = sorted(sums.items())
+    with connection.cursor() as cursor:
+        for i in range(0, len(items), UPSERT_ROWS):
+            part = items[i : i + UPSERT_ROWS]
+            params: list = []
+            for (key_id, engine, start), values in part:
+                at = adapt(datetime.fromtimestamp(start, tz=UTC))
+                params += [key_id, engine, at, bucket_s, *(values.get(c, 0) for c in MISS_COUNTERS)]
+            cursor.execute(head + ", ".join([one] * len(part)) + tail, params)
