@@ -115,6 +115,18 @@ def test_cold_when_no_engine_holds_the_prefix(fleet, gateway, viewer):
     assert reason == m.COLD and bucket["sol_hits"] == 0
 
 
+def test_the_serving_engines_copy_made_by_the_request_itself_does_not_count(
+    fleet, gateway, viewer
+):
+    a, _ = fleet
+    # By the time the record arrives, node-a reported the blocks serving the request stored
+    # there; it reported 0 cached tokens, so before the request it held nothing: cold.
+    a.post("/api/agents/report/", report(2, rows(CHAIN)), format="json")
+    post(gateway, cached=0)
+    reason, bucket = reason_of(viewer)
+    assert reason == m.COLD and bucket["sol_hits"] == 0
+
+
 def test_routed_away_when_another_engine_held_the_whole_prefix(fleet, gateway, viewer):
     _, b = fleet
     b.post("/api/agents/report/", report(2, rows(CHAIN)), format="json")
