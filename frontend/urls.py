@@ -21,5 +21,6 @@ urlpatterns = [
     path("policies/", views.policies, name="policies"),
     path("overrides/", views.overrides, name="overrides"),
     path("scoreboard/", views.scoreboard, name="scoreboard"),
+    path("misses/", views.misses, name="misses"),
     path("audit/", views.audit, name="audit"),
 ]

@@ -25,12 +25,15 @@ from controlplane.accounts.choices import Role
 from controlplane.accounts.roles import has_role, role_of
 from controlplane.audit.filtersets import AuditEventFilterSet
 from controlplane.audit.models import AuditEvent
-from controlplane.demand.filtersets import WorkloadKeyFilterSet
-from controlplane.demand.models import DemandBucket, WorkloadKey
+from controlplane.core.misses import MISSES, REASONS
+from controlplane.demand.filtersets import MissBucketFilterSet, WorkloadKeyFilterSet
+from controlplane.demand.models import DemandBucket, MissBucket, WorkloadKey
 from controlplane.fleet.models import Engine, Gpu, GpuSample, Node
 from controlplane.fleet.residency import get_index
 from controlplane.readmodels.cachemap import DEFAULT_ENGINES_PER_PAGE, DEFAULT_PREFIXES, STATES
 from controlplane.readmodels.dashboard import cluster_summary
+from controlplane.readmodels.misses import WINDOWS as MISS_WINDOWS
+from controlplane.readmodels.misses import misses_summary
 from controlplane.replication.choices import (
     JobState,
     OverrideKind,
@@ -359,5 +362,31 @@ def audit(request):
         events=paged(request, qs, 50),
         action=request.GET.get("action", ""),
         object_type=request.GET.get("object_type", ""),
+        **refused,
+    )
+
+
+@needs(Role.VIEWER)
+def misses(request):
+    """Why requests missed: reasons over time per tenant, delivered vs speed of light."""
+    window = request.GET.get("window", "1h")
+    if window not in MISS_WINDOWS:
+        window = "1h"
+    qs, refused = filtered(request, MissBucketFilterSet, MissBucket.objects.all())
+    now = timezone.now()
+    summary = misses_summary(qs, now - MISS_WINDOWS[window], now)
+    return page(
+        request,
+        "misses.html",
+        "misses",
+        summary=summary,
+        window=window,
+        windows=list(MISS_WINDOWS),
+        reasons=REASONS,
+        miss_reasons=MISSES,
+        tenant=request.GET.get("tenant", ""),
+        tenants=WorkloadKey.objects.order_by("tenant")
+        .values_list("tenant", flat=True)
+        .distinct()[:500],
         **refused,
     )

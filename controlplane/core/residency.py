@@ -11,6 +11,7 @@ process). Engines are identified by an int (the control plane's Engine id).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -117,6 +118,12 @@ class ResidencyIndex(Protocol):
         must be sent again as a snapshot."""
         ...
 
+    def removed_at_many(self, pairs: Sequence[tuple[int, int]]) -> list[float | None]:
+        """For each (engine, key): when the engine last removed that block (unix seconds, a
+        delta's ``removed`` row that took it off the engine), or None. Removals are kept
+        ``removal_window_s`` and at most ``removal_cap`` per engine (the oldest go first)."""
+        ...
+
 
 def longest_prefix(
     keys: Sequence[int], engines_of: Callable[[int], dict[int, str]], limit: int
@@ -179,6 +186,10 @@ def full_holders(
 
 _MEDIUM_OF_STORED = itemgetter(2)
 _MEDIUM_OF_REMOVED = itemgetter(1)
+# How long, and how many per engine, the index keeps the blocks each engine removed (what the
+# miss reasons call ``evicted``); both indexes take them as constructor arguments.
+REMOVAL_WINDOW_S = 900.0
+REMOVAL_CAP = 20_000
 
 
 class InProcessResidencyIndex:
@@ -188,12 +199,20 @@ class InProcessResidencyIndex:
     dict operations per block, with no per-block set objects.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        removal_window_s: float = REMOVAL_WINDOW_S,
+        removal_cap: int = REMOVAL_CAP,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         # key -> engine -> media mask; engine -> key -> media mask; key -> parent
         self._by_key: dict[int, dict[int, int]] = {}
         self._by_engine: dict[int, dict[int, int]] = {}
         self._parent: dict[int, int | None] = {}
         self._live = False
+        # engine -> key -> when it left the engine, oldest first (re-inserted on each removal)
+        self._removed: dict[int, dict[int, float]] = {}
+        self.removal_window_s, self.removal_cap, self.clock = removal_window_s, removal_cap, clock
 
     def apply(self, deltas: Iterable[Delta]) -> int:
         deltas = list(deltas)
@@ -207,6 +226,7 @@ class InProcessResidencyIndex:
         changes = 0
         by_key, parents = self._by_key, self._parent
         by_key_get, bits = by_key.get, BIT
+        now = self.clock() if any(d.removed for d in deltas) else 0.0
         for delta in deltas:
             engine = delta.engine
             if delta.snapshot or delta.cleared:
@@ -244,8 +264,28 @@ class InProcessResidencyIndex:
                     del engines[engine]
                     if not engines:
                         del by_key[key]
+                    self._note_removed(engine, key, now)
                 changes += 1
         return changes
+
+    def _note_removed(self, engine: int, key: int, now: float) -> None:
+        gone = self._removed.get(engine)
+        if gone is None:
+            gone = self._removed[engine] = {}
+        gone.pop(key, None)
+        gone[key] = now
+        if len(gone) > self.removal_cap or next(iter(gone.values())) < now - self.removal_window_s:
+            oldest = now - self.removal_window_s
+            while gone and (len(gone) > self.removal_cap or next(iter(gone.values())) < oldest):
+                del gone[next(iter(gone))]
+
+    def removed_at_many(self, pairs: Sequence[tuple[int, int]]) -> list[float | None]:
+        oldest = self.clock() - self.removal_window_s
+        out: list[float | None] = []
+        for engine, key in pairs:
+            at = self._removed.get(engine, {}).get(key)
+            out.append(at if at is not None and at >= oldest else None)
+        return out
 
     def engines_of(self, key: int) -> dict[int, str]:
         return {e: FASTEST[m] for e, m in self._by_key.get(key, {}).items()}
@@ -292,6 +332,7 @@ class InProcessResidencyIndex:
         self._by_key.clear()
         self._by_engine.clear()
         self._parent.clear()
+        self._removed.clear()
         self._live = False
 
     def mark_live(self) -> bool:

@@ -8,6 +8,9 @@ stay atomic):
   {ns}:e:<engine>    hash key hex -> media bitmask
   {ns}:p             hash key hex -> parent key hex
   {ns}:engines       set of engine ids
+  {ns}:rm:<engine>   sorted set key hex -> unix time the engine last removed the block (a removed
+                     row that took it off the engine), trimmed on each apply to the removal window
+                     and to the newest ``removal_cap`` members (what miss reasons call ``evicted``)
   {ns}:live:2        set once the index holds the cluster's residency (gone after a restart
                      without persistence: the control plane then asks every engine for a snapshot).
                      Versioned with the layout: an index written by layout 1 (one ``{ns}:k:<key>``
@@ -20,7 +23,8 @@ doubles and would lose the low bits of a 64-bit key.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 
 import msgpack
 import redis
@@ -28,6 +32,8 @@ import redis
 from .residency import (
     BIT,
     MEDIA,
+    REMOVAL_CAP,
+    REMOVAL_WINDOW_S,
     TIER_RANK,
     Delta,
     EngineUsage,
@@ -41,6 +47,7 @@ PIPELINE_KEYS = 5000  # keys per pipelined round trip: bounded memory on both en
 _APPLY = r"""
 local ns = KEYS[1]
 local batch = cmsgpack.unpack(ARGV[1])
+local now, window, cap = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local CHUNK = 1000  -- fields per multi-field call: far below Lua's unpack() limit
 local kkey = ns .. ':k'
 local changes = 0
@@ -129,17 +136,26 @@ for _, d in ipairs(batch) do
       changes = changes + 1
     end
   end
-  local set, gone, touched = {}, {}, {}
+  local set, gone, touched, left = {}, {}, {}, {}
   for _, k in ipairs(fields) do
     if cur[k] ~= orig[k] then  -- unchanged (e.g. removing what it never held): nothing to write
       touched[#touched + 1] = k
       if cur[k] ~= 0 then set[#set + 1] = k; set[#set + 1] = cur[k]
-      else gone[#gone + 1] = k end
+      else
+        gone[#gone + 1] = k
+        if orig[k] ~= 0 then left[#left + 1] = now; left[#left + 1] = k end
+      end
     end
   end
   write_holders(engine, touched, cur)
   chunked('HSET', ekey, set, 2)
   chunked('HDEL', ekey, gone, 1)
+  if #left > 0 then  -- blocks that left the engine: kept for the removal window, at most cap
+    local rkey = ns .. ':rm:' .. engine
+    chunked('ZADD', rkey, left, 2)
+    redis.call('ZREMRANGEBYSCORE', rkey, '-inf', '(' .. (tonumber(now) - window))
+    redis.call('ZREMRANGEBYRANK', rkey, 0, -(cap + 1))
+  end
   chunked('HSET', ns .. ':p', parents, 2)
   if #roots > 0 then  -- a root key is recorded once, never over a known parent (HSETNX)
     local known = {}
@@ -179,12 +195,24 @@ def _fastest(mask: int) -> str:
 class RedisResidencyIndex:
     """Residency index shared through Redis (see module docstring for the layout)."""
 
-    def __init__(self, url_or_client: str | redis.Redis, namespace: str = "pw") -> None:
+    def __init__(
+        self,
+        url_or_client: str | redis.Redis,
+        namespace: str = "pw",
+        removal_window_s: float = REMOVAL_WINDOW_S,
+        removal_cap: int = REMOVAL_CAP,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.r = (
             redis.Redis.from_url(url_or_client) if isinstance(url_or_client, str) else url_or_client
         )
         self.ns = "{" + namespace + "}"
         self._apply = self.r.register_script(_APPLY)
+        self.removal_window_s, self.removal_cap, self.clock = removal_window_s, removal_cap, clock
+
+    def _run(self, batch: list) -> int:
+        args = [msgpack.packb(batch), repr(self.clock()), self.removal_window_s, self.removal_cap]
+        return int(self._apply(keys=[self.ns], args=args))
 
     def apply(self, deltas: Iterable[Delta]) -> int:
         batch = []
@@ -201,7 +229,7 @@ class RedisResidencyIndex:
             batch.append([d.engine, 1 if (d.snapshot or d.cleared) else 0, stored, removed])
         if not batch:
             return 0
-        return int(self._apply(keys=[self.ns], args=[msgpack.packb(batch)]))
+        return self._run(batch)
 
     def engines_of(self, key: int) -> dict[int, str]:
         return _holders(self.r.hget(f"{self.ns}:k", f"{key:016x}"))
@@ -257,7 +285,25 @@ class RedisResidencyIndex:
         return int(raw, 16) if raw else None
 
     def drop_engine(self, engine: int) -> None:
-        self._apply(keys=[self.ns], args=[msgpack.packb([[engine, 1, [], []]])])
+        self._run([[engine, 1, [], []]])
+
+    def removed_at_many(self, pairs: Sequence[tuple[int, int]]) -> list[float | None]:
+        by_engine: dict[int, list[int]] = {}
+        for engine, key in pairs:
+            by_engine.setdefault(engine, []).append(key)
+        engines = list(by_engine)
+        pipe = self.r.pipeline(transaction=False)
+        for engine in engines:
+            pipe.zmscore(f"{self.ns}:rm:{engine}", ["%016x" % k for k in by_engine[engine]])  # noqa: UP031
+        found: dict[tuple[int, int], float] = {}
+        for engine, scores in zip(engines, pipe.execute(), strict=True):
+            for key, at in zip(by_engine[engine], scores, strict=True):
+                if at is not None:
+                    found[(engine, key)] = float(at)
+        oldest = self.clock() - self.removal_window_s
+        return [
+            at if (at := found.get(pair)) is not None and at >= oldest else None for pair in pairs
+        ]
 
     def mark_live(self) -> bool:
         return bool(self.r.set(f"{self.ns}:live:2", 1, nx=True))

@@ -64,3 +64,50 @@ class DemandBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} {self.start:%Y-%m-%d %H:%M} x{self.requests}"
+
+
+class MissBucket(models.Model):
+    """Served requests of one workload key on one serving engine in one time bucket, by the
+    reason decided when each record was ingested (``controlplane/core/misses.py``; one column per
+    reason of ``misses.REASONS``). No per-request rows: only these counts are kept."""
+
+    key = models.ForeignKey(WorkloadKey, on_delete=models.CASCADE, related_name="miss_buckets")
+    engine = models.ForeignKey(
+        "fleet.Engine", on_delete=models.CASCADE, related_name="+", help_text="the serving engine"
+    )
+    start = models.DateTimeField()
+    seconds = models.PositiveIntegerField()
+    hit = models.PositiveIntegerField(default=0)
+    partial = models.PositiveIntegerField(default=0)
+    cold = models.PositiveIntegerField(default=0)
+    routed_away = models.PositiveIntegerField(default=0)
+    evicted = models.PositiveIntegerField(default=0)
+    warming = models.PositiveIntegerField(default=0)
+    variant = models.PositiveIntegerField(default=0)
+    sol_hits = models.PositiveIntegerField(
+        default=0, help_text="hits had each request gone to the engine holding its longest prefix"
+    )
+    prefix_tokens = models.BigIntegerField(default=0, help_text="sum of the requests' prefixes")
+    cached_tokens = models.BigIntegerField(default=0, help_text="delivered: served from cache")
+    sol_cached_tokens = models.BigIntegerField(
+        default=0, help_text="cached tokens at the speed of light (capped at the prefix)"
+    )
+    predicted_records = models.PositiveIntegerField(
+        default=0, help_text="records that carried the gateway's predicted_cached_tokens"
+    )
+    predicted_cached_tokens = models.BigIntegerField(default=0)
+    predicted_delivered_tokens = models.BigIntegerField(
+        default=0, help_text="cached tokens delivered to the records that carried a prediction"
+    )
+
+    class Meta:
+        ordering = ["key", "engine", "start"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key", "engine", "start", "seconds"], name="miss_bucket_unique"
+            )
+        ]
+        indexes = [models.Index(fields=["start"])]
+
+    def __str__(self) -> str:
+        return f"{self.key} on {self.engine_id} {self.start:%Y-%m-%d %H:%M}"

@@ -13,10 +13,12 @@ from django.utils import timezone
 
 from controlplane.core import blockhash
 from controlplane.core.errors import Invalid
+from controlplane.core.misses import REASONS
 from controlplane.core.prefix_groups import OTHER, group_of, shared_chain
 from controlplane.fleet.models import Engine
 
-from .models import DemandBucket, WorkloadKey
+from . import misses
+from .models import DemandBucket, MissBucket, WorkloadKey
 from .signals import requests_served
 
 MAX_GROUPS_PER_TENANT_MODEL = 64
@@ -77,6 +79,8 @@ def ingest_records(records: list[dict]) -> dict:
     now = timezone.now()
     engines = _serving_engines(records)
     served: list[tuple[int, int, float, int, float | None]] = []
+    reasons = settings.PREWARM_MISS_REASONS
+    served_chains: list[tuple[WorkloadKey, str, list[int], dict]] = []
     keys_cache: dict[tuple[str, str, str], WorkloadKey] = {}
     counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     created = 0
@@ -155,6 +159,8 @@ def ingest_records(records: list[dict]) -> dict:
                     rec.get("ttft_s"),
                 )
             )
+            if reasons:
+                served_chains.append((wk, group, chain, rec))
     for wk in sorted(keys_cache.values(), key=lambda w: w.pk):  # row locks in one order
         fields = ["last_seen"]
         wk.last_seen = now
@@ -183,6 +189,9 @@ def ingest_records(records: list[dict]) -> dict:
                 cached_tokens=F("cached_tokens") + cached,
                 served_records=F("served_records") + nserved,
             )
+    # Each served request's hit or miss reason, against the residency of this moment.
+    if served_chains:
+        misses.count(_served_rows(served_chains, served), bucket_s)
     # Replication credits its replicas with the requests they served (it sits above demand).
     requests_served.send(sender=ingest_records, served=served)
     return {
@@ -190,6 +199,34 @@ def ingest_records(records: list[dict]) -> dict:
         "buckets_touched": len(counts),
         "workload_keys_created": created,
     }
+
+
+def _served_rows(
+    chains: list[tuple[WorkloadKey, str, list[int], dict]],
+    served: list[tuple[int, int, float, int, float | None]],
+) -> list[misses.Served]:
+    """The served records, each judged on its key's shared chain as the batch left it."""
+    prefixes: dict[int, tuple[int, ...]] = {}
+    rows = []
+    for (wk, group, chain, rec), (key_id, engine, t, cached, _ttft) in zip(chains, served, strict=True):
+        prefix = prefixes.get(key_id) if group != OTHER else None
+        if prefix is None:
+            keys = wk.prefix_keys if group != OTHER else []
+            prefix = misses.prefix_of(keys, chain, rec["block_size"])
+            if group != OTHER:
+                prefixes[key_id] = prefix
+        rows.append(
+            misses.Served(
+                key_id,
+                engine,
+                t,
+                cached,
+                rec["block_size"],
+                prefix,
+                rec.get("predicted_cached_tokens"),
+            )
+        )
+    return rows
 
 
 def _keep_prefix_tokens(wk: WorkloadKey, rec: dict, chain: list[int]) -> None:
@@ -237,8 +274,16 @@ def downsample_demand(now=None) -> dict:
     deleted, _ = DemandBucket.objects.filter(
         start__lt=now - timedelta(days=settings.PREWARM_DEMAND_DAYS)
     ).delete()
+    miss_deleted, _ = MissBucket.objects.filter(
+        start__lt=now - timedelta(days=settings.PREWARM_DEMAND_DAYS)
+    ).delete()
     if fine_s >= HOUR:
-        return {"demand_buckets_deleted": deleted, "demand_buckets_merged": 0}
+        return {
+            "demand_buckets_deleted": deleted,
+            "demand_buckets_merged": 0,
+            "miss_buckets_deleted": miss_deleted,
+            "miss_buckets_merged": 0,
+        }
     fine = DemandBucket.objects.filter(seconds=fine_s, start__lt=cutoff)
     sums = (
         fine.annotate(hour=TruncHour("start"))
@@ -270,4 +315,47 @@ def downsample_demand(now=None) -> dict:
                 served_records=F("served_records") + row["served"],
             )
     merged, _ = fine.delete()
-    return {"demand_buckets_deleted": deleted, "demand_buckets_merged": merged}
+    return {
+        "demand_buckets_deleted": deleted,
+        "demand_buckets_merged": merged,
+        "miss_buckets_deleted": miss_deleted,
+        "miss_buckets_merged": _roll_up_misses(fine_s, cutoff),
+    }
+
+
+# MissBucket's counters: a roll-up sums each of them.
+MISS_COUNTERS = (
+    *REASONS,
+    "sol_hits",
+    "prefix_tokens",
+    "cached_tokens",
+    "sol_cached_tokens",
+    "predicted_records",
+    "predicted_cached_tokens",
+    "predicted_delivered_tokens",
+)
+
+
+def _roll_up_misses(fine_s: int, cutoff) -> int:
+    """Fine miss buckets before ``cutoff`` summed into hourly ones (as demand buckets are)."""
+    fine = MissBucket.objects.filter(seconds=fine_s, start__lt=cutoff)
+    sums = (
+        fine.annotate(hour=TruncHour("start"))
+        .values("key_id", "engine_id", "hour")
+        .annotate(**{f"s_{c}": Sum(c) for c in MISS_COUNTERS})
+    )
+    for row in sums:
+        values = {c: row[f"s_{c}"] or 0 for c in MISS_COUNTERS}
+        bucket, made = MissBucket.objects.get_or_create(
+            key_id=row["key_id"],
+            engine_id=row["engine_id"],
+            start=row["hour"],
+            seconds=HOUR,
+            defaults=values,
+        )
+        if not made:
+            MissBucket.objects.filter(pk=bucket.pk).update(
+                **{c: F(c) + n for c, n in values.items()}
+            )
+    merged, _ = fine.delete()
+    return merged

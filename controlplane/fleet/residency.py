@@ -18,12 +18,19 @@ def get_index() -> ResidencyIndex:
         with _lock:
             if _index is None:
                 cfg = settings.RESIDENCY_INDEX
+                # What the index keeps of each engine's removals (miss reason ``evicted``).
+                kept = {
+                    "removal_window_s": settings.PREWARM_REMOVALS_KEEP_SECONDS,
+                    "removal_cap": settings.PREWARM_REMOVALS_PER_ENGINE,
+                }
                 if cfg["backend"] == "redis":
                     from controlplane.core.residency_redis import RedisResidencyIndex
 
-                    _index = RedisResidencyIndex(cfg["url"], namespace=cfg.get("namespace", "pw"))
+                    _index = RedisResidencyIndex(
+                        cfg["url"], namespace=cfg.get("namespace", "pw"), **kept
+                    )
                 else:
-                    _index = InProcessResidencyIndex()
+                    _index = InProcessResidencyIndex(**kept)
     return _index
 
 

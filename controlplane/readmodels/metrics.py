@@ -23,6 +23,7 @@ import logging
 import time
 from datetime import timedelta
 
+from django.conf import settings
 from django.db.models import Count, Max, Sum
 from django.http import HttpResponse
 from django.utils import timezone
@@ -33,6 +34,7 @@ from prometheus_client.core import GaugeMetricFamily
 from rest_framework.views import APIView
 
 from controlplane.accounts.choices import Role
+from controlplane.core.misses import HIT, REASONS
 from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Node
 from controlplane.metrics import REGISTRY
@@ -44,6 +46,8 @@ from controlplane.replication.models import (
     SpeculativeReplica,
 )
 from controlplane.replication.scoreboard import scoreboard
+
+from .misses import OTHER_TENANTS, top_tenants
 
 log = logging.getLogger(__name__)
 VERDICTS = ("insufficient_data", "reactive_enough", "speculation_pays")
@@ -175,6 +179,7 @@ class StateCollector:
         for v in VERDICTS:
             verdict.add_metric([v], 1 if v == current else 0)
         yield verdict
+        yield from self._misses(now)
         newest = SpeculativeReplica.objects.aggregate(at=Max("scored_at"))["at"]
         if newest is not None:
             last = GaugeMetricFamily(
@@ -182,6 +187,32 @@ class StateCollector:
             )
             last.add_metric([], newest.timestamp())
             yield last
+
+    def _misses(self, now):
+        """Served requests of the last hour by reason and hit rates, for the top tenants (by
+        served requests) and ``other``: the label's cardinality is bounded whatever the tenants."""
+        top, rest = top_tenants(now - timedelta(hours=1), settings.PREWARM_METRICS_TOP_TENANTS)
+        rows = [(t["tenant"], t) for t in top] + ([(OTHER_TENANTS, rest)] if rest else [])
+        served = GaugeMetricFamily(
+            "prewarm_served_requests",
+            "Served requests of the last hour by the reason decided at ingest (top tenants + other)",
+            labels=["tenant", "reason"],
+        )
+        rate = GaugeMetricFamily(
+            "prewarm_hit_rate",
+            "Hit rate of the last hour's served requests: delivered, and at the speed of light "
+            "(each request on the engine holding its longest prefix); top tenants + other",
+            labels=["tenant", "kind"],
+        )
+        for tenant, c in rows:
+            n = sum(c.get(r, 0) for r in REASONS)
+            for r in REASONS:
+                served.add_metric([tenant, r], c.get(r, 0))
+            if n:
+                rate.add_metric([tenant, "delivered"], c.get(HIT, 0) / n)
+                rate.add_metric([tenant, "speed_of_light"], c.get("sol_hits", 0) / n)
+        yield served
+        yield rate
 
 
 REGISTRY.register(StateCollector())

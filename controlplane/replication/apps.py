@@ -9,9 +9,11 @@ class ReplicationConfig(AppConfig):
         # Every Django process (web, worker, manage.py) sends tasks through the configured app;
         # it is loaded here because controlplane/__init__.py must not import Django.
         import controlplane.celery  # noqa: F401
+        from controlplane.demand.misses import register_copies_in_flight
         from controlplane.demand.signals import requests_served
         from controlplane.fleet.signals import residency_reported
 
+        from .jobs.inflight import copies_in_flight
         from .jobs.confirm import on_residency_reported
         from .scoring import credit_served
 
@@ -19,3 +21,4 @@ class ReplicationConfig(AppConfig):
         residency_reported.connect(
             on_residency_reported, dispatch_uid="replication.on_residency_reported"
         )
+        register_copies_in_flight(copies_in_flight)  # miss reason ``warming``

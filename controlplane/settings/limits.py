@@ -15,6 +15,24 @@ PREWARM_ENROLMENT_TOKEN_TTL_SECONDS = get_from_env(
 )
 # Demand is rolled up into buckets of this many seconds.
 PREWARM_DEMAND_BUCKET_SECONDS = get_from_env("PREWARM_DEMAND_BUCKET_SECONDS", 60, type_cast=int)
+# Miss reasons (docs/dashboard.md, "Misses"): decided at ingest unless turned off. The residency
+# index keeps each engine's removed blocks this long, at most this many per engine (``evicted``);
+# a removal or copy up to the lag after a request's time still counts for it (report delay).
+PREWARM_MISS_REASONS = get_from_env("PREWARM_MISS_REASONS", True, type_cast=str_to_bool)
+PREWARM_REMOVALS_KEEP_SECONDS = get_from_env(
+    "PREWARM_REMOVALS_KEEP_SECONDS", 900.0, type_cast=float
+)
+PREWARM_REMOVALS_PER_ENGINE = get_from_env("PREWARM_REMOVALS_PER_ENGINE", 20_000, type_cast=int)
+PREWARM_MISS_REPORT_LAG_SECONDS = get_from_env(
+    "PREWARM_MISS_REPORT_LAG_SECONDS", 10.0, type_cast=float
+)
+# Prometheus: per-tenant miss series for this many tenants (most served requests), the rest as
+# tenant="other".
+PREWARM_METRICS_TOP_TENANTS = get_from_env("PREWARM_METRICS_TOP_TENANTS", 10, type_cast=int)
+# Misses speculation could remove: cold misses this many seconds before a burst of their key.
+PREWARM_MISS_BURST_LEAD_SECONDS = get_from_env(
+    "PREWARM_MISS_BURST_LEAD_SECONDS", 300, type_cast=int
+)
 
 # Replication workflow (docs/workflow.md).
 # Job delivery: attempts and the backoff between them (base * 2^(attempt-1), capped).

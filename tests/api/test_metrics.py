@@ -205,3 +205,44 @@ def test_the_grafana_dashboard_uses_only_series_the_endpoint_serves(enrol, viewe
     used = {n for e in exprs for n in re.findall(r"\b(prewarm_[a-z_]+|process_[a-z_]+)", e)}
     missing = used - served
     assert used and not missing, missing
+
+
+def test_miss_series_keep_the_top_tenants_and_sum_the_rest_as_other(
+    enrol, gateway, viewer, settings
+):
+    import time
+
+    settings.PREWARM_METRICS_TOP_TENANTS = 2
+    _, agent = enrol("node-a")
+    stored = [("0a", None, "GPU", 0), ("0b", "0a", "GPU", 0)]
+    agent.post("/api/agents/report/", report(1, stored=stored, mode="snapshot"), format="json")
+    engine = Engine.objects.get()
+    now = time.time()
+    records = []
+    # t1: 3 hits; t2: 2 cold (another chain); t3 and t4: 1 hit each -> "other" = 2 hits.
+    for tenant, n, keys, cached in (
+        ("t1", 3, ["0a", "0b"], 32),
+        ("t2", 2, ["0c"], 0),
+        ("t3", 1, ["0a", "0b"], 32),
+        ("t4", 1, ["0a", "0b"], 32),
+    ):
+        records += [
+            {
+                "time": now,
+                "model": "m",
+                "tenant": tenant,
+                "keys": keys,
+                "cached_tokens": cached,
+                "engine": str(engine.pk),
+            }
+        ] * n
+    resp = gateway.post("/api/request-records/", {"records": records}, format="json")
+    assert resp.status_code == 200, resp.content
+    samples = scrape(viewer)
+    tenants = {dict(k[1])["tenant"] for k in samples if k[0] == "prewarm_served_requests"}
+    assert tenants == {"t1", "t2", "other"}
+    assert value(samples, "prewarm_served_requests", tenant="t1", reason="hit") == 3
+    assert value(samples, "prewarm_served_requests", tenant="t2", reason="cold") == 2
+    assert value(samples, "prewarm_served_requests", tenant="other", reason="hit") == 2
+    assert value(samples, "prewarm_hit_rate", tenant="t2", kind="delivered") == 0.0
+    assert value(samples, "prewarm_hit_rate", tenant="t1", kind="speed_of_light") == 1.0

@@ -153,3 +153,55 @@ def test_redis_matches_inprocess_under_random_churn():
             assert redis_idx.parent_of(key) == ref.parent_of(key)
     finally:
         redis_idx.clear()
+
+
+class Clock:
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def _with_clock(index, clock, window, cap):
+    index.clock, index.removal_window_s, index.removal_cap = clock, window, cap
+    return index
+
+
+def test_removals_are_kept_for_the_window_and_bounded_per_engine(index):
+    clock = Clock()
+    idx = _with_clock(index, clock, window=60.0, cap=3)
+    idx.apply([Delta(1, stored=[(k, None, "GPU") for k in (A, B, C, D)])])
+    assert idx.removed_at_many([(1, A)]) == [None]  # stored, never removed
+    idx.apply([Delta(1, removed=[(A, "GPU")])])
+    clock.now = 1010.0
+    # Removing what the engine never held, or a medium it does not hold, is no removal.
+    idx.apply([Delta(1, removed=[(B, "GPU"), (0x77, "GPU")]), Delta(2, removed=[(C, "GPU")])])
+    assert idx.removed_at_many([(1, A), (1, B), (1, 0x77), (2, C), (1, C)]) == [
+        1000.0,
+        1010.0,
+        None,
+        None,
+        None,
+    ]
+    # Stored again: the removal stays on record (a request that missed it re-stored it).
+    idx.apply([Delta(1, stored=[(A, None, "GPU")])])
+    assert idx.removed_at_many([(1, A)]) == [1000.0]
+    # At most `cap` per engine: the oldest goes first.
+    clock.now = 1020.0
+    idx.apply([Delta(1, removed=[(C, "GPU"), (D, "GPU")])])
+    assert idx.removed_at_many([(1, A), (1, B), (1, C), (1, D)]) == [None, 1010.0, 1020.0, 1020.0]
+    # Past the window nothing counts.
+    clock.now = 1071.0
+    assert idx.removed_at_many([(1, B), (1, C)]) == [None, 1020.0]
+    clock.now = 1081.0
+    assert idx.removed_at_many([(1, C), (1, D)]) == [None, None]
+
+
+def test_a_block_left_on_another_medium_is_not_removed(index):
+    idx = _with_clock(index, Clock(), window=60.0, cap=10)
+    idx.apply([Delta(1, stored=[(A, None, "GPU"), (A, None, "CPU")])])
+    idx.apply([Delta(1, removed=[(A, "GPU")])])
+    assert idx.removed_at_many([(1, A)]) == [None]
+    idx.apply([Delta(1, removed=[(A, "CPU")])])
+    assert idx.removed_at_many([(1, A)]) == [1000.0]

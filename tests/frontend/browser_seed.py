@@ -17,6 +17,8 @@ django.setup()
 
 from django.utils import timezone  # noqa: E402
 
+from controlplane.accounts.choices import TokenKind  # noqa: E402
+from controlplane.accounts.models import ApiToken  # noqa: E402
 from controlplane.demand.models import DemandBucket, WorkloadKey  # noqa: E402
 from controlplane.fleet.models import Engine, GpuSample  # noqa: E402
 from controlplane.forecasting.models import Forecast  # noqa: E402
@@ -51,7 +53,8 @@ def base() -> dict:
             )
     _, token = cluster.enrol("gpu-node-01")
     _, token2 = cluster.enrol("gpu-node-02")
-    return {"agent_token": token, "agent_token_2": token2, "chains": chains}
+    _, gateway = ApiToken.issue(TokenKind.GATEWAY, "browser-gateway")
+    return {"agent_token": token, "agent_token_2": token2, "chains": chains, "gateway": gateway}
 
 
 def plans() -> dict:

@@ -292,6 +292,50 @@ def test_invalid_policy_is_refused_and_nothing_saved(browser, live):
     admin.context.close()
 
 
+def test_misses_page_draws_the_reasons_gateways_records_got(browser, live):
+    """Records posted through the API get reasons at ingest; the page charts them per tenant."""
+    url, chains = live["url"], live["seed"]["chains"]
+    tenants = list(chains)
+    now = time.time()
+    records = [  # on gpu-node-01/vllm-0, which holds tenant 0's chain (stored at start-up)
+        {
+            "time": now,
+            "model": "llama3-70b",
+            "tenant": tenants[0],
+            "keys": chains[tenants[0]],
+            "block_size": 16,
+            "cached_tokens": 16 * len(chains[tenants[0]]),
+            "engine": "gpu-node-01/vllm-0",
+        },
+        {  # nothing of tenant 3's chain is resident anywhere
+            "time": now,
+            "model": "llama3-70b",
+            "tenant": tenants[3],
+            "keys": chains[tenants[3]],
+            "block_size": 16,
+            "cached_tokens": 0,
+            "engine": "gpu-node-01/vllm-0",
+        },
+    ]
+    with httpx.Client(
+        base_url=url, headers={"Authorization": f"Bearer {live['seed']['gateway']}"}
+    ) as gw:
+        resp = gw.post("/api/request-records/", json={"records": records})
+        assert resp.status_code == 200, resp.text
+    page = page_as(browser, live, "viewer")
+    assert page.goto(f"{url}/misses/").status == 200
+    page.wait_for_selector(".reason-chart .main-svg")
+    page.wait_for_selector("#sol-chart .main-svg")
+    hit = page.text_content(f'tr[data-tenant="{tenants[0]}"] td[data-reason="hit"]')
+    cold = page.text_content(f'tr[data-tenant="{tenants[3]}"] td[data-reason="cold"]')
+    assert (hit, cold) == ("1", "1")
+    charts = page.eval_on_selector_all(".reason-chart", "els => els.map(e => e.dataset.tenant)")
+    assert set(charts) >= {tenants[0], tenants[3]}
+    shot(page, "13-misses")
+    assert page.errors == []
+    page.context.close()
+
+
 def test_screenshots_of_every_page(browser, live):
     seed, url = live["seed"], live["url"]
     page = page_as(browser, live, "admin")

@@ -12,7 +12,16 @@ from controlplane.replication.models import PlanItem, Policy, ReplicationPlan
 
 from . import cluster
 
-PAGES = ["/", "/forecasts/", "/plans/", "/jobs/", "/policies/", "/overrides/", "/scoreboard/"]
+PAGES = [
+    "/",
+    "/forecasts/",
+    "/plans/",
+    "/jobs/",
+    "/policies/",
+    "/overrides/",
+    "/scoreboard/",
+    "/misses/",
+]
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>", re.I)
 POST_FORM = re.compile(r"<form[^>]*method=\"post\"[^>]*>(.*?)</form>", re.S | re.I)
 

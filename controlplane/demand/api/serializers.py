@@ -1,6 +1,8 @@
 from rest_framework import serializers
 
-from ..models import DemandBucket, WorkloadKey
+from controlplane.core.misses import REASONS
+
+from ..models import DemandBucket, MissBucket, WorkloadKey
 
 
 class RequestRecordSerializer(serializers.Serializer):
@@ -22,6 +24,13 @@ class RequestRecordSerializer(serializers.Serializer):
         max_value=10**8,
         required=False,
         help_text="prompt tokens served from cache (vLLM's usage.prompt_tokens_details.cached_tokens)",
+    )
+    predicted_cached_tokens = serializers.IntegerField(
+        min_value=0,
+        max_value=10**8,
+        required=False,
+        help_text="the cached tokens the gateway's router expected on the engine it chose "
+        "(routed vs delivered, per engine, on the misses page)",
     )
     lora_name = serializers.CharField(required=False, max_length=200)
     engine = serializers.CharField(
@@ -75,3 +84,31 @@ class DemandBucketSerializer(serializers.ModelSerializer):
     class Meta:
         model = DemandBucket
         fields = ["start", "seconds", "requests", "prompt_tokens", "cached_tokens"]
+
+
+class MissBucketSerializer(serializers.ModelSerializer):
+    tenant = serializers.CharField(source="key.tenant", read_only=True)
+    model = serializers.CharField(source="key.model", read_only=True)
+    prefix_group = serializers.CharField(source="key.prefix_group", read_only=True)
+
+    class Meta:
+        model = MissBucket
+        fields = [
+            "id",
+            "key",
+            "tenant",
+            "model",
+            "prefix_group",
+            "engine",
+            "start",
+            "seconds",
+            *REASONS,
+            "sol_hits",
+            "prefix_tokens",
+            "cached_tokens",
+            "sol_cached_tokens",
+            "predicted_records",
+            "predicted_cached_tokens",
+            "predicted_delivered_tokens",
+        ]
+        read_only_fields = fields

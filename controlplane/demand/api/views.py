@@ -11,8 +11,8 @@ from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 
 from .. import services
-from ..filtersets import WorkloadKeyFilterSet
-from ..models import WorkloadKey
+from ..filtersets import MissBucketFilterSet, WorkloadKeyFilterSet
+from ..models import MissBucket, WorkloadKey
 from . import serializers as s
 
 
@@ -57,3 +57,12 @@ class WorkloadKeyViewSet(viewsets.ReadOnlyModelViewSet):
     def demand(self, request, pk=None):
         buckets = self.get_object().buckets.order_by("-start")[:2000]
         return Response(s.DemandBucketSerializer(reversed(list(buckets)), many=True).data)
+
+
+class MissBucketViewSet(viewsets.ReadOnlyModelViewSet):
+    """Served requests per workload key, serving engine and bucket, by the reason decided at
+    ingest (``GET /api/misses/`` sums them per tenant and engine)."""
+
+    queryset = MissBucket.objects.select_related("key").order_by("-start", "key_id", "engine_id")
+    serializer_class = s.MissBucketSerializer
+    filterset_class = MissBucketFilterSet

@@ -255,6 +255,7 @@ class VirtualCluster:
             "block_size": BLOCK_TOKENS,
             "prompt_tokens": total,
             "cached_tokens": cached,
+            "predicted_cached_tokens": m * BLOCK_TOKENS,  # what the router matched on its pick
             "engine": f"{self.node_name(e.eid)}/{ve.engine_id}",
             "ttft_s": round(wait + service, 6),
         }

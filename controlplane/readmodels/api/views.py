@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.accounts.choices import Role
 from controlplane.api.exceptions import ApiError
+from controlplane.demand.filtersets import MissBucketFilterSet
+from controlplane.demand.models import MissBucket
 
 from ..cachemap import (
     DEFAULT_ENGINES_PER_PAGE,
@@ -16,6 +19,7 @@ from ..cachemap import (
     MAX_PREFIXES,
     cache_map,
 )
+from ..misses import WINDOWS, misses_summary
 
 
 def _int_param(request, name: str, default: int, lo: int, hi: int) -> int:
@@ -58,3 +62,25 @@ class CacheMapView(APIView):
                 engine_ids=engine_ids,
             )
         )
+
+
+class MissesView(APIView):
+    """Why requests missed, over a window (``window``: 15m, 1h, 6h, 1d, 7d; default 1h), per
+    tenant and serving engine, filtered like ``/api/miss-buckets/`` (tenant, model,
+    prefix_group, engine, key)."""
+
+    read_role = Role.VIEWER
+
+    @extend_schema(responses={200: dict}, tags=["dashboard"])
+    def get(self, request):
+        window = request.query_params.get("window") or "1h"
+        if window not in WINDOWS:
+            raise ApiError("invalid", f"window must be one of {', '.join(WINDOWS)}", "window")
+        filterset = MissBucketFilterSet(
+            request.query_params, queryset=MissBucket.objects.all(), request=request
+        )
+        if not filterset.is_valid():
+            field, errors = next(iter(filterset.errors.items()))
+            raise ApiError("invalid", str(errors[0]), field)
+        until = timezone.now()
+        return Response(misses_summary(filterset.qs, until - WINDOWS[window], until))
