@@ -39,6 +39,17 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
 - Room (``EngineState.free_bytes``) is what a replica may take without touching blocks that
   running or waiting requests reference: free blocks and cached blocks whose expected value over
   the horizon is below the replica's (architecture section 5); the caller ranks them.
+- What a speculative item takes from the cluster at the moment it runs (issue 20): a request
+  spilled to a replica waits the target's queue (``EngineState.queue_s``), so it saves
+  ``recompute_s - queue_s``, not the recompute; a copy behind copies already queued on its links
+  lands late and serves only the rest of the horizon (``1 - landing / H`` of its benefit); the
+  room it takes holds expected value (``EngineState.displaced_s_per_byte``, seconds of prefill
+  per byte of the room ``free_bytes`` counts), charged with the copy time. An item is planned
+  only when benefit > cost x ``Budgets.min_benefit_ratio``. No item lands on a serving engine
+  queueing more than ``Budgets.max_queue_s``, and while the serving engines queue more than
+  ``Budgets.max_cluster_queue_s`` on average (``cluster_queue_s``) the planner backs off: warm-ups
+  of joining engines only. The defaults (ratio 1, no queue limits, zero queue and displaced
+  value) leave callers that do not pass these inputs as they were.
 Greedy by net benefit; each chosen replica reduces the prefix's overflow and the target's spare
 capacity, and re-enters the queue for a further replica. Budgets and overrides are hard limits.
 """

@@ -221,7 +221,8 @@ def main_grid(args) -> int:
     args.policies = [p for p in args.policies.split(",") if p]
     if "reactive" not in args.policies or "predictive" not in args.policies:
         raise ValueError("--policies must include reactive and predictive")
-    jobs = [job_for(c, s, args) for c in cells for s in seeds]
+    # Seed-major: an interrupted grid has every cell at the same depth.
+    jobs = [job_for(c, s, args) for s in seeds for c in cells]
     jsonl = Path(args.jsonl) if args.jsonl else None
     if args.summarize_only:
         if jsonl is None or not jsonl.exists():
