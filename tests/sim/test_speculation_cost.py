@@ -128,3 +128,29 @@ def test_the_bound_bounds_predictive_on_headline_seeds(seed):
     assert p["oracle"]["bound_chosen"] in BOUND_OF
     assert p["oracle"]["ttft_p99_s"] <= p["predictive"]["ttft_p99_s"]
     assert p["oracle"]["ttft_mean_s"] > 0 and not math.isnan(p["oracle"]["ttft_p99_s"])
+
+
+def test_grid_appends_each_job_and_resumes_without_rerunning(tmp_path, capsys):
+    out = tmp_path / "grid.jsonl"
+    args = [
+        "grid",
+        "--cells",
+        "mooncake:llama3-8b:steady",
+        "--seeds",
+        "0",
+        "--duration",
+        "300",
+        "--warmup",
+        "60",
+        "--jsonl",
+        str(out),
+    ]
+    assert main(args) == 0
+    first = out.read_text()
+    assert (
+        len(first.splitlines()) == 1
+        and "| mooncake | llama3-8b | steady |" in capsys.readouterr().out
+    )
+    assert main(args) == 0  # the job is there: nothing runs, nothing is appended
+    assert out.read_text() == first
+    assert main([*args[:2], "nope:llama3-8b:steady", *args[3:]]) == 2
