@@ -39,6 +39,17 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
 - Room (``EngineState.free_bytes``) is what a replica may take without touching blocks that
   running or waiting requests reference: free blocks and cached blocks whose expected value over
   the horizon is below the replica's (architecture section 5); the caller ranks them.
+- What a speculative item takes from the cluster at the moment it runs (issue 20): a request
+  spilled to a replica waits the target's queue (``EngineState.queue_s``), so it saves
+  ``recompute_s - queue_s``, not the recompute; a copy behind copies already queued on its links
+  lands late and serves only the rest of the horizon (``1 - landing / H`` of its benefit); the
+  room it takes holds expected value (``EngineState.displaced_s_per_byte``, seconds of prefill
+  per byte of the room ``free_bytes`` counts), charged with the copy time. An item is planned
+  only when benefit > cost x ``Budgets.min_benefit_ratio``. No item lands on a serving engine
+  queueing more than ``Budgets.max_queue_s``, and while the serving engines queue more than
+  ``Budgets.max_cluster_queue_s`` on average (``cluster_queue_s``) the planner backs off: warm-ups
+  of joining engines only. The defaults (ratio 1, no queue limits, zero queue and displaced
+  value) leave callers that do not pass these inputs as they were.
 Greedy by net benefit; each chosen replica reduces the prefix's overflow and the target's spare
 capacity, and re-enters the queue for a further replica. Budgets and overrides are hard limits.
 """
@@ -99,6 +110,9 @@ class EngineState:
     starts_serving_in_s: float = 0.0
     tier_bytes_per_s: dict[str, float] = field(default_factory=dict)  # promotion bandwidth
     link_queue_s: float = 0.0  # seconds of copies already queued on this engine's link
+    # What a speculative item takes from the cluster where it lands (defaults: nothing known).
+    queue_s: float = 0.0  # requests already queued on this engine: seconds until it frees up
+    displaced_s_per_byte: float = 0.0  # expected prefill seconds the room in free_bytes holds
 
 
 @dataclass(frozen=True)
@@ -116,6 +130,13 @@ class Budgets:
     # A replica (or warm-up copy) is planned only when at least this many requests are expected
     # to use it in the horizon: 1.6 makes P(used at least once) >= 0.8 for Poisson arrivals.
     min_expected_hits: float = 0.0
+    # Cost-charged speculation (``charged_plan``; the defaults leave ``plan`` as it was):
+    # benefit must exceed cost x ``min_benefit_ratio``; no speculative copy lands on a serving
+    # engine queueing longer than ``max_queue_s``, and none at all (warm-ups of joining engines
+    # aside) while the serving engines queue ``max_cluster_queue_s`` on average.
+    min_benefit_ratio: float = 1.0
+    max_queue_s: float = math.inf
+    max_cluster_queue_s: float = math.inf
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_spec_vram_fraction <= 1.0:
@@ -130,6 +151,10 @@ class Budgets:
             raise ValueError("max_load must be in (0, 1]")
         if not self.min_expected_hits >= 0.0:
             raise ValueError("min_expected_hits must be >= 0")
+        if not self.min_benefit_ratio >= 1.0:
+            raise ValueError("min_benefit_ratio must be >= 1")
+        if not (self.max_queue_s >= 0.0 and self.max_cluster_queue_s >= 0.0):
+            raise ValueError("max_queue_s and max_cluster_queue_s must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -191,7 +216,11 @@ def plan(
         and e.node not in overrides.excluded_nodes
         and e.lifecycle != "draining"
         and e.load <= budgets.max_load
+        and (e.lifecycle != "serving" or e.queue_s <= budgets.max_queue_s)
     }
+    # Back off while the cluster queues: only warm-ups of joining engines (which take no
+    # traffic yet, so their room and queue cost nothing) are planned.
+    backoff = cluster_queue_s(engines) > budgets.max_cluster_queue_s
     spare = {e.engine_id: max(0.0, 1.0 - e.load) for e in engines}
     room = {
         e.engine_id: max(
@@ -211,7 +240,7 @@ def plan(
         return d is not None and d.confidence >= budgets.min_confidence and d.expected_requests > 0
 
     # Promotions from lower tiers first: cheap, local, and they free the link for copies.
-    for pid, rows in lower.items():
+    for pid, rows in [] if backoff else lower.items():
         c = cands.get(pid)
         d = dem.get(pid)
         if c is None or not eligible(c, d):
@@ -235,7 +264,8 @@ def plan(
             elif reach <= 0 or reach < budgets.min_expected_hits:
                 continue
             benefit = min(promo_s, c.recompute_s) * min(1.0, reach) * conf
-            if benefit <= 0 or c.nbytes > bytes_left:
+            cost = c.nbytes * e.displaced_s_per_byte * budgets.min_benefit_ratio
+            if benefit <= cost or c.nbytes > bytes_left:
                 continue
             room[eid] -= c.nbytes
             bytes_left -= c.nbytes
@@ -273,7 +303,7 @@ def plan(
     queued: dict[str, float] = {}  # seconds of this plan's copies on each engine's link
     state: dict[str, list] = {}
     seq = 0
-    for c in candidates:
+    for c in [] if backoff else candidates:
         d = dem.get(c.prefix_id)
         if not eligible(c, d) or c.service_s <= 0:
             continue
@@ -317,10 +347,15 @@ def plan(
             served = max(served, 1.0)
         elif served < budgets.min_expected_hits:
             continue
-        benefit = served * c.recompute_s * conf
         copy_s = c.nbytes / max(1.0, min(tgt.link_bytes_per_s, by_engine[src].link_bytes_per_s))
-        cost = copy_s * budgets.copy_cost_weight
-        if benefit - cost <= 0 and pid not in overrides.pinned:
+        # What the copy takes, at the moment it runs: requests spilled to the target wait its
+        # queue (they save the recompute less that wait); a copy behind a busy link lands late
+        # and serves only the rest of the horizon; the room it takes holds expected value.
+        land_s = _link_wait(by_engine[src], tgt, queued) + copy_s
+        per_request = max(0.0, c.recompute_s - tgt.queue_s)
+        benefit = served * per_request * conf * max(0.0, 1.0 - land_s / H)
+        cost = copy_s * budgets.copy_cost_weight + c.nbytes * tgt.displaced_s_per_byte
+        if benefit - cost * budgets.min_benefit_ratio <= 0 and pid not in overrides.pinned:
             continue
         if _link_busy(by_engine[src], tgt, copy_s, H, queued) and pid not in overrides.pinned:
             continue
@@ -372,7 +407,8 @@ def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, el
             if x < budgets.min_expected_hits:
                 continue
             benefit = c.recompute_s * (1.0 - math.exp(-x)) * d.confidence
-            net = benefit - copy_s * budgets.copy_cost_weight
+            cost = copy_s * budgets.copy_cost_weight + c.nbytes * e.displaced_s_per_byte
+            net = benefit - cost * budgets.min_benefit_ratio
             if net > 0 and not _link_busy(src, e, copy_s, H):
                 rows.append((net, c.prefix_id, c, d, src, copy_s, benefit, x))
         rows.sort(key=lambda r: (-r[0], r[1]))
@@ -403,6 +439,20 @@ def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, el
                 )
             )
     return bytes_left, items
+
+
+def cluster_queue_s(engines: Iterable[EngineState]) -> float:
+    """Mean queue (seconds) of the serving engines: what the planner backs off on."""
+    qs = [e.queue_s for e in engines if e.lifecycle == "serving"]
+    return sum(qs) / len(qs) if qs else 0.0
+
+
+def _link_wait(src: EngineState, dst: EngineState, queued: dict[str, float]) -> float:
+    """Seconds before a copy from ``src`` to ``dst`` starts: copies queued on either link."""
+    return max(
+        src.link_queue_s + queued.get(src.engine_id, 0.0),
+        dst.link_queue_s + queued.get(dst.engine_id, 0.0),
+    )
 
 
 def _link_busy(

@@ -42,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
     src = run.add_mutually_exclusive_group()
     src.add_argument("--workload", choices=WORKLOADS, default="servegen")
     src.add_argument("--trace")
+    src.add_argument("--trace-dir", help="a folder of ServeGen-format client files")
     run.add_argument("--format", dest="fmt", choices=FORMATS)
     run.add_argument("--scenario", choices=SCENARIOS, default="steady")
     run.add_argument("--policies", default=",".join(POLICIES))
@@ -59,13 +60,16 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("--duration", type=float, default=1800.0)
     sw.add_argument("--seeds", default=None, help="comma-separated seeds (default: --seed)")
     sw.add_argument("--workers", type=int, default=1, help="worker processes")
+    sw.add_argument("--trace-dir", help="a folder of ServeGen-format client files")
     _common(sw)
     sd = sub.add_parser("seeds", help="predictive vs reactive vs oracle over seeds, with noise")
     sd.add_argument("--seeds", default="0,1,2,3,4")
     sd.add_argument(
         "--cells", default=None, help="model:scenario,... (default: the key ServeGen cells)"
     )
-    sd.add_argument("--policies", default="cache-aware,reactive,predictive,oracle")
+    sd.add_argument(
+        "--policies", default="cache-aware,reactive,hot-fanout,predictive,oracle,everywhere"
+    )
     sd.add_argument("--duration", type=float, default=None, help="seconds (default 3600)")
     sd.add_argument("--load", type=float, default=0.55)
     sd.add_argument(
@@ -75,8 +79,25 @@ def parser() -> argparse.ArgumentParser:
         help="seconds left out of the TTFT figures (default 300)",
     )
     sd.add_argument("--engines", type=int, default=16)
+    sd.add_argument("--tenants", type=int, default=30)
+    sd.add_argument("--trace-dir", help="a folder of ServeGen-format client files")
     sd.add_argument("--workers", type=int, default=1, help="worker processes")
     sd.add_argument("--json", dest="json_path")
+    gr = sub.add_parser("grid", help="do-no-harm grid: predictive vs reactive per cell")
+    gr.add_argument(
+        "--cells", default=None, help="setting:model:scenario,... (default: the whole grid)"
+    )
+    gr.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
+    gr.add_argument("--policies", default="reactive,predictive")
+    gr.add_argument("--duration", type=float, default=1200.0)
+    gr.add_argument("--warmup", type=float, default=300.0)
+    gr.add_argument("--workers", type=int, default=1)
+    gr.add_argument("--trace-dir", help="a folder of ServeGen-format client files")
+    gr.add_argument("--jsonl", help="append each job's result here; jobs already there are skipped")
+    gr.add_argument("--json", dest="json_path")
+    gr.add_argument(
+        "--summarize-only", action="store_true", help="tables of the jobs already in --jsonl"
+    )
     return ap
 
 
@@ -87,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             from controlplane.sim.sweep import main_sweep
 
             return main_sweep(args)
+        if args.cmd == "grid":
+            from controlplane.sim.grid import main_grid
+
+            return main_grid(args)
         if args.cmd == "seeds":
             from controlplane.sim.seeds import main_seeds
 
@@ -108,9 +133,10 @@ def _run(args) -> int:
     if args.trace and not args.fmt:
         raise ValueError("--trace needs --format")
     setup = build(
-        workload=None if args.trace else args.workload,
+        workload=None if args.trace or args.trace_dir else args.workload,
         trace=args.trace,
         fmt=args.fmt,
+        trace_dir=args.trace_dir,
         scenario=args.scenario,
         engines=args.engines,
         model=args.model,

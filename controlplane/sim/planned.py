@@ -57,6 +57,16 @@ ONSET_WINDOW_S = 5.0
 ONSET_MIN_ARRIVALS = 8
 ONSET_RATIO = 2.0
 ONSET_REPLAN_S = 2.0
+# Cost-charged speculation, one setting for every trace and cell (docs/simulator.md, "What
+# speculation costs"): a speculative item's expected saving must be twice what it takes (copy
+# time, the displaced blocks' expected value, the target's queue); none lands on an engine
+# queueing over MAX_TARGET_QUEUE_S; while the serving engines queue MAX_CLUSTER_QUEUE_S on
+# average the planner backs off (no copies, promotions or new leases; warm-ups of joining
+# engines only), since a queue above the ramp-in router's 0.5 s guard sends requests to engines
+# that recompute their prefix, and the work that adds keeps the queue.
+BENEFIT_MARGIN = 2.0
+MAX_TARGET_QUEUE_S = 2.0
+MAX_CLUSTER_QUEUE_S = 1.0
 
 
 class PlannedPolicy(Reactive):
@@ -69,7 +79,7 @@ class PlannedPolicy(Reactive):
         reactive_rule: ReactiveRule | None = None,
         use_prophet: bool = False,
     ) -> None:
-        if name not in ("predictive", "oracle"):
+        if name not in ("predictive", "oracle", "clairvoyant"):
             raise ValueError(name)
         super().__init__(reactive_rule)
         self.name = name
@@ -79,6 +89,9 @@ class PlannedPolicy(Reactive):
             ttl_s=300.0,
             horizon_s=120.0,
             min_expected_hits=MIN_EXPECTED_HITS,
+            min_benefit_ratio=BENEFIT_MARGIN,
+            max_queue_s=MAX_TARGET_QUEUE_S,
+            max_cluster_queue_s=MAX_CLUSTER_QUEUE_S,
         )
         self.overrides = overrides or Overrides()
         self.use_prophet = use_prophet
@@ -146,6 +159,11 @@ class PlannedPolicy(Reactive):
         if self.name == "predictive":
             self._observe(sim, i, t, pid, keys)
             self._maybe_onset(sim, t, pid, keys)
+        elif self.name != "oracle" and t - self._onset_at.get(pid, -math.inf) >= ONSET_REPLAN_S:
+            # clairvoyant: the arriving prefix is re-planned on its arrival (at most every
+            # ONSET_REPLAN_S), with its true demand over the coming horizon.
+            self._onset_at[pid] = t
+            self._plan_round(sim, t, only=(pid,))
         self._maybe_copy(sim, i, t, pid, keys)
 
     def _onset_rate(self, pid: int, t: float) -> float:
@@ -198,8 +216,8 @@ class PlannedPolicy(Reactive):
     def _plan_round(self, sim, t: float, only: tuple[int, ...] | None = None) -> None:
         """Plan and execute: every prefix at a tick, or ``only`` these (a burst's onset)."""
         H = self.budgets.horizon_s
-        if self.name == "oracle":
-            demand = self._oracle_demand(sim, t, H)
+        if self.name != "predictive":
+            demand = self._oracle_demand(sim, t, H, only)
         else:
             demand = self._predicted(sim, t, H, only)
         lam = {
@@ -237,12 +255,17 @@ class PlannedPolicy(Reactive):
         for it in items:
             self._execute(sim, it, t)
 
-    def _oracle_demand(self, sim, t, H) -> dict[int, Demand]:
+    def _oracle_demand(self, sim, t, H, only=None) -> dict[int, Demand]:
         lo, hi = np.searchsorted(self.t_idx, [t, t + H])
         if hi <= lo:
             return {}
         pids = self.pid_arr[lo:hi]
         times = self.t_idx[lo:hi]
+        if only is not None:
+            sel = np.isin(pids, np.asarray(only))
+            pids, times = pids[sel], times[sel]
+            if not len(pids):
+                return {}
         counts = np.bincount(pids)
         bucket = ((times - t) // 30.0).astype(np.int64)
         pairs = pids.astype(np.int64) * 1_000 + bucket
@@ -353,7 +376,9 @@ class PlannedPolicy(Reactive):
         real fleet: an LMCache pin lease). Not above the planner's load gate
         (``Budgets.max_load``): near saturation the room a lease holds is worth more to the
         requests queueing now than to the demand it was kept for."""
-        if sim.load(t) > self.budgets.max_load:
+        if sim.load(t) > self.budgets.max_load or self._cluster_queue(sim, t) > (
+            self.budgets.max_cluster_queue_s
+        ):
             return
         until = t + 2 * self.tick_s
         for p in demand:
@@ -362,6 +387,11 @@ class PlannedPolicy(Reactive):
             if holders and self._lam.get(int(p), 0.0) * H / len(holders) >= PIN_MIN_EXPECTED:
                 for e in holders:
                     e.cache.pin(keys, until)
+
+    @staticmethod
+    def _cluster_queue(sim, t) -> float:
+        serving = sim.serving
+        return sum(e.wait(t) for e in serving) / max(1, len(serving))
 
     def _holdings(self, sim, cands, t) -> list[Holding]:
         rows = []
@@ -397,6 +427,8 @@ class PlannedPolicy(Reactive):
             e.refresh_busy(t)
             # Room: free blocks, and unreferenced blocks the ranking counts as cold.
             room = c.spec_room(self._vf, COLD_VALUE_S)
+            # ... and what that room holds: the expected value of the blocks it would displace.
+            _, displaced = c.displaceable(room, self._vf)
             out.append(
                 EngineState(
                     e.name,
@@ -410,6 +442,8 @@ class PlannedPolicy(Reactive):
                     max(0.0, starts),
                     {tier.name: tier.bytes_per_s for tier in e.tiers},
                     max(0.0, e.link_free_at - t),
+                    e.wait(t) if e.state == SERVING else 0.0,
+                    displaced / (room * bb) if room else 0.0,
                 )
             )
         return out

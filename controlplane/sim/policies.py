@@ -1,5 +1,6 @@
 """The policies a run compares: four routers, and replication policies on top of ``cache-aware``
-routing (``reactive``, ``reactive-naive``, ``predictive``, ``oracle``, ``everywhere``).
+routing (``reactive``, ``reactive-naive``, ``hot-fanout``, ``predictive``, ``oracle``,
+``clairvoyant``, ``everywhere``).
 
 ``reactive`` is the fair baseline: the guarded hot-spot copy (``ReactiveRule``) that also counts
 what its copy displaces. A copy takes free blocks and cached blocks no queued or running request
@@ -14,6 +15,7 @@ rule (a copy takes whatever room LRU gives it), kept for comparison.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -32,8 +34,17 @@ POLICIES = (
     "reactive-naive",
     "predictive",
     "oracle",
+    "clairvoyant",
     "everywhere",
+    "hot-fanout",
 )
+
+# Mooncake Store's dynamic hot-replica fanout (merged August 2026, off by default), with its
+# defaults: a key whose requests over the last HOT_WINDOW_S reach HOT_ADMIT_QPS is hot, and a
+# hot key is fanned out to other engines' memory until it has HOT_MAX_REPLICAS memory replicas.
+HOT_WINDOW_S = 10.0
+HOT_ADMIT_QPS = 0.8
+HOT_MAX_REPLICAS = 2
 
 
 class RoutingPolicy:
@@ -202,6 +213,60 @@ class Reactive(RoutingPolicy):
             )
 
 
+class HotFanout(Reactive):
+    """``hot-fanout``: Mooncake Store's dynamic hot-replica fanout as a reactive baseline.
+
+    On each arrival the prefix's requests over the last ``HOT_WINDOW_S`` are counted; at
+    ``HOT_ADMIT_QPS`` or more it is hot, and while fewer than ``HOT_MAX_REPLICAS`` serving
+    engines hold it in HBM (the original counts as one memory replica) one copy goes from a
+    holder to the serving engine with the shortest queue, at on-demand priority, taking room as
+    the fair reactive rule does (free, then unreferenced blocks worth less than the copy's
+    expected saving). No queue threshold: heat alone admits a key, as in the store."""
+
+    name = "hot-fanout"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_route = self._fanout
+        self._recent: dict[int, deque] = {}
+
+    def _fanout(self, sim, i, t, pid, keys) -> None:
+        self._count(pid, t)
+        q = self._recent.setdefault(pid, deque())
+        q.append(t)
+        while q and q[0] <= t - HOT_WINDOW_S:
+            q.popleft()
+        if len(q) < HOT_ADMIT_QPS * HOT_WINDOW_S or len(keys) < self.rule.min_blocks:
+            return
+        holders = [e for e in sim.serving if e.cache.match(keys) == len(keys)]
+        copies = sum(1 for k in sim.in_flight if k[0] == pid)
+        if not holders or len(holders) + copies >= HOT_MAX_REPLICAS:
+            return
+        src = min(holders, key=lambda e: (e.link_free_at, e.eid))
+        others = [e for e in sim.serving if e not in holders and (pid, e.eid) not in sim.in_flight]
+        if not others:
+            return
+        dst = min(others, key=lambda e: (e.free_at, e.eid))
+        rate = len(q) / HOT_WINDOW_S
+        saving = (
+            rate
+            * VALUE_HORIZON_S
+            / (len(holders) + 1)
+            * self.recompute_per_block(sim, pid, keys)
+            * len(keys)
+        )
+        sim.start_copy(
+            pid,
+            keys,
+            src,
+            dst,
+            t,
+            speculative=False,
+            value_of=self.value_fn(sim, t, dst),
+            budget=saving,
+        )
+
+
 class Everywhere(RoutingPolicy):
     """Every prefix computed anywhere is on every engine, free: the placement bound."""
 
@@ -234,7 +299,9 @@ def make_policy(name: str, **options) -> RoutingPolicy:
         return Reactive(options.get("reactive_rule", ReactiveRule()), naive=name != "reactive")
     elif name == "everywhere":
         return Everywhere()
-    elif name in ("predictive", "oracle"):
+    elif name == "hot-fanout":
+        return HotFanout()
+    elif name in ("predictive", "oracle", "clairvoyant"):
         from controlplane.sim.planned import PlannedPolicy
 
         return PlannedPolicy(name, **options)

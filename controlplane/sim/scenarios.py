@@ -60,6 +60,7 @@ def build(
     workload: str | None = "servegen",
     trace: str | None = None,
     fmt: str | None = None,
+    trace_dir: str | None = None,
     scenario: str = "steady",
     engines: int = 16,
     model: str = "llama3-70b",
@@ -88,7 +89,17 @@ def build(
     blocks = int(cap_bytes // block_bytes)
     if blocks < 8:
         raise ValueError("KV capacity below 8 blocks per engine")
-    if trace:
+    if trace_dir:
+        # Any folder of ServeGen-format client files (``chunk-<id>-trace.csv``): the same runs
+        # on another category without code changes.
+        if trace:
+            raise ValueError("give --trace or --trace-dir, not both")
+        kind, path = "servegen", Path(trace_dir)
+        if not path.is_dir():
+            raise ValueError(f"--trace-dir is not a folder: {path}")
+        if not any(path.glob("*-trace.csv")):
+            raise ValueError(f"--trace-dir holds no ServeGen client files (*-trace.csv): {path}")
+    elif trace:
         if fmt not in FORMATS:
             raise ValueError(f"--format must be one of {', '.join(FORMATS)}")
         kind, path = fmt, Path(trace)

@@ -56,6 +56,7 @@ def _jobs(args, contexts, loads, duration, seeds) -> list[dict]:
             "link_bytes_per_s": bw,
             "warmup": args.warmup,  # not-vocabulary: seconds before measuring
             "policies": list(COMPARED),
+            "trace_dir": getattr(args, "trace_dir", None),
         }
         for lo, hi, bw in contexts
         for load in loads

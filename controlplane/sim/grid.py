@@ -1,0 +1,256 @@
+"""``prewarm-sim grid``: the do-no-harm robustness grid (issue 20), resumable.
+
+A *setting* is a workload and its knobs: ``servegen`` (ServeGen m-large, load 0.55 at the
+busiest 5 minutes, 30 tenants, 16 engines), one axis changed at a time (``servegen-load0.35``,
+``-load0.7``, ``-t15``, ``-t60``, ``-e8``, ``-e32``), ``mooncake`` (conversation trace) and
+``azure-code`` (code trace, with the synthetic Zipf repository prefixes the simulator assigns;
+see ``workloads/azure.py``). A *cell* is a setting x model x scenario; each seed is one job (for
+the two fixed traces a seed is a window start, ``seeds.WINDOW_STEP_S`` apart, see
+``seeds.run_one``). Every job's result is appended to ``--jsonl`` as it finishes, and jobs already
+there are skipped, so an interrupted grid resumes where it stopped. One parameter set for every
+cell: the policies' defaults.
+
+Per cell: the paired p99 and mean gains of ``predictive`` over ``reactive`` (unsaturated seeds,
+95% Student t noise), the worst unsaturated seed (highest predictive / reactive p99 ratio), and
+whether the cell is clean: no loss beyond noise and no unsaturated seed above ``HARM_RATIO``.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from controlplane.sim.seeds import (
+    _g,
+    _mp,
+    gain_stats,
+    gap_closed,
+    pct,
+    run_one,
+    saturated,
+    summarize_cell,
+)
+
+HARM_RATIO = 1.25  # an unsaturated seed whose predictive p99 is above this x reactive's is harm
+SETTINGS: dict[str, dict] = {
+    "servegen": {},
+    "servegen-load0.35": {"load": 0.35},
+    "servegen-load0.7": {"load": 0.7},
+    "servegen-t15": {"tenants": 15},
+    "servegen-t60": {"tenants": 60},
+    "servegen-e8": {"engines": 8},
+    "servegen-e32": {"engines": 32},
+    "mooncake": {"workload": "mooncake"},
+    "azure-code": {"workload": "azure-code"},
+}
+MODELS = ("llama3-70b", "llama3-8b")
+SCENARIOS = ("steady", "scaleout", "slowlink", "tiered")
+
+
+def all_cells() -> list[tuple[str, str, str]]:
+    return [(s, m, sc) for s in SETTINGS for m in MODELS for sc in SCENARIOS]
+
+
+def parse_cells(text: str | None) -> list[tuple[str, str, str]]:
+    if not text:
+        return all_cells()
+    out = []
+    for part in text.split(","):
+        bits = part.split(":")
+        if len(bits) != 3 or bits[0] not in SETTINGS or bits[2] not in SCENARIOS:
+            raise ValueError(
+                f"cell {part!r}: want setting:model:scenario with a setting in "
+                f"{', '.join(SETTINGS)} and a scenario in {', '.join(SCENARIOS)}"
+            )
+        out.append((bits[0], bits[1], bits[2]))
+    return out
+
+
+def job_for(cell: tuple[str, str, str], seed: int, args) -> dict:
+    setting, model, scenario = cell
+    return {
+        "cell": ":".join(cell),
+        "model": model,
+        "scenario": scenario,
+        "seed": seed,
+        "policies": list(args.policies),
+        "duration": args.duration,
+        "warmup": args.warmup,
+        "trace_dir": args.trace_dir,
+        **SETTINGS[setting],
+    }
+
+
+def _key(job: dict) -> str:
+    return f"{job['cell']}#{job['seed']}#{','.join(job['policies'])}"
+
+
+def run_grid(jobs: list[dict], jsonl: Path | None, workers: int) -> list[dict]:
+    done: dict[str, dict] = {}
+    if jsonl is not None and jsonl.exists():
+        for line in jsonl.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                done[_key(r)] = r
+    todo = [j for j in jobs if _key(j) not in done]
+
+    def keep(r: dict) -> None:
+        done[_key(r)] = r
+        if jsonl is not None:
+            with jsonl.open("a") as f:
+                f.write(json.dumps(r) + "\n")
+
+    if workers <= 1:
+        for j in todo:
+            keep(run_one(j))
+    else:
+        with ProcessPoolExecutor(workers) as pool:
+            for fut in as_completed([pool.submit(run_one, j) for j in todo]):
+                keep(fut.result())
+    return [done[_key(j)] for j in jobs]
+
+
+def summarize(runs: list[dict]) -> dict:
+    """One cell: gains of predictive over reactive, the worst unsaturated seed, clean or not."""
+    sat = [r["seed"] for r in runs if saturated(r)]
+    kept = [r for r in runs if r["seed"] not in sat] or runs
+    out: dict = {"seeds": [r["seed"] for r in runs], "saturated_seeds": sat}
+    for stat in ("mean", "p99"):
+        g = gain_stats(
+            [r["policies"]["reactive"][f"ttft_{stat}_s"] for r in kept],
+            [r["policies"]["predictive"][f"ttft_{stat}_s"] for r in kept],
+        )
+        out[f"gain_{stat}"], out[f"gain_{stat}_noise"] = g["mean"], g["noise"]
+    ratios = [
+        (
+            r["policies"]["predictive"]["ttft_p99_s"]
+            / max(1e-9, r["policies"]["reactive"]["ttft_p99_s"]),
+            r["seed"],
+            r["policies"]["reactive"]["ttft_p99_s"],
+            r["policies"]["predictive"]["ttft_p99_s"],
+        )
+        for r in runs
+        if r["seed"] not in sat
+    ]
+    worst = max(ratios) if ratios else None
+    out["worst_seed"] = (
+        None
+        if worst is None
+        else {
+            "seed": worst[1],
+            "ratio": worst[0],
+            "reactive_p99": worst[2],
+            "predictive_p99": worst[3],
+        }
+    )
+    noise = out["gain_p99_noise"] or 0.0
+    loses = out["gain_p99"] < -noise or out["gain_mean"] < -(out["gain_mean_noise"] or 0.0)
+    out["clean"] = not loses and (worst is None or worst[0] <= HARM_RATIO)
+    return out
+
+
+def markdown(cells: list[dict]) -> str:
+    rows = [
+        "| setting | model | scenario | seeds (saturated) | reactive p99 | predictive p99 | "
+        "gain p99 | gain mean | worst seed: reactive / predictive p99 (ratio) | clean |",
+        "|" + "---|" * 10,
+    ]
+    for c in cells:
+        w = c["worst_seed"]
+        ws = (
+            "-"
+            if w is None
+            else f"seed {w['seed']}: {w['reactive_p99']:.2f} / {w['predictive_p99']:.2f} s "
+            f"({w['ratio']:.2f}x)"
+        )
+        rows.append(
+            f"| {c['setting']} | {c['model']} | {c['scenario']} | {len(c['seeds'])} "
+            f"({len(c['saturated_seeds'])}) | {c['reactive_p99']:.2f} | {c['predictive_p99']:.2f} | "
+            f"{c['gain_p99']:+.1%} ± {pct(c['gain_p99_noise'])} | "
+            f"{c['gain_mean']:+.1%} ± {pct(c['gain_mean_noise'])} | {ws} | "
+            f"{'yes' if c['clean'] else '**no**'} |"
+        )
+    return "\n".join(rows)
+
+
+def headline_markdown(cells: list[dict]) -> str:
+    rows = [
+        "| model | scenario | seeds (saturated) | reactive | hot-fanout | predictive | bound "
+        "(oracle) | everywhere | predictive gain p99 over reactive | over hot-fanout | "
+        "bound gain p99 | gap closed p99 [95% bootstrap] | bound >= predictive every seed | "
+        "spec VRAM % | precision |",
+        "|" + "---|" * 15,
+    ]
+    for c in cells:
+        b = c.get("gap_closed_p99_bootstrap") or {}
+        lo, hi = (b.get("ci95") or [None, None])[:2]
+        gap = (
+            "no gap"
+            if b.get("ratio") is None
+            else f"{b['ratio']:.0%} [{lo:.0%}, {hi:.0%}]"
+            if lo is not None
+            else f"{b['ratio']:.0%}"
+        )
+        prec = c.get("replica_precision")
+        rows.append(
+            f"| {c['model']} | {c['scenario']} | {len(c['seeds'])} "
+            f"({len(c['saturated_seeds'])}) | {_mp(c, 'reactive')} | {_mp(c, 'hot-fanout')} | "
+            f"{_mp(c, 'predictive')} | {_mp(c, 'oracle')} | {_mp(c, 'everywhere')} | "
+            f"{_g(c, 'predictive', 'p99')} | {_hf(c)} | {_g(c, 'oracle', 'p99')} | {gap} | "
+            f"{'yes' if c.get('oracle_beats_predictive_every_seed') else 'no'} | "
+            f"{100 * c.get('spec_vram_fraction_mean', 0.0):.2f} | "
+            f"{'-' if prec is None else f'{prec:.2f}'} |"
+        )
+    return "\n".join(rows)
+
+
+def _hf(c: dict) -> str:
+    if "predictive_over_hot_fanout_p99" not in c:
+        return "-"
+    mark = "**" if c["predictive_over_hot_fanout_p99_beyond_noise"] else ""
+    return (
+        f"{mark}{c['predictive_over_hot_fanout_p99']:+.1%}{mark} ± "
+        f"{pct(c['predictive_over_hot_fanout_p99_noise'])}"
+    )
+
+
+def main_grid(args) -> int:
+    cells = parse_cells(args.cells)
+    seeds = [int(x) for x in str(args.seeds).split(",")]
+    args.policies = [p for p in args.policies.split(",") if p]
+    if "reactive" not in args.policies or "predictive" not in args.policies:
+        raise ValueError("--policies must include reactive and predictive")
+    # Seed-major: an interrupted grid has every cell at the same depth.
+    jobs = [job_for(c, s, args) for s in seeds for c in cells]
+    jsonl = Path(args.jsonl) if args.jsonl else None
+    if args.summarize_only:
+        if jsonl is None or not jsonl.exists():
+            raise ValueError("--summarize-only needs an existing --jsonl")
+        have = {_key(json.loads(x)) for x in jsonl.read_text().splitlines() if x.strip()}
+        jobs = [j for j in jobs if _key(j) in have]
+        seeds = sorted({j["seed"] for j in jobs})
+        cells = [c for c in cells if any(j["cell"] == ":".join(c) for j in jobs)]
+    results = run_grid(jobs, jsonl, args.workers)
+    out = []
+    for c in cells:
+        runs = [r for r in results if r["cell"] == ":".join(c)]
+        kept = [r for r in runs if not saturated(r)] or runs
+        s = summarize(runs)
+        for name in ("reactive", "predictive"):
+            s[f"{name}_p99"] = sum(r["policies"][name]["ttft_p99_s"] for r in kept) / len(kept)
+        out.append({"setting": c[0], "model": c[1], "scenario": c[2], **s})
+    doc = {"duration_s": args.duration, "warmup_s": args.warmup, "seeds": seeds, "cells": out}
+    if "oracle" in args.policies:
+        # The headline form: every policy's means, gains over reactive and hot-fanout, the bound.
+        doc["headline"] = []
+        for c in cells:
+            runs = [r for r in results if r["cell"] == ":".join(c)]
+            cell = {"model": c[1], "scenario": c[2], **summarize_cell(runs)}
+            cell["gap_closed_p99"] = gap_closed(cell)
+            doc["headline"].append(cell)
+        print(headline_markdown(doc["headline"]))
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(doc, indent=1) + "\n")
+    print(markdown(out))
+    return 0
