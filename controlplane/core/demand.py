@@ -23,9 +23,9 @@ import math
 from collections.abc import Sequence
 
 from controlplane.core.forecast import burst_risk
+from controlplane.core.forecast.burst import BURST_FACTOR
 from controlplane.core.planner import Demand
 
-BURST_FACTOR = 2.0
 UNSCORED_CONFIDENCE = 0.5
 
 

@@ -123,6 +123,18 @@ def count(rows: list[Served], bucket_s: int) -> int:
     return len(sums)
 
 
+# MissBucket's counters: a roll-up sums each of them.
+MISS_COUNTERS = (
+    *m.REASONS,
+    "sol_hits",
+    "prefix_tokens",
+    "cached_tokens",
+    "sol_cached_tokens",
+    "predicted_records",
+    "predicted_cached_tokens",
+    "predicted_delivered_tokens",
+)
+
 UPSERT_ROWS = 500  # rows per INSERT statement
 
 
@@ -131,8 +143,6 @@ def _upsert(sums: dict[tuple[int, int, int], dict[str, int]], bucket_s: int) -> 
     PostgreSQL): one statement per UPSERT_ROWS buckets, atomic against another web process
     adding to the same bucket, rows in key order (locks taken in one order)."""
     from django.db import connection
-
-    from .services import MISS_COUNTERS
 
     table = connection.ops.quote_name(MissBucket._meta.db_table)
     q = connection.ops.quote_name

@@ -13,7 +13,6 @@ from django.utils import timezone
 
 from controlplane.core import blockhash
 from controlplane.core.errors import Invalid
-from controlplane.core.misses import REASONS
 from controlplane.core.prefix_groups import OTHER, group_of, shared_chain
 from controlplane.fleet.models import Engine
 
@@ -208,7 +207,9 @@ def _served_rows(
     """The served records, each judged on its key's shared chain as the batch left it."""
     prefixes: dict[int, tuple[int, ...]] = {}
     rows = []
-    for (wk, group, chain, rec), (key_id, engine, t, cached, _ttft) in zip(chains, served, strict=True):
+    for (wk, group, chain, rec), (key_id, engine, t, cached, _ttft) in zip(
+        chains, served, strict=True
+    ):
         prefix = prefixes.get(key_id) if group != OTHER else None
         if prefix is None:
             keys = wk.prefix_keys if group != OTHER else []
@@ -323,29 +324,16 @@ def downsample_demand(now=None) -> dict:
     }
 
 
-# MissBucket's counters: a roll-up sums each of them.
-MISS_COUNTERS = (
-    *REASONS,
-    "sol_hits",
-    "prefix_tokens",
-    "cached_tokens",
-    "sol_cached_tokens",
-    "predicted_records",
-    "predicted_cached_tokens",
-    "predicted_delivered_tokens",
-)
-
-
 def _roll_up_misses(fine_s: int, cutoff) -> int:
     """Fine miss buckets before ``cutoff`` summed into hourly ones (as demand buckets are)."""
     fine = MissBucket.objects.filter(seconds=fine_s, start__lt=cutoff)
     sums = (
         fine.annotate(hour=TruncHour("start"))
         .values("key_id", "engine_id", "hour")
-        .annotate(**{f"s_{c}": Sum(c) for c in MISS_COUNTERS})
+        .annotate(**{f"s_{c}": Sum(c) for c in misses.MISS_COUNTERS})
     )
     for row in sums:
-        values = {c: row[f"s_{c}"] or 0 for c in MISS_COUNTERS}
+        values = {c: row[f"s_{c}"] or 0 for c in misses.MISS_COUNTERS}
         bucket, made = MissBucket.objects.get_or_create(
             key_id=row["key_id"],
             engine_id=row["engine_id"],

@@ -17,8 +17,8 @@ from django.conf import settings
 from django.db.models import QuerySet, Sum
 
 from controlplane.core import misses as m
+from controlplane.demand.misses import MISS_COUNTERS
 from controlplane.demand.models import DemandBucket, MissBucket
-from controlplane.demand.services import MISS_COUNTERS
 from controlplane.replication.scoreboard import scoreboard
 
 OTHER_TENANTS = "other"

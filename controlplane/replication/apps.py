@@ -13,8 +13,8 @@ class ReplicationConfig(AppConfig):
         from controlplane.demand.signals import requests_served
         from controlplane.fleet.signals import residency_reported
 
-        from .jobs.inflight import copies_in_flight
         from .jobs.confirm import on_residency_reported
+        from .jobs.inflight import copies_in_flight
         from .scoring import credit_served
 
         requests_served.connect(credit_served, dispatch_uid="replication.credit_served")

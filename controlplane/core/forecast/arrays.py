@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controlplane.core.forecast.baselines import Ewma, SeasonalBlend, SeasonalNaive
-from controlplane.core.forecast.burst import _NEGBIN_MAX_TERMS
+from controlplane.core.forecast.burst import _NEGBIN_MAX_TERMS, BURST_FACTOR
 from controlplane.core.forecast.series import season_length, z_for
 
 ARRAY_MODELS = ("last_value", "ewma", "seasonal_naive", "seasonal_blend")
@@ -313,7 +313,6 @@ def burst_risk_arrays(
 ) -> np.ndarray:
     """``risk_from_counts(history[-RECENT_BUCKETS:], bucket_seconds, horizon_s)`` of every row
     (capacity: ``BURST_FACTOR`` x the recent rate, the forecast task's knowledge)."""
-    from controlplane.core.demand import BURST_FACTOR
 
     n, w = y.shape
     r = np.minimum(np.asarray(lengths), RECENT_BUCKETS)

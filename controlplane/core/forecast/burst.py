@@ -29,6 +29,9 @@ import numpy as np
 
 #: Above this threshold the negative binomial sum is replaced by its Normal limit (the error
 #: is far below the model's own), keeping one risk evaluation at microseconds to ~1 ms.
+# A burst is this many times a key's rate (recent or forecast, the larger); the planner's demand
+# model (core/demand.py) and the array path read it from here.
+BURST_FACTOR = 2.0
 _NEGBIN_MAX_TERMS = 50_000
 
 
