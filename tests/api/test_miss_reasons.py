@@ -115,9 +115,7 @@ def test_cold_when_no_engine_holds_the_prefix(fleet, gateway, viewer):
     assert reason == m.COLD and bucket["sol_hits"] == 0
 
 
-def test_the_serving_engines_copy_made_by_the_request_itself_does_not_count(
-    fleet, gateway, viewer
-):
+def test_the_serving_engines_copy_made_by_the_request_itself_does_not_count(fleet, gateway, viewer):
     a, _ = fleet
     # By the time the record arrives, node-a reported the blocks serving the request stored
     # there; it reported 0 cached tokens, so before the request it held nothing: cold.
