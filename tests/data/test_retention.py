@@ -211,6 +211,36 @@ def test_demand_roll_up_keeps_every_request_and_is_idempotent(db, settings):
     assert DemandBucket.objects.filter(seconds=60).count() == 1440
 
 
+def test_miss_roll_up_keeps_every_reason_count_and_is_idempotent(db, settings):
+    from controlplane.demand.models import MissBucket
+    from controlplane.fleet.models import Engine
+
+    settings.PREWARM_DEMAND_FINE_DAYS = 1
+    key = WorkloadKey.objects.create(tenant="t", model="m", prefix_group="*")
+    engine = Engine.objects.create(node=Node.objects.create(name="n"), engine_id="e")
+    MissBucket.objects.bulk_create(
+        [
+            MissBucket(
+                key=key,
+                engine=engine,
+                start=START + timedelta(minutes=m),
+                seconds=60,
+                hit=m % 5,
+                cold=m % 2,
+                sol_hits=m % 5 + m % 2,
+            )
+            for m in range(3 * 1440)
+        ]
+    )
+    sums = {"hit": Sum("hit"), "cold": Sum("cold"), "sol": Sum("sol_hits")}
+    total = MissBucket.objects.aggregate(**sums)
+    downsample_demand(START + 3 * DAY)
+    downsample_demand(START + 3 * DAY)
+    assert MissBucket.objects.aggregate(**sums) == total
+    assert MissBucket.objects.filter(seconds=3600).count() == 48
+    assert MissBucket.objects.filter(seconds=60).count() == 1440
+
+
 def test_gpu_roll_up_averages_each_hour(db, settings):
     node = Node.objects.create(name="n")
     gpu = Gpu.objects.create(node=node, uuid="GPU-1", index=0)
