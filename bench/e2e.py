@@ -39,6 +39,8 @@ from pathlib import Path
 
 from _common import REPO, parser, percentile, table, write_json
 
+from controlplane.core import protocol as wire
+
 STAGES = (
     "report_to_residency",
     "report_to_dashboard",
@@ -176,7 +178,7 @@ def _one_round(
     # The target engine loads the copied KV: its own event is what confirms the copy.
     t2 = time.time()
     target_node.publish_stored(tokens, 16)
-    _wait(lambda: _job_state(cluster, job_id) == "confirmed", 30, "the job confirmed")
+    _wait(lambda: _job_state(cluster, job_id) == wire.JOB_CONFIRMED, 30, "the job confirmed")
     _wait(lambda: _holds(cluster, target["id"], hexes), 30, "the replica in residency")
     out["event_to_confirmed"] = (time.time() - t2) * 1e3
     out["approve_to_confirmed"] = (time.time() - t1) * 1e3

@@ -23,6 +23,8 @@ from tempfile import TemporaryDirectory
 
 from _common import parser, table, write_json
 
+from controlplane.core.protocol import TIER_GPU
+
 ENGINES = 16
 TENANTS = 200
 BS = 16
@@ -70,14 +72,16 @@ def world(rng: random.Random):
         holders.append(held)
         for j, e in enumerate(held):
             depth = len(chain) if j == 0 else rng.randint(1, len(chain))
-            stored = [(k, chain[i - 1] if i else None, "GPU") for i, k in enumerate(chain[:depth])]
+            stored = [
+                (k, chain[i - 1] if i else None, TIER_GPU) for i, k in enumerate(chain[:depth])
+            ]
             deltas.append(Delta(e, stored=stored))
     index.apply(deltas)
     # Recent removals on every engine: 2,000 blocks stored then removed each.
     for e in engines:
         gone = [rng.getrandbits(63) for _ in range(2000)]
-        index.apply([Delta(e, stored=[(k, None, "GPU") for k in gone])])
-        index.apply([Delta(e, removed=[(k, "GPU") for k in gone])])
+        index.apply([Delta(e, stored=[(k, None, TIER_GPU) for k in gone])])
+        index.apply([Delta(e, removed=[(k, TIER_GPU) for k in gone])])
     return engines, prefixes, holders
 
 

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 # -- the reason vocabulary (spelled once: the model's columns, the API, the metrics, the page) -
 HIT = "hit"
-PARTIAL = "partial"
+PARTIAL = "partial"  # not-vocabulary: a miss reason (a hit on part of the prefix)
 COLD = "cold"
 ROUTED_AWAY = "routed_away"
 EVICTED = "evicted"
-WARMING = "warming"
+WARMING = "warming"  # not-vocabulary: a miss reason (a copy to the engine in flight)
 VARIANT = "variant"
 REASONS = (HIT, PARTIAL, COLD, ROUTED_AWAY, EVICTED, WARMING, VARIANT)
 MISSES = (COLD, ROUTED_AWAY, EVICTED, WARMING, VARIANT)  # nothing of the prefix from cache

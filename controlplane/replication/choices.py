@@ -33,7 +33,7 @@ class OverrideKind:
 
 class PlanState:
     PROPOSED = "proposed"
-    APPROVED = "approved"
+    APPROVED = "approved"  # not-vocabulary: a plan's state, not a job's
     PARTIAL = "partially_approved"
     REJECTED = "rejected"
     SUPERSEDED = "superseded"
@@ -51,7 +51,7 @@ class PlanState:
 
 class ItemDecision:
     PENDING = "pending"
-    APPROVED = "approved"
+    APPROVED = "approved"  # not-vocabulary: an item's decision, not a job's state
     REJECTED = "rejected"
     HELD_OUT = "held_out"  # approved, then withheld at random: the holdout's control arm
     CHOICES = [

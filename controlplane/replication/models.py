@@ -332,9 +332,9 @@ class SpeculativeReplica(models.Model):
         if self.held_out:
             return "held_out"
         if self.lost_at:
-            return "lost"
+            return JobState.LOST
         if self.confirmed_at:
-            return "partial" if 0 < self.tokens < self.full_tokens else "confirmed"
+            return JobState.PARTIAL if 0 < self.tokens < self.full_tokens else JobState.CONFIRMED
         if self.evicted_at:
-            return "unconfirmed"
-        return "landed"
+            return JobState.UNCONFIRMED
+        return JobState.LANDED

@@ -76,7 +76,7 @@ def job_for(cell: tuple[str, str, str], seed: int, args) -> dict:
         "seed": seed,
         "policies": list(args.policies),
         "duration": args.duration,
-        "warmup": args.warmup,
+        "warmup": args.warmup,  # not-vocabulary: the warm-up seconds, not a transport
         "trace_dir": args.trace_dir,
         **SETTINGS[setting],
     }

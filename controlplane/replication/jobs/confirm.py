@@ -146,7 +146,7 @@ def confirm(
     now = timezone.now()
     full = len(job.prefix_keys) * (job.target.block_size if job.target else 0)
     to = JobState.CONFIRMED if tokens >= full else JobState.PARTIAL
-    word = "confirmed" if to == JobState.CONFIRMED else f"partial ({tokens} of {full} tokens)"
+    word = to if to == JobState.CONFIRMED else f"{to} ({tokens} of {full} tokens)"
     job = transition(job, to, f"{word} by {by}: {detail}")
     replica = replica_of(job) or _create_replica(job)
     replica.confirmed_at, replica.confirmed_by = now, by
@@ -337,7 +337,16 @@ def sweep(now=None) -> dict:
     confirmation window are judged for good; confirmed KV-event copies that left their engine
     are lost."""
     now = now or timezone.now()
-    out = {"confirmed": 0, "partial": 0, "redundant": 0, "unconfirmed": 0, "lost": 0}
+    out = dict.fromkeys(
+        (
+            JobState.CONFIRMED,
+            JobState.PARTIAL,
+            JobState.REDUNDANT,
+            JobState.UNCONFIRMED,
+            JobState.LOST,
+        ),
+        0,
+    )
     overdue = now - timedelta(seconds=settings.PREWARM_REPLICA_CONFIRM_SECONDS)
     for job in ReplicationJob.objects.filter(
         action=JobAction.REPLICATE, state=JobState.LANDED, updated_at__lte=overdue

@@ -341,10 +341,10 @@ def sweep(now=None) -> dict:
                         )
                 redelivered += 1
     return {
-        "expired": expired,
-        "failed": failed,
+        JobState.EXPIRED: expired,
+        JobState.FAILED: failed,
         "redelivered": redelivered,
-        "dispatched": due,
+        JobState.DISPATCHED: due,
         **confirm.sweep(now),
     }
 

@@ -1,16 +1,13 @@
 """What the planner and the scores charge and credit: the cost model of an engine's model, what a
-replica saves and what placing it takes, and
-the promotion bandwidth of the slower tiers."""
+replica saves and what placing it takes (the slower tiers' promotion bandwidth is
+``core.costmodel.TIER_BYTES_PER_S``)."""
 
 from __future__ import annotations
 
 from django.conf import settings
 
 from controlplane.core.costmodel import MODELS, CostModel
-from controlplane.core.protocol import TIER_CPU, TIER_DISK, TRANSPORT_WARMUP
-
-# Promotion bandwidth from CPU DRAM (PCIe 5 x16, ~50 GB/s usable) and SSD (NVMe, ~6 GB/s).
-TIER_BYTES_PER_S = {TIER_CPU: 50e9, TIER_DISK: 6e9}
+from controlplane.core.protocol import TRANSPORT_WARMUP
 
 
 def cost_model_for(model_name: str) -> CostModel:

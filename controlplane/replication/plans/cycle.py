@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.core import blockhash, planner
-from controlplane.core.protocol import TIER_GPU
+from controlplane.core.protocol import EVENT_ENGINE_READINESS, EVENT_PLAN_CREATED, TIER_GPU
 from controlplane.demand.services import want_prefix_tokens
 from controlplane.fleet.choices import EngineLifecycle
 from controlplane.fleet.models import Engine
@@ -93,7 +93,9 @@ def update_readiness(inputs: Inputs, planned: list[planner.PlannedMove]) -> dict
         Engine.objects.filter(pk=pk).update(readiness=r)
     if out:
         publish(
-            groups.CLUSTER, "engine.readiness", {"readiness": {str(k): v for k, v in out.items()}}
+            groups.CLUSTER,
+            EVENT_ENGINE_READINESS,
+            {"readiness": {str(k): v for k, v in out.items()}},
         )
     return out
 
@@ -188,7 +190,7 @@ def store(
         want_prefix_tokens({r.workload_key_id for r in rows if r.workload_key_id})
     publish(
         groups.PLANS,
-        "plan.created",
+        EVENT_PLAN_CREATED,
         {"plan": plan.pk, "mode": plan.mode, "state": plan.state, "items": len(rows)},
     )
     return plan

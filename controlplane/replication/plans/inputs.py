@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from controlplane.core import blockhash, planner
+from controlplane.core.costmodel import TIER_BYTES_PER_S
 from controlplane.core.demand import demand_for
 from controlplane.core.protocol import TIER_GPU
 from controlplane.demand.models import WorkloadKey
@@ -28,7 +29,7 @@ from controlplane.forecasting.models import Forecast
 from ..choices import JobAction, JobState, OverrideKind
 from ..models import Policy, ReplicationJob, SpeculativeReplica
 from ..services import active_overrides
-from .costs import TIER_BYTES_PER_S, cost_model_for
+from .costs import cost_model_for
 
 
 @dataclass
