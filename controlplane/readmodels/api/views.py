@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -71,7 +71,15 @@ class MissesView(APIView):
 
     read_role = Role.VIEWER
 
-    @extend_schema(responses={200: dict}, tags=["dashboard"])
+    @extend_schema(
+        responses={200: dict},
+        tags=["dashboard"],
+        parameters=[
+            OpenApiParameter("window", str, enum=list(WINDOWS), default="1h"),
+            *(OpenApiParameter(f, str) for f in ("tenant", "model", "prefix_group")),
+            *(OpenApiParameter(f, int) for f in ("engine", "key")),
+        ],
+    )
     def get(self, request):
         window = request.query_params.get("window") or "1h"
         if window not in WINDOWS:
