@@ -57,6 +57,7 @@ ONSET_WINDOW_S = 5.0
 ONSET_MIN_ARRIVALS = 8
 ONSET_RATIO = 2.0
 ONSET_REPLAN_S = 2.0
+ONSET_LOOKAHEAD_S = 30.0  # clairvoyant: the true arrivals its on-arrival re-plan looks at
 # Cost-charged speculation, one setting for every trace and cell (docs/simulator.md, "What
 # speculation costs"): a speculative item's expected saving must be twice what it takes (copy
 # time, the displaced blocks' expected value, the target's queue); none lands on an engine
@@ -118,6 +119,7 @@ class PlannedPolicy(Reactive):
         self.short: dict[int, BurstTracker] = {}  # the same arrivals over TREND_WINDOW_S
         self.onset: dict[int, BurstTracker] = {}  # ... and over ONSET_WINDOW_S
         self._onset_at: dict[int, float] = {}  # last onset re-plan per prefix
+        self._replanned: dict[int, tuple[float, int]] = {}  # clairvoyant: (when, holders)
         self.seen: dict[int, int] = {}
         self.mean_suffix = float(wl.suffix_tokens.mean()) if len(wl) else 0.0
         self.day: dict[str, np.ndarray] = {}
@@ -161,10 +163,33 @@ class PlannedPolicy(Reactive):
             self._maybe_onset(sim, t, pid, keys)
         elif self.name != "oracle" and t - self._onset_at.get(pid, -math.inf) >= ONSET_REPLAN_S:
             # clairvoyant: the arriving prefix is re-planned on its arrival (at most every
-            # ONSET_REPLAN_S), with its true demand over the coming horizon.
+            # ONSET_REPLAN_S), with its true demand over the coming horizon, wherever its true
+            # arrivals of the next ONSET_LOOKAHEAD_S are more than its holders can take.
             self._onset_at[pid] = t
-            self._plan_round(sim, t, only=(pid,))
+            held = self._overflows(sim, t, pid, keys)
+            # Re-planned when its holders changed since the last re-plan, or a tick ago.
+            last = self._replanned.get(pid)
+            if held is not None and (last is None or last[1] != held or t - last[0] >= self.tick_s):
+                self._replanned[pid] = (t, held)
+                self.onset_replans += 1
+                self._plan_round(sim, t, only=(pid,))
         self._maybe_copy(sim, i, t, pid, keys)
+
+    def _overflows(self, sim, t: float, pid: int, keys) -> int | None:
+        """clairvoyant: its holders' count where the prefix's true arrivals over the next
+        ``ONSET_LOOKAHEAD_S`` exceed what they can serve in that time, else None."""
+        if len(keys) < self.rule.min_blocks:
+            return None
+        times = self.t_idx
+        lo, hi = np.searchsorted(times, [t, t + ONSET_LOOKAHEAD_S])
+        n = int(np.count_nonzero(self.pid_arr[lo:hi] == pid))
+        if n < ONSET_MIN_ARRIVALS:
+            return None
+        service = sim.prefill_s(self.mean_suffix, len(keys) * BLOCK_TOKENS)
+        holders = sum(1 for e in sim.serving if e.cache.match(keys) == len(keys))
+        if n / ONSET_LOOKAHEAD_S > max(1, holders) * (1.0 - sim.load(t)) / service:
+            return holders
+        return None
 
     def _onset_rate(self, pid: int, t: float) -> float:
         """The prefix's rate over the last ``ONSET_WINDOW_S`` where it is a burst's onset

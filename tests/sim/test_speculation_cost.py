@@ -117,13 +117,15 @@ def test_trace_dir_runs_any_folder_of_servegen_client_files(tmp_path, capsys):
     assert main(["run", "--trace-dir", str(empty), "--duration", "600"]) == 2
 
 
-# The bound check on headline seeds, sized for `make test`: the 70B scale-out cell on seeds
-# 0-2 with 10-minute windows (2-minute warm-up), not the 20 x 20-minute headline
-# (docs/simulator.md has that). Tolerance: none (oracle p99 <= predictive p99 exactly).
-@pytest.mark.parametrize("seed", [0, 1, 2])
+# The bound check on a headline seed, sized for `make test`: the 70B scale-out cell's seed 0 with
+# the headline's 20-minute window and 300 s warm-up (about a minute of CPU), not all 20 headline
+# seeds (docs/simulator.md, "Issue 20 runs", checks those). Tolerance: none (oracle p99 <=
+# predictive p99 exactly). 10-minute windows are no substitute: the scale-out's engines join on
+# a shorter ramp there and every policy queues for tens of seconds.
+@pytest.mark.parametrize("seed", [0])
 def test_the_bound_bounds_predictive_on_headline_seeds(seed):
-    setup = build(scenario="scaleout", model="llama3-70b", duration=600, seed=seed)
-    doc, res = run_policies(setup, ["predictive", "oracle"], seed=seed, warmup_s=120.0)
+    setup = build(scenario="scaleout", model="llama3-70b", duration=1200, seed=seed)
+    doc, res = run_policies(setup, ["predictive", "oracle"], seed=seed, warmup_s=300.0)
     p = doc["policies"]
     assert p["oracle"]["bound_chosen"] in BOUND_OF
     assert p["oracle"]["ttft_p99_s"] <= p["predictive"]["ttft_p99_s"]
