@@ -13,7 +13,7 @@ import json
 import time
 
 from controlplane.sim.cluster import Simulation
-from controlplane.sim.policies import make_policy
+from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.scenarios import build
 
 TARGET = 100_000

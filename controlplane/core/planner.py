@@ -62,9 +62,15 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from controlplane.core.protocol import TIER_GPU
+from controlplane.core.protocol import (
+    ENGINE_DRAINING,
+    ENGINE_LIFECYCLES,
+    ENGINE_SERVING,
+    ENGINE_WARMING,
+    TIER_GPU,
+)
 
-LIFECYCLES = ("warming", "serving", "draining")
+LIFECYCLES = ENGINE_LIFECYCLES
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,7 @@ class EngineState:
     spec_bytes: float  # speculative replicas held now
     link_bytes_per_s: float  # effective, net of serving traffic
     load: float  # 0..1 utilisation (expected, for a warming engine)
-    lifecycle: str = "serving"
+    lifecycle: str = ENGINE_SERVING
     starts_serving_in_s: float = 0.0
     tier_bytes_per_s: dict[str, float] = field(default_factory=dict)  # promotion bandwidth
     link_queue_s: float = 0.0  # seconds of copies already queued on this engine's link
@@ -214,9 +220,9 @@ def plan(
         for e in engines
         if e.engine_id not in overrides.excluded_engines
         and e.node not in overrides.excluded_nodes
-        and e.lifecycle != "draining"
+        and e.lifecycle != ENGINE_DRAINING
         and e.load <= budgets.max_load
-        and (e.lifecycle != "serving" or e.queue_s <= budgets.max_queue_s)
+        and (e.lifecycle != ENGINE_SERVING or e.queue_s <= budgets.max_queue_s)
     }
     # Back off while the cluster queues: only warm-ups of joining engines (which take no
     # traffic yet, so their room and queue cost nothing) are planned.
@@ -366,7 +372,7 @@ def plan(
         targets.set_spare(best, max(0.0, spare[best] - served / H * c.service_s))
         holders.add(best)
         state[pid] = [overflow - served / H, holders, count + 1]
-        lead = tgt.starts_serving_in_s if tgt.lifecycle == "warming" else 0.0
+        lead = tgt.starts_serving_in_s if tgt.lifecycle == ENGINE_WARMING else 0.0
         first = max(lead, d.first_arrival_s if d else 0.0)
         start = max(0.0, first - 2.0 * copy_s)
         why = (
@@ -388,10 +394,10 @@ def plan(
 def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, eligible, bytes_left):
     """Warm-up copies to engines that start serving within the horizon (see module doc)."""
     H = budgets.horizon_s
-    active = sum(1 for e in by_engine.values() if e.lifecycle in ("serving", "warming"))
+    active = sum(1 for e in by_engine.values() if e.lifecycle in (ENGINE_SERVING, ENGINE_WARMING))
     items: list[PlannedMove] = []
     for e in by_engine.values():
-        if e.lifecycle != "warming" or e.engine_id not in allowed or e.starts_serving_in_s > H:
+        if e.lifecycle != ENGINE_WARMING or e.engine_id not in allowed or e.starts_serving_in_s > H:
             continue
         cap = budgets.max_warming_fraction * e.kv_capacity_bytes - e.spec_bytes
         left = max(0.0, min(e.free_bytes, cap))
@@ -443,7 +449,7 @@ def _warm_up(candidates, dem, gpu_holders, by_engine, allowed, room, budgets, el
 
 def cluster_queue_s(engines: Iterable[EngineState]) -> float:
     """Mean queue (seconds) of the serving engines: what the planner backs off on."""
-    qs = [e.queue_s for e in engines if e.lifecycle == "serving"]
+    qs = [e.queue_s for e in engines if e.lifecycle == ENGINE_SERVING]
     return sum(qs) / len(qs) if qs else 0.0
 
 
@@ -504,7 +510,7 @@ def _best_target(c, holders, allowed, room, spare, by_engine) -> str | None:
 
 def _target_key(eid: str, spare: dict[str, float], by_engine: dict) -> tuple:
     e = by_engine[eid]
-    return (spare[eid], e.lifecycle == "warming", e.link_bytes_per_s, eid)
+    return (spare[eid], e.lifecycle == ENGINE_WARMING, e.link_bytes_per_s, eid)
 
 
 class _Targets:

@@ -35,7 +35,7 @@ from controlplane.core.planner import (
     plan,
 )
 from controlplane.core.policies.reactive import ReactiveRule
-from controlplane.core.protocol import TIER_CPU, TIER_DISK, TIER_GPU
+from controlplane.core.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_CPU, TIER_DISK, TIER_GPU
 from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING
 from controlplane.sim.policies import Reactive
 from controlplane.sim.workloads.base import BLOCK_TOKENS
@@ -463,7 +463,7 @@ class PlannedPolicy(Reactive):
                     len(c.spec) * bb,
                     link,
                     el,
-                    "serving" if e.state == SERVING else "warming",
+                    ENGINE_SERVING if e.state == SERVING else ENGINE_WARMING,
                     max(0.0, starts),
                     {tier.name: tier.bytes_per_s for tier in e.tiers},
                     max(0.0, e.link_free_at - t),

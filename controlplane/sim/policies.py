@@ -286,30 +286,5 @@ class Everywhere(RoutingPolicy):
         return e.cache.use(chain, t)
 
 
-def make_policy(name: str, **options) -> RoutingPolicy:
-    if name == "random":
-        p = RoutingPolicy(routers.random_router)
-    elif name == "round-robin":
-        p = RoutingPolicy(routers.RoundRobin())
-    elif name == "least-loaded":
-        p = RoutingPolicy(routers.least_loaded)
-    elif name == "cache-aware":
-        p = RoutingPolicy()
-    elif name in ("reactive", "reactive-naive"):
-        return Reactive(options.get("reactive_rule", ReactiveRule()), naive=name != "reactive")
-    elif name == "everywhere":
-        return Everywhere()
-    elif name == "hot-fanout":
-        return HotFanout()
-    elif name in ("predictive", "oracle", "clairvoyant"):
-        from controlplane.sim.planned import PlannedPolicy
-
-        return PlannedPolicy(name, **options)
-    else:
-        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
-    p.name = name
-    return p
-
-
 def alive(sim):
     return [e for e in sim.engines if e.state != GONE]

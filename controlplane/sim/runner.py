@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.metrics import summarize
-from controlplane.sim.policies import make_policy
+from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.scenarios import Setup, offered_load
 
 

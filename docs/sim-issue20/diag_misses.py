@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 from controlplane.sim.cluster import Simulation
-from controlplane.sim.policies import make_policy
+from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.scenarios import build
 from controlplane.sim.workloads.base import BLOCK_TOKENS
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 from controlplane.sim.cluster import Simulation
-from controlplane.sim.policies import make_policy
+from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.scenarios import build
 
 kw = json.loads(sys.argv[1])

@@ -8,7 +8,7 @@ import pytest
 
 from controlplane.core.costmodel import CostModel
 from controlplane.sim.cluster import ClusterConfig, Simulation
-from controlplane.sim.policies import make_policy
+from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.speculation_map import advice, load_map
 from controlplane.sim.workloads.base import Workload
 

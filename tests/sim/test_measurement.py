@@ -11,7 +11,7 @@ from controlplane.core.costmodel import CostModel
 from controlplane.sim.cli import main
 from controlplane.sim.cluster import ClusterConfig, Simulation
 from controlplane.sim.metrics import summarize
-from controlplane.sim.policies import make_policy
+from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.scenarios import build, offered_load
 from controlplane.sim.seeds import summarize_cell
 from controlplane.sim.workloads.base import Workload

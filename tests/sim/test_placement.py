@@ -8,7 +8,7 @@ import numpy as np
 from controlplane.core.costmodel import CostModel
 from controlplane.core.policies.reactive import ReactiveRule
 from controlplane.sim.cluster import ClusterConfig, Simulation
-from controlplane.sim.policies import make_policy
+from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.workloads.base import Workload
 
 P = (1, 2, 3, 4)  # the hot prefix whose holder is swamped

@@ -10,7 +10,8 @@ from controlplane.core.costmodel import CostModel
 from controlplane.core.protocol import TIER_CPU, TIER_DISK
 from controlplane.sim.cli import main
 from controlplane.sim.cluster import ClusterConfig, Simulation
-from controlplane.sim.policies import POLICIES, make_policy
+from controlplane.sim.policies import POLICIES
+from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.scenarios import build
 from controlplane.sim.workloads.azure import load_azure
 from controlplane.sim.workloads.mooncake import load_mooncake

@@ -116,13 +116,15 @@ class Evidence:
         return job
 
     def served(self, key: WorkloadKey, target: str, n: int, cached: int, ttft_s=None) -> None:
-        """Gateways' records of ``n`` requests of ``key`` served by ``target``'s engine."""
+        """Gateways' records of ``n`` requests of ``key`` served by ``target``'s engine, all after
+        this moment (a replica counts requests from its placement on: a record dated before a
+        copy that landed a millisecond ago is rightly not its)."""
         now = time.time()
         chain = [blockhash.from_hex(k) for k in key.prefix_keys]
         records = []
         for j in range(n):
             rec = {
-                "time": now - 0.001 * j,
+                "time": now + 0.001 * j,
                 "tenant": key.tenant,
                 "model": key.model,
                 "block_size": burst.BLOCK,

@@ -47,7 +47,7 @@ from controlplane.harness.virtual.publisher import KvEventPublisher
 from controlplane.harness.virtual.tokens import TokenBook
 from controlplane.harness.virtual.warmups import Warmup, Warmups
 from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING
-from controlplane.sim.policies import make_policy
+from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.scenarios import Setup
 from controlplane.sim.workloads.base import BLOCK_TOKENS
 

@@ -1,0 +1,39 @@
+"""The simulator's policies by name (``prewarm-sim --policies``): the routing policies of
+``policies.py`` and the planned ones of ``planned.py``, which builds on them, so the factory sits
+above both and neither imports the other back."""
+
+from __future__ import annotations
+
+from controlplane.core.policies.reactive import ReactiveRule
+from controlplane.sim import routers
+from controlplane.sim.planned import PlannedPolicy
+from controlplane.sim.policies import (
+    POLICIES,
+    Everywhere,
+    HotFanout,
+    Reactive,
+    RoutingPolicy,
+)
+
+
+def make_policy(name: str, **options) -> RoutingPolicy:
+    if name == "random":
+        p = RoutingPolicy(routers.random_router)
+    elif name == "round-robin":
+        p = RoutingPolicy(routers.RoundRobin())
+    elif name == "least-loaded":
+        p = RoutingPolicy(routers.least_loaded)
+    elif name == "cache-aware":
+        p = RoutingPolicy()
+    elif name in ("reactive", "reactive-naive"):
+        return Reactive(options.get("reactive_rule", ReactiveRule()), naive=name != "reactive")
+    elif name == "everywhere":
+        return Everywhere()
+    elif name == "hot-fanout":
+        return HotFanout()
+    elif name in ("predictive", "oracle", "clairvoyant"):
+        return PlannedPolicy(name, **options)
+    else:
+        raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+    p.name = name
+    return p
