@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from controlplane.audit.models import AuditEvent
 from controlplane.core import blockhash
+from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine, Node
 from controlplane.fleet.residency import get_index
 from controlplane.forecasting.models import Forecast
@@ -22,7 +23,6 @@ from controlplane.replication.models import (
     SpeculativeReplica,
 )
 from controlplane.replication.tasks import (
-    dispatch_job,
     evict_expired,
     forecast_then_plan,
     plan_cycle,
@@ -399,16 +399,17 @@ def test_expected_many_matches_the_scalar_sum_for_every_shape():
     assert want[3] == pytest.approx(70.0) and want[5] == 0.0  # past its horizon: the last level
 
 
-def test_warmup_job_carries_the_prefix_tokens_and_only_the_engines_events_confirm_it(fleet):
+def test_warmup_is_planned_once_the_prefix_tokens_are_known_and_only_the_engines_events_confirm_it(
+    fleet,
+):
     policy, plan = run_cycle(fleet, "auto", default_transport="warmup")
-    first = ReplicationJob.objects.filter(item__plan=plan).first()
-    # Gateways sent keys only: the executor cannot address the prefix, says so, and backs off.
-    assert first.state == JobState.APPROVED and first.retry_at and "token_ids" in first.error, (
-        first.error
-    )
-    key = first.item.workload_key
-    assert key.token_ids_wanted_until is not None and key.prefix_token_ids == []
-    # A gateway sends token ids: they are kept for this key, which a plan uses.
+    # Gateways sent keys only: a warm-up could not address the prefix, so none is planned (a job
+    # sent now would only fail); the key is wanted and the plan says how many items wait.
+    assert not ReplicationJob.objects.filter(item__plan=plan).exists()
+    assert plan.summary["waiting_for_token_ids"] >= 1
+    key = WorkloadKey.objects.get(tenant=burst.TENANT, token_ids_wanted_until__isnull=False)
+    assert key.prefix_token_ids == []
+    # A gateway sends token ids: they are kept for this key, which a plan wants.
     now = time.time()
     recs = [
         {
@@ -426,10 +427,12 @@ def test_warmup_job_carries_the_prefix_tokens_and_only_the_engines_events_confir
     )
     key.refresh_from_db()
     assert key.prefix_token_ids == burst.PREFIX_TOKENS
-    ReplicationJob.objects.filter(pk=first.pk).update(retry_at=None)
-    dispatch_job.delay(str(first.pk))  # the retry the backoff scheduled
-    job = ReplicationJob.objects.get(pk=first.pk)
-    assert job.state == JobState.DISPATCHED and job.attempt == 2
+    # The next plan places the warm-up, and its job carries the tokens.
+    forecast_then_plan(policy)
+    plan = ReplicationPlan.objects.filter(policy=policy).order_by("-pk").first()
+    assert plan.summary["waiting_for_token_ids"] == 0
+    job = ReplicationJob.objects.filter(item__plan=plan, item__workload_key=key).first()
+    assert job is not None and job.state == JobState.DISPATCHED and job.attempt == 1, job
     names = {v: k for k, v in fleet.nodes.items()}
     got = fleet.agents[names[job.target.node_id]].get("/api/agents/jobs/?wait=0").json()
     assign = next(m["job"] for m in got if m["job"]["id"] == str(job.pk))

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from controlplane.core import blockhash, planner
 from controlplane.core.protocol import EVENT_ENGINE_READINESS, EVENT_PLAN_CREATED, TIER_GPU
+from controlplane.demand.models import WorkloadKey
 from controlplane.demand.services import want_prefix_tokens
 from controlplane.fleet.choices import EngineLifecycle
 from controlplane.fleet.models import Engine
@@ -129,8 +130,9 @@ def run_cycle(policy_id: int | None = None, now=None) -> ReplicationPlan | None:
     items = [
         it for it in _pin_items(inputs) + items if (chain_hex(it.keys), int(it.target)) not in to_be
     ]
+    items, waiting = _with_token_ids(policy, inputs, items)
     planned_s = time.perf_counter() - t0
-    plan = store(policy, inputs, items, planned_s)
+    plan = store(policy, inputs, items, planned_s, waiting)
     update_readiness(inputs, items)
     if policy.mode == PolicyMode.SHADOW:
         _shadow_replicas(plan, policy, now)
@@ -139,9 +141,34 @@ def run_cycle(policy_id: int | None = None, now=None) -> ReplicationPlan | None:
     return plan
 
 
+def _with_token_ids(
+    policy: Policy, inputs: Inputs, items: list[planner.PlannedMove]
+) -> tuple[list[planner.PlannedMove], int]:
+    """Executors that address KV by token ids (warm-ups, LMCache) can act only on prefixes whose
+    token ids a gateway has sent. Items of the others are not planned (a job sent now would only
+    fail): their keys are wanted, so the next record that carries the token ids keeps them, and
+    a later plan places them. Returns (the items to plan, how many wait for token ids)."""
+    if policy.default_transport not in Transport.NEEDS_TOKENS:
+        return items, 0
+    pks = {key.pk for it in items if (key := inputs.keys.get(it.prefix_id)) is not None}
+    known = set(
+        WorkloadKey.objects.filter(pk__in=pks)
+        .exclude(prefix_token_ids=[])
+        .values_list("pk", flat=True)
+    )
+    ready = [it for it in items if getattr(inputs.keys.get(it.prefix_id), "pk", None) in known]
+    if pks - known:
+        want_prefix_tokens(pks - known)
+    return ready, len(items) - len(ready)
+
+
 @transaction.atomic
 def store(
-    policy: Policy, inputs: Inputs, items: list[planner.PlannedMove], planned_s: float
+    policy: Policy,
+    inputs: Inputs,
+    items: list[planner.PlannedMove],
+    planned_s: float,
+    waiting_for_token_ids: int = 0,
 ) -> ReplicationPlan:
     # A new proposal supersedes the open ones: approving a stale plan would act on old residency.
     ReplicationPlan.objects.filter(state=PlanState.PROPOSED).update(state=PlanState.SUPERSEDED)
@@ -156,6 +183,8 @@ def store(
             "bytes": sum(i.nbytes for i in items),
             "expected_ttft_saved_s": round(sum(i.expected_ttft_saved_s for i in items), 3),
             "planner_seconds": round(planned_s, 4),
+            # items left out until a gateway sends their prefixes' token ids (warm-up, LMCache)
+            "waiting_for_token_ids": waiting_for_token_ids,
             "frozen": inputs.overrides.frozen,
             # the forecaster behind each planned key (scoring credits it), not all 100k
             "forecasters": {
