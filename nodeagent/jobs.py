@@ -31,6 +31,10 @@ from nodeagent.reporter import Backoff
 from nodeagent.transfers.base import Executor, Job, JobError, TransferResult
 
 log = logging.getLogger(__name__)
+# Executors bound their own work by the deadline (the nccl group's timeout, the tcp sender's
+# socket calls) and then report their own, more telling error; the runner aborts a job that is
+# still running this long after its deadline.
+ABORT_GRACE_S = 5.0
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
@@ -154,7 +158,7 @@ class JobRunner:
         threading.Thread(target=work, name=f"job-{job.id[:8]}", daemon=True).start()
         try:
             result = await asyncio.wait_for(
-                asyncio.shield(finished), timeout=max(job.seconds_left(), 0)
+                asyncio.shield(finished), timeout=max(job.seconds_left(), 0) + ABORT_GRACE_S
             )
         except TimeoutError:
             job.abort()

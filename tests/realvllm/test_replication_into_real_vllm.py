@@ -163,6 +163,14 @@ def test_approved_plan_warms_the_second_engine_and_its_events_confirm_it(
         assert resp.status_code == 200, resp.text
 
         def proposed() -> dict | None:
+            # The gateway keeps sending the tenant's traffic to A: a warm-up is planned only once
+            # the control plane holds the prefix's token ids, which it keeps from the first record
+            # carrying them after a plan wanted the key (until then the plan counts it waiting).
+            gw.send(
+                PREFIX + [random.randrange(4, 2048) for _ in range(BLOCK_SIZE)],
+                target=gw.targets[a.name],
+            )
+            gw.flush()
             plans = api(cp, "GET", "/api/plans/?limit=5").json()["results"]
             return next((p for p in plans if p["state"] == "proposed" and p["items"]), None)
 
