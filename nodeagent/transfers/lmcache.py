@@ -282,8 +282,13 @@ class LmcacheTransport:
         try:
             self.controller.require(source, f"the source engine {job.source.get('engine_id')}")
             self.controller.require(target, f"the target engine {engine_id}")
-            # What the target held before: a copy of what it already had places nothing.
-            before = self.controller.pin(target, location, job.tokens)
+            # What the target held before: a copy of what it already had places nothing. A
+            # reading the controller refuses leaves it unknown (LMCache 0.5.6 answers an engine
+            # that holds nothing yet with a 500 now and then); the copy names its own errors.
+            try:
+                before: int | None = self.controller.pin(target, location, job.tokens)
+            except LmcacheError:
+                before = None
             copied = self.controller.move((source, source_location), (target, location), job.tokens)
             if copied <= 0:
                 return _failed(
