@@ -291,6 +291,23 @@ class SpeculativeReplica(models.Model):
         default=0.0, help_text="sum of TTFTs of its key's requests that missed its prefix"
     )
     miss_ttft_n = models.PositiveIntegerField(default=0)
+    # The holdout's measure: every request of its key (any engine) during its hold. Cache-aware
+    # routing sends a prefix's requests to the engines holding it, so a held-out (prefix,
+    # engine) pair is never served; the key is, on both arms alike.
+    key_requests = models.PositiveIntegerField(
+        default=0, help_text="requests of its key served by any engine during its hold"
+    )
+    key_hits = models.PositiveIntegerField(
+        default=0, help_text="of those, requests whose cached tokens covered its prefix"
+    )
+    key_cached_tokens = models.BigIntegerField(
+        default=0, help_text="cached tokens of its key's requests during its hold"
+    )
+    key_ttft_s = models.FloatField(default=0.0, help_text="sum of those requests' TTFT")
+    key_ttft_n = models.PositiveIntegerField(default=0, help_text="how many sent a TTFT")
+    key_ttft_samples = models.JSONField(
+        default=list, blank=True, help_text="the first TTFTs (s) of its key's requests, for plots"
+    )
     hits = models.PositiveIntegerField(default=0)
     saving_basis = models.CharField(
         max_length=16,

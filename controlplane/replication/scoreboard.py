@@ -7,8 +7,9 @@ The shape is the one `GET /api/scoreboard/` returns, so the dashboard and the AP
 "ttft_saved_s", "saving_basis", "cost_s"}``: ``ttft_saved_s`` is counterfactual credit (at most
 one prefill of the placed tokens per used replica, ``saving_basis`` says from what) and
 ``cost_s`` what placing them took (warm-up prefill, copy link time). ``holdout`` compares the
-requests of treated (prefix, engine) pairs with held-out ones (the randomized control arm) over
-the same windows, overall, per policy and per tenant, each difference with its 95% interval.
+requests of treated prefixes with held-out ones (the randomized control arm, drawn per prefix)
+during their records' holds, whatever engine served them, overall, per policy and per tenant,
+each difference with its 95% interval.
 Precision is the share of *scored* replicas that were hit at least once (None until one is
 scored). ``hits_basis`` says where the hits come from: ``measured`` (every scored replica's hits
 are requests its engine served with the prefix cached, from gateways' records), ``estimated``
@@ -240,54 +241,76 @@ def _mean_ci(a: list[float], b: list[float]) -> dict | None:
     return {"diff": diff, "low": diff - half, "high": diff + half}
 
 
-_PAIR_FIELDS = (
-    "served_requests",
-    "served_hits",
-    "served_cached_tokens",
-    "served_ttft_s",
-    "served_ttft_n",
-    "ttft_samples",
+_KEY_FIELDS = (
+    "workload_key_id",
+    "key_requests",
+    "key_hits",
+    "key_cached_tokens",
+    "key_ttft_s",
+    "key_ttft_n",
+    "key_ttft_samples",
     "cost_s",
 )
 
 
+def _by_prefix(rows: list[dict]) -> list[dict]:
+    """One arm's records summed per prefix: the holdout's unit (the coin is drawn per prefix and
+    each of a prefix's requests counts for one of its records)."""
+    out: dict = {}
+    for r in rows:
+        u = out.setdefault(
+            r["workload_key_id"],
+            {"records": 0, "n": 0, "hits": 0, "cached": 0, "ttft_s": 0.0, "ttft_n": 0,
+             "samples": [], "cost_s": 0.0},
+        )  # fmt: skip
+        u["records"] += 1
+        u["n"] += r["key_requests"]
+        u["hits"] += r["key_hits"]
+        u["cached"] += r["key_cached_tokens"]
+        u["ttft_s"] += r["key_ttft_s"]
+        u["ttft_n"] += r["key_ttft_n"]
+        u["samples"] += r["key_ttft_samples"]
+        u["cost_s"] += r["cost_s"] or 0.0
+    return list(out.values())
+
+
 def _arm(rows: list[dict]) -> dict:
-    with_req = [r for r in rows if r["served_requests"]]
-    with_ttft = [r for r in rows if r["served_ttft_n"]]
-    n = sum(r["served_requests"] for r in rows)
+    units = _by_prefix(rows)
+    with_req = [u for u in units if u["n"]]
+    with_ttft = [u for u in units if u["ttft_n"]]
+    n = sum(u["n"] for u in units)
     return {
-        "pairs": len(rows),
-        "pairs_with_requests": len(with_req),
-        "pairs_with_ttft": len(with_ttft),
+        "records": len(rows),
+        "prefixes": len(units),
+        "prefixes_with_requests": len(with_req),
+        "prefixes_with_ttft": len(with_ttft),
         "requests": n,
-        "hit_rate": (sum(r["served_hits"] for r in rows) / n) if n else None,
-        "cached_tokens_per_request": (sum(r["served_cached_tokens"] for r in rows) / n)
-        if n
-        else None,
-        "ttft_mean_s": (
-            sum(r["served_ttft_s"] for r in with_ttft) / sum(r["served_ttft_n"] for r in with_ttft)
-        )
+        "hit_rate": (sum(u["hits"] for u in units) / n) if n else None,
+        "cached_tokens_per_request": (sum(u["cached"] for u in units) / n) if n else None,
+        "ttft_mean_s": (sum(u["ttft_s"] for u in with_ttft) / sum(u["ttft_n"] for u in with_ttft))
         if with_ttft
         else None,
-        "_hit": [r["served_hits"] / r["served_requests"] for r in with_req],
-        "_cached": [r["served_cached_tokens"] / r["served_requests"] for r in with_req],
-        "_ttft": [r["served_ttft_s"] / r["served_ttft_n"] for r in with_ttft],
-        "_samples": [x for r in rows for x in r["ttft_samples"]],
-        "_cost": sum(r["cost_s"] for r in rows),
+        "_hit": [u["hits"] / u["n"] for u in with_req],
+        "_cached": [u["cached"] / u["n"] for u in with_req],
+        "_ttft": [u["ttft_s"] / u["ttft_n"] for u in with_ttft],
+        "_samples": [x for u in units for x in u["samples"]],
+        "_cost": sum(u["cost_s"] for u in units),
     }
 
 
 def _compare(treated: list[dict], held: list[dict], samples: bool = False) -> dict:
-    """Treated vs held-out pairs: each arm's figures and the per-pair differences (treated minus
-    held out) of hit rate, cached tokens per request and mean TTFT, each with its 95% interval."""
+    """Treated vs held-out prefixes: each arm's figures and the per-prefix differences (treated
+    minus held out) of hit rate, cached tokens per request and mean TTFT over the prefix's
+    requests in its holds (any engine), each with its 95% interval."""
     t, h = _arm(treated), _arm(held)
     out = {
+        "unit": "prefix",
         "treated": {k: v for k, v in t.items() if not k.startswith("_")},
         "held_out": {k: v for k, v in h.items() if not k.startswith("_")},
         "hit_rate_diff": _mean_ci(t["_hit"], h["_hit"]),
         "cached_tokens_diff": _mean_ci(t["_cached"], h["_cached"]),
         "ttft_diff_s": _mean_ci(t["_ttft"], h["_ttft"]),
-        "pairs_compared": min(t["pairs_with_ttft"], h["pairs_with_ttft"]),
+        "prefixes_compared": min(t["prefixes_with_ttft"], h["prefixes_with_ttft"]),
         "treated_cost_s": t["_cost"],
     }
     if samples:
@@ -296,15 +319,18 @@ def _compare(treated: list[dict], held: list[dict], samples: bool = False) -> di
 
 
 def holdout(window) -> dict:
-    """The randomized holdout over the window's pairs: treated = live copies confirmed (or
-    partial) on their engine, held out = approved items withheld at random; overall (with the
-    TTFT samples the page plots), per policy and per tenant."""
-    treated = window.filter(shadow=False, held_out=False, confirmed_at__isnull=False)
-    held = window.filter(held_out=True)
+    """The randomized holdout over the window's prefixes: treated = prefixes with live copies
+    confirmed (or partial), held out = prefixes whose approved items were withheld at random;
+    each measured on its requests during its records' holds, whatever engine served them;
+    overall (with the TTFT samples the page plots), per policy and per tenant."""
+    treated = window.filter(
+        shadow=False, held_out=False, confirmed_at__isnull=False, workload_key__isnull=False
+    )
+    held = window.filter(held_out=True, workload_key__isnull=False)
     groups = {"policy": "item__plan__policy__name", "tenant": "workload_key__tenant"}
 
     def rows(qs, field=None):
-        return list(qs.values(*_PAIR_FIELDS, *([field] if field else [])))
+        return list(qs.values(*_KEY_FIELDS, *([field] if field else [])))
 
     t_all, h_all = rows(treated), rows(held)
     out = _compare(t_all, h_all, samples=True)
@@ -325,23 +351,23 @@ def holdout(window) -> dict:
 
 
 def _holdout_verdict(ho: dict, prior: str | None, sweep_note: str) -> dict | None:
-    """The verdict from the measured uplift, once enough pairs on each arm carry TTFT."""
-    needed = settings.PREWARM_HOLDOUT_MIN_PAIRS
-    pairs, diff = ho["pairs_compared"], ho["ttft_diff_s"]
+    """The verdict from the measured uplift, once enough prefixes on each arm carry TTFT."""
+    needed = settings.PREWARM_HOLDOUT_MIN_PREFIXES
+    pairs, diff = ho["prefixes_compared"], ho["ttft_diff_s"]
     if pairs < needed or diff is None:
         return None
     requests = ho["treated"]["requests"]
-    # Uplift per request = held-out TTFT - treated TTFT (positive: treated pairs were faster).
+    # Uplift per request = held-out TTFT - treated TTFT (positive: treated prefixes were faster).
     up, up_low, up_high = -diff["diff"], -diff["high"], -diff["low"]
     saved, saved_low = up * requests, up_low * requests
     cost = ho["treated_cost_s"]
     figures = (
-        f"the randomized holdout ({pairs} treated and held-out pairs with TTFT each; "
-        f"{settings.PREWARM_HOLDOUT_MIN_PAIRS} needed) measures {up * 1000:+.0f} ms of TTFT per "
-        f"request on treated pairs (95% interval {up_low * 1000:+.0f} to {up_high * 1000:+.0f} "
+        f"the randomized holdout ({pairs} treated and held-out prefixes with TTFT each; "
+        f"{needed} needed) measures {up * 1000:+.0f} ms of TTFT per "
+        f"request on treated prefixes (95% interval {up_low * 1000:+.0f} to {up_high * 1000:+.0f} "
         f"ms), {saved:.1f}s over their {requests} requests, for {cost:.1f}s spent placing them"
     )
-    base = {"prior": prior, "holdout_pairs": pairs}
+    base = {"prior": prior, "holdout_prefixes": pairs}
     if saved_low > 0 and saved_low > cost:
         return {
             **base,
@@ -376,8 +402,8 @@ def _holdout_verdict(ho: dict, prior: str | None, sweep_note: str) -> dict | Non
 def recommendation(live: dict, shadow: dict, by_tenant: list[dict], ho: dict | None = None) -> dict:
     """A plain verdict on whether speculation earns its cost here, from evidence.
 
-    1. The randomized holdout, once ``PREWARM_HOLDOUT_MIN_PAIRS`` treated and held-out pairs
-       carry TTFT: the measured uplift (with its 95% interval) times the treated requests
+    1. The randomized holdout, once ``PREWARM_HOLDOUT_MIN_PREFIXES`` treated and held-out
+       prefixes carry TTFT: the measured uplift (with its 95% interval) times the treated requests
        against what placing the replicas cost (``basis = "holdout"``).
     2. Otherwise the cluster's own scored replicas (live and shadow): counterfactual credit (at
        most one prefill per used replica) against placement cost (warm-up prefill, copy link
@@ -387,18 +413,18 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict], ho: dict | N
        demand turns hot would have done as well. Its ``reactive-enough`` counts only where its
        interval rules out a material gain (``MATERIAL_GAIN``); elsewhere ``"uncertain"``.
 
-    Returns ``{"verdict", "basis", "prior", "tenants_that_benefit", "holdout_pairs", "text"}``.
+    Returns ``{"verdict", "basis", "prior", "tenants_that_benefit", "holdout_prefixes", "text"}``.
     """
     sweep_note, tip = where_on_the_map()
     prior = _prior(tip)
-    ho = ho or {"pairs_compared": 0, "ttft_diff_s": None}
+    ho = ho or {"prefixes_compared": 0, "ttft_diff_s": None}
     measured = _holdout_verdict(ho, prior, sweep_note)
     if measured is not None:
         return measured
-    pairs = ho["pairs_compared"]
+    pairs = ho["prefixes_compared"]
     pairs_note = (
-        f"; the holdout has {pairs} of the {settings.PREWARM_HOLDOUT_MIN_PAIRS} treated and "
-        "held-out pairs with TTFT its measured uplift needs"
+        f"; the holdout has {pairs} of the {settings.PREWARM_HOLDOUT_MIN_PREFIXES} treated and "
+        "held-out prefixes with TTFT its measured uplift needs"
     )
     scored = live["scored"] + shadow["scored"]
     needed = getattr(settings, "PREWARM_SCOREBOARD_MIN_REPLICAS", MIN_SCORED_FOR_VERDICT)
@@ -419,7 +445,7 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict], ho: dict | N
             "verdict": "insufficient_data",
             "basis": "map" if prior else "none",
             "prior": prior,
-            "holdout_pairs": pairs,
+            "holdout_prefixes": pairs,
             "tenants_that_benefit": [],
             "text": text + ".",
         }
@@ -439,7 +465,7 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict], ho: dict | N
         f"credited {best['ttft_saved_s']:.1f}s of time to first token (at most one prefill "
         f"each, {best['saving_basis']}) for {cost_s:.1f}s spent placing them{pairs_note}"
     )
-    base = {"prior": prior, "holdout_pairs": pairs}
+    base = {"prior": prior, "holdout_prefixes": pairs}
     if own == "waste":
         return {
             **base,

@@ -8,11 +8,13 @@ first of eviction (or loss), expiry and now:
 - **Requests on the pair**: gateways' request records that name their serving engine
   (``engine``, ``cached_tokens``, optionally ``ttft_s``) are counted at ingest
   (``credit_served``, on ``demand.signals.requests_served``) for the one replica of their
-  (key, engine) whose hold they fall in: requests, cached tokens, TTFT. Live and held-out pairs
-  alike, so the scoreboard compares treated with held-out pairs over the same windows. A hit
+  (key, engine) whose hold they fall in: requests, cached tokens, TTFT. A hit
   is a request on a confirmed live replica whose cached tokens cover the tokens it placed; a
   record never counts for two replicas. Records of the key that missed the replica's tokens
   (on any engine) give the **miss TTFT**.
+- **Requests on the key** (the holdout's measure): every request of the key during a live or
+  held-out replica's hold, whatever engine served it, counted for one replica (``key_*``).
+  Cache-aware routing never serves a held-out pair, but it serves the key on both arms.
 - **Hits**: measured where records name the engine (``hits_measured``); else (shadow replicas,
   records without the fields) estimated as before: the key's requests in the hold over the
   engines holding the prefix. Held-out replicas and copies never confirmed have none.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -164,11 +167,19 @@ def score_all(now=None) -> int:
 
 
 def credit_served(served: list[tuple], **_signal) -> int:
-    """Requests served on a live or held-out replica's (key, engine) during its hold: counted
-    for that one replica (the earliest placed, if holds overlap), a hit where the replica was
-    confirmed and the cached tokens cover what it placed; requests of the key that missed a
-    replica's tokens give it miss TTFTs. ``served`` rows: (workload key id, engine id, unix
-    time, cached tokens[, TTFT seconds or None]). Connected to
+    """Requests served during live or held-out replicas' holds, counted twice over:
+
+    - **on the pair**: for the one replica of their (key, engine) whose hold they fall in (the
+      earliest placed, if holds overlap): requests, cached tokens, TTFT; a hit where the replica
+      was confirmed and the cached tokens cover what it placed. Requests of the key that missed
+      a replica's tokens (on any engine) give it miss TTFTs.
+    - **on the key** (the holdout's measure): for the one replica of their key, live or held out,
+      whose hold they fall in, whatever engine served them: requests, covered requests, cached
+      tokens, TTFT. Cache-aware routing never sends a request to a held-out pair's engine, so
+      only the key's requests compare the two arms over the same kind of window.
+
+    A record never counts for two replicas on either measure. ``served`` rows: (workload key id,
+    engine id, unix time, cached tokens[, TTFT seconds or None]). Connected to
     ``demand.signals.requests_served`` (demand's ingest of request records)."""
     if not served:
         return 0
@@ -204,40 +215,73 @@ def credit_served(served: list[tuple], **_signal) -> int:
         row = (pk, placed.timestamp(), end.timestamp(), tokens or len(chain) * bs, held_out)
         by_pair[(key, engine)].append(row)
         by_key[key].append(row)
-    # pk -> [requests, hits, cached tokens, ttft sum, ttft n, miss ttft sum, miss n, samples]
-    seen: dict[int, list] = defaultdict(lambda: [0, 0, 0, 0.0, 0, 0.0, 0, []])
+    seen: dict[int, _Tally] = defaultdict(_Tally)
     for rec in served:
         key, engine, t, cached = rec[:4]
         ttft = rec[4] if len(rec) > 4 else None
         mine = next((x for x in by_pair.get((key, engine), ()) if x[1] <= t < x[2]), None)
         if mine is not None:
-            s = seen[mine[0]]
-            s[0] += 1
-            s[1] += cached >= mine[3]  # covered: the same test on both arms
-            s[2] += cached
-            if ttft is not None:
-                s[3] += ttft
-                s[4] += 1
-                s[7].append(round(float(ttft), 4))
+            seen[mine[0]].pair.add(cached, cached >= mine[3], ttft)  # the same test on both arms
+        during = [x for x in by_key.get(key, ()) if x[1] <= t < x[2]]
+        if during:
+            first = during[0]
+            seen[first[0]].key.add(cached, cached >= first[3], ttft)
         if ttft is None:
             continue
-        for pk, start, end, tokens, held_out in by_key.get(key, ()):
-            if start <= t < end and cached < tokens and not held_out:
-                seen[pk][5] += ttft
-                seen[pk][6] += 1
-    for pk, (n, hits, cached, tsum, tn, msum, mn, samples) in seen.items():
+        for pk, _start, _end, tokens, held_out in during:
+            if cached < tokens and not held_out:
+                seen[pk].miss_s += ttft
+                seen[pk].miss_n += 1
+    for pk, tally in seen.items():
+        p, k = tally.pair, tally.key
         SpeculativeReplica.objects.filter(pk=pk).update(
-            served_requests=F("served_requests") + n,
-            served_hits=F("served_hits") + hits,
-            served_cached_tokens=F("served_cached_tokens") + cached,
-            served_ttft_s=F("served_ttft_s") + tsum,
-            served_ttft_n=F("served_ttft_n") + tn,
-            miss_ttft_s=F("miss_ttft_s") + msum,
-            miss_ttft_n=F("miss_ttft_n") + mn,
+            served_requests=F("served_requests") + p.n,
+            served_hits=F("served_hits") + p.hits,
+            served_cached_tokens=F("served_cached_tokens") + p.cached,
+            served_ttft_s=F("served_ttft_s") + p.ttft_s,
+            served_ttft_n=F("served_ttft_n") + p.ttft_n,
+            miss_ttft_s=F("miss_ttft_s") + tally.miss_s,
+            miss_ttft_n=F("miss_ttft_n") + tally.miss_n,
+            key_requests=F("key_requests") + k.n,
+            key_hits=F("key_hits") + k.hits,
+            key_cached_tokens=F("key_cached_tokens") + k.cached,
+            key_ttft_s=F("key_ttft_s") + k.ttft_s,
+            key_ttft_n=F("key_ttft_n") + k.ttft_n,
         )
-        if samples:
-            r = SpeculativeReplica.objects.only("ttft_samples").get(pk=pk)
-            if len(r.ttft_samples) < TTFT_SAMPLES:
-                r.ttft_samples = (r.ttft_samples + samples)[:TTFT_SAMPLES]
-                r.save(update_fields=["ttft_samples"])
+        if p.samples or k.samples:
+            r = SpeculativeReplica.objects.only("ttft_samples", "key_ttft_samples").get(pk=pk)
+            r.ttft_samples = (r.ttft_samples + p.samples)[:TTFT_SAMPLES]
+            r.key_ttft_samples = (r.key_ttft_samples + k.samples)[:TTFT_SAMPLES]
+            r.save(update_fields=["ttft_samples", "key_ttft_samples"])
     return len(seen)
+
+
+@dataclass
+class _Counts:
+    n: int = 0
+    hits: int = 0
+    cached: int = 0
+    ttft_s: float = 0.0
+    ttft_n: int = 0
+    samples: list = field(default_factory=list)
+
+    def add(self, cached: int, covered: bool, ttft: float | None) -> None:
+        self.n += 1
+        self.hits += covered
+        self.cached += cached
+        if ttft is not None:
+            self.ttft_s += ttft
+            self.ttft_n += 1
+            if len(self.samples) < TTFT_SAMPLES:
+                self.samples.append(round(float(ttft), 4))
+
+
+@dataclass
+class _Tally:
+    """One replica's share of a batch of served records: on its pair, on its key, and the
+    key's requests that missed its tokens."""
+
+    pair: _Counts = field(default_factory=_Counts)
+    key: _Counts = field(default_factory=_Counts)
+    miss_s: float = 0.0
+    miss_n: int = 0

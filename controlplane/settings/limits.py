@@ -50,13 +50,14 @@ PREWARM_JOB_ATTEMPT_SECONDS = get_from_env("PREWARM_JOB_ATTEMPT_SECONDS", 120.0,
 PREWARM_REPLICA_CONFIRM_SECONDS = get_from_env(
     "PREWARM_REPLICA_CONFIRM_SECONDS", 30.0, type_cast=float
 )
-# Share of approved speculative plan items withheld at random (recorded as held out, with what
-# they would have done): the scoreboard compares their (prefix, engine) pairs' requests with the
-# treated ones'. A policy's own holdout_fraction wins; 0 turns the holdout off.
+# Share of prefixes whose approved speculative plan items are withheld at random (recorded as
+# held out, with what they would have done; the coin is drawn per prefix and kept while it has a
+# live record): the scoreboard compares those prefixes' requests with the treated ones'. A
+# policy's own holdout_fraction wins; 0 turns the holdout off.
 PREWARM_HOLDOUT_FRACTION = get_from_env("PREWARM_HOLDOUT_FRACTION", 0.15, type_cast=float)
-# Treated and held-out pairs (each with TTFT from gateways' records) the verdict needs before it
+# Treated and held-out prefixes (each with TTFT from gateways' records) the verdict needs before it
 # uses the holdout's measured uplift instead of per-replica credit.
-PREWARM_HOLDOUT_MIN_PAIRS = get_from_env("PREWARM_HOLDOUT_MIN_PAIRS", 10, type_cast=int)
+PREWARM_HOLDOUT_MIN_PREFIXES = get_from_env("PREWARM_HOLDOUT_MIN_PREFIXES", 10, type_cast=int)
 # LMCache leases (pin_timeout_sec on the controller, 300 by default): the agent pins a live
 # replica again this often, so its lease never lapses while the replica is held.
 PREWARM_LMCACHE_RENEW_SECONDS = get_from_env("PREWARM_LMCACHE_RENEW_SECONDS", 60.0, type_cast=float)

@@ -67,7 +67,12 @@ def test_shape_and_figures_from_scored_evidence(board, settings):
     assert t["cost_s"] == pytest.approx(3 * nbytes / settings.PREWARM_LINK_BYTES_PER_S)
     assert {x["tenant"]: x["hits"] for x in board["by_tenant"]} == {"tenant-0": 6, "tenant-1": 0}
     assert [(p["policy"], p["mode"]) for p in board["by_policy"]] == [("p-manual", "manual")]
-    assert board["holdout"]["treated"]["pairs"] == 3 and board["holdout"]["held_out"]["pairs"] == 0
+    ho = board["holdout"]
+    assert (ho["treated"]["records"], ho["treated"]["prefixes"], ho["held_out"]["prefixes"]) == (
+        3,
+        2,
+        0,
+    )
     assert board["recommendation"]["verdict"] == "insufficient_data"
 
 

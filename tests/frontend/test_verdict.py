@@ -16,13 +16,13 @@ from tests.workflow.evidence import (
     since,
 )
 
-PAIRS = 10  # PREWARM_HOLDOUT_MIN_PAIRS
+PAIRS = 10  # PREWARM_HOLDOUT_MIN_PREFIXES: prefixes on each arm
 
 
 @pytest.fixture
 def ev(fleet):  # noqa: F811
     e = Evidence(fleet)
-    e.report("node-a", [k for i in range(PAIRS) for k in prefix(i)])
+    e.report("node-a", [k for i in range(2 * PAIRS) for k in prefix(i)])
     return e
 
 
@@ -32,18 +32,20 @@ def verdict(fleet):  # noqa: F811
 
 
 def holdout_run(ev, fleet, held_out_ttft):  # noqa: F811
-    """PAIRS prefixes, each copied to node-b (treated) and held out on node-c; each pair serves
-    three requests: treated ones hit in ~0.2 s, held-out ones take ``held_out_ttft(j)``."""
+    """PAIRS prefixes copied to node-b (treated), PAIRS others held out on node-c; each prefix
+    serves three requests: treated ones hit on node-b in ~0.2 s, held-out ones go to node-c
+    cold and take ``held_out_ttft(j)``."""
     policy = fleet.policy("manual", holdout_fraction=0.0)
-    keys = [ev.key(i) for i in range(PAIRS)]
-    for key in keys:
+    treated = [ev.key(i) for i in range(PAIRS)]
+    held = [ev.key(PAIRS + i) for i in range(PAIRS)]
+    for key in treated:
         confirmed_copy(ev, policy, key, "node-b")
     set_holdout(fleet, policy, 1.0)
-    for key in keys:
+    for key in held:
         held_out_pair(ev, policy, key, "node-c")
-    for i, key in enumerate(keys):
-        ev.served(key, "node-b", 3, cached=TOKENS, ttft_s=lambda j, i=i: 0.2 + 0.01 * ((i + j) % 3))
-        ev.served(key, "node-c", 3, cached=0, ttft_s=lambda j, i=i: held_out_ttft(i + j))
+    for i, (t, h) in enumerate(zip(treated, held, strict=True)):
+        ev.served(t, "node-b", 3, cached=TOKENS, ttft_s=lambda j, i=i: 0.2 + 0.01 * ((i + j) % 3))
+        ev.served(h, "node-c", 3, cached=0, ttft_s=lambda j, i=i: held_out_ttft(i + j))
     return verdict(fleet)
 
 
@@ -51,7 +53,7 @@ def test_too_little_evidence_is_insufficient_data_and_no_map_prior(ev, fleet):  
     confirmed_copy(ev, fleet.policy("manual", holdout_fraction=0.0), ev.key(0), "node-b")
     rec = verdict(fleet)["recommendation"]
     assert rec["verdict"] == "insufficient_data" and rec["basis"] == "none"
-    assert rec["prior"] is None and rec["holdout_pairs"] == 0
+    assert rec["prior"] is None and rec["holdout_prefixes"] == 0
     assert "cannot be placed on the simulator's map" in rec["text"]
     assert "its engines report no GPU" in rec["text"]
 
@@ -60,11 +62,12 @@ def test_measured_uplift_beyond_the_cost_says_speculation_pays(ev, fleet):  # no
     board = holdout_run(ev, fleet, lambda j: 1.5 + 0.05 * (j % 3))
     rec, ho = board["recommendation"], board["holdout"]
     assert rec["verdict"] == "speculation_pays" and rec["basis"] == "holdout"
-    assert rec["holdout_pairs"] == PAIRS and f"{PAIRS} treated and held-out pairs" in rec["text"]
+    assert rec["holdout_prefixes"] == PAIRS
+    assert f"{PAIRS} treated and held-out prefixes" in rec["text"]
     diff = ho["ttft_diff_s"]
     assert diff["high"] < 0 and diff["low"] < diff["diff"] < diff["high"]
     assert ho["treated"]["hit_rate"] == 1.0 and ho["held_out"]["hit_rate"] == 0.0
-    assert {t["tenant"] for t in ho["by_tenant"]} == {f"tenant-{i}" for i in range(PAIRS)}
+    assert {t["tenant"] for t in ho["by_tenant"]} == {f"tenant-{i}" for i in range(2 * PAIRS)}
 
 
 def test_no_measured_uplift_says_reactive_is_enough(ev, fleet):  # noqa: F811

@@ -11,7 +11,13 @@ from django.utils import timezone
 from controlplane.core import blockhash
 from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine
-from controlplane.replication.models import PlanItem, Policy, ReplicationJob, ReplicationPlan
+from controlplane.replication.models import (
+    PlanItem,
+    Policy,
+    ReplicationJob,
+    ReplicationPlan,
+    SpeculativeReplica,
+)
 from tests.workflow import burst
 from tests.workflow.conftest import BYTES_PER_BLOCK, engine_report
 
@@ -117,9 +123,11 @@ class Evidence:
 
     def served(self, key: WorkloadKey, target: str, n: int, cached: int, ttft_s=None) -> None:
         """Gateways' records of ``n`` requests of ``key`` served by ``target``'s engine, all after
-        this moment (a replica counts requests from its placement on: a record dated before a
-        copy that landed a millisecond ago is rightly not its)."""
-        now = time.time()
+        this moment and after every hold begun so far (a replica counts requests from its
+        placement on: a record dated before a copy that landed a millisecond ago, or before a
+        held-out copy would have landed, is rightly not its)."""
+        last = SpeculativeReplica.objects.order_by("-placed_at").values_list("placed_at", flat=True)
+        now = max([time.time(), *(t.timestamp() + 0.001 for t in last[:1])])
         chain = [blockhash.from_hex(k) for k in key.prefix_keys]
         records = []
         for j in range(n):

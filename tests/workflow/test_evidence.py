@@ -140,14 +140,53 @@ def test_holdout_withholds_an_approved_item_and_records_what_it_would_have_done(
     held = SpeculativeReplica.objects.get(item=item)
     assert held.held_out and held.status == "held_out" and held.engine == ev.engine["node-c"]
     assert held.bytes == item.bytes and held.tokens == TOKENS
-    ev.served(key, "node-c", 3, cached=0, ttft_s=1.5)
+    # Its hold starts when the copy would have landed: approval plus the item's placement cost.
+    assert (held.placed_at - item.decided_at).total_seconds() == pytest.approx(item.cost_s)
+    # Cache-aware routing sends the prefix to its holder, never to the held-out pair's engine:
+    # the holdout measures the prefix's requests, whatever engine served them.
+    ev.served(key, "node-a", 3, cached=TOKENS, ttft_s=1.5)
     score_replicas.delay()
     held.refresh_from_db()
-    assert held.served_requests == 3 and held.hits == 0 and held.ttft_saved_s == 0
+    assert held.served_requests == 0 and held.hits == 0 and held.ttft_saved_s == 0
+    assert (held.key_requests, held.key_hits, held.key_ttft_n) == (3, 3, 3)
     board = fleet.operator.get(f"/api/scoreboard/?since={since()}").json()
     assert board["totals"]["replicas"] == 0  # never placed: not a live replica
-    arm = board["holdout"]["held_out"]
-    assert arm["pairs"] == 1 and arm["requests"] == 3 and arm["ttft_mean_s"] == pytest.approx(1.5)
+    ho = board["holdout"]
+    arm = ho["held_out"]
+    assert ho["unit"] == "prefix" and (arm["prefixes"], arm["requests"]) == (1, 3)
+    assert arm["ttft_mean_s"] == pytest.approx(1.5) and arm["hit_rate"] == 1.0
+    assert ho["ttft_samples"]["held_out"] == [1.5, 1.5, 1.5]
+
+
+def test_holdout_coin_is_drawn_per_prefix_and_kept_while_it_has_a_live_record(
+    ev, fleet, monkeypatch
+):
+    """A prefix is never on both arms at once: once held out, its later items are held out
+    whatever the coin says; once treated, its later items are treated."""
+    from controlplane.replication.plans import decisions
+
+    policy = fleet.policy("manual", holdout_fraction=0.5)
+    coins = iter([0.1, 0.9])  # key 0 held out, key 1 treated
+    monkeypatch.setattr(decisions, "_draw", lambda: next(coins))
+    k0, k1 = ev.key(0), ev.key(1)
+    first = ev.plan(policy, [(k0, "node-b"), (k1, "node-b")])
+    assert ev.approve(first)["refused"] == {}
+    assert {i.workload_key_id: i.decision for i in first.items.all()} == {
+        k0.pk: ItemDecision.HELD_OUT,
+        k1.pk: ItemDecision.APPROVED,
+    }
+    flipped = iter([0.9, 0.1])  # would swap both prefixes' arms, were they drawn again
+    monkeypatch.setattr(decisions, "_draw", lambda: next(flipped))
+    second = ev.plan(policy, [(k0, "node-c"), (k1, "node-c")])
+    assert ev.approve(second)["refused"] == {}
+    assert {i.workload_key_id: i.decision for i in second.items.all()} == {
+        k0.pk: ItemDecision.HELD_OUT,
+        k1.pk: ItemDecision.APPROVED,
+    }
+    # Each of a prefix's requests counts for one of its records, never for both arms.
+    ev.served(k0, "node-a", 2, cached=TOKENS, ttft_s=1.0)
+    held = SpeculativeReplica.objects.filter(workload_key=k0, held_out=True)
+    assert sorted(held.values_list("key_requests", flat=True)) == [0, 2]
 
 
 def test_a_confirmed_copy_whose_blocks_leave_the_engine_is_lost(ev, fleet):

@@ -33,8 +33,31 @@ from ..models import PlanItem, Policy, ReplicationJob, ReplicationPlan, Speculat
 from ..services import active_overrides, frozen
 from .inputs import chain_hex, holders_to_be, spec_bytes_by_engine
 
-# The holdout's coin: uniform on [0, 1), drawn per approved speculative item.
+# The holdout's coin: uniform on [0, 1), drawn per prefix (workload key), see ``_arms``.
 _draw = random.SystemRandom().random
+
+
+def _arms(now) -> dict[int, bool]:
+    """Which arm each prefix is in now: True held out, False treated. The holdout is measured on
+    a prefix's requests (cache-aware routing never serves a held-out pair), so the coin is drawn
+    per prefix and kept while the prefix has a live speculative record: a held-out replica not
+    yet expired keeps it held out, a copy in flight or a live replica keeps it treated. A prefix
+    is then never on both arms at once, and its requests measure one of them."""
+    arms: dict[int, bool] = {}
+    live = SpeculativeReplica.objects.filter(
+        shadow=False,
+        workload_key_id__isnull=False,
+        expires_at__gt=now,
+        evicted_at__isnull=True,
+        lost_at__isnull=True,
+    )
+    for key, held in live.values_list("workload_key_id", "held_out"):
+        arms[key] = arms.get(key, False) or held
+    for key in ReplicationJob.objects.filter(
+        state__in=(*wire.JOB_LIVE, JobState.LANDED), item__workload_key_id__isnull=False
+    ).values_list("item__workload_key_id", flat=True):
+        arms.setdefault(key, False)
+    return arms
 
 
 def bytes_this_interval(policy: Policy) -> int:
@@ -93,8 +116,11 @@ def holdout_fraction(policy: Policy) -> float:
 
 
 def _hold_out(item: PlanItem, policy: Policy, now) -> SpeculativeReplica:
-    """The control arm: an approved item withheld, recorded with what it would have done."""
+    """The control arm: an approved item withheld, recorded with what it would have done. Its
+    hold starts when its copy would have landed (approval plus the item's placement cost), as a
+    treated replica's starts when its copy landed."""
     tokens = item.prefix_tokens or len(item.prefix_keys) * item.target.block_size
+    now = now + timedelta(seconds=max(0.0, item.cost_s))
     return SpeculativeReplica.objects.create(
         item=item,
         engine=item.target,
@@ -171,6 +197,7 @@ def decide(
     extra_bytes, extra_on_target = 0, {}
     to_be = holders_to_be(now) if approve else {}
     share = holdout_fraction(plan.policy)
+    arms = _arms(now) if approve and share > 0 else {}
     for item in selected:
         if item.decision != ItemDecision.PENDING:
             if (item.decision in (ItemDecision.APPROVED, ItemDecision.HELD_OUT)) != approve:
@@ -188,7 +215,10 @@ def decide(
                 continue
             to_be[(chain_hex(item.prefix_keys), item.target_id)] = f"plan item #{item.pk}"
             # Speculative items only (a pin is an operator's order, not a bet to measure).
-            if item.workload_key_id and share > 0 and _draw() < share:
+            key = item.workload_key_id
+            if key and share > 0 and key not in arms:
+                arms[key] = _draw() < share
+            if key and arms.get(key, False):
                 _hold_out(item, plan.policy, now)
                 decision = ItemDecision.HELD_OUT
             else:
