@@ -233,7 +233,9 @@ def _manage(env: dict[str, str], code: str) -> None:
 
 
 def policy_fields(policy: str) -> dict[str, Any]:
-    fields = dict(REAL_POLICY)
+    # The A/B's arms are whole runs: nothing is held out within one (the demo's policy holds
+    # out half its prefixes).
+    fields = {**REAL_POLICY, "holdout_fraction": 0.0}
     if policy == "none":
         fields["mode"] = "shadow"  # plans and scores, moves nothing
     return fields

@@ -33,7 +33,10 @@ DEMO_DIR = ROOT / "var" / "demo"
 # virtual cluster replays 10 trace seconds per wall second, so a 60 s TTL is 10 trace minutes),
 # the largest speculative VRAM share the API allows, a byte budget sized for 70B prefixes.
 # Copies are warm-ups (prefill-only requests to the target engine's OpenAI endpoint), so every
-# replica the demo shows is one its engine confirmed with its own KV events.
+# replica the demo shows is one its engine confirmed with its own KV events. A demo lasts
+# minutes and speculates on a handful of prefixes, so half of them are held out (the deployment
+# default is 15%): the treated-vs-held-out comparison then has prefixes on both arms within
+# minutes.
 POLICY = {
     "mode": "auto",
     "default_transport": TRANSPORT_WARMUP,
@@ -45,6 +48,7 @@ POLICY = {
     "max_spec_vram_fraction": 0.5,
     "interval_seconds": 60,
     "max_bytes_per_interval": 2 * 1024**4,
+    "holdout_fraction": 0.5,
 }
 # Control-plane settings for the demo: demand in 5-second buckets (30 trace seconds), scores
 # every 10 seconds, agents' nodes marked stale after 15 seconds.
@@ -53,6 +57,8 @@ SETTINGS = {
     "PREWARM_SCORE_SECONDS": "10",
     # A demo lasts minutes, not days: a verdict after 5 scored replicas, said on the page.
     "PREWARM_SCOREBOARD_MIN_REPLICAS": "5",
+    # ... and the holdout's measured uplift once 4 prefixes on each arm carry TTFT.
+    "PREWARM_HOLDOUT_MIN_PREFIXES": "4",
     "PREWARM_NODE_STALE_SECONDS": "15",
     "PREWARM_WARMING_LEAD_SECONDS": "30",
 }
