@@ -109,6 +109,18 @@ class LmcacheCluster:
         wait_for(stored, 60, interval=1.0, what=f"{end - start} tokens stored on {instance}")
         return self.key_count(instance)
 
+    def pinned(self, instance: str) -> int | None:
+        """The objects the engine's pin monitor holds pinned (``lmcache:pin_monitor_pinned_objects
+        _count`` on its internal API, read live): 0 once every lease on it lapsed."""
+        try:
+            text = httpx.get(f"http://127.0.0.1:{self.engines[instance]}/metrics", timeout=10).text
+        except httpx.HTTPError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("lmcache:pin_monitor_pinned_objects_count"):
+                return int(float(line.rpartition(" ")[2]))
+        return None
+
     def clear(self, instance: str) -> int:
         resp = self.post("/clear", {"instance_id": instance, "location": "LocalCPUBackend"})
         resp.raise_for_status()

@@ -9,7 +9,7 @@ import pytest
 from controlplane.replication.choices import ItemDecision, JobState
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
 from controlplane.replication.plans.costs import cost_model_for, prefill_s
-from controlplane.replication.tasks import score_replicas, sweep_jobs
+from controlplane.replication.tasks import evict_expired, score_replicas, sweep_jobs
 from tests.workflow import burst
 from tests.workflow.evidence import TOKENS, Evidence, confirmed_copy, prefix, since
 
@@ -148,6 +148,11 @@ def test_holdout_withholds_an_approved_item_and_records_what_it_would_have_done(
     assert board["totals"]["replicas"] == 0  # never placed: not a live replica
     arm = board["holdout"]["held_out"]
     assert arm["pairs"] == 1 and arm["requests"] == 3 and arm["ttft_mean_s"] == pytest.approx(1.5)
+    # Its hold ends: nothing was placed, so nothing is evicted from the engine.
+    SpeculativeReplica.objects.filter(pk=held.pk).update(expires_at=held.placed_at)
+    evict_expired.delay()
+    held.refresh_from_db()
+    assert held.evicted_at == held.placed_at and not ReplicationJob.objects.exists()
 
 
 def test_a_confirmed_copy_whose_blocks_leave_the_engine_is_lost(ev, fleet):
