@@ -14,7 +14,6 @@ import pytest
 from tests.e2e.harness import DashboardClient
 from tests.e2e.test_end_to_end import holders, jobs
 from tests.live import REPO, wait_for
-from tests.workflow import burst
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 TERMINAL = {
@@ -123,6 +122,8 @@ def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_clus
     cluster.restart_agent(src)
     wait_for(lambda: reports_in(cluster, src), 30, what="the source agent back")
     cluster.republish(src)
+    for node in targets:  # the engines load copied KV only once the copies' states are checked
+        node.loader.loading.clear()
     dash = DashboardClient(cluster)
     try:
         wait_for(lambda: len(holders(cluster)) == 1, 30, what="the source's prefix in residency")
@@ -184,8 +185,8 @@ def test_recovers_from_worker_agent_redis_and_control_plane_faults(services_clus
         timings["agent killed: victim's job"] = next(
             j["state"] for j in finished if j["id"] == running["id"]
         )
-        for node in targets:  # the engines load the copied KV: their own events now say so
-            node.publish_stored(burst.PREFIX_TOKENS)
+        for node in targets:  # the engines load the KV their agents copied: their events say so
+            node.loader.loading.set()
         wait_for(
             lambda: all(j["state"] in ("confirmed", "failed") for j in jobs(cluster)),
             RECOVERY_LIMIT_S,

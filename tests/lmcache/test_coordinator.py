@@ -13,7 +13,6 @@ import pytest
 from controlplane.core import blockhash
 from controlplane.fleet.models import Engine, Node
 from controlplane.replication.choices import JobState, Transport
-from controlplane.replication.jobs.delivery import apply_event
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
 from controlplane.replication.tasks import sweep_jobs
 from nodeagent.blockstore import MemoryBlockStore
@@ -22,6 +21,7 @@ from nodeagent.transfers.base import Job, TransferResult
 from nodeagent.transfers.lmcache_mp import LmcacheMpTransport
 from tests.live import wait_for
 from tests.lmcache.conftest import MP_MODEL, tokens
+from tests.lmcache.test_lmcache_job import run_on_agent
 from tests.workflow.conftest import eager  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.lmcache, pytest.mark.slow]
@@ -173,18 +173,7 @@ def judged(toks: list[int], result: TransferResult) -> ReplicationJob:
         state=JobState.DISPATCHED,
         attempt=1,
     )
-    apply_event(node.pk, {"type": "job.ack", "job_id": str(copy.pk)})
-    apply_event(
-        node.pk,
-        {
-            **result.extra,
-            "type": "job.result",
-            "job_id": str(copy.pk),
-            "state": "succeeded" if result.ok else "failed",
-            "bytes": result.bytes,
-            "error": result.error,
-        },
-    )
+    run_on_agent(target, copy, result)
     copy.refresh_from_db()
     return copy
 

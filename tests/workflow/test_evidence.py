@@ -44,10 +44,18 @@ def test_target_that_held_the_prefix_before_dispatch_ends_redundant(ev, fleet):
     policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
     ev.report("node-b", prefix(0))  # the engine computed the prefix itself, before the plan
     job = _one_job(ev, policy, key)
-    assert job.state == JobState.REDUNDANT
+    assert job.state == JobState.REDUNDANT and job.attempt == 0  # never sent to an agent
     assert not SpeculativeReplica.objects.filter(job=job).exists()  # no replica, no credit
+    # Its agent's later reports list the same blocks again, and the engine serves the prefix
+    # from its own cache: still nothing the copy did, nothing credited.
+    ev.report("node-b", prefix(0))
+    ev.served(key, "node-b", 5, cached=TOKENS, ttft_s=0.1)
+    score_replicas.delay()
+    job.refresh_from_db()
+    assert job.state == JobState.REDUNDANT and not SpeculativeReplica.objects.exists()
     board = fleet.operator.get(f"/api/scoreboard/?since={since()}").json()
     assert board["totals"]["replicas"] == 0
+    assert board["totals"]["hits"] == 0 and board["totals"]["ttft_saved_s"] == 0
 
 
 def test_blocks_held_before_dispatch_are_not_the_copys(ev, fleet):
