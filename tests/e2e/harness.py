@@ -159,6 +159,19 @@ class Node:
         """The engine evicts blocks (vLLM's positional BlockRemoved)."""
         self._publish(["BlockRemoved", [self._hash(k) for k in keys], "GPU"])
 
+    def metrics(self) -> dict[str, float]:
+        """The agent's /metrics as {'name{labels}': value}; {} while it is down."""
+        try:
+            text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2).text
+        except httpx.HTTPError:
+            return {}
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
 
 class CopyLoader(threading.Thread):
     """A target engine's side of a copy: it loads the burst prefix's blocks that its agent
@@ -195,19 +208,6 @@ class CopyLoader(threading.Thread):
             elif depth < self.loaded:
                 self.node.publish_removed(burst.PREFIX[depth : self.loaded])
             self.loaded = depth
-
-    def metrics(self) -> dict[str, float]:
-        """The agent's /metrics as {'name{labels}': value}; {} while it is down."""
-        try:
-            text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2).text
-        except httpx.HTTPError:
-            return {}
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
 
 
 class Cluster:
