@@ -22,13 +22,14 @@ agent reported it). Controller API as 0.5.6 implements it:
   again extends it. The agent stops renewing at the replica's ``hold_until``.
 - There is no unpin and no per-prefix evict (``/clear`` empties a tier of every chunk it may
   evict), and a lapsed lease does not free a copy: the chunks that arrive by a copy are never
-  evictable in 0.5.6 (the target's P2P receive takes a reference to each chunk it stores and
-  never releases it, so ``/clear`` and LRU eviction skip them for good; so, after a copy, do
-  the source's chunks: the move's read takes one too). Tried on the real controller and
-  engines: ``tests/lmcache/test_controller.py``. A replica therefore ends by an ``evict`` job:
-  the executor moves the target's chunks back to the source (``should_copy: false``), which
-  removes them from the target by force (pins and all); the source stores only the chunks it
-  lacks.
+  evictable in 0.5.6: after the lease lapsed ``/clear`` frees none of them, and after a copy
+  none of the source's chunks either (tried on the real controller and engines:
+  ``tests/lmcache/test_controller.py``; as 0.5.6's source reads, the P2P receive and the
+  move's read each take a reference to a chunk that they never release, and a chunk with more
+  than one is not evictable, by ``/clear`` or LRU). A replica therefore ends by an ``evict``
+  job: the executor moves the target's chunks back to the source (``should_copy: false``),
+  which removes them from the target by force (pins and all; measured: the target's
+  ``lmcache:local_cache_usage`` back to 0); the source stores only the chunks it lacks.
 
 LMCache keys are chained hashes of 256-token chunks of the full token sequence, so the job must
 carry the prefix's token ids exactly as the engine tokenized them; only whole chunks are stored

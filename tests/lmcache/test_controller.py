@@ -149,7 +149,7 @@ def test_a_copy_outlives_its_lapsed_lease_until_the_evict_job_moves_it_back(
     lmcache_cluster, tmp_path
 ):
     """LMCache 0.5.6 never frees chunks that arrived by a copy: after the lease lapsed ``/clear``
-    skips them, as LRU eviction does (the target's P2P receive keeps a reference to each). The
+    skips them (as 0.5.6's source reads, its P2P receive keeps a reference to each). The
     replica ends by the executor's evict job (as the agent runs it), which moves them back to
     the source: the target holds none of them, the source keeps its own."""
     from nodeagent.jobs import JobRunner, Journal
