@@ -54,10 +54,12 @@ $(VLLM_STAMP):
 vllm-env: $(VLLM_STAMP)
 
 # LMCache 0.5.6 in its own environment, for the tests against the real controller, standalone
-# engines and coordinator (tests/lmcache). Its wheel asks for CUDA packages, so it goes in with
-# --no-deps beside CPU torch (the machine's local wheel) and the pure-Python modules it imports
-# (requirements/lmcache-env.txt, pinned as found by importing its controller, standalone engine
-# and coordinator); it never touches the project's own pins in $(VENV).
+# engines, coordinator and multiprocess servers (tests/lmcache). Its wheel asks for CUDA
+# packages, so it goes in with --no-deps beside CPU torch (the machine's local wheel) and the
+# pure-Python modules it imports (requirements/lmcache-env.txt, pinned as found by importing its
+# controller, standalone engine and coordinator; the multiprocess server and its bench client,
+# which tests/lmcache/mp_worker.py drives, import with the same set); it never touches the
+# project's own pins in $(VENV).
 LMCACHE_VENV ?= .venv-lmcache
 LMCACHE_STAMP := $(LMCACHE_VENV)/.installed
 $(LMCACHE_STAMP): requirements/lmcache-env.txt
@@ -65,7 +67,7 @@ $(LMCACHE_STAMP): requirements/lmcache-env.txt
 	$(LMCACHE_VENV)/bin/python -m pip install -q torch==2.13.0
 	$(LMCACHE_VENV)/bin/python -m pip install -q --no-deps lmcache==0.5.6
 	$(LMCACHE_VENV)/bin/python -m pip install -q -r requirements/lmcache-env.txt
-	$(LMCACHE_VENV)/bin/python -c "import lmcache.v1.api_server.__main__, lmcache.v1.standalone.__main__, lmcache.v1.mp_coordinator.__main__"
+	$(LMCACHE_VENV)/bin/python -c "import lmcache.v1.api_server.__main__, lmcache.v1.standalone.__main__, lmcache.v1.mp_coordinator.__main__, lmcache.v1.multiprocess.http_server, lmcache.cli.commands.bench.server_bench.client"
 	touch $(LMCACHE_STAMP)
 
 lmcache-env: $(LMCACHE_STAMP)

@@ -19,9 +19,17 @@ agent reported it). Controller API as 0.5.6 implements it:
   source's chunks. Only ``LocalCPUBackend`` is a target location LMCache accepts.
 - ``POST /pin {"instance_id", "location", "tokens"}`` -> ``{"num_tokens"}``: the resident prefix
   length there, and a lease of the controller's ``pin_timeout_sec`` (300 s by default); pinning
-  again extends it. There is no unpin and no per-prefix evict (``/clear`` empties every unpinned
-  chunk of a tier), so a replica ends by its lease lapsing: the agent stops renewing at the
-  replica's ``hold_until``.
+  again extends it. The agent stops renewing at the replica's ``hold_until``.
+- There is no unpin and no per-prefix evict (``/clear`` empties a tier of every chunk it may
+  evict), and a lapsed lease does not free a copy: the chunks that arrive by a copy are never
+  evictable in 0.5.6: after the lease lapsed ``/clear`` frees none of them, and after a copy
+  none of the source's chunks either (tried on the real controller and engines:
+  ``tests/lmcache/test_controller.py``; as 0.5.6's source reads, the P2P receive and the
+  move's read each take a reference to a chunk that they never release, and a chunk with more
+  than one is not evictable, by ``/clear`` or LRU). A replica therefore ends by an ``evict``
+  job: the executor moves the target's chunks back to the source (``should_copy: false``),
+  which removes them from the target by force (pins and all; measured: the target's
+  ``lmcache:local_cache_usage`` back to 0); the source stores only the chunks it lacks.
 
 LMCache keys are chained hashes of 256-token chunks of the full token sequence, so the job must
 carry the prefix's token ids exactly as the engine tokenized them; only whole chunks are stored
@@ -114,12 +122,18 @@ class LmcacheController:
                 + (f" (registered: {', '.join(known)})" if known else "")
             )
 
-    def move(self, source: tuple[str, str], target: tuple[str, str], tokens: list[int]) -> int:
+    def move(
+        self,
+        source: tuple[str, str],
+        target: tuple[str, str],
+        tokens: list[int],
+        copy: bool = True,
+    ) -> int:
         body = {
             "old_position": list(source),
             "new_position": list(target),
             "tokens": tokens,
-            "should_copy": True,
+            "should_copy": copy,
         }
         return int(self._post("/move", body).get("num_tokens") or 0)
 
@@ -217,6 +231,20 @@ class LeaseKeeper:
                 self.on_reading(msg)
         return out
 
+    def drop(self, instance_id: str, tokens: list[int]) -> list[str]:
+        """Stop renewing the leases on ``instance_id`` over ``tokens``; returns their job ids."""
+        with self._lock:
+            gone = [
+                k
+                for k, x in self.leases.items()
+                if x.instance_id == instance_id and x.tokens == tokens
+            ]
+            for k in gone:
+                del self.leases[k]
+            if gone:
+                self._save()
+        return gone
+
     def start(self) -> LeaseKeeper:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="lmcache-leases", daemon=True)
@@ -256,22 +284,31 @@ class LmcacheTransport:
     def send(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
         return TransferResult(True, extra={"executor": NAME})  # the controller moves the chunks
 
-    def receive(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
+    def _where(self, job: Job) -> tuple[str, str, str, str, str] | str:
+        """(target engine id, target instance, its location, source instance, its location),
+        or why not."""
         engine_id = str(job.target.get("engine_id") or "")
         engine = self.engines.get(engine_id)
         spec = job.lmcache
         if self.controller is None:
-            return _failed("lmcache: this agent has no lmcache_controller_url configured")
+            return "lmcache: this agent has no lmcache_controller_url configured"
         target = (
             engine.lmcache_instance_id
             if engine and engine.lmcache_instance_id
             else str(spec.get("target_instance") or "")
         )
-        source = str(spec.get("source_instance") or "")
         location = engine.lmcache_location if engine else "LocalCPUBackend"
         source_location = str(spec.get("source_location") or location)
         if not target:
-            return _failed(f"lmcache: engine {engine_id!r} has no lmcache_instance_id configured")
+            return f"lmcache: engine {engine_id!r} has no lmcache_instance_id configured"
+        return engine_id, target, location, str(spec.get("source_instance") or ""), source_location
+
+    def receive(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
+        where = self._where(job)
+        if isinstance(where, str):
+            return _failed(where)
+        engine_id, target, location, source, source_location = where
+        assert self.controller is not None
         if not source:
             return _failed("lmcache: the source engine reported no lmcache_instance_id")
         if not job.tokens:
@@ -331,6 +368,54 @@ class LmcacheTransport:
                 },
             },
         )
+
+    def evict(self, job: Job) -> TransferResult:
+        """The replica's hold ended: remove the copied chunks from the target. A lapsed lease
+        frees nothing in LMCache 0.5.6 (see the module's docstring), so the target's chunks of
+        the prefix are moved back to the source, which drops them from the target; the target
+        is read after (``/pin``), and the job fails if it still holds them."""
+        where = self._where(job)
+        if isinstance(where, str):
+            return _failed(where)
+        engine_id, target, location, source, source_location = where
+        assert self.controller is not None
+        if not job.tokens:
+            return _failed("lmcache: the evict job carries no token ids for the prefix")
+        if not source:
+            return _failed(
+                "lmcache: the evict job names no source instance to hand the copied chunks back "
+                "to (LMCache 0.5.6 frees a copy no other way)"
+            )
+        dropped = self.leases.drop(target, list(job.tokens))
+        try:
+            self.controller.require(target, f"the target engine {engine_id}")
+            self.controller.require(source, "the source the copy came from")
+            try:  # what the source holds already (it stores only the chunks it lacks)
+                source_held: int | None = self.controller.pin(source, source_location, job.tokens)
+            except LmcacheError:
+                source_held = None
+            # The reply counts the target's tokens of the prefix, each removed from it.
+            moved = self.controller.move(
+                (target, location), (source, source_location), job.tokens, copy=False
+            )
+        except LmcacheError as exc:
+            return _failed(f"lmcache: evicting from {target!r}: {exc}")
+        try:
+            left: int | None = self.controller.pin(target, location, job.tokens)
+        except LmcacheError:
+            left = None  # 0.5.6 answers a pin on an engine holding nothing with a 500 now and then
+        if left:
+            return _failed(
+                f"lmcache: {target!r} still holds {left} tokens of the prefix after moving "
+                f"{moved} back to {source!r}"
+            )
+        detail = (
+            f"{moved} tokens removed from {target} by moving them back to {source} "
+            f"({source_held} of them already there); leases dropped: {len(dropped)}"
+            if moved
+            else f"{target} held none of the prefix; leases dropped: {len(dropped)}"
+        )
+        return TransferResult(True, extra={"executor": NAME, "detail": detail})
 
 
 def _failed(why: str) -> TransferResult:

@@ -9,7 +9,12 @@ directory, protect it with a pin while held and delete it when the replica ends.
 - ``POST /directory/lookup {"token_ids", "model_name", "world_size"}`` ->
   ``{"chunks", "results": [{"key", "placements": [{"instance_id", "tier", ...}]}]}``: every
   placement of each chunk, as the servers' cache events reported them. The copy is confirmed
-  when each chunk lists the target (``confirmation.by = "lmcache-directory"``).
+  when each chunk lists the target in L1 (``confirmation.by = "lmcache-directory"``; the
+  reading counts the chunks from the prefix's first without a gap); a prefetch loads L2 (e.g.
+  a file-system tier the servers share) into L1. The server's cache events reach the
+  coordinator after the prefetch completes (they are flushed every so often): the directory is
+  read until it lists as many chunks on the target as the prefetch found (``found_keys``), for
+  at most ``settle_s``.
 - ``POST /cache/pins`` / ``DELETE /cache/pins`` (same body): excluded from the coordinator's L2
   eviction plan while held; ``POST /cache/delete {"instance_id", ..., "tier": "l1"}`` drops the
   target's copy when the replica ends (an ``evict`` job).
@@ -32,6 +37,7 @@ from nodeagent.transfers.base import Job, Progress, TransferResult
 
 NAME = wire.TRANSPORT_LMCACHE_MP
 DIRECTORY = wire.CONFIRM_LMCACHE_DIRECTORY
+L1 = "l1"  # the coordinator's name for a server's first (DRAM) tier
 
 
 class CoordinatorError(Exception):
@@ -64,10 +70,12 @@ class Coordinator:
         return resp.json()
 
     def placements(self, body: dict[str, Any]) -> tuple[int, list[set[str]]]:
-        """(chunks, the instances holding each chunk) from the directory."""
+        """(chunks, the instances holding each chunk in L1) from the directory. A prefetch
+        fills L1; a placement in another tier (the L2 a server wrote to) is not the engine's
+        copy."""
         doc = self.call("POST", "/directory/lookup", body)
         return int(doc.get("chunks") or 0), [
-            {str(p.get("instance_id")) for p in r.get("placements") or []}
+            {str(p.get("instance_id")) for p in r.get("placements") or [] if p.get("tier") == L1}
             for r in doc.get("results") or []
         ]
 
@@ -81,12 +89,14 @@ class LmcacheMpTransport:
         coordinator_url: str = "",
         poll_s: float = 0.2,
         transport: httpx.BaseTransport | None = None,
+        settle_s: float = 10.0,
     ):
         self.engines = engines or {}
         self.coordinator = (
             Coordinator(coordinator_url, transport=transport) if coordinator_url else None
         )
         self.poll_s = poll_s
+        self.settle_s = settle_s  # how long the directory may lag a completed prefetch
 
     def _spec(self, job: Job) -> tuple[str, dict[str, Any]] | str:
         engine_id = str(job.target.get("engine_id") or "")
@@ -127,7 +137,7 @@ class LmcacheMpTransport:
             # lookup the coordinator refuses leaves it unknown; the prefetch names the error.
             try:
                 _, held_before = self.coordinator.placements(body)
-                mine_before: int | None = sum(1 for h in held_before if instance in h)
+                mine_before: int | None = _from_root(held_before, instance)
             except CoordinatorError:
                 mine_before = None
             sub = self.coordinator.call(
@@ -139,7 +149,8 @@ class LmcacheMpTransport:
                 )
             path = f"/cache/prefetches/{instance}/{sub['request_id']}"
             while True:
-                status = str(self.coordinator.call("GET", path).get("status", "")).lower()
+                state = self.coordinator.call("GET", path)
+                status = str(state.get("status", "")).lower()
                 if status == "completed":
                     break
                 if status in ("failed", "error", "cancelled"):  # not-vocabulary: LMCache's
@@ -151,13 +162,22 @@ class LmcacheMpTransport:
                         f"lmcache-mp: prefetch {sub['request_id']} still {status!r} at the deadline"
                     )
                 time.sleep(self.poll_s)
-            chunks, held = self.coordinator.placements(body)
+            # The server reports what it loaded as cache events, flushed to the coordinator
+            # after the prefetch completes: read the directory until it lists the chunks the
+            # prefetch found on the target (bounded), so that a late flush is not a failed copy.
+            found = int(state.get("found_keys") or 0)
+            settle = time.monotonic() + self.settle_s
+            while True:
+                chunks, held = self.coordinator.placements(body)
+                mine = _from_root(held, instance)
+                if mine >= found or time.monotonic() >= settle or job.seconds_left() <= 0:
+                    break
+                time.sleep(self.poll_s)
             self.coordinator.call("POST", "/cache/pins", body)
         except CoordinatorError as exc:
             return _failed(f"lmcache-mp: {exc}")
         if not chunks:
             return _failed("lmcache-mp: the directory knows no chunk of this prefix")
-        mine = sum(1 for h in held if instance in h)
         per_chunk = len(body["token_ids"]) // chunks if chunks else 0
         progress(job.bytes)
         return TransferResult(
@@ -165,7 +185,8 @@ class LmcacheMpTransport:
             0,
             extra={
                 "executor": NAME,
-                "detail": f"prefetched {chunks} chunks on {instance}; directory lists {mine}",
+                "detail": f"prefetched {chunks} chunks on {instance} ({found} found); "
+                f"directory lists {mine} from the root",
                 "confirmation": {
                     "by": DIRECTORY,
                     "tokens": mine * per_chunk,
@@ -186,7 +207,7 @@ class LmcacheMpTransport:
         try:
             self.coordinator.call("DELETE", "/cache/pins", body)
             out = self.coordinator.call(
-                "POST", "/cache/delete", {"instance_id": instance, **body, "tier": "l1"}
+                "POST", "/cache/delete", {"instance_id": instance, **body, "tier": L1}
             )
         except CoordinatorError as exc:
             return _failed(f"lmcache-mp: {exc}")
@@ -198,6 +219,15 @@ class LmcacheMpTransport:
                 f"on {instance} ({out.get('skipped', 0)} skipped)",
             },
         )
+
+
+def _from_root(held: list[set[str]], instance: str) -> int:
+    """How many chunks, from the prefix's first, ``instance`` holds without a gap (an engine
+    reuses a cached prefix only up to its first missing chunk)."""
+    for i, chunk in enumerate(held):
+        if instance not in chunk:
+            return i
+    return len(held)
 
 
 def _failed(why: str) -> TransferResult:

@@ -7,7 +7,10 @@ default (SQLite, in-process worker and beat):
   and one real ``python -m nodeagent`` process per node with a simulated GPU source, a file
   block store and one engine whose KV events come from a ZMQ publisher in vLLM's wire format.
 The first node's engine holds the burst's prefix (its events say so and its block store has the
-bytes), so a plan copies it from there. Everything it starts is stopped by ``close()``.
+bytes), so a plan copies it from there. The other engines load the KV their agent copies into
+their block store, as an engine's connector loads external KV, and only then say so in their
+own KV events (``CopyLoader``): a copy is confirmed by what actually arrived, never by the test.
+Everything it starts is stopped by ``close()``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -134,15 +137,27 @@ class Node:
     engine_metrics: EngineMetricsServer
     proc: Proc | None = None
     seq: int = 0
+    loader: CopyLoader | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one publisher, two threads
+
+    def _hash(self, key: int) -> int:
+        return hash((self.name, key)) & (2**63 - 1)  # the engine's own block hash
+
+    def _publish(self, event: list) -> None:
+        with self.lock:
+            self.seq += 1
+            self.publisher.publish(b"kv", self.seq, msgpack.packb([time.time(), [event], 0]))
 
     def publish_stored(self, tokens: list[int], block_size: int = burst.BLOCK) -> list[int]:
         """The engine stores a chain (vLLM's positional BlockStored); returns its canonical keys."""
         keys = blockhash.chain_keys(tokens, block_size)
-        self.seq += 1
-        hashes = [hash((self.name, k)) & (2**63 - 1) for k in keys]
-        event = ["BlockStored", hashes, None, tokens, block_size, None, "GPU"]
-        self.publisher.publish(b"kv", self.seq, msgpack.packb([time.time(), [event], 0]))
+        hashes = [self._hash(k) for k in keys]
+        self._publish(["BlockStored", hashes, None, tokens, block_size, None, "GPU"])
         return keys
+
+    def publish_removed(self, keys: list[int]) -> None:
+        """The engine evicts blocks (vLLM's positional BlockRemoved)."""
+        self._publish(["BlockRemoved", [self._hash(k) for k in keys], "GPU"])
 
     def metrics(self) -> dict[str, float]:
         """The agent's /metrics as {'name{labels}': value}; {} while it is down."""
@@ -156,6 +171,43 @@ class Node:
                 name, _, value = line.rpartition(" ")
                 out[name] = float(value)
         return out
+
+
+class CopyLoader(threading.Thread):
+    """A target engine's side of a copy: it loads the burst prefix's blocks that its agent
+    wrote into its block store, from the chain's root, each only if its bytes are the source's
+    (what the copy had to move), and then publishes them in its KV events, as vLLM does once its
+    connector loaded external KV; blocks that leave the store (an evict job) it publishes as
+    removed. What the control plane confirms is therefore what the agent really copied."""
+
+    def __init__(self, node: Node, source_bytes: dict[int, bytes], interval_s: float = 0.1):
+        super().__init__(name=f"copy-loader-{node.name}", daemon=True)
+        self.node, self.source_bytes, self.interval_s = node, source_bytes, interval_s
+        self.store = FileBlockStore(node.store_dir)
+        self.loaded = 0  # blocks of the prefix, from its root, the engine holds
+        self.stop = threading.Event()
+        self.loading = threading.Event()  # cleared: the engine loads nothing yet (a test's pause)
+        self.loading.set()
+
+    def depth(self) -> int:
+        for i, key in enumerate(burst.PREFIX):
+            try:
+                if bytes(self.store.read(key)) != self.source_bytes[key]:
+                    return i
+            except (FileNotFoundError, KeyError, ValueError):
+                return i
+        return len(burst.PREFIX)
+
+    def run(self) -> None:
+        while not self.stop.wait(self.interval_s):
+            if not self.loading.is_set():
+                continue
+            depth = self.depth()
+            if depth > self.loaded:
+                self.node.publish_stored(burst.PREFIX_TOKENS[: depth * burst.BLOCK])
+            elif depth < self.loaded:
+                self.node.publish_removed(burst.PREFIX[depth : self.loaded])
+            self.loaded = depth
 
 
 class Cluster:
@@ -318,6 +370,9 @@ class Cluster:
             self.nodes.append(self._start_node(i))
         wait_for(lambda: len(self.engines()) == self.n_nodes, 60, what="every engine reported")
         self._engines_store_their_blocks()
+        for node in self.nodes[1:]:  # the engines a copy can go to
+            node.loader = CopyLoader(node, self.source_bytes)
+            node.loader.start()
         return self
 
     def _engines_store_their_blocks(self) -> None:
@@ -383,6 +438,9 @@ class Cluster:
 
     def close(self) -> None:
         for node in self.nodes:
+            if node.loader:
+                node.loader.stop.set()
+                node.loader.join(5)
             if node.proc:
                 node.proc.stop()
             node.publisher.close()

@@ -89,6 +89,10 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
         )
         before = scrape(cluster)
         assert metric(before, "prewarm_agents", state="active") == cluster.n_nodes
+        # The target engines load copied KV only once the test has seen the copies land.
+        loaders = [n.loader for n in cluster.nodes if n.loader]
+        for loader in loaders:
+            loader.loading.clear()
         # Auto mode before the burst: otherwise beat may plan it under the default shadow policy.
         cluster.activate_policy("auto")
         cluster.post_burst()
@@ -123,8 +127,10 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
         targets = {j["target"] for j in done}
         # Landed in the agents' stores is not resident: no gateway is routed there yet.
         assert not targets & holders(cluster)
-        for pk in targets:  # the engines load the copied KV: their own events confirm it
-            cluster.node_of_engine(pk).publish_stored(burst.PREFIX_TOKENS)
+        # The engines load the KV their agents copied (the bytes checked against the source's)
+        # and their own KV events say so: that confirms the copies.
+        for loader in loaders:
+            loader.loading.set()
         wait_for(
             lambda: {j["state"] for j in jobs(cluster)} == {"confirmed"},
             30,
@@ -193,3 +199,63 @@ def test_burst_to_forecast_plan_copies_residency_score_and_dashboard(services_cl
             assert dash.seen(what), f"the dashboard never saw {what}"
     finally:
         dash.close()
+
+
+def test_a_target_that_computed_the_prefix_before_dispatch_gets_no_copy_and_no_credit(
+    services_cluster,
+):
+    """Manual mode: the plan proposes copies of the prefix; before the operator approves it,
+    the first item's target engine computes the prefix itself (its own traffic, in its own KV
+    events). At dispatch the control plane sees that engine hold it: the job ends redundant
+    without being sent, no replica, no credit. Any other item's copy lands and its engine's
+    events confirm it."""
+    cluster = services_cluster
+    source = next(e for e in cluster.engines().values() if e["node_name"] == "node-0")
+    wait_for(
+        lambda: holders(cluster) == {source["id"]}, 30, what="the source's prefix in residency"
+    )
+    cluster.activate_policy("manual")
+    cluster.post_burst()
+    plan = wait_for(
+        lambda: next((p for p in cluster.results("/api/plans/") if p["item_count"]), None),
+        90,
+        what="a proposed plan with items",
+    )
+    assert plan["state"] == "proposed" and not jobs(cluster), plan
+    print(f"plan {plan['id']}: {plan['item_count']} items")
+    early, *others = [i["target"] for i in plan["items"]]
+    cluster.node_of_engine(early).publish_stored(burst.PREFIX_TOKENS)
+    wait_for(lambda: early in holders(cluster), 30, what="the early engine's prefix in residency")
+    resp = cluster.api("POST", f"/api/plans/{plan['id']}/approve/", json={})
+    assert resp.status_code == 200 and resp.json()["refused"] == {}, resp.text
+    done = wait_for(
+        lambda: (
+            (js := {j["target"]: j for j in jobs(cluster)})
+            and len(js) == len(plan["items"])
+            and js[early]["state"] == "redundant"
+            and all(js[t]["state"] == "confirmed" for t in others)
+            and js
+        ),
+        cluster.job_ceiling_s(),
+        what="the early engine's job redundant, every other copy confirmed by its engine",
+    )
+    assert done[early]["bytes_done"] == 0 and done[early]["attempt"] == 0, done[early]
+    for t in others:
+        check_bytes_moved(cluster, done[t])
+    replicas = [r for r in cluster.results("/api/speculative-replicas/") if not r["shadow"]]
+    assert {r["engine"] for r in replicas} == set(others), replicas
+    # Demand after placement: the early engine serves the prefix from its own cache, which no
+    # copy caused; only the copies' replicas are scored.
+    later_demand(cluster)
+    if others:
+        wait_for(
+            lambda: [r for r in cluster.results("/api/speculative-replicas/") if r["hits"] > 0],
+            60,
+            what="the copies' replicas scored",
+        )
+    board = cluster.get("/api/scoreboard/")
+    assert board["totals"]["replicas"] == len(others), board["totals"]
+    scored = cluster.results("/api/speculative-replicas/")
+    assert all(r["engine"] != early for r in scored), scored
+    if not others:
+        assert board["totals"]["hits"] == 0 and board["totals"]["ttft_saved_s"] == 0

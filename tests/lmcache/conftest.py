@@ -2,13 +2,20 @@
 
 ``lmcache_cluster``: the controller (``lmcache.v1.api_server``) and two standalone engines
 (``lmcache.v1.standalone --device cpu``, real LMCacheEngines without vLLM or a GPU), instances
-``A`` and ``B``, with a short pin lease so that a lapse can be watched. Every address is on
-loopback (``launch.py`` patches LMCache's outward-address lookup). Without the environment the
-tests skip, and under ``CI=true`` they fail: nothing is skipped there.
+``A`` and ``B``, with a short pin lease so that a lapse can be watched.
+
+``lmcache_mp``: the coordinator (``lmcache.v1.mp_coordinator``), two multiprocess servers
+(``lmcache.v1.multiprocess.http_server``, CPU) ``mp-a`` and ``mp-b`` that report their cache
+events to it and share a file-system L2 tier, and an engine's KV worker registered with both
+(``mp_worker.py``), which stores the KV of token sequences on a server as a prefill would.
+
+Every address is on loopback (``launch.py`` patches LMCache's outward-address lookup). Without
+the environment the tests skip, and under ``CI=true`` they fail: nothing is skipped there.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -21,6 +28,8 @@ from tests.live import REPO, free_port, wait_for
 
 LMCACHE_PY = REPO / ".venv-lmcache" / "bin" / "python"
 LAUNCH = Path(__file__).parent / "launch.py"
+MP_WORKER = Path(__file__).parent / "mp_worker.py"
+MP_MODEL = "test-model"  # the model mp_worker.py registers (LMCache's bench model)
 PIN_TIMEOUT_S = 6  # the engines' pin_timeout_sec (LMCache's default is 300)
 PIN_CHECK_S = 1
 START_S = 180  # an engine imports torch and LMCache and registers: ~20 s on an idle 2-core machine
@@ -108,6 +117,18 @@ class LmcacheCluster:
 
         wait_for(stored, 60, interval=1.0, what=f"{end - start} tokens stored on {instance}")
         return self.key_count(instance)
+
+    def pinned(self, instance: str) -> int | None:
+        """The objects the engine's pin monitor holds pinned (``lmcache:pin_monitor_pinned_objects
+        _count`` on its internal API, read live): 0 once every lease on it lapsed."""
+        try:
+            text = httpx.get(f"http://127.0.0.1:{self.engines[instance]}/metrics", timeout=10).text
+        except httpx.HTTPError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("lmcache:pin_monitor_pinned_objects_count"):
+                return int(float(line.rpartition(" ")[2]))
+        return None
 
     def clear(self, instance: str) -> int:
         resp = self.post("/clear", {"instance_id": instance, "location": "LocalCPUBackend"})
@@ -235,3 +256,94 @@ def lmcache_coordinator(tmp_path_factory):
         yield url
     finally:
         proc.stop()
+
+
+@dataclass
+class LmcacheMp:
+    coordinator: str  # its URL
+    servers: dict[str, int] = field(default_factory=dict)  # instance -> request (ZMQ) port
+    worker: subprocess.Popen | None = None
+
+    def store(self, instance: str, tokens: list[int]) -> None:
+        """The engine on ``instance`` prefills ``tokens``: the server stores their KV (whole
+        chunks) in its L1 and the shared L2, and reports it to the coordinator."""
+        assert self.worker is not None and self.worker.stdin and self.worker.stdout
+        server = list(self.servers).index(instance)
+        self.worker.stdin.write(json.dumps({"server": server, "tokens": tokens}) + "\n")
+        self.worker.stdin.flush()
+        answer = json.loads(self.worker.stdout.readline() or "{}")
+        assert answer.get("ok"), answer
+
+    def directory(self, tokens: list[int]) -> list[set[tuple[str, str]]]:
+        """Per chunk of ``tokens``, the (instance, tier) placements the directory lists."""
+        doc = httpx.post(
+            self.coordinator + "/directory/lookup",
+            json={"token_ids": tokens, "model_name": MP_MODEL, "world_size": 1},
+            timeout=10,
+        ).json()
+        return [{(p["instance_id"], p["tier"]) for p in r["placements"]} for r in doc["results"]]
+
+
+@pytest.fixture(scope="session")
+def lmcache_mp(lmcache_coordinator, tmp_path_factory):
+    work = tmp_path_factory.mktemp("lmcache-mp")
+    (work / "l2").mkdir()
+    mp = LmcacheMp(lmcache_coordinator)
+    procs: list[Proc] = []
+    try:
+        for instance in ("mp-a", "mp-b"):
+            mp.servers[instance] = port = free_port()
+            procs.append(
+                Proc(
+                    instance,
+                    [
+                        "lmcache.v1.multiprocess.http_server",
+                        *("--instance-id", instance, "--host", "127.0.0.1", "--port", str(port)),
+                        *("--http-host", "127.0.0.1", "--http-port", str(free_port())),
+                        *("--l1-size-gb", "0.1", "--eviction-policy", "LRU"),
+                        *(
+                            "--l2-adapter",
+                            json.dumps({"type": "fs", "base_path": str(work / "l2")}),
+                        ),
+                        *("--coordinator-url", lmcache_coordinator),
+                        *("--coordinator-advertise-ip", "127.0.0.1"),
+                        "--coordinator-event-reporting",
+                        *("--coordinator-event-flush-interval", "0.2"),
+                    ],
+                    work / f"{instance}.log",
+                ).start()
+            )
+
+        def registered() -> bool:
+            for proc in procs:
+                assert proc.alive(), proc.tail()
+            listed = httpx.get(lmcache_coordinator + "/instances", timeout=5).json()["instances"]
+            return {i["instance_id"] for i in listed} >= set(mp.servers)
+
+        wait_for(registered, START_S, interval=0.5, what="the MP servers registered")
+        with open(work / "worker.log", "ab") as err:
+            mp.worker = subprocess.Popen(
+                [str(LMCACHE_PY), str(MP_WORKER)]
+                + [f"tcp://127.0.0.1:{port}" for port in mp.servers.values()],
+                cwd=REPO,
+                env={**os.environ, "PYTHONHASHSEED": "0", "LMCACHE_DISABLE_BANNER": "1"},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                start_new_session=True,
+            )
+        ready = mp.worker.stdout.readline() if mp.worker.stdout else ""
+        assert json.loads(ready or "{}").get("ready"), (work / "worker.log").read_text()[-3000:]
+        yield mp
+    finally:
+        if mp.worker is not None:
+            if mp.worker.stdin:
+                mp.worker.stdin.close()  # it unregisters its KV caches and exits
+            try:
+                mp.worker.wait(30)
+            except subprocess.TimeoutExpired:
+                mp.worker.kill()
+                mp.worker.wait(10)
+        for proc in reversed(procs):
+            proc.stop()

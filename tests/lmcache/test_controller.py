@@ -1,7 +1,8 @@
 """The ``lmcache`` executor against the real LMCache 0.5.6 controller and two standalone engines
-on CPU: a copy keeps the source, a pin on the target confirms it, renewals keep it, a lapsed
-lease frees it, ``/clear`` skips pinned chunks, a wrong instance gives a clear error; and the
-control plane's job for an approved plan item, run by this executor, ends confirmed by the pin.
+on CPU: a copy keeps the source, a pin on the target confirms it, renewals keep it, ``/clear``
+skips pinned chunks and frees an engine's own chunks once their lease lapsed, a copy outlives its
+lapsed lease until the executor's evict hands it back to the source, a wrong instance gives a
+clear error. (The control plane's side: tests/lmcache/test_lmcache_job.py.)
 
 ``mock_memory`` (the standalone engines' transfer channel) moves keys, not bytes, between
 processes: the bytes of an LMCache copy are a GPU-machine check (NIXL)."""
@@ -15,7 +16,7 @@ import pytest
 from nodeagent.blockstore import MemoryBlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job
-from nodeagent.transfers.lmcache import LmcacheTransport
+from nodeagent.transfers.lmcache import LmcacheController, LmcacheTransport
 from tests.live import wait_for
 from tests.lmcache.conftest import PIN_CHECK_S, PIN_TIMEOUT_S, tokens
 
@@ -24,10 +25,17 @@ ENGINE_B = EngineConfig(engine_id="vllm-b", kv_events="tcp://127.0.0.1:1", lmcac
 LAPSE_S = PIN_TIMEOUT_S + 4 * PIN_CHECK_S + 10  # a lease ends within its timeout and a check
 
 
-def job(toks: list[int], source: str = "A", hold_s: float = 600.0, jid: str = "j-1") -> Job:
+def job(
+    toks: list[int],
+    source: str = "A",
+    hold_s: float = 600.0,
+    jid: str = "j-1",
+    action: str = "replicate",
+) -> Job:
     return Job.from_message(
         {
             "id": jid,
+            "action": action,
             "role": "target",
             "transport": "lmcache",
             "keys": [],
@@ -94,10 +102,8 @@ def test_a_wrong_instance_gives_a_clear_error_and_moves_nothing(lmcache_cluster,
 
 
 def test_renewed_while_live_then_the_lease_lapses_and_clear_frees_it(lmcache_cluster, tmp_path):
-    """The executor's lease keeper against a real engine's pins. Checked on chunks the engine
-    stored itself: in 0.5.6 with the ``mock_memory`` channel, chunks that arrived by a copy are
-    not freed by ``/clear`` even after their lease lapsed (the target's pin monitor tracks no
-    object for them), so the lapse is watched where LMCache tracks it."""
+    """The executor's lease keeper against a real engine's pins, on chunks the engine stored
+    itself (those that arrive by a copy are never freed by a lapse: the next test)."""
     from nodeagent.transfers.lmcache import Lease, LeaseKeeper, LmcacheController
 
     c = lmcache_cluster
@@ -137,3 +143,38 @@ def test_renewed_while_live_then_the_lease_lapses_and_clear_frees_it(lmcache_clu
         return c.key_count("A") == base
 
     wait_for(freed, LAPSE_S, interval=PIN_CHECK_S, what="the lapsed lease's chunks cleared")
+
+
+def test_a_copy_outlives_its_lapsed_lease_until_the_evict_job_moves_it_back(
+    lmcache_cluster, tmp_path
+):
+    """LMCache 0.5.6 never frees chunks that arrived by a copy: after the lease lapsed ``/clear``
+    skips them (as 0.5.6's source reads, its P2P receive keeps a reference to each). The
+    replica ends by the executor's evict job (as the agent runs it), which moves them back to
+    the source: the target holds none of them, the source keeps its own."""
+    from nodeagent.jobs import JobRunner, Journal
+
+    c = lmcache_cluster
+    toks = tokens(40_000, 40_512)
+    c.store("A", 40_000, 40_512)
+    a0, b0 = c.key_count("A"), c.key_count("B")
+    ex = executor(c, tmp_path, renew_s=PIN_CHECK_S)
+    copied = ex.receive(job(toks, jid="j-copy"), MemoryBlockStore(1), lambda n: None)
+    assert copied.ok and copied.extra["confirmation"]["tokens"] == 512, copied.error
+    wait_for(lambda: c.key_count("B") == b0 + 2, 30, what="the copy's chunks registered on B")
+    # The hold ends: the keeper drops the lease, and the engine's pin monitor lets it lapse.
+    assert ex.leases.renew_due(now=time.time() + 3600) == [] and not ex.leases.leases
+    wait_for(lambda: c.pinned("B") == 0, LAPSE_S, interval=PIN_CHECK_S, what="B's leases lapsed")
+    # LMCache's own way to free a tier frees none of the copy.
+    assert c.clear("B") == 0 and c.key_count("B") == b0 + 2
+    # The agent runs the evict job the control plane sends when the hold ends.
+    runner = JobRunner(Journal(tmp_path / "journal"), MemoryBlockStore(1), {"lmcache": ex})
+    gone = runner._execute(job(toks, jid="j-evict", action="evict"), lambda n: None)
+    assert gone.ok, gone.error
+    wait_for(lambda: c.key_count("B") == b0, 30, what="the copy's chunks gone from B")
+    assert "512 tokens removed from B" in gone.extra["detail"], gone.extra
+    assert LmcacheController(c.url).pin("B", "LocalCPUBackend", toks) == 0
+    assert c.key_count("A") == a0  # the source kept its chunks and gained none
+    # A second evict finds nothing to remove and says so.
+    again = runner._execute(job(toks, jid="j-evict-2", action="evict"), lambda n: None)
+    assert again.ok and "held none" in again.extra["detail"], again.extra

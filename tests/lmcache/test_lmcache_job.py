@@ -6,9 +6,11 @@ that finds it gone marks it lost. The control plane runs in-process (tasks eager
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlplane.core import blockhash
@@ -16,11 +18,18 @@ from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine, Node
 from controlplane.replication.jobs.delivery import apply_event
 from controlplane.replication.jobs.messages import assign_message
-from controlplane.replication.models import PlanItem, Policy, ReplicationJob, ReplicationPlan
+from controlplane.replication.models import (
+    PlanItem,
+    Policy,
+    ReplicationJob,
+    ReplicationPlan,
+    SpeculativeReplica,
+)
+from controlplane.replication.tasks import evict_expired
 from nodeagent.blockstore import MemoryBlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job
-from nodeagent.transfers.lmcache import LmcacheTransport
+from nodeagent.transfers.lmcache import LmcacheController, LmcacheTransport
 from tests.api.conftest import make_user
 from tests.lmcache.conftest import tokens
 from tests.workflow.conftest import eager  # noqa: F401 - the fixture
@@ -46,18 +55,11 @@ def engine(name: str, instance: str) -> Engine:
     )
 
 
-@pytest.mark.parametrize(("TOKENS", "outcome"), [(WHOLE, "confirmed"), (SHORT, "partial")])
-def test_an_approved_plan_item_becomes_a_copy_judged_by_the_pin(
-    lmcache_cluster,
-    transactional_db,
-    eager,  # noqa: F811
-    tmp_path,
-    TOKENS,  # noqa: N803
-    outcome,
-):
-    c = lmcache_cluster
+def approved_copy(c, tmp_path, TOKENS):  # noqa: N803
+    """An operator approves a plan item copying ``TOKENS`` from A to B; the target agent's
+    executor runs the job it is sent and its result is applied. Returns (job, executor, src,
+    tgt)."""
     c.store("A", TOKENS[0], TOKENS[-1] + 1)
-    a_before = c.key_count("A")
     for role in ("viewer", "operator", "admin"):
         Group.objects.get_or_create(name=role)
     src, tgt = engine("node-a", "A"), engine("node-b", "B")
@@ -115,6 +117,13 @@ def test_an_approved_plan_item_becomes_a_copy_judged_by_the_pin(
     )
     result = ex.receive(Job.from_message(msg), MemoryBlockStore(1), lambda n: None)
     assert result.ok, result.error
+    run_on_agent(tgt, job, result)
+    job.refresh_from_db()
+    return job, ex, src, tgt
+
+
+def run_on_agent(tgt: Engine, job: ReplicationJob, result) -> None:
+    """The target's agent acknowledges the job and reports its executor's result."""
     apply_event(tgt.node_id, {"type": "job.ack", "job_id": str(job.pk)})
     apply_event(
         tgt.node_id,
@@ -122,13 +131,26 @@ def test_an_approved_plan_item_becomes_a_copy_judged_by_the_pin(
             **result.extra,
             "type": "job.result",
             "job_id": str(job.pk),
-            "state": "succeeded",
+            "state": "succeeded" if result.ok else "failed",
             "checksum": None,
             "bytes": result.bytes,
-            "error": None,
+            "error": result.error,
         },
     )
-    job.refresh_from_db()
+
+
+@pytest.mark.parametrize(("TOKENS", "outcome"), [(WHOLE, "confirmed"), (SHORT, "partial")])
+def test_an_approved_plan_item_becomes_a_copy_judged_by_the_pin(
+    lmcache_cluster,
+    transactional_db,
+    eager,  # noqa: F811
+    tmp_path,
+    TOKENS,  # noqa: N803
+    outcome,
+):
+    c = lmcache_cluster
+    a_before = c.key_count("A") + len(TOKENS) // 256
+    job, ex, _, tgt = approved_copy(c, tmp_path, TOKENS)
     replica = job.replicas.get()
     assert job.state == outcome and replica.confirmed_by == "lmcache-pin" and replica.tier == "CPU"
     assert replica.tokens == 512 and replica.new_tokens == 512  # what the target shows
@@ -140,8 +162,53 @@ def test_an_approved_plan_item_becomes_a_copy_judged_by_the_pin(
     assert readings and all(r["tokens"] == 512 and r["error"] is None for r in readings)
     for reading in readings:
         assert apply_event(tgt.node_id, reading).state == outcome
-    # A reading with fewer tokens than the copy covers is a loss (LMCache 0.5.6 never frees
-    # copied chunks by itself: tests/lmcache/test_controller.py).
-    assert apply_event(tgt.node_id, {**readings[0], "tokens": 0}).state == "lost"
+    # The copy leaves the target before its hold ends (LMCache 0.5.6 never frees copied chunks
+    # by itself, tests/lmcache/test_controller.py: here they are moved off it through the
+    # controller): the keeper's next real reading has fewer tokens than the copy covers, a loss.
+    held = ex.leases.leases[str(job.pk)].tokens
+    LmcacheController(c.url).move(
+        ("B", "LocalCPUBackend"), ("A", "LocalCPUBackend"), held, copy=False
+    )
+    gone = ex.leases.renew_due(now=time.time() + 4)
+    assert gone and gone[0]["tokens"] == 0, gone
+    assert apply_event(tgt.node_id, gone[0]).state == "lost"
     replica.refresh_from_db()
     assert replica.lost_at is not None
+
+
+def test_the_hold_ends_and_the_evict_job_takes_the_copy_off_the_target(
+    lmcache_cluster,
+    transactional_db,
+    eager,  # noqa: F811
+    tmp_path,
+):
+    """LMCache 0.5.6 never frees a copy by itself, lapsed lease or not
+    (tests/lmcache/test_controller.py): past its hold the control plane sends the target's
+    agent an evict job naming the source, the executor moves the chunks back there, and the
+    replica ends once the target holds none of them."""
+    from nodeagent.jobs import JobRunner, Journal
+
+    c = lmcache_cluster
+    toks = tokens(60_000, 60_512)
+    b_before = c.key_count("B")
+    job, ex, src, tgt = approved_copy(c, tmp_path, toks)
+    replica = job.replicas.get()
+    assert job.state == "confirmed" and c.key_count("B") == b_before + 2
+    SpeculativeReplica.objects.filter(pk=replica.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    evict_expired.delay()
+    evict = ReplicationJob.objects.get(action="evict")
+    assert evict.state == "dispatched" and evict.target == tgt and evict.source == src
+    msg = assign_message(evict, "target")["job"]
+    assert msg["tokens"] == toks and msg["lmcache"]["source_instance"] == "A"
+    runner = JobRunner(Journal(tmp_path / "journal"), MemoryBlockStore(1), {"lmcache": ex})
+    result = runner._execute(Job.from_message(msg), lambda n: None)
+    run_on_agent(tgt, evict, result)
+    evict.refresh_from_db()
+    replica.refresh_from_db()
+    assert evict.state == "succeeded", (evict.state, evict.error)
+    assert replica.evicted_at is not None
+    assert c.key_count("B") == b_before
+    assert LmcacheController(c.url).pin("B", "LocalCPUBackend", toks) == 0
+    assert not ex.leases.leases  # nothing left to renew

@@ -9,7 +9,7 @@ import pytest
 from controlplane.replication.choices import ItemDecision, JobState
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
 from controlplane.replication.plans.costs import cost_model_for, prefill_s
-from controlplane.replication.tasks import score_replicas, sweep_jobs
+from controlplane.replication.tasks import evict_expired, score_replicas, sweep_jobs
 from tests.workflow import burst
 from tests.workflow.evidence import TOKENS, Evidence, confirmed_copy, prefix, since
 
@@ -44,10 +44,18 @@ def test_target_that_held_the_prefix_before_dispatch_ends_redundant(ev, fleet):
     policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
     ev.report("node-b", prefix(0))  # the engine computed the prefix itself, before the plan
     job = _one_job(ev, policy, key)
-    assert job.state == JobState.REDUNDANT
+    assert job.state == JobState.REDUNDANT and job.attempt == 0  # never sent to an agent
     assert not SpeculativeReplica.objects.filter(job=job).exists()  # no replica, no credit
+    # Its agent's later reports list the same blocks again, and the engine serves the prefix
+    # from its own cache: still nothing the copy did, nothing credited.
+    ev.report("node-b", prefix(0))
+    ev.served(key, "node-b", 5, cached=TOKENS, ttft_s=0.1)
+    score_replicas.delay()
+    job.refresh_from_db()
+    assert job.state == JobState.REDUNDANT and not SpeculativeReplica.objects.exists()
     board = fleet.operator.get(f"/api/scoreboard/?since={since()}").json()
     assert board["totals"]["replicas"] == 0
+    assert board["totals"]["hits"] == 0 and board["totals"]["ttft_saved_s"] == 0
 
 
 def test_blocks_held_before_dispatch_are_not_the_copys(ev, fleet):
@@ -156,6 +164,11 @@ def test_holdout_withholds_an_approved_item_and_records_what_it_would_have_done(
     assert ho["unit"] == "prefix" and (arm["prefixes"], arm["requests"]) == (1, 3)
     assert arm["ttft_mean_s"] == pytest.approx(1.5) and arm["hit_rate"] == 1.0
     assert ho["ttft_samples"]["held_out"] == [1.5, 1.5, 1.5]
+    # Its hold ends: nothing was placed, so nothing is evicted from the engine.
+    SpeculativeReplica.objects.filter(pk=held.pk).update(expires_at=held.placed_at)
+    evict_expired.delay()
+    held.refresh_from_db()
+    assert held.evicted_at == held.placed_at and not ReplicationJob.objects.exists()
 
 
 def test_holdout_coin_is_drawn_per_prefix_and_kept_while_it_has_a_live_record(

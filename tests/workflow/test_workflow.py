@@ -103,6 +103,13 @@ def test_auto_mode_burst_to_forecast_plan_job_residency_and_score(fleet):
         format="json",
     ).json()
     assert item.target_id not in {h["engine"] for h in lookup["holders"]}
+    # Another engine computing the prefix (its agent's report, then its eviction) proves
+    # nothing about this copy: only the target's own events can confirm it.
+    other = next(n for n in ("node-b", "node-c") if fleet.nodes[n] != item.target.node_id)
+    fleet.report(other, burst.PREFIX, seq=2)
+    fleet.report(other, (), seq=3)
+    job.refresh_from_db()
+    assert job.state == JobState.LANDED and not job.stored_since
     # The target's agent reports its engine's KV events: the copy is confirmed by them when
     # that report is applied (no sweep runs here).
     fleet.report(names[item.target.node_id], burst.PREFIX)

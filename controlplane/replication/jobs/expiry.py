@@ -1,12 +1,12 @@
-"""Replicas past their hold: shadow ones and those whose executor cannot evict simply end; the
-others get an ``evict`` job through their agent (unless a pin keeps them)."""
+"""Replicas past their hold: shadow and held-out ones and warm-ups simply end; the others get
+an ``evict`` job through their agent (unless a pin keeps them)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ..choices import JobAction, JobState, OverrideKind, Transport
@@ -16,18 +16,20 @@ from .delivery import DELIVERY_STATES, dispatch_job
 from .states import transition
 
 # No per-prefix evict: vLLM has no API to drop a prefix (a warmed prefix stays ordinary prefix
-# cache, evicted LRU when room is needed), and LMCache 0.5.6's controller has none either (its
-# /clear empties a whole tier); an LMCache replica ends by its lease lapsing, as the agent stops
-# renewing it at the hold's end.
-ENDS_BY_ITSELF = (Transport.WARMUP, Transport.LMCACHE)
+# cache, evicted LRU when room is needed). An LMCache copy does not end by itself: LMCache 0.5.6
+# never frees chunks that arrived by a copy, lease lapsed or not (nodeagent/transfers/lmcache.py),
+# so its evict job hands them back to the source they came from, which the job names.
+ENDS_BY_ITSELF = (Transport.WARMUP,)
+RETURNS_TO_SOURCE = (Transport.LMCACHE,)
 
 
 def evict_expired() -> int:
-    """Replicas past their TTL: shadow ones, and those whose executor cannot evict (warm-ups,
-    LMCache leases), simply end; the others are evicted through their agent."""
+    """Replicas past their TTL: shadow and held-out ones (never placed) and warm-ups simply
+    end; the others are evicted through their agent."""
     now = timezone.now()
     expired = SpeculativeReplica.objects.filter(evicted_at__isnull=True, expires_at__lte=now)
-    ended = expired.filter(shadow=True).update(evicted_at=F("expires_at"))
+    # Shadow and held-out replicas were never placed: nothing to evict from the engine.
+    ended = expired.filter(Q(shadow=True) | Q(held_out=True)).update(evicted_at=F("expires_at"))
     ended += expired.filter(shadow=False, job__transport__in=ENDS_BY_ITSELF).update(
         evicted_at=F("expires_at")
     )
@@ -43,10 +45,13 @@ def evict_expired() -> int:
                 state__in=[JobState.APPROVED, *DELIVERY_STATES],
             ).exists():
                 continue  # an eviction is already under way
+            transport = r.job.transport if r.job_id else Transport.TCP
             job = ReplicationJob.objects.create(
                 item=r.item,  # its workload key gives executors that address KV by tokens the tokens
                 action=JobAction.EVICT,
-                transport=r.job.transport if r.job_id else Transport.TCP,
+                transport=transport,
+                # Only the target's agent runs an evict job; a source is where the chunks go back.
+                source=r.job.source if r.job_id and transport in RETURNS_TO_SOURCE else None,
                 target=r.engine,
                 prefix_keys=r.prefix_keys,
                 tier=r.tier,
