@@ -117,7 +117,11 @@ class Agent:
             metrics=self.metrics,
         )
         self.runner = JobRunner(
-            Journal(state / "jobs.journal"), self.store, transports, self.metrics
+            Journal(state / "jobs.journal"),
+            self.store,
+            transports,
+            self.metrics,
+            cut_report=self.reporter.cut,
         )
         self.lmcache_leases = transports[wire.TRANSPORT_LMCACHE].leases  # type: ignore[attr-defined]
         self.lmcache_leases.on_reading = self.runner.notify

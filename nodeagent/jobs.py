@@ -72,8 +72,12 @@ class JobRunner:
         store: BlockStore,
         transports: dict[str, Executor],
         metrics: Any = None,
+        cut_report: Callable[[], int] | None = None,
     ):
         self.journal = journal
+        # Spools a report of every KV event seen so far and returns its seq: called before a
+        # target acknowledges a copy, so the control plane knows which reports can show it.
+        self.cut_report = cut_report
         self.store = store
         self.transports = transports
         self.metrics = metrics
@@ -127,7 +131,10 @@ class JobRunner:
             if job_id:
                 await send(wire.job_result(job_id, False, None, 0, str(exc)))
             return
-        await send(wire.job_ack(job.id))
+        cut = None
+        if self.cut_report is not None and job.role == wire.ROLE_TARGET:
+            cut = self.cut_report()
+        await send(wire.job_ack(job.id, cut))
         done = self.journal.get(job.id)
         if done and (done["state"] == wire.JOB_SUCCEEDED or done.get("attempt", 1) >= job.attempt):
             await send({k: v for k, v in done.items() if k != "attempt"})

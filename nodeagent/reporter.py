@@ -201,6 +201,12 @@ class Reporter:
         self._gauge()
         return seq, body
 
+    def cut(self) -> int:
+        """Spool what the engines' KV events have said so far (a report, sent with the spool on
+        the next flush) and return the seq that holds it: everything after is later."""
+        seq, _ = self.build_report()
+        return seq
+
     def _encode(self, report: dict[str, Any]) -> bytes:
         return encode_report(report, self.encoding)
 

@@ -224,8 +224,13 @@ def job_assign(
     return {"type": MSG_JOB_ASSIGN, "job": job}
 
 
-def job_ack(job_id: str) -> dict[str, Any]:
-    return {"type": MSG_JOB_ACK, "job_id": job_id}
+def job_ack(job_id: str, report_seq: int | None = None) -> dict[str, Any]:
+    """``report_seq``: the target's agent spooled every KV event it had before this ack in its
+    report ``report_seq`` (or earlier), so only later reports can show what the copy stored."""
+    msg: dict[str, Any] = {"type": MSG_JOB_ACK, "job_id": job_id}
+    if report_seq is not None:
+        msg["report_seq"] = report_seq
+    return msg
 
 
 def job_progress(job_id: str, bytes_done: int) -> dict[str, Any]:

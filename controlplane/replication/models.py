@@ -201,6 +201,17 @@ class ReplicationJob(models.Model):
         blank=True,
         help_text="keys of the prefix (hex) the target's reports stored after dispatch",
     )
+    stored_seqs = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="key (hex) -> the seq of the target agent's report that stored it",
+    )
+    target_report_seq = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="the target's agent acknowledged the attempt after spooling this report: "
+        "only later reports show what the copy stored",
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 

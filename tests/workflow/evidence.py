@@ -100,13 +100,18 @@ class Evidence:
         assert r.status_code == 200, r.content
         return r.json()
 
-    def land(self, job: ReplicationJob) -> ReplicationJob:
-        """Both agents report the copy done (ack, then result), as real agents do."""
+    def land(self, job: ReplicationJob, cut: bool = False) -> ReplicationJob:
+        """Both agents report the copy done (ack, then result), as real agents do; ``cut``: the
+        target's ack names its latest report (``report_seq``), as the real agent's does."""
         names = {v: k for k, v in self.fleet.nodes.items()}
         for engine in (job.source, job.target):
-            agent = self.fleet.agents[names[engine.node_id]]
+            name = names[engine.node_id]
+            agent = self.fleet.agents[name]
+            ack: dict = {"type": "job.ack", "job_id": str(job.pk)}
+            if cut and engine == job.target:
+                ack["report_seq"] = self.seq[name]
             for msg in (
-                {"type": "job.ack", "job_id": str(job.pk)},
+                ack,
                 {
                     "type": "job.result",
                     "job_id": str(job.pk),

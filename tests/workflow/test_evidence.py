@@ -40,6 +40,48 @@ def test_copy_confirmed_when_the_report_with_new_blocks_is_applied(ev, fleet):
     assert replica.tokens == TOKENS and replica.new_tokens == TOKENS
 
 
+def test_a_report_on_its_way_at_dispatch_is_no_evidence_of_the_copy(ev, fleet, settings):
+    """The engine computed the prefix itself just before dispatch; its agent's report saying
+    so is applied after dispatch. The target's ack names that report (it spooled it before
+    taking the job), so the copy is not confirmed by it; a later report would."""
+    settings.PREWARM_REPLICA_CONFIRM_SECONDS = 0.0
+    policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
+    job = _one_job(ev, policy, key)
+    assert job.state == JobState.DISPATCHED and job.held_at_dispatch == []
+    ev.report("node-b", prefix(0))  # spooled before the ack, applied after dispatch
+    job = ev.land(job, cut=True)
+    assert job.target_report_seq == ev.seq["node-b"] and job.stored_since == []
+    sweep_jobs.delay()
+    job.refresh_from_db()
+    assert job.state == JobState.REDUNDANT  # held, but nothing shows the copy put it there
+    assert not SpeculativeReplica.objects.filter(job=job, confirmed_at__isnull=False).exists()
+
+
+def test_a_report_after_the_targets_ack_confirms_the_copy(ev, fleet):
+    policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
+    job = ev.land(_one_job(ev, policy, key), cut=True)
+    ev.report("node-b", prefix(0))  # after the cut: the copy's blocks
+    job.refresh_from_db()
+    assert job.state == JobState.CONFIRMED
+    assert SpeculativeReplica.objects.get(job=job).new_tokens == TOKENS
+
+
+def test_an_ack_with_a_bad_report_seq_is_refused_and_changes_nothing(ev, fleet):
+    policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
+    job = _one_job(ev, policy, key)
+    target = fleet.agents["node-b"]
+    for bad in (-1, "7", 1.5, True):
+        r = target.post(
+            f"/api/agents/jobs/{job.pk}/events/",
+            {"type": "job.ack", "job_id": str(job.pk), "report_seq": bad},
+            format="json",
+        )
+        assert r.status_code == 400 and "report_seq" in r.content.decode(), (bad, r.content)
+    job.refresh_from_db()
+    assert job.state == JobState.DISPATCHED and job.acks == {}
+    assert job.target_report_seq is None
+
+
 def test_target_that_held_the_prefix_before_dispatch_ends_redundant(ev, fleet):
     policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
     ev.report("node-b", prefix(0))  # the engine computed the prefix itself, before the plan

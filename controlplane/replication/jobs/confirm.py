@@ -13,7 +13,10 @@ confirm. What counts as evidence:
   the blocks they gain): each agent report applied after dispatch that stores blocks of the
   prefix on the target adds them to the job's ``stored_since`` (``fleet.signals
   .residency_reported``, sent when the report is applied: confirmation is evaluated then, not
-  by a poll). The copy is ``confirmed`` once the index holds the whole chain on the target and
+  by a poll). The target's agent spools a report of every event it has before it acknowledges
+  the job and names it in ``job.ack`` (``report_seq``): that report and earlier ones, even when
+  applied after dispatch (on their way meanwhile), show what the engine held before the job
+  and count for nothing (``on_target_cut``). The copy is ``confirmed`` once the index holds the whole chain on the target and
   every block it lacked at dispatch was stored since. A block the engine held before, or that
   appeared with no report after dispatch, proves nothing about the copy.
 - **LMCache** (``lmcache``, ``lmcache-mp``): the executor reads the controller (pin) or the
@@ -295,17 +298,32 @@ def on_residency_reported(node: int, seq: int, stored: dict[int, list[int]], **_
         )
         sets = {engine: set(keys) for engine, keys in stored.items()}
         for job in jobs:
+            if job.target_report_seq is not None and seq <= job.target_report_seq:
+                continue  # spooled before the target's agent took the job: not the copy's
             got = [k for k in _chain(job) if k in sets[job.target_id]]
             have = set(job.stored_since)
             new = [h for h in _hex(got) if h not in have]
             if not new:
                 continue
             job.stored_since = [*job.stored_since, *new]
-            job.save(update_fields=["stored_since", "updated_at"])
+            job.stored_seqs = {**job.stored_seqs, **dict.fromkeys(new, seq)}
+            job.save(update_fields=["stored_since", "stored_seqs", "updated_at"])
             touched += 1
             if job.state == JobState.LANDED:
                 evaluate(job)
     return touched
+
+
+def on_target_cut(job: ReplicationJob, report_seq: int) -> ReplicationJob:
+    """The target's agent acknowledged the attempt after spooling report ``report_seq``: what
+    that report and earlier ones stored was on the engine before the agent took the job (a
+    report still on its way at dispatch), so it is no evidence of the copy."""
+    early = {h for h, s in job.stored_seqs.items() if s <= report_seq}
+    job.target_report_seq = report_seq
+    job.stored_since = [h for h in job.stored_since if h not in early]
+    job.stored_seqs = {h: s for h, s in job.stored_seqs.items() if h not in early}
+    job.save(update_fields=["target_report_seq", "stored_since", "stored_seqs", "updated_at"])
+    return job
 
 
 def lose(job: ReplicationJob, replica: SpeculativeReplica | None, why: str) -> ReplicationJob:

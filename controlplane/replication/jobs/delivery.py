@@ -111,6 +111,8 @@ def dispatch(job_id) -> ReplicationJob | None:
             attempt_deadline=deadline,
             held_at_dispatch=held,
             stored_since=[],
+            stored_seqs={},
+            target_report_seq=None,
         )
         _push(job, roles)
     return job
@@ -171,6 +173,8 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
                 acks[r] = job.attempt
             job.acks = acks
             job.save(update_fields=["acks", "updated_at"])
+            if TARGET in roles and msg.get("report_seq") is not None:
+                confirm.on_target_cut(job, _report_seq(msg["report_seq"]))
             if job.state == JobState.DISPATCHED:
                 job = transition(job, JobState.RUNNING, f"acknowledged by node {node_id}")
         elif kind == wire.MSG_JOB_PROGRESS:
@@ -191,6 +195,15 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
             },
         )
     return job
+
+
+def _report_seq(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise EventError(
+            f"{wire.MSG_JOB_ACK} report_seq must be a report's seq (an integer >= 0)",
+            field="report_seq",
+        )
+    return value
 
 
 def _result(job: ReplicationJob, node_id: int, roles: list[str], msg: dict) -> ReplicationJob:
