@@ -195,3 +195,43 @@ def test_a_spool_file_damaged_after_start_is_skipped_when_read(tmp_path):
     (tmp_path / f"{1:020d}.rep").write_bytes(b"PWS1")
     assert spool.read(1) is None and spool.read(2) == b"two"
     assert spool.corrupt_reports == 1 and spool.seqs() == [2]
+
+
+async def test_a_target_acknowledges_a_copy_after_spooling_what_its_engine_held(
+    control_plane, tmp_path
+):
+    """The target's ack names the report holding every KV event seen before it (report_seq):
+    the events before the ack are in that report or earlier, those after in later ones. A
+    source's ack names none."""
+    from controlplane.core import protocol as wire
+    from nodeagent.blockstore import MemoryBlockStore
+    from nodeagent.jobs import Journal, JobRunner
+    from tests.agent.test_job_assign import full
+
+    frames, _ = load_messages("0.10.1")
+    res = EngineResidency("vllm-0", 16)
+    rep = make_reporter(control_plane, tmp_path, res)
+    runner = JobRunner(Journal(tmp_path / "journal"), MemoryBlockStore(1), {}, cut_report=rep.cut)
+    for _t, _s, p in frames[:5]:
+        res.apply_events(decode_payload(p)[1])
+    sent: list[dict] = []
+
+    async def send(msg):
+        sent.append(msg)
+
+    deadline = time.time() + 600
+    for i, role in enumerate((wire.ROLE_TARGET, wire.ROLE_SOURCE)):
+        msg = full(job_id=f"6f1c0d5e-0000-4000-8000-00000000000{i}", role=role, deadline=deadline)
+        await runner.handle(msg, send)
+    acks = [m for m in sent if m["type"] == wire.MSG_JOB_ACK]
+    assert [a.get("report_seq") for a in acks] == [1, None]
+    assert await rep.flush()  # sends the spooled report 1 only
+    assert [r["seq"] for r in control_plane.reports] == [1]
+    assert server_view(control_plane) == agent_view(res)  # every event before the ack
+    for _t, _s, p in frames[5:10]:  # the engine's events after the ack
+        res.apply_events(decode_payload(p)[1])
+    rep.build_report()
+    assert await rep.flush()
+    assert [r["seq"] for r in control_plane.reports] == [1, 2]
+    assert control_plane.reports[1]["residency"][0]["mode"] == "delta"
+    await rep.aclose()
