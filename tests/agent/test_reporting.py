@@ -205,7 +205,7 @@ async def test_a_target_acknowledges_a_copy_after_spooling_what_its_engine_held(
     source's ack names none."""
     from controlplane.core import protocol as wire
     from nodeagent.blockstore import MemoryBlockStore
-    from nodeagent.jobs import Journal, JobRunner
+    from nodeagent.jobs import JobRunner, Journal
     from tests.agent.test_job_assign import full
 
     frames, _ = load_messages("0.10.1")
