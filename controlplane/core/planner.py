@@ -72,6 +72,17 @@ from controlplane.core.protocol import (
 
 LIFECYCLES = ENGINE_LIFECYCLES
 
+# The charged planner's settings, one set for every trace and cell (docs/simulator.md, "Issue 20
+# runs"): the simulator's ``predictive`` and ``oracle`` use them, and so does a new
+# ``replication.models.Policy`` (an operator tunes them there). A speculative item's expected
+# saving must be BENEFIT_MARGIN x what it takes (copy time, the displaced blocks' expected value,
+# the target's queue); none lands on a serving engine queueing over MAX_TARGET_QUEUE_S; while the
+# serving engines queue MAX_CLUSTER_QUEUE_S on average the planner backs off (warm-ups of joining
+# engines only).
+BENEFIT_MARGIN = 2.0
+MAX_TARGET_QUEUE_S = 2.0
+MAX_CLUSTER_QUEUE_S = 1.0
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -226,7 +237,7 @@ def plan(
     }
     # Back off while the cluster queues: only warm-ups of joining engines (which take no
     # traffic yet, so their room and queue cost nothing) are planned.
-    backoff = cluster_queue_s(engines) > budgets.max_cluster_queue_s
+    backoff = backs_off(engines, budgets)
     spare = {e.engine_id: max(0.0, 1.0 - e.load) for e in engines}
     room = {
         e.engine_id: max(
@@ -451,6 +462,49 @@ def cluster_queue_s(engines: Iterable[EngineState]) -> float:
     """Mean queue (seconds) of the serving engines: what the planner backs off on."""
     qs = [e.queue_s for e in engines if e.lifecycle == ENGINE_SERVING]
     return sum(qs) / len(qs) if qs else 0.0
+
+
+def backs_off(engines: Iterable[EngineState], budgets: Budgets) -> bool:
+    """The serving engines queue more than ``max_cluster_queue_s`` on average: no speculative
+    item but warm-ups of joining engines."""
+    return cluster_queue_s(engines) > budgets.max_cluster_queue_s
+
+
+def queue_gate(engines: Sequence[EngineState], budgets: Budgets) -> dict:
+    """What the queues held back in a plan, for its summary: the serving engines' mean queue
+    against ``max_cluster_queue_s`` (the back-off) and the engines over ``max_queue_s`` (no item
+    lands there), with a sentence saying so. Limits that are off (infinite) read None."""
+    q = cluster_queue_s(engines)
+    over = sorted(
+        e.engine_id
+        for e in engines
+        if e.lifecycle == ENGINE_SERVING and e.queue_s > budgets.max_queue_s
+    )
+    backoff = backs_off(engines, budgets)
+    if backoff:
+        why = (
+            f"serving engines queue {q:.2f} s on average (limit {budgets.max_cluster_queue_s:g} "
+            "s): speculative copies and promotions held back, warm-ups of joining engines only"
+        )
+    elif over:
+        why = (
+            f"{len(over)} serving engine(s) queue over {budgets.max_queue_s:g} s: "
+            "no speculative item lands there"
+        )
+    else:
+        why = ""
+    return {
+        "cluster_queue_s": round(q, 4),
+        "max_cluster_queue_s": _finite(budgets.max_cluster_queue_s),
+        "max_queue_s": _finite(budgets.max_queue_s),
+        "backed_off": backoff,
+        "engines_over_max_queue": over,
+        "why": why,
+    }
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def _link_wait(src: EngineState, dst: EngineState, queued: dict[str, float]) -> float:

@@ -5,6 +5,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from controlplane.core import planner
+
 from .choices import (
     Confirmation,
     ItemDecision,
@@ -43,6 +45,26 @@ class Policy(models.Model):
         help_text="share of approved speculative items withheld at random as the control arm "
         "(empty: PREWARM_HOLDOUT_FRACTION, 0.15 unless configured)",
     )
+    # What speculation is charged (core.planner: the simulator's defaults). Empty limits: none.
+    min_benefit_ratio = models.FloatField(
+        default=planner.BENEFIT_MARGIN,
+        help_text="a speculative item is planned only when its expected TTFT saving is at least "
+        "this many times what it takes (copy time, the target engine's queue); >= 1",
+    )
+    max_queue_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        default=planner.MAX_TARGET_QUEUE_S,
+        help_text="no speculative item lands on a serving engine whose queue (its agent's "
+        "waiting requests, in seconds of prefill) is longer (empty: no limit)",
+    )
+    max_cluster_queue_seconds = models.FloatField(
+        null=True,
+        blank=True,
+        default=planner.MAX_CLUSTER_QUEUE_S,
+        help_text="while the serving engines queue longer than this on average, plan no "
+        "speculative copy or promotion, only warm-ups of joining engines (empty: no limit)",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -64,6 +86,19 @@ class Policy(models.Model):
                 condition=models.Q(holdout_fraction__isnull=True)
                 | models.Q(holdout_fraction__gte=0, holdout_fraction__lte=1),
                 name="holdout_fraction_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(min_benefit_ratio__gte=1), name="min_benefit_ratio_range"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_queue_seconds__isnull=True)
+                | models.Q(max_queue_seconds__gte=0),
+                name="max_queue_seconds_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_cluster_queue_seconds__isnull=True)
+                | models.Q(max_cluster_queue_seconds__gte=0),
+                name="max_cluster_queue_seconds_range",
             ),
         ]
 

@@ -26,6 +26,9 @@ import numpy as np
 from controlplane.core.demand import burst_probability, demand_for
 from controlplane.core.forecast import BurstTracker, forecast_counts
 from controlplane.core.planner import (
+    BENEFIT_MARGIN,
+    MAX_CLUSTER_QUEUE_S,
+    MAX_TARGET_QUEUE_S,
     Budgets,
     Candidate,
     Demand,
@@ -58,16 +61,12 @@ ONSET_MIN_ARRIVALS = 8
 ONSET_RATIO = 2.0
 ONSET_REPLAN_S = 2.0
 ONSET_LOOKAHEAD_S = 30.0  # clairvoyant: the true arrivals its on-arrival re-plan looks at
-# Cost-charged speculation, one setting for every trace and cell (docs/simulator.md, "What
-# speculation costs"): a speculative item's expected saving must be twice what it takes (copy
-# time, the displaced blocks' expected value, the target's queue); none lands on an engine
-# queueing over MAX_TARGET_QUEUE_S; while the serving engines queue MAX_CLUSTER_QUEUE_S on
-# average the planner backs off (no copies, promotions or new leases; warm-ups of joining
-# engines only), since a queue above the ramp-in router's 0.5 s guard sends requests to engines
-# that recompute their prefix, and the work that adds keeps the queue.
-BENEFIT_MARGIN = 2.0
-MAX_TARGET_QUEUE_S = 2.0
-MAX_CLUSTER_QUEUE_S = 1.0
+# Cost-charged speculation: one setting for every trace and cell, shared with the control plane's
+# default policy (``core.planner.BENEFIT_MARGIN``, ``MAX_TARGET_QUEUE_S``, ``MAX_CLUSTER_QUEUE_S``;
+# docs/simulator.md, "What speculation costs"). The planner backs off (no copies, promotions or
+# new leases; warm-ups of joining engines only) while the serving engines queue, since a queue
+# above the ramp-in router's 0.5 s guard sends requests to engines that recompute their prefix,
+# and the work that adds keeps the queue.
 
 
 class PlannedPolicy(Reactive):

@@ -50,6 +50,9 @@ def policy_form(name, **over):
         "forecast_every_seconds": "300",
         "plan_every_seconds": "30",
         "default_transport": "tcp",
+        "min_benefit_ratio": "2.0",
+        "max_queue_seconds": "2.0",
+        "max_cluster_queue_seconds": "",
         "active": "on",
     }
     return {**fields, **over}

@@ -35,7 +35,14 @@ def bearer(raw: str) -> APIClient:
     return client
 
 
-def engine_report(seq: int, name: str, keys=(), transfer="127.0.0.1:7701", kv_blocks=100_000):
+def engine_report(
+    seq: int,
+    name: str,
+    keys=(),
+    transfer="127.0.0.1:7701",
+    kv_blocks=100_000,
+    metrics: dict | None = None,
+):
     stored = [
         [blockhash.to_hex(k), blockhash.to_hex(keys[i - 1]) if i else None, "GPU", 0]
         for i, k in enumerate(keys)
@@ -56,7 +63,7 @@ def engine_report(seq: int, name: str, keys=(), transfer="127.0.0.1:7701", kv_bl
                 "gpu_uuids": [],
                 "endpoints": {"transfer": transfer},
                 # The holder is busy, the others have room: where a replica pays.
-                "metrics": {"kv_usage": 0.85 if keys else 0.3},
+                "metrics": {"kv_usage": 0.85 if keys else 0.3, **(metrics or {})},
             }
         ],
         "residency": [
@@ -107,10 +114,13 @@ class Fleet:
         assert r.status_code == 200, r.content
         return self.nodes[name]
 
-    def report(self, name: str, keys=(), seq: int = 2):
-        """``name``'s agent reports its engine holding ``keys`` (a snapshot of its KV events)."""
+    def report(self, name: str, keys=(), seq: int = 2, metrics: dict | None = None):
+        """``name``'s agent reports its engine holding ``keys`` (a snapshot of its KV events)
+        and its vLLM ``metrics`` (added to the default load)."""
         r = self.agents[name].post(
-            "/api/agents/report/", engine_report(seq, name, keys), format="json"
+            "/api/agents/report/",
+            engine_report(seq, name, keys, metrics=metrics),
+            format="json",
         )
         assert r.status_code == 200, r.content
         return r.json()

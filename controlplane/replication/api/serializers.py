@@ -32,6 +32,9 @@ class PolicySerializer(serializers.ModelSerializer):
             "plan_every_seconds",
             "default_transport",
             "holdout_fraction",
+            "min_benefit_ratio",
+            "max_queue_seconds",
+            "max_cluster_queue_seconds",
             "updated_at",
         ]
         read_only_fields = ["updated_at"]
@@ -48,6 +51,9 @@ class PolicySerializer(serializers.ModelSerializer):
             "horizon_seconds": {"min_value": 10, "max_value": 7 * 86400},
             "forecast_every_seconds": {"min_value": 10, "max_value": 86400},
             "plan_every_seconds": {"min_value": 1, "max_value": 86400},
+            "min_benefit_ratio": {"min_value": 1.0, "max_value": 1000.0},
+            "max_queue_seconds": {"min_value": 0.0, "max_value": 86400.0},
+            "max_cluster_queue_seconds": {"min_value": 0.0, "max_value": 86400.0},
         }
 
 

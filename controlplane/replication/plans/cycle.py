@@ -120,7 +120,9 @@ def run_cycle(policy_id: int | None = None, now=None) -> ReplicationPlan | None:
         min_confidence=policy.min_confidence,
         ttl_s=policy.replica_ttl_seconds,
         horizon_s=policy.horizon_seconds,
+        **charges(policy),
     )
+    gate = planner.queue_gate(inputs.engines, budgets)
     items = planner.plan(
         inputs.candidates, inputs.demand, inputs.holdings, inputs.engines, budgets, inputs.overrides
     )
@@ -132,13 +134,25 @@ def run_cycle(policy_id: int | None = None, now=None) -> ReplicationPlan | None:
     ]
     items, waiting = _with_token_ids(policy, inputs, items)
     planned_s = time.perf_counter() - t0
-    plan = store(policy, inputs, items, planned_s, waiting)
+    plan = store(policy, inputs, items, planned_s, waiting, gate)
     update_readiness(inputs, items)
     if policy.mode == PolicyMode.SHADOW:
         _shadow_replicas(plan, policy, now)
     elif policy.mode == PolicyMode.AUTO and items:
         decide(plan.pk, None, True, reason="auto mode: approved within budgets")
     return plan
+
+
+def charges(policy: Policy) -> dict:
+    """The policy's charges for speculation as ``planner.Budgets`` fields (empty limits: none)."""
+    inf = float("inf")
+    return {
+        "min_benefit_ratio": policy.min_benefit_ratio,
+        "max_queue_s": inf if policy.max_queue_seconds is None else policy.max_queue_seconds,
+        "max_cluster_queue_s": inf
+        if policy.max_cluster_queue_seconds is None
+        else policy.max_cluster_queue_seconds,
+    }
 
 
 def _with_token_ids(
@@ -169,6 +183,7 @@ def store(
     items: list[planner.PlannedMove],
     planned_s: float,
     waiting_for_token_ids: int = 0,
+    queues: dict | None = None,
 ) -> ReplicationPlan:
     # A new proposal supersedes the open ones: approving a stale plan would act on old residency.
     ReplicationPlan.objects.filter(state=PlanState.PROPOSED).update(state=PlanState.SUPERSEDED)
@@ -186,6 +201,8 @@ def store(
             # items left out until a gateway sends their prefixes' token ids (warm-up, LMCache)
             "waiting_for_token_ids": waiting_for_token_ids,
             "frozen": inputs.overrides.frozen,
+            # the engines' queues against the policy's limits: what they held back, and why
+            "queues": queues or {},
             # the forecaster behind each planned key (scoring credits it), not all 100k
             "forecasters": {
                 it.prefix_id: inputs.forecasters[it.prefix_id]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import namedtuple
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, timedelta
 
 import numpy as np
 from django.conf import settings
@@ -20,7 +20,7 @@ from controlplane.core import blockhash, planner
 from controlplane.core.costmodel import TIER_BYTES_PER_S
 from controlplane.core.demand import demand_for
 from controlplane.core.protocol import TIER_GPU
-from controlplane.demand.models import WorkloadKey
+from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.fleet.choices import EngineLifecycle, NodeState
 from controlplane.fleet.models import Engine
 from controlplane.fleet.residency import get_index
@@ -155,9 +155,57 @@ def holders_to_be(now=None) -> dict[tuple[tuple[str, ...], int], str]:
     return out
 
 
-def _engine_states(engines: list[Engine]) -> list[planner.EngineState]:
+# An engine's queue in seconds (``EngineState.queue_s``, what the planner charges a speculative
+# item and backs off on) is its agent's last reading of vLLM's ``num_requests_waiting`` times
+# what one request takes: the cost model's prefill of the mean request gateways recorded for the
+# engine's model over the last QUEUE_RECORDS_WINDOW_S (its uncached tokens after its cached ones).
+# Without recent records, a QUEUE_FALLBACK_PROMPT_TOKENS-token prompt with nothing cached.
+QUEUE_RECORDS_WINDOW_S = 600.0
+QUEUE_FALLBACK_PROMPT_TOKENS = 2048
+
+
+def request_seconds(models: set[str], now) -> dict[str, float]:
+    """Per model name: the prefill seconds of the mean recently recorded request."""
+    since = now - timedelta(seconds=QUEUE_RECORDS_WINDOW_S)
+    rows = (
+        DemandBucket.objects.filter(start__gte=since, key__model__in=models)
+        .values_list("key__model")
+        .annotate(
+            n=Sum("requests"),
+            prompt=Sum("prompt_tokens"),
+            cached=Sum("cached_tokens"),
+            served=Sum("served_records"),
+        )
+        .order_by()
+    )
+    seen = {m: (n or 0, p or 0, c or 0, sv or 0) for m, n, p, c, sv in rows}
+    out = {}
+    for m in models:
+        cm = cost_model_for(m)
+        n, prompt, cached, served = seen.get(m, (0, 0, 0, 0))
+        if n:
+            # cached tokens come only with records that name them (``served_records``)
+            hit = cached / served if served else 0.0
+            mean = prompt / n
+            out[m] = cm.prefill_seconds(max(0.0, mean - hit), min(hit, mean))
+        else:
+            out[m] = cm.prefill_seconds(QUEUE_FALLBACK_PROMPT_TOKENS)
+    return out
+
+
+def queue_seconds(metrics: dict, per_request_s: float) -> float:
+    """An engine's queue from its agent's metrics: waiting requests x one request's prefill
+    (0 where the engine reports no ``waiting``)."""
+    waiting = metrics.get("waiting")
+    if not isinstance(waiting, int | float) or isinstance(waiting, bool) or waiting <= 0:
+        return 0.0
+    return float(waiting) * per_request_s
+
+
+def _engine_states(engines: list[Engine], now=None) -> list[planner.EngineState]:
     index = get_index()
     spec = spec_bytes_by_engine()
+    per_request = request_seconds({e.model for e in engines}, now or timezone.now())
     out = []
     for e in engines:
         cap = e.kv_capacity_bytes
@@ -186,6 +234,9 @@ def _engine_states(engines: list[Engine]) -> list[planner.EngineState]:
                 if e.lifecycle == EngineLifecycle.WARMING
                 else 0.0,
                 tier_bytes_per_s=TIER_BYTES_PER_S,
+                queue_s=queue_seconds(metrics, per_request[e.model])
+                if e.lifecycle == EngineLifecycle.SERVING
+                else 0.0,
             )
         )
     return out
@@ -245,7 +296,9 @@ def gather(policy: Policy, now=None) -> Inputs:
         )
         for h in found
     ]
-    return Inputs(cands, demand, holdings, _engine_states(engines), _overrides(), keys, forecasters)
+    return Inputs(
+        cands, demand, holdings, _engine_states(engines, now), _overrides(), keys, forecasters
+    )
 
 
 def _expected(f: ForecastRow, now, horizon: float) -> float:

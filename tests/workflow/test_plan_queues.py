@@ -1,0 +1,68 @@
+"""The live plan cycle charges speculation for the queues its agents report (issue 20): the
+same charged planner the simulator runs, with the policy's limits (core.planner's defaults)."""
+
+from __future__ import annotations
+
+from controlplane.core import planner
+from controlplane.fleet.models import Engine
+from controlplane.replication.models import Policy, ReplicationPlan
+from controlplane.replication.tasks import plan_cycle
+from tests.workflow import burst
+from tests.workflow.test_workflow import run_cycle
+
+NODES = ("node-a", "node-b", "node-c")
+
+
+def report_waiting(fleet, waiting: dict[str, int], seq: int) -> None:
+    """The agents report their engines' vLLM ``num_requests_waiting``."""
+    for name in NODES:
+        keys = burst.PREFIX if name == "node-a" else ()
+        fleet.report(name, keys, seq=seq, metrics={"waiting": waiting.get(name, 0)})
+
+
+def test_a_new_policy_charges_speculation_with_the_simulators_defaults(db):
+    p = Policy.objects.create(name="fresh")
+    assert p.min_benefit_ratio == planner.BENEFIT_MARGIN
+    assert p.max_queue_seconds == planner.MAX_TARGET_QUEUE_S
+    assert p.max_cluster_queue_seconds == planner.MAX_CLUSTER_QUEUE_S
+
+
+def test_queued_engines_hold_speculation_back_and_the_summary_says_why(fleet):
+    # The prefix's holder has 40 requests waiting (seconds of prefill): the serving engines'
+    # mean queue passes the back-off limit, though node-b and node-c have none (a copy there,
+    # charged only its own target's queue, would otherwise pay: the back-off holds it).
+    report_waiting(fleet, {"node-a": 40}, seq=2)
+    policy, queued = run_cycle(fleet, "manual")
+    gate = queued.summary["queues"]
+    assert gate["backed_off"], queued.summary
+    assert gate["cluster_queue_s"] > policy.max_cluster_queue_seconds == 1.0
+    assert "held back" in gate["why"] and f"{gate['cluster_queue_s']:.2f} s" in gate["why"]
+    holder = str(Engine.objects.get(node__name="node-a").pk)
+    assert gate["engines_over_max_queue"] == [holder]
+    assert not queued.items.exists(), list(queued.items.values_list("reason", flat=True))
+    # The queues drain: the same forecast and residency now plan the copies.
+    report_waiting(fleet, {}, seq=3)
+    plan_cycle(policy.pk)
+    free = ReplicationPlan.objects.filter(policy=policy).order_by("-created_at").first()
+    assert free.pk != queued.pk
+    assert free.summary["queues"] == {
+        "cluster_queue_s": 0.0,
+        "max_cluster_queue_s": 1.0,
+        "max_queue_s": 2.0,
+        "backed_off": False,
+        "engines_over_max_queue": [],
+        "why": "",
+    }
+    assert free.items.exists(), free.summary
+
+
+def test_an_engine_over_its_queue_limit_gets_no_copy(fleet):
+    # One target queues past max_queue_seconds, the cluster's mean stays under the back-off.
+    fleet.report("node-b", (), seq=2, metrics={"waiting": 40})
+    policy, plan = run_cycle(fleet, "manual", max_cluster_queue_seconds=None)
+    gate = plan.summary["queues"]
+    assert not gate["backed_off"] and gate["max_cluster_queue_s"] is None
+    b = str(Engine.objects.get(node__name="node-b").pk)
+    assert gate["engines_over_max_queue"] == [b] and "no speculative item lands" in gate["why"]
+    targets = {t.node.name for t in (i.target for i in plan.items.all())}
+    assert targets and "node-b" not in targets
