@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('replication', '0004_credit_holdout_evidence'),
+        ('replication', '0006_job_target_report_seq'),
     ]
 
     operations = [
