@@ -275,7 +275,9 @@ class JobChannel:
 
     async def _websocket(self) -> None:
         url = self.base_url.replace("http", "ws", 1) + "/ws/agent/"
-        async with websockets.connect(url, additional_headers=self._headers()) as ws:
+        async with websockets.connect(
+            url, additional_headers=self._headers(), max_size=wire.SOCKET_MESSAGE_MAX_BYTES
+        ) as ws:
             self.backoff.reset()
             lock = asyncio.Lock()
 

@@ -32,6 +32,19 @@ def authorization(scope) -> str | None:
 
 class AgentConsumer(AsyncJsonWebsocketConsumer):
     node_id: int | None = None
+    joined = False  # in the node's group, counted in AGENT_SOCKETS
+
+    async def __call__(self, scope, receive, send):
+        # Channels calls disconnect() only when the socket's close reaches a live consumer; a
+        # handler that raised (a send the server refused) ended it first, and its channel stayed in
+        # the node's group: every later job message to the node was copied into the dead channel
+        # (the in-memory layer keeps 100 a channel for 60 s, each a deep copy), the web process
+        # grew by hundreds of MB a minute in the burst demo while an agent reconnected. The
+        # consumer leaves the group however it ends.
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._leave()
 
     async def connect(self):
         try:
@@ -40,15 +53,37 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         await self.channel_layer.group_add(groups.agent(self.node_id), self.channel_name)
+        self.joined = True
         await self.accept()
         AGENT_SOCKETS.inc()
         for msg in await pending(self.node_id):
-            await self.send_json(msg)
+            await self.send_job(msg)
 
     async def disconnect(self, code):
-        if self.node_id is not None:
+        await self._leave()
+
+    async def _leave(self) -> None:
+        if self.joined:
+            self.joined = False
             AGENT_SOCKETS.dec()
             await self.channel_layer.group_discard(groups.agent(self.node_id), self.channel_name)
+
+    async def send_job(self, msg: dict) -> None:
+        """Send one job message, unless it is larger than a socket message may be
+        (``wire.SOCKET_MESSAGE_MAX_BYTES``, the agents' and daphne's limit): the server would
+        refuse to send it and close the socket, and the agent, reconnecting, be sent it again
+        forever. It is left out, said in the log; the job's attempt fails by its deadline."""
+        text = await self.encode_json(msg)
+        if len(text) > wire.SOCKET_MESSAGE_MAX_BYTES:  # JSON is ASCII: characters are bytes
+            log.warning(
+                "job %s for node %s not sent on its socket: %d bytes, over the %d-byte limit",
+                (msg.get("job") or {}).get("id") or msg.get("job_id"),
+                self.node_id,
+                len(text),
+                wire.SOCKET_MESSAGE_MAX_BYTES,
+            )
+            return
+        await self.send(text_data=text)
 
     async def receive_json(self, content, **kwargs):
         if not isinstance(content, dict):
@@ -62,7 +97,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
 
     # Group messages from controlplane.replication.jobs.delivery (published on commit).
     async def job_assign(self, message):
-        await self.send_json(message["payload"])
+        await self.send_job(message["payload"])
 
     async def job_cancel(self, message):
-        await self.send_json(wire.job_cancel(message["payload"]["job_id"]))
+        await self.send_job(wire.job_cancel(message["payload"]["job_id"]))

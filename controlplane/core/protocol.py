@@ -48,6 +48,11 @@ MSG_JOB_RESULT = "job.result"  # agent -> server
 MSG_JOB_CONFIRM = "job.confirm"  # agent -> server: its engine shows a landed copy (LMCache pin)
 MSG_ERROR = "error"  # server -> agent: a message it could not apply
 AGENT_MESSAGES = (MSG_JOB_ACK, MSG_JOB_PROGRESS, MSG_JOB_RESULT, MSG_JOB_CONFIRM)
+# The largest message the jobs websocket carries: the agents' client and the server (daphne's
+# --websocket-max-message-size) are both set to it, and the server sends nothing larger. A warm-up
+# job carries its prefix's token ids: a 128k-token prefix is ~1.3 MB of JSON, over the 1 MiB both
+# ends default to (the burst demo's agents reconnected in a loop, sent the same job each time).
+SOCKET_MESSAGE_MAX_BYTES = 16 << 20
 
 ROLE_SOURCE = "source"
 ROLE_TARGET = "target"

@@ -205,7 +205,9 @@ class InProcessResidencyIndex:
         removal_cap: int = REMOVAL_CAP,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        # key -> engine -> media mask; engine -> key -> media mask; key -> parent
+        # key -> engine -> media mask; engine -> key -> media mask; key -> parent (of the keys
+        # some engine holds: a block that left every engine takes its parent with it, or the map
+        # grew by every request's own blocks for as long as the process ran)
         self._by_key: dict[int, dict[int, int]] = {}
         self._by_engine: dict[int, dict[int, int]] = {}
         self._parent: dict[int, int | None] = {}
@@ -264,6 +266,7 @@ class InProcessResidencyIndex:
                     del engines[engine]
                     if not engines:
                         del by_key[key]
+                        parents.pop(key, None)  # nobody holds it: its parent goes with it
                     self._note_removed(engine, key, now)
                 changes += 1
         return changes
@@ -327,6 +330,7 @@ class InProcessResidencyIndex:
                 engines.pop(engine, None)
                 if not engines:
                     del self._by_key[key]
+                    self._parent.pop(key, None)
 
     def clear(self) -> None:
         self._by_key.clear()

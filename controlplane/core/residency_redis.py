@@ -6,7 +6,8 @@ stay atomic):
                      DISK=4); one hash for every block instead of one Redis key per block, so a
                      report of 5,000 deltas is a few chunked HMGET/HSET calls, not 5,000 HSETs
   {ns}:e:<engine>    hash key hex -> media bitmask
-  {ns}:p             hash key hex -> parent key hex
+  {ns}:p             hash key hex -> parent key hex, of the keys some engine holds (a key that
+                     leaves every engine takes its parent with it)
   {ns}:engines       set of engine ids
   {ns}:rm:<engine>   sorted set key hex -> unix time the engine last removed the block (a removed
                      row that took it off the engine), trimmed on each apply to the removal window
@@ -94,6 +95,7 @@ local function write_holders(engine, keys, masks)
   end
   chunked('HSET', kkey, set, 2)
   chunked('HDEL', kkey, gone, 1)
+  chunked('HDEL', ns .. ':p', gone, 1)  -- nobody holds it: its parent goes with it
 end
 local function drop(engine)
   local ekey = ns .. ':e:' .. engine
@@ -136,8 +138,9 @@ for _, d in ipairs(batch) do
       changes = changes + 1
     end
   end
-  local set, gone, touched, left = {}, {}, {}, {}
+  local set, gone, touched, left, passed = {}, {}, {}, {}, {}
   for _, k in ipairs(fields) do
+    if cur[k] == 0 and orig[k] == 0 then passed[#passed + 1] = k end  -- e.g. stored, then removed
     if cur[k] ~= orig[k] then  -- unchanged (e.g. removing what it never held): nothing to write
       touched[#touched + 1] = k
       if cur[k] ~= 0 then set[#set + 1] = k; set[#set + 1] = cur[k]
@@ -147,15 +150,7 @@ for _, d in ipairs(batch) do
       end
     end
   end
-  write_holders(engine, touched, cur)
-  chunked('HSET', ekey, set, 2)
-  chunked('HDEL', ekey, gone, 1)
-  if #left > 0 then  -- blocks that left the engine: kept for the removal window, at most cap
-    local rkey = ns .. ':rm:' .. engine
-    chunked('ZADD', rkey, left, 2)
-    redis.call('ZREMRANGEBYSCORE', rkey, '-inf', '(' .. (tonumber(now) - window))
-    redis.call('ZREMRANGEBYRANK', rkey, 0, -(cap + 1))
-  end
+  -- Parents first: a key stored and removed in one delta leaves with its parent (below).
   chunked('HSET', ns .. ':p', parents, 2)
   if #roots > 0 then  -- a root key is recorded once, never over a known parent (HSETNX)
     local known = {}
@@ -165,6 +160,23 @@ for _, d in ipairs(batch) do
       if not known[k] and not added[k] then added[k] = true; fresh[#fresh + 1] = k; fresh[#fresh + 1] = '' end
     end
     chunked('HSET', ns .. ':p', fresh, 2)
+  end
+  write_holders(engine, touched, cur)
+  if #passed > 0 then  -- not held here before or after: its parent stays only if another holds it
+    local held, unheld = {}, {}
+    hmget(kkey, passed, held)
+    for _, k in ipairs(passed) do
+      if not held[k] then unheld[#unheld + 1] = k end
+    end
+    chunked('HDEL', ns .. ':p', unheld, 1)
+  end
+  chunked('HSET', ekey, set, 2)
+  chunked('HDEL', ekey, gone, 1)
+  if #left > 0 then  -- blocks that left the engine: kept for the removal window, at most cap
+    local rkey = ns .. ':rm:' .. engine
+    chunked('ZADD', rkey, left, 2)
+    redis.call('ZREMRANGEBYSCORE', rkey, '-inf', '(' .. (tonumber(now) - window))
+    redis.call('ZREMRANGEBYRANK', rkey, 0, -(cap + 1))
   end
 end
 return changes

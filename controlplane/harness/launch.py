@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from controlplane.core.protocol import TRANSPORT_WARMUP
+from controlplane.core.protocol import SOCKET_MESSAGE_MAX_BYTES, TRANSPORT_WARMUP
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_DIR = ROOT / "var" / "demo"
@@ -205,6 +205,8 @@ class Children:
                         host,
                         "-p",
                         str(port),
+                        "--websocket-max-message-size",
+                        str(SOCKET_MESSAGE_MAX_BYTES),
                         "controlplane.asgi:application",
                     ],
                     cwd=ROOT,

@@ -205,3 +205,31 @@ def test_a_block_left_on_another_medium_is_not_removed(index):
     assert idx.removed_at_many([(1, A)]) == [None]
     idx.apply([Delta(1, removed=[(A, "CPU")])])
     assert idx.removed_at_many([(1, A)]) == [1000.0]
+
+
+def _parents(index) -> int:
+    if isinstance(index, InProcessResidencyIndex):
+        return len(index._parent)
+    return index.r.hlen(f"{index.ns}:p")
+
+
+def test_a_block_that_left_every_engine_takes_its_parent_along(index):
+    """Every request's own blocks are new keys: stored, then evicted. The parent map keeps the
+    keys some engine holds, not every key ever seen (it grew for as long as the process ran)."""
+    index.apply([Delta(1, stored=[(A, None, "GPU")]), Delta(2, stored=[(A, None, "GPU")])])
+    sizes = []
+    for n in range(60):
+        own = [(n + 1) << 16 | i for i in range(1, 33)]
+        rows = [(k, p, "GPU") for p, k in zip([A, *own[:-1]], own, strict=True)]
+        index.apply([Delta(1 + n % 2, stored=rows)])
+        index.apply([Delta(1 + n % 2, removed=[(k, "GPU") for k in own])])
+        # Stored and removed within one delta (a report between two evictions) leaves nothing.
+        index.apply([Delta(2, stored=rows, removed=[(k, "GPU") for k in own])])
+        sizes.append(_parents(index))
+    assert sizes == [1] * 60  # A (a root, held by both engines)
+    # A block another engine still holds keeps its parent.
+    index.apply([Delta(1, stored=[(B, A, "GPU")]), Delta(2, stored=[(B, A, "GPU")])])
+    index.apply([Delta(1, removed=[(B, "GPU")])])
+    assert index.parent_of(B) == A
+    index.apply([Delta(2, cleared=True)])
+    assert index.parent_of(B) is None and index.engines_of(B) == {}  # a clear drops it too

@@ -70,6 +70,13 @@ def check_command(argv: list[str]) -> None:
         module, attr = target.split(":")
         path = _module_file(module)
         assert path and _defines(path, attr), f"daphne target {target} does not exist"
+        # The agents' socket carries messages up to the protocol's limit (a warm-up job holds its
+        # prefix's token ids): daphne's own default (1 MiB) would refuse the larger ones.
+        from controlplane.core.protocol import SOCKET_MESSAGE_MAX_BYTES
+
+        assert "--websocket-max-message-size" in args, "daphne without the agents' message limit"
+        limit = args[args.index("--websocket-max-message-size") + 1]
+        assert int(limit) == SOCKET_MESSAGE_MAX_BYTES, f"daphne's message limit {limit}"
     elif prog == "celery":
         app = args[args.index("-A") + 1]
         path = _module_file(app)

@@ -35,6 +35,7 @@ import msgpack
 import websockets
 
 from controlplane.core import blockhash
+from controlplane.core.protocol import SOCKET_MESSAGE_MAX_BYTES
 from nodeagent.blockstore import FileBlockStore
 from tests.agent.vllm_publisher import TestPublisher
 from tests.live import REPO, free_port, wait_for
@@ -321,6 +322,8 @@ class Cluster:
                 "127.0.0.1",
                 "-p",
                 str(self.port),
+                "--websocket-max-message-size",
+                str(SOCKET_MESSAGE_MAX_BYTES),
                 "controlplane.asgi:application",
             ],
             self.env,

@@ -194,6 +194,27 @@ def test_publisher_speaks_the_replay_protocol(tmp_path):
         pub.close()
 
 
+def test_the_replay_buffer_is_bounded_in_bytes_over_a_long_run():
+    """Batches carrying long prefixes' token ids: the buffer keeps the newest of them, up to its
+    byte bound, however long the engine runs (it held 10,000 batches, ~150 MB an engine in the
+    burst demo), and the replay still answers with them in order."""
+    pub = KvEventPublisher("kv@e@m", buffer_bytes=1 << 20)
+    try:
+        tokens = list(range(2**20, 2**20 + 8192))  # one 8k-token prefix's ids: ~40 KB a batch
+        held = []
+        for n in range(600):  # ~24 MB published
+            pub.publish([block_stored([n], None, tokens, 512)], ts=float(n))
+            held.append(sum(len(p) for _, p in pub.buffer))
+        assert max(held) <= 1 << 20 and pub.buffered_bytes == held[-1]
+        assert len(pub.buffer) > 10  # a bound in bytes, not a buffer of one
+        import zmq
+
+        got = ReplayClient(zmq.Context.instance(), pub.replay_endpoint)(0)
+        assert [s for s, _ in got] == list(range(600 - len(pub.buffer), 600))
+    finally:
+        pub.close()
+
+
 def test_token_book_refuses_prefixes_without_synthetic_tokens():
     wl = Workload(
         "other",

@@ -3,6 +3,7 @@ cancel pushed. Always disconnects."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -121,3 +122,85 @@ async def test_a_node_may_not_report_on_another_nodes_job(eager):
         assert job.state == JobState.DISPATCHED
     finally:
         await comm.disconnect()
+
+
+IN_MEMORY_LAYER = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+def refusing(app, limit: int):
+    """The ASGI app behind a server that refuses to send a socket message over ``limit`` bytes,
+    as daphne does past its --websocket-max-message-size (autobahn's PayloadExceededError)."""
+
+    async def wrapped(scope, receive, send):
+        async def checked_send(message):
+            if message.get("type") == "websocket.send" and len(message.get("text") or "") > limit:
+                raise RuntimeError(f"message over the server's {limit}-byte limit")
+            await send(message)
+
+        await app(scope, receive, checked_send)
+
+    return wrapped
+
+
+async def _cycles(fleet, node: str, n: int, app=application) -> list[int]:
+    """Connect and disconnect ``node``'s agent ``n`` times; the node's group size after each."""
+    from channels.layers import get_channel_layer
+
+    from controlplane.realtime import groups
+
+    layer = get_channel_layer()
+    node_id = fleet.nodes[node]
+    sizes = []
+    for _ in range(n):
+        comm = WebsocketCommunicator(
+            app, "/ws/agent/", headers=[(b"authorization", f"Bearer {fleet.tokens[node]}".encode())]
+        )
+        # The old consumer raised out of connect: however the socket ends, count the group.
+        with contextlib.suppress(Exception):
+            await comm.connect()
+            await comm.disconnect()
+        sizes.append(len(layer.groups.get(groups.agent(node_id), {})))
+    return sizes
+
+
+async def test_an_agent_socket_that_ends_in_an_error_leaves_its_nodes_group(
+    eager, settings, monkeypatch
+):
+    """A consumer that ended in an error (here: reading its pending jobs failed) leaves the node's
+    group: a dead channel left in it was sent (a deep copy of) every later job message, and the
+    burst demo's web process grew by hundreds of MB a minute while an agent reconnected."""
+    settings.CHANNEL_LAYERS = IN_MEMORY_LAYER
+    fleet, _job, _src, dst = await approved_job()
+    from controlplane.agentapi import consumer
+
+    async def failing(node_id):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(consumer, "pending", failing)
+    assert await _cycles(fleet, dst, 20) == [0] * 20
+
+
+async def test_a_job_message_too_large_for_the_socket_is_left_out_not_resent_forever(
+    eager, settings, monkeypatch, caplog
+):
+    """A job message larger than a socket message may be is not sent (the server would refuse
+    it and close the socket; the agent, reconnecting, was sent it again, 86 times a minute in the
+    burst demo): the socket stays open, nothing is left behind when it closes, the log says why."""
+    settings.CHANNEL_LAYERS = IN_MEMORY_LAYER
+    fleet, job, _src, dst = await approved_job()
+    from controlplane.core import protocol as wire
+
+    monkeypatch.setattr(wire, "SOCKET_MESSAGE_MAX_BYTES", 200)  # below any job.assign
+    app = refusing(application, 200)
+    comm = WebsocketCommunicator(
+        app, "/ws/agent/", headers=[(b"authorization", f"Bearer {fleet.tokens[dst]}".encode())]
+    )
+    try:
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "job.bogus", "job_id": str(job.pk)})
+        # The socket still answers (the oversized job.assign was left out, not sent first).
+        assert (await comm.receive_json_from(timeout=5))["type"] == "error"
+    finally:
+        await comm.disconnect()
+    assert "over the 200-byte limit" in caplog.text and str(job.pk) in caplog.text
+    assert await _cycles(fleet, dst, 20, app) == [0] * 20

@@ -10,7 +10,12 @@ written from the protocol (``../shared/data/README.md``), not from vLLM's code:
   "block_size": B, "lora_id": None, "medium": "GPU", "lora_name": None}``).
 - ROUTER replay socket: a DEALER sends ``[b"", start_seq]`` and gets ``[b"", topic, seq,
   payload]`` for each buffered message with ``seq >= start_seq``, then the end marker
-  ``[b"", b"", -1, b""]``. The buffer keeps the last ``buffer_size`` messages.
+  ``[b"", b"", -1, b""]``. The buffer keeps the last ``buffer_size`` messages (vLLM's
+  ``buffer_steps``), and at most ``buffer_bytes`` of them: a virtual engine's batches carry the
+  token ids of long prefixes (~15 KB on average in the burst demo), so 10,000 of them held
+  ~150 MB per engine, and the demo's virtual cluster grew ~20 MB a minute for most of an hour
+  while its six buffers filled. An agent asks for a replay after a gap of a few batches, or
+  from 0 when it starts (a history that starts later is applied as it is).
 
 ``publish`` must be called from one thread (PUB sockets are not thread-safe); replay requests
 are answered by a background thread that owns the ROUTER socket.
@@ -30,6 +35,7 @@ import zmq
 from controlplane.core.protocol import TIER_GPU
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
+REPLAY_BUFFER_BYTES = 16 << 20  # per engine: ~45 s of the burst demo's busiest engine
 
 
 def seq_frame(seq: int) -> bytes:
@@ -78,6 +84,7 @@ class KvEventPublisher:
         replay_endpoint: str = "tcp://127.0.0.1:0",
         buffer_size: int = 10_000,
         ctx: zmq.Context | None = None,
+        buffer_bytes: int = REPLAY_BUFFER_BYTES,
     ):
         self.topic = topic.encode()
         self.ctx = ctx or zmq.Context.instance()
@@ -89,7 +96,9 @@ class KvEventPublisher:
         self.router.setsockopt(zmq.LINGER, 0)
         self.replay_endpoint = _bind(self.router, replay_endpoint)
         self.seq = 0
-        self.buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_size)
+        self.buffer: deque[tuple[int, bytes]] = deque()
+        self.buffer_size, self.buffer_bytes = buffer_size, buffer_bytes
+        self.buffered_bytes = 0
         self.replay_requests = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -102,7 +111,14 @@ class KvEventPublisher:
         with self._lock:
             seq = self.seq
             self.seq += 1
-            self.buffer.append((seq, payload))
+            buf = self.buffer
+            buf.append((seq, payload))
+            self.buffered_bytes += len(payload)
+            # The newest message is always kept, however large.
+            while len(buf) > 1 and (
+                len(buf) > self.buffer_size or self.buffered_bytes > self.buffer_bytes
+            ):
+                self.buffered_bytes -= len(buf.popleft()[1])
         self.pub.send_multipart([self.topic, seq_frame(seq), payload])
         return seq
 
