@@ -106,9 +106,11 @@ test-services: $(filter-out chromium vllm-env lmcache-env,$(TEST_PREREQS))
 	@echo "make test-services: left out the embedded half, the browser tests and the real vLLM / LMCache tests (make test runs both)"
 
 # real_ab needs two real vLLM engines (~6 GB, a minute or more to start) and real-time runs: even
-# --quick takes minutes, so it runs alone in `make bench-real`, not here.
+# --quick takes minutes, so it runs alone in `make bench-real`, not here. demo_memory samples a
+# whole demo's memory for minutes (a leak shows only over time): run it alone, as
+# docs/benchmarks.md "Memory of a long demo" says.
 bench: install
-	@for b in $$(ls bench/[a-z]*.py | grep -v -e gpu_check -e real_ab); do echo "== $$b"; $(PY) $$b --quick --json var/bench/$$(basename $$b .py).json || exit 1; done
+	@for b in $$(ls bench/[a-z]*.py | grep -v -e gpu_check -e real_ab -e demo_memory); do echo "== $$b"; $(PY) $$b --quick --json var/bench/$$(basename $$b .py).json || exit 1; done
 
 # Speculation on real engines: none / reactive / predictive on two vLLM CPU engines, RUNS each
 # (default 5; ~4 minutes a run). Figures and the TTFT chart: docs/benchmarks.md, docs/real-ab.html.
