@@ -39,11 +39,11 @@ def children() -> dict[int, list[int]]:
 
 
 def tree(root: int) -> list[int]:
-    kids, out, todo = children(), [], [root]
-    while todo:
-        pid = todo.pop()
+    kids, out, pending = children(), [], [root]
+    while pending:
+        pid = pending.pop()
         out.append(pid)
-        todo.extend(kids.get(pid, []))
+        pending.extend(kids.get(pid, []))
     return out
 
 

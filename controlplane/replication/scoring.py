@@ -235,18 +235,10 @@ def credit_served(served: list[tuple], **_signal) -> int:
     for pk, tally in seen.items():
         p, k = tally.pair, tally.key
         SpeculativeReplica.objects.filter(pk=pk).update(
-            served_requests=F("served_requests") + p.n,
-            served_hits=F("served_hits") + p.hits,
-            served_cached_tokens=F("served_cached_tokens") + p.cached,
-            served_ttft_s=F("served_ttft_s") + p.ttft_s,
-            served_ttft_n=F("served_ttft_n") + p.ttft_n,
+            **p.increments("served_"),
+            **k.increments("key_"),
             miss_ttft_s=F("miss_ttft_s") + tally.miss_s,
             miss_ttft_n=F("miss_ttft_n") + tally.miss_n,
-            key_requests=F("key_requests") + k.n,
-            key_hits=F("key_hits") + k.hits,
-            key_cached_tokens=F("key_cached_tokens") + k.cached,
-            key_ttft_s=F("key_ttft_s") + k.ttft_s,
-            key_ttft_n=F("key_ttft_n") + k.ttft_n,
         )
         if p.samples or k.samples:
             r = SpeculativeReplica.objects.only("ttft_samples", "key_ttft_samples").get(pk=pk)
@@ -264,6 +256,18 @@ class _Counts:
     ttft_s: float = 0.0
     ttft_n: int = 0
     samples: list = field(default_factory=list)
+
+    def increments(self, prefix: str) -> dict:
+        """These counts added to the replica's ``<prefix>requests``, ``hits``, ``cached_tokens``,
+        ``ttft_s`` and ``ttft_n`` fields (``served_`` on the pair, ``key_`` on the key)."""
+        counts = {
+            "requests": self.n,
+            "hits": self.hits,
+            "cached_tokens": self.cached,
+            "ttft_s": self.ttft_s,
+            "ttft_n": self.ttft_n,
+        }
+        return {f"{prefix}{name}": F(f"{prefix}{name}") + v for name, v in counts.items()}
 
     def add(self, cached: int, covered: bool, ttft: float | None) -> None:
         self.n += 1
