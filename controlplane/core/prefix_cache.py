@@ -324,5 +324,16 @@ class PrefixCache:
                         self._account(now)
                         del self.spec[k]
 
+    def clear(self, now: float) -> list[int]:
+        """Drop every block, as an engine's restart does; returns the keys it held."""
+        self._account(now)
+        gone = list(self.blocks)
+        self.blocks.clear()
+        self.spec.clear()
+        self.owner.clear()
+        self.replica_used.clear()
+        self.pinned.clear()
+        return gone
+
     def finish(self, now: float) -> None:
         self._account(now)

@@ -401,3 +401,29 @@ class SpeculativeReplica(models.Model):
         if self.evicted_at:
             return JobState.UNCONFIRMED
         return JobState.LANDED
+
+
+class HoldoutDraw(models.Model):
+    """One assignment of the randomized holdout: the arm a prefix joined when an item of it was
+    first approved, and the permuted block it was drawn in (``plans/holdout.py``)."""
+
+    policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="holdout_draws")
+    workload_key = models.ForeignKey(
+        "demand.WorkloadKey", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    item = models.ForeignKey(PlanItem, null=True, on_delete=models.SET_NULL, related_name="+")
+    held_out = models.BooleanField()
+    probability = models.FloatField(help_text="the chance this draw had of holding out")
+    block = models.PositiveIntegerField(help_text="which block of the policy's draws")
+    block_size = models.PositiveSmallIntegerField()
+    block_held = models.PositiveSmallIntegerField(help_text="prefixes a whole block holds out")
+    position = models.PositiveSmallIntegerField(help_text="1 for a block's first draw")
+    held_so_far = models.PositiveSmallIntegerField(help_text="held out in the block, this included")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-pk"]
+
+    def __str__(self) -> str:
+        arm = "held out" if self.held_out else "treated"
+        return f"draw #{self.pk}: key {self.workload_key_id} {arm}"

@@ -31,7 +31,7 @@ from controlplane.fleet.models import Engine
 from controlplane.sim.speculation_map import advice, load_map
 
 from .choices import Transport
-from .models import Policy, SpeculativeReplica
+from .models import HoldoutDraw, Policy, SpeculativeReplica
 from .plans.costs import cost_model_for, placement_cost
 from .scoring import MEASURED
 
@@ -350,6 +350,27 @@ def holdout(window) -> dict:
     return out
 
 
+def randomization(since: datetime, until: datetime) -> list[dict]:
+    """How the holdout's arms were drawn in the window, per policy and block shape
+    (``plans/holdout.py``: permuted blocks): the draws and how many held out."""
+    rows = (
+        HoldoutDraw.objects.filter(at__gte=since, at__lt=until)
+        .values("policy__name", "block_size", "block_held")
+        .annotate(draws=Count("id"), held_out=Count("id", filter=Q(held_out=True)))
+        .order_by("policy__name", "block_size")
+    )
+    return [
+        {
+            "policy": r["policy__name"],
+            "block_size": r["block_size"],
+            "held_per_block": r["block_held"],
+            "draws": r["draws"],
+            "held_out": r["held_out"],
+        }
+        for r in rows
+    ]
+
+
 def _holdout_verdict(ho: dict, prior: str | None, sweep_note: str) -> dict | None:
     """The verdict from the measured uplift, once enough prefixes on each arm carry TTFT."""
     needed = settings.PREWARM_HOLDOUT_MIN_PREFIXES
@@ -524,6 +545,7 @@ def scoreboard(since: datetime | None = None, until: datetime | None = None) -> 
     live, shadow = _metrics(live_qs.aggregate(**_AGG)), _metrics(shadow_qs.aggregate(**_AGG))
     by_tenant = _grouped(placed, "workload_key__tenant", "tenant")
     ho = holdout(window)
+    ho["randomization"] = randomization(since, until)
     return {
         "window": {"since": since.isoformat(), "until": until.isoformat()},
         "totals": _public(live),

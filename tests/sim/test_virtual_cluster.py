@@ -303,3 +303,31 @@ def test_virtual_gpu_memory_is_the_weights_plus_the_kv_blocks_held(cluster):
         used = {g["memory_used"] for g in gpus(ve.sim.eid)}
         assert used == {int(weights + held)}
     assert len({gpus(ve.sim.eid)[0]["memory_used"] for ve in vc.engines}) == 2
+
+
+@pytest.mark.slow
+def test_a_looped_pass_takes_the_joined_engines_out_and_brings_them_back(cluster, monkeypatch):
+    """A looping demo replays its scale-out every pass: an engine that joined leaves with its
+    KV (agents see every block removed, its store empties) and is announced and serves again
+    at the same points of the next pass."""
+    from controlplane.sim.cluster import EngineChange
+    from controlplane.sim.engine import PLANNED, SERVING, WARMING
+
+    vc, subs = cluster
+    for i in range(40):
+        vc.serve(i, float(vc.workload.t[i]))
+    ve, sub = vc.engines[1], subs[1]
+    wait_for(lambda: canonical(sub) == set(ve.sim.cache.blocks) != set(), what="engine 1 filled")
+    other = set(vc.engines[0].sim.cache.blocks)
+    monkeypatch.setattr(vc.sim.config, "changes", (EngineChange(1, 5.0, 10.0),))
+    end = float(vc.workload.t[39]) + 1.0
+    vc.sim.events.run_until(end)
+    vc._rejoin(end)
+    assert ve.sim.state == PLANNED and len(ve.sim.cache) == 0 and vc.stats.rejoins == 1
+    wait_for(lambda: canonical(sub) == set(), what="engine 1's blocks published removed")
+    assert not list(ve.store.glob("*.blk"))
+    assert set(vc.engines[0].sim.cache.blocks) == other  # the engine that stays keeps its KV
+    vc.sim.events.run_until(end + 5.0)
+    assert ve.sim.state == WARMING
+    vc.sim.events.run_until(end + 10.0)
+    assert ve.sim.state == SERVING and ve.sim.serving_since == pytest.approx(end + 10.0)

@@ -218,11 +218,11 @@ def test_holdout_coin_is_drawn_per_prefix_and_kept_while_it_has_a_live_record(
 ):
     """A prefix is never on both arms at once: once held out, its later items are held out
     whatever the coin says; once treated, its later items are treated."""
-    from controlplane.replication.plans import decisions
+    from controlplane.replication.plans import holdout
 
     policy = fleet.policy("manual", holdout_fraction=0.5)
     coins = iter([0.1, 0.9])  # key 0 held out, key 1 treated
-    monkeypatch.setattr(decisions, "_draw", lambda: next(coins))
+    monkeypatch.setattr(holdout, "_uniform", lambda: next(coins))
     k0, k1 = ev.key(0), ev.key(1)
     first = ev.plan(policy, [(k0, "node-b"), (k1, "node-b")])
     assert ev.approve(first)["refused"] == {}
@@ -231,7 +231,7 @@ def test_holdout_coin_is_drawn_per_prefix_and_kept_while_it_has_a_live_record(
         k1.pk: ItemDecision.APPROVED,
     }
     flipped = iter([0.9, 0.1])  # would swap both prefixes' arms, were they drawn again
-    monkeypatch.setattr(decisions, "_draw", lambda: next(flipped))
+    monkeypatch.setattr(holdout, "_uniform", lambda: next(flipped))
     second = ev.plan(policy, [(k0, "node-c"), (k1, "node-c")])
     assert ev.approve(second)["refused"] == {}
     assert {i.workload_key_id: i.decision for i in second.items.all()} == {
@@ -242,6 +242,33 @@ def test_holdout_coin_is_drawn_per_prefix_and_kept_while_it_has_a_live_record(
     ev.served(k0, "node-a", 2, cached=TOKENS, ttft_s=1.0)
     held = SpeculativeReplica.objects.filter(workload_key=k0, held_out=True)
     assert sorted(held.values_list("key_requests", flat=True)) == [0, 2]
+
+
+def test_holdout_arms_are_drawn_in_permuted_blocks(ev, fleet, monkeypatch):
+    """At a 50% share every block of two new prefixes holds out exactly one, however the draws
+    fall (a coin per prefix would hold out all eight below), and each draw is recorded."""
+    from controlplane.replication.models import HoldoutDraw
+    from controlplane.replication.plans import holdout
+
+    assert holdout.block_shape(0.5) == (2, 1) and holdout.block_shape(0.15) == (20, 3)
+    assert holdout.block_shape(0.1) == (10, 1) and holdout.block_shape(0.0) == (1, 0)
+    policy = fleet.policy("manual", holdout_fraction=0.5)
+    monkeypatch.setattr(holdout, "_uniform", lambda: 0.0)  # every draw as low as it gets
+    keys = [ev.key(i) for i in range(8)]
+    plan = ev.plan(policy, [(k, "node-b") for k in keys])
+    assert ev.approve(plan)["refused"] == {}
+    held = {i.workload_key_id: i.decision == ItemDecision.HELD_OUT for i in plan.items.all()}
+    draws = list(HoldoutDraw.objects.filter(policy=policy).order_by("pk"))
+    assert [d.workload_key_id for d in draws] == [k.pk for k in keys]
+    assert [d.held_out for d in draws] == [held[k.pk] for k in keys]
+    assert [d.held_out for d in draws] == [True, False] * 4
+    assert [d.probability for d in draws] == [0.5, 0.0] * 4
+    assert [d.block for d in draws] == [0, 0, 1, 1, 2, 2, 3, 3]
+    from controlplane.replication.scoreboard import scoreboard
+
+    assert scoreboard()["holdout"]["randomization"] == [
+        {"policy": policy.name, "block_size": 2, "held_per_block": 1, "draws": 8, "held_out": 4}
+    ]
 
 
 def test_a_confirmed_copy_whose_blocks_leave_the_engine_is_lost(ev, fleet):

@@ -105,6 +105,7 @@ class Stats:
     replicas_placed: int = 0
     warmups: int = 0
     lifecycle_changes: list[tuple[str, str]] = field(default_factory=list)
+    rejoins: int = 0  # engines taken out and joining again on a looped pass
 
 
 class VirtualCluster:
@@ -276,6 +277,18 @@ class VirtualCluster:
             record["keys"] = [to_hex(k) for k in chain]
         return record
 
+    def _rejoin(self, offset: float) -> None:
+        """A looped pass replays its fleet too: the engines that joined leave (their blocks are
+        published removed) and join again at the same points of the next pass, so every pass
+        of a looping demo has a scale-out to plan for, not only the first."""
+        held = {e.eid: set(e.cache.blocks) for e in self.sim.engines}
+        for e in self.sim.rejoin(offset):
+            before = held[e.eid]
+            self.engines[e.eid].publish_changes(before, ())
+            self._forget(list(before))
+            self.stats.rejoins += 1
+        self._sync_lifecycles()
+
     def _forget(self, evicted: list[int]) -> None:
         """Evicted blocks no engine holds any more leave the token book."""
         gone = [k for k in evicted if not any(k in x.cache for x in self.sim.engines)]
@@ -335,6 +348,8 @@ class VirtualCluster:
                         break
                     if self.opt.loop and now >= end:
                         offset, i = end, 0
+                        self.sim.events.run_until(end)
+                        self._rejoin(end)
                 if wall >= next_house:
                     self.sim.events.run_until(now)
                     self._sync_lifecycles()
@@ -375,6 +390,7 @@ class VirtualCluster:
             "warmups": st.warmups,
             "replicas_used": self.copies.replicas_used(),
             "lifecycle_changes": st.lifecycle_changes,
+            "rejoins": st.rejoins,
         }
 
     def close(self) -> None:

@@ -3,7 +3,6 @@ sends; each approved item becomes a job handed to delivery."""
 
 from __future__ import annotations
 
-import random
 from datetime import timedelta
 
 from django.conf import settings
@@ -31,18 +30,17 @@ from ..jobs.delivery import dispatch_job
 from ..jobs.states import transition
 from ..models import PlanItem, Policy, ReplicationJob, ReplicationPlan, SpeculativeReplica
 from ..services import active_overrides, frozen
+from . import holdout
 from .inputs import chain_hex, holders_to_be, spec_bytes_by_engine
-
-# The holdout's coin: uniform on [0, 1), drawn per prefix (workload key), see ``_arms``.
-_draw = random.SystemRandom().random
 
 
 def _arms(now) -> dict[int, bool]:
     """Which arm each prefix is in now: True held out, False treated. The holdout is measured on
-    a prefix's requests (cache-aware routing never serves a held-out pair), so the coin is drawn
-    per prefix and kept while the prefix has a live speculative record: a held-out replica not
-    yet expired keeps it held out, a copy in flight or a live replica keeps it treated. A prefix
-    is then never on both arms at once, and its requests measure one of them."""
+    a prefix's requests (cache-aware routing never serves a held-out pair), so the arm is drawn
+    per prefix (``holdout.assign``: permuted blocks) and kept while the prefix has a live
+    speculative record: a held-out replica not yet expired keeps it held out, a copy in flight or
+    a live replica keeps it treated. A prefix is then never on both arms at once, and its
+    requests measure one of them."""
     arms: dict[int, bool] = {}
     live = SpeculativeReplica.objects.filter(
         shadow=False,
@@ -217,7 +215,7 @@ def decide(
             # Speculative items only (a pin is an operator's order, not a bet to measure).
             key = item.workload_key_id
             if key and share > 0 and key not in arms:
-                arms[key] = _draw() < share
+                arms[key] = holdout.assign(plan.policy, item, share)
             if key and arms.get(key, False):
                 _hold_out(item, plan.policy, now)
                 decision = ItemDecision.HELD_OUT
