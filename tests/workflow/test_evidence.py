@@ -271,6 +271,26 @@ def test_holdout_arms_are_drawn_in_permuted_blocks(ev, fleet, monkeypatch):
     ]
 
 
+@pytest.mark.parametrize("budget", ["transfer", "vram"])
+def test_items_approved_together_are_counted_once_against_the_budgets(ev, fleet, budget):
+    """A budget that fits exactly two items approves two in one decision (their jobs count once,
+    not once as jobs and again as this decision's extra) and refuses the third."""
+    policy = fleet.policy("manual", holdout_fraction=0.0)
+    keys = [ev.key(i) for i in range(3)]
+    plan = ev.plan(policy, [(k, "node-b") for k in keys])
+    two = sum(i.bytes for i in plan.items.filter(workload_key__in=keys[:2]))
+    if budget == "transfer":
+        policy.max_bytes_per_interval = two
+    else:
+        policy.max_spec_vram_fraction = two / ev.engine["node-b"].kv_capacity_bytes
+    policy.save()
+    refused = ev.approve(plan)["refused"]
+    decisions = {i.workload_key_id: i.decision for i in plan.items.all()}
+    assert [decisions[k.pk] for k in keys] == [ItemDecision.APPROVED] * 2 + [ItemDecision.PENDING]
+    assert list(refused) == [str(plan.items.get(workload_key=keys[2]).pk)]
+    assert ReplicationJob.objects.count() == 2
+
+
 def test_a_confirmed_copy_whose_blocks_leave_the_engine_is_lost(ev, fleet):
     policy, key = fleet.policy("manual", holdout_fraction=0.0), ev.key(0)
     job = confirmed_copy(ev, policy, key, "node-b")

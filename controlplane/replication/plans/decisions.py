@@ -68,14 +68,10 @@ def bytes_this_interval(policy: Policy) -> int:
     )
 
 
-def refusal_for(
-    item: PlanItem,
-    policy: Policy,
-    extra_bytes: int = 0,
-    extra_on_target: int = 0,
-    to_be: dict | None = None,
-) -> str | None:
-    """Why ``item`` may not be approved now, or None. ``to_be``: ``inputs.holders_to_be()``."""
+def refusal_for(item: PlanItem, policy: Policy, to_be: dict | None = None) -> str | None:
+    """Why ``item`` may not be approved now, or None. ``to_be``: ``inputs.holders_to_be()``.
+    The budgets read the jobs in the database, those this decision created included (each
+    counted once)."""
     target = item.target
     to_be = holders_to_be() if to_be is None else to_be
     already = to_be.get((chain_hex(item.prefix_keys), target.pk))
@@ -91,13 +87,13 @@ def refusal_for(
     if overrides.filter(kind=OverrideKind.EXCLUDE_ENGINE, engine_id=target.pk).exists():
         return f"engine {target} is excluded by an override"
     cap = policy.max_spec_vram_fraction * target.kv_capacity_bytes
-    used = spec_bytes_by_engine([target.pk]).get(target.pk, 0) + extra_on_target
+    used = spec_bytes_by_engine([target.pk]).get(target.pk, 0)
     if used + item.bytes > cap:
         return (
             f"speculative VRAM budget of {target}: {used + item.bytes:,} bytes would exceed "
             f"{policy.max_spec_vram_fraction:.0%} of KV capacity ({cap:,.0f} bytes)"
         )
-    moved = bytes_this_interval(policy) + extra_bytes
+    moved = bytes_this_interval(policy)
     if moved + item.bytes > policy.max_bytes_per_interval:
         return (
             f"transfer budget: {moved + item.bytes:,} bytes in {policy.interval_seconds}s would exceed "
@@ -192,7 +188,6 @@ def decide(
     now = timezone.now()
     user = getattr(who, "user", who)
     user = user if getattr(user, "is_authenticated", False) else None
-    extra_bytes, extra_on_target = 0, {}
     to_be = holders_to_be(now) if approve else {}
     share = holdout_fraction(plan.policy)
     arms = _arms(now) if approve and share > 0 else {}
@@ -203,9 +198,7 @@ def decide(
             continue  # deciding the same way twice is harmless
         decision = ItemDecision.APPROVED if approve else ItemDecision.REJECTED
         if approve:
-            why = refusal_for(
-                item, plan.policy, extra_bytes, extra_on_target.get(item.target_id, 0), to_be
-            )
+            why = refusal_for(item, plan.policy, to_be)
             if why:
                 item.refusal = why
                 item.save(update_fields=["refusal"])
@@ -221,10 +214,6 @@ def decide(
                 decision = ItemDecision.HELD_OUT
             else:
                 _job_for(item, plan.policy)
-                extra_bytes += item.bytes
-                extra_on_target[item.target_id] = (
-                    extra_on_target.get(item.target_id, 0) + item.bytes
-                )
         item.decision = decision
         item.decided_by, item.decided_at, item.refusal = user, now, ""
         item.save(update_fields=["decision", "decided_by", "decided_at", "refusal"])
