@@ -69,7 +69,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", default="var/vcluster", help="agent configs, state and block stores")
     p.add_argument("--time-scale", type=float, default=None, help="sim seconds per wall second")
     p.add_argument("--duration", type=float, default=None, help="wall seconds to run")
-    p.add_argument("--loop", action="store_true", help="replay the workload again when it ends")
+    p.add_argument(
+        "--loop",
+        action="store_true",
+        help="replay the workload again when it ends (and its scale-out: joined engines leave "
+        "with their KV and join again)",
+    )
     p.add_argument("--payload-bytes", type=int, default=64 * 1024, help="real bytes per block file")
     p.add_argument("--bind-host", default="127.0.0.1")
     p.add_argument("--advertise-host", default="127.0.0.1", help="how agents reach this process")
