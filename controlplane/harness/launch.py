@@ -57,8 +57,8 @@ SETTINGS = {
     "PREWARM_SCORE_SECONDS": "10",
     # A demo lasts minutes, not days: a verdict after 5 scored replicas, said on the page.
     "PREWARM_SCOREBOARD_MIN_REPLICAS": "5",
-    # ... and the holdout's measured uplift once 4 prefixes on each arm carry TTFT.
-    "PREWARM_HOLDOUT_MIN_PREFIXES": "4",
+    # ... and the holdout's measured uplift once 4 assignments on each arm carry TTFT.
+    "PREWARM_HOLDOUT_MIN_ASSIGNMENTS": "4",
     "PREWARM_NODE_STALE_SECONDS": "15",
     "PREWARM_WARMING_LEAD_SECONDS": "30",
 }

@@ -182,6 +182,14 @@ class PlanItem(models.Model):
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     refusal = models.TextField(blank=True, help_text="why an approval was refused")
+    holdout_draw = models.ForeignKey(
+        "HoldoutDraw",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="items",
+        help_text="the holdout assignment it was decided under (the holdout's unit)",
+    )
 
     class Meta:
         ordering = ["plan", "-expected_ttft_saved_s", "id"]
@@ -404,8 +412,9 @@ class SpeculativeReplica(models.Model):
 
 
 class HoldoutDraw(models.Model):
-    """One assignment of the randomized holdout: the arm a prefix joined when an item of it was
-    first approved, and the permuted block it was drawn in (``plans/holdout.py``)."""
+    """One assignment of the randomized holdout, its unit: the arm a prefix joined when an item
+    of it was approved while it had no live record, and the permuted block it was drawn in
+    (``plans/holdout.py``). The prefix's items stay under it until its records' holds end."""
 
     policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="holdout_draws")
     workload_key = models.ForeignKey(

@@ -7,9 +7,10 @@ The shape is the one `GET /api/scoreboard/` returns, so the dashboard and the AP
 "ttft_saved_s", "saving_basis", "cost_s"}``: ``ttft_saved_s`` is counterfactual credit (at most
 one prefill of the placed tokens per used replica, ``saving_basis`` says from what) and
 ``cost_s`` what placing them took (warm-up prefill, copy link time). ``holdout`` compares the
-requests of treated prefixes with held-out ones (the randomized control arm, drawn per prefix)
-during their records' holds, whatever engine served them, overall, per policy and per tenant,
-each difference with its 95% interval.
+treated assignments with the held-out ones (the randomized control arm: a prefix's draw, kept
+while it has live records), each measured on the prefix's requests during its records' holds,
+whatever engine served them, overall, per policy and per tenant, each difference with its 95%
+interval.
 Precision is the share of *scored* replicas that were hit at least once (None until one is
 scored). ``hits_basis`` says where the hits come from: ``measured`` (every scored replica's hits
 are requests its engine served with the prefix cached, from gateways' records), ``estimated``
@@ -242,6 +243,7 @@ def _mean_ci(a: list[float], b: list[float]) -> dict | None:
 
 
 _KEY_FIELDS = (
+    "item__holdout_draw_id",
     "workload_key_id",
     "key_requests",
     "key_hits",
@@ -253,15 +255,19 @@ _KEY_FIELDS = (
 )
 
 
-def _by_prefix(rows: list[dict]) -> list[dict]:
-    """One arm's records summed per prefix: the holdout's unit (the coin is drawn per prefix and
-    each of a prefix's requests counts for one of its records)."""
+def _by_assignment(rows: list[dict]) -> list[dict]:
+    """One arm's records summed per assignment, the holdout's unit: a prefix's draw
+    (``HoldoutDraw``), which holds while the prefix has live records; a prefix drawn again after
+    its holds ended is a new unit (a new random draw over a later window). Records decided
+    without a draw (holdout off) are grouped per prefix. Each of a prefix's requests counts for
+    one of its records."""
     out: dict = {}
     for r in rows:
+        draw = r["item__holdout_draw_id"]
         u = out.setdefault(
-            r["workload_key_id"],
+            ("draw", draw) if draw is not None else ("prefix", r["workload_key_id"]),
             {"records": 0, "n": 0, "hits": 0, "cached": 0, "ttft_s": 0.0, "ttft_n": 0,
-             "samples": [], "cost_s": 0.0},
+             "samples": [], "cost_s": 0.0, "key": r["workload_key_id"]},
         )  # fmt: skip
         u["records"] += 1
         u["n"] += r["key_requests"]
@@ -275,15 +281,16 @@ def _by_prefix(rows: list[dict]) -> list[dict]:
 
 
 def _arm(rows: list[dict]) -> dict:
-    units = _by_prefix(rows)
+    units = _by_assignment(rows)
     with_req = [u for u in units if u["n"]]
     with_ttft = [u for u in units if u["ttft_n"]]
     n = sum(u["n"] for u in units)
     return {
         "records": len(rows),
-        "prefixes": len(units),
-        "prefixes_with_requests": len(with_req),
-        "prefixes_with_ttft": len(with_ttft),
+        "assignments": len(units),
+        "prefixes": len({u["key"] for u in units}),
+        "assignments_with_requests": len(with_req),
+        "assignments_with_ttft": len(with_ttft),
         "requests": n,
         "hit_rate": (sum(u["hits"] for u in units) / n) if n else None,
         "cached_tokens_per_request": (sum(u["cached"] for u in units) / n) if n else None,
@@ -299,18 +306,18 @@ def _arm(rows: list[dict]) -> dict:
 
 
 def _compare(treated: list[dict], held: list[dict], samples: bool = False) -> dict:
-    """Treated vs held-out prefixes: each arm's figures and the per-prefix differences (treated
-    minus held out) of hit rate, cached tokens per request and mean TTFT over the prefix's
-    requests in its holds (any engine), each with its 95% interval."""
+    """Treated vs held-out assignments: each arm's figures and the per-assignment differences
+    (treated minus held out) of hit rate, cached tokens per request and mean TTFT over the
+    prefix's requests in the assignment's holds (any engine), each with its 95% interval."""
     t, h = _arm(treated), _arm(held)
     out = {
-        "unit": "prefix",
+        "unit": "assignment",
         "treated": {k: v for k, v in t.items() if not k.startswith("_")},
         "held_out": {k: v for k, v in h.items() if not k.startswith("_")},
         "hit_rate_diff": _mean_ci(t["_hit"], h["_hit"]),
         "cached_tokens_diff": _mean_ci(t["_cached"], h["_cached"]),
         "ttft_diff_s": _mean_ci(t["_ttft"], h["_ttft"]),
-        "prefixes_compared": min(t["prefixes_with_ttft"], h["prefixes_with_ttft"]),
+        "assignments_compared": min(t["assignments_with_ttft"], h["assignments_with_ttft"]),
         "treated_cost_s": t["_cost"],
     }
     if samples:
@@ -319,8 +326,8 @@ def _compare(treated: list[dict], held: list[dict], samples: bool = False) -> di
 
 
 def holdout(window) -> dict:
-    """The randomized holdout over the window's prefixes: treated = prefixes with live copies
-    confirmed (or partial), held out = prefixes whose approved items were withheld at random;
+    """The randomized holdout over the window's assignments: treated = assignments with live
+    copies confirmed (or partial), held out = those whose approved items were withheld;
     each measured on its requests during its records' holds, whatever engine served them;
     overall (with the TTFT samples the page plots), per policy and per tenant."""
     treated = window.filter(
@@ -372,9 +379,9 @@ def randomization(since: datetime, until: datetime) -> list[dict]:
 
 
 def _holdout_verdict(ho: dict, prior: str | None, sweep_note: str) -> dict | None:
-    """The verdict from the measured uplift, once enough prefixes on each arm carry TTFT."""
-    needed = settings.PREWARM_HOLDOUT_MIN_PREFIXES
-    pairs, diff = ho["prefixes_compared"], ho["ttft_diff_s"]
+    """The verdict from the measured uplift, once enough assignments on each arm carry TTFT."""
+    needed = settings.PREWARM_HOLDOUT_MIN_ASSIGNMENTS
+    pairs, diff = ho["assignments_compared"], ho["ttft_diff_s"]
     if pairs < needed or diff is None:
         return None
     requests = ho["treated"]["requests"]
@@ -383,12 +390,12 @@ def _holdout_verdict(ho: dict, prior: str | None, sweep_note: str) -> dict | Non
     saved, saved_low = up * requests, up_low * requests
     cost = ho["treated_cost_s"]
     figures = (
-        f"the randomized holdout ({pairs} treated and held-out prefixes with TTFT each; "
+        f"the randomized holdout ({pairs} treated and held-out assignments with TTFT each; "
         f"{needed} needed) measures {up * 1000:+.0f} ms of TTFT per "
         f"request on treated prefixes (95% interval {up_low * 1000:+.0f} to {up_high * 1000:+.0f} "
         f"ms), {saved:.1f}s over their {requests} requests, for {cost:.1f}s spent placing them"
     )
-    base = {"prior": prior, "holdout_prefixes": pairs}
+    base = {"prior": prior, "holdout_assignments": pairs}
     if saved_low > 0 and saved_low > cost:
         return {
             **base,
@@ -423,8 +430,8 @@ def _holdout_verdict(ho: dict, prior: str | None, sweep_note: str) -> dict | Non
 def recommendation(live: dict, shadow: dict, by_tenant: list[dict], ho: dict | None = None) -> dict:
     """A plain verdict on whether speculation earns its cost here, from evidence.
 
-    1. The randomized holdout, once ``PREWARM_HOLDOUT_MIN_PREFIXES`` treated and held-out
-       prefixes carry TTFT: the measured uplift (with its 95% interval) times the treated requests
+    1. The randomized holdout, once ``PREWARM_HOLDOUT_MIN_ASSIGNMENTS`` treated and held-out
+       assignments carry TTFT: the measured uplift (with its 95% interval) times the treated requests
        against what placing the replicas cost (``basis = "holdout"``).
     2. Otherwise the cluster's own scored replicas (live and shadow): counterfactual credit (at
        most one prefill per used replica) against placement cost (warm-up prefill, copy link
@@ -434,18 +441,18 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict], ho: dict | N
        demand turns hot would have done as well. Its ``reactive-enough`` counts only where its
        interval rules out a material gain (``MATERIAL_GAIN``); elsewhere ``"uncertain"``.
 
-    Returns ``{"verdict", "basis", "prior", "tenants_that_benefit", "holdout_prefixes", "text"}``.
+    Returns ``{"verdict", "basis", "prior", "tenants_that_benefit", "holdout_assignments", "text"}``.
     """
     sweep_note, tip = where_on_the_map()
     prior = _prior(tip)
-    ho = ho or {"prefixes_compared": 0, "ttft_diff_s": None}
+    ho = ho or {"assignments_compared": 0, "ttft_diff_s": None}
     measured = _holdout_verdict(ho, prior, sweep_note)
     if measured is not None:
         return measured
-    pairs = ho["prefixes_compared"]
+    pairs = ho["assignments_compared"]
     pairs_note = (
-        f"; the holdout has {pairs} of the {settings.PREWARM_HOLDOUT_MIN_PREFIXES} treated and "
-        "held-out prefixes with TTFT its measured uplift needs"
+        f"; the holdout has {pairs} of the {settings.PREWARM_HOLDOUT_MIN_ASSIGNMENTS} treated "
+        "and held-out assignments with TTFT its measured uplift needs"
     )
     scored = live["scored"] + shadow["scored"]
     needed = getattr(settings, "PREWARM_SCOREBOARD_MIN_REPLICAS", MIN_SCORED_FOR_VERDICT)
@@ -466,7 +473,7 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict], ho: dict | N
             "verdict": "insufficient_data",
             "basis": "map" if prior else "none",
             "prior": prior,
-            "holdout_prefixes": pairs,
+            "holdout_assignments": pairs,
             "tenants_that_benefit": [],
             "text": text + ".",
         }
@@ -486,7 +493,7 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict], ho: dict | N
         f"credited {best['ttft_saved_s']:.1f}s of time to first token (at most one prefill "
         f"each, {best['saving_basis']}) for {cost_s:.1f}s spent placing them{pairs_note}"
     )
-    base = {"prior": prior, "holdout_prefixes": pairs}
+    base = {"prior": prior, "holdout_assignments": pairs}
     if own == "waste":
         return {
             **base,

@@ -51,13 +51,13 @@ PREWARM_REPLICA_CONFIRM_SECONDS = get_from_env(
     "PREWARM_REPLICA_CONFIRM_SECONDS", 30.0, type_cast=float
 )
 # Share of prefixes whose approved speculative plan items are withheld at random (recorded as
-# held out, with what they would have done; the coin is drawn per prefix and kept while it has a
-# live record): the scoreboard compares those prefixes' requests with the treated ones'. A
-# policy's own holdout_fraction wins; 0 turns the holdout off.
+# held out, with what they would have done; drawn per prefix in permuted blocks and kept while it
+# has a live record): the scoreboard compares those assignments' requests with the treated ones'.
+# A policy's own holdout_fraction wins; 0 turns the holdout off.
 PREWARM_HOLDOUT_FRACTION = get_from_env("PREWARM_HOLDOUT_FRACTION", 0.15, type_cast=float)
-# Treated and held-out prefixes (each with TTFT from gateways' records) the verdict needs before it
-# uses the holdout's measured uplift instead of per-replica credit.
-PREWARM_HOLDOUT_MIN_PREFIXES = get_from_env("PREWARM_HOLDOUT_MIN_PREFIXES", 10, type_cast=int)
+# Treated and held-out assignments (a prefix's draw, each with TTFT from gateways' records) the
+# verdict needs before it uses the holdout's measured uplift instead of per-replica credit.
+PREWARM_HOLDOUT_MIN_ASSIGNMENTS = get_from_env("PREWARM_HOLDOUT_MIN_ASSIGNMENTS", 10, type_cast=int)
 # LMCache leases (pin_timeout_sec on the controller, 300 by default): the agent pins a live
 # replica again this often, so its lease never lapses while the replica is held.
 PREWARM_LMCACHE_RENEW_SECONDS = get_from_env("PREWARM_LMCACHE_RENEW_SECONDS", 60.0, type_cast=float)

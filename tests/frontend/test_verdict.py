@@ -16,7 +16,7 @@ from tests.workflow.evidence import (
     since,
 )
 
-PAIRS = 10  # PREWARM_HOLDOUT_MIN_PREFIXES: prefixes on each arm
+PAIRS = 10  # PREWARM_HOLDOUT_MIN_ASSIGNMENTS: assignments on each arm
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_too_little_evidence_is_insufficient_data_and_no_map_prior(ev, fleet):  
     confirmed_copy(ev, fleet.policy("manual", holdout_fraction=0.0), ev.key(0), "node-b")
     rec = verdict(fleet)["recommendation"]
     assert rec["verdict"] == "insufficient_data" and rec["basis"] == "none"
-    assert rec["prior"] is None and rec["holdout_prefixes"] == 0
+    assert rec["prior"] is None and rec["holdout_assignments"] == 0
     assert "cannot be placed on the simulator's map" in rec["text"]
     assert "its engines report no GPU" in rec["text"]
 
@@ -62,8 +62,8 @@ def test_measured_uplift_beyond_the_cost_says_speculation_pays(ev, fleet):  # no
     board = holdout_run(ev, fleet, lambda j: 1.5 + 0.05 * (j % 3))
     rec, ho = board["recommendation"], board["holdout"]
     assert rec["verdict"] == "speculation_pays" and rec["basis"] == "holdout"
-    assert rec["holdout_prefixes"] == PAIRS
-    assert f"{PAIRS} treated and held-out prefixes" in rec["text"]
+    assert rec["holdout_assignments"] == PAIRS
+    assert f"{PAIRS} treated and held-out assignments" in rec["text"]
     diff = ho["ttft_diff_s"]
     assert diff["high"] < 0 and diff["low"] < diff["diff"] < diff["high"]
     assert ho["treated"]["hit_rate"] == 1.0 and ho["held_out"]["hit_rate"] == 0.0

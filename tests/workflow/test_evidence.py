@@ -5,6 +5,7 @@ dispatch and stored after the job started, partial and redundant copies, one rep
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from controlplane.replication.choices import ItemDecision, JobState
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
@@ -203,7 +204,8 @@ def test_holdout_withholds_an_approved_item_and_records_what_it_would_have_done(
     assert board["totals"]["replicas"] == 0  # never placed: not a live replica
     ho = board["holdout"]
     arm = ho["held_out"]
-    assert ho["unit"] == "prefix" and (arm["prefixes"], arm["requests"]) == (1, 3)
+    assert ho["unit"] == "assignment" and (arm["assignments"], arm["prefixes"]) == (1, 1)
+    assert arm["requests"] == 3
     assert arm["ttft_mean_s"] == pytest.approx(1.5) and arm["hit_rate"] == 1.0
     assert ho["ttft_samples"]["held_out"] == [1.5, 1.5, 1.5]
     # Its hold ends: nothing was placed, so nothing is evicted from the engine.
@@ -289,6 +291,27 @@ def test_items_approved_together_are_counted_once_against_the_budgets(ev, fleet,
     assert [decisions[k.pk] for k in keys] == [ItemDecision.APPROVED] * 2 + [ItemDecision.PENDING]
     assert list(refused) == [str(plan.items.get(workload_key=keys[2]).pk)]
     assert ReplicationJob.objects.count() == 2
+
+
+def test_a_prefix_drawn_again_after_its_holds_ended_is_a_new_assignment(ev, fleet):
+    """The holdout's unit is the draw: a prefix held out, its hold over, then approved again is
+    drawn again, and the comparison counts two assignments of one prefix, each measured on the
+    requests of its own hold."""
+    policy, key = fleet.policy("manual", holdout_fraction=1.0), ev.key(0)
+    first = ev.plan(policy, [(key, "node-c")])
+    assert ev.approve(first)["refused"] == {}
+    ev.served(key, "node-a", 2, cached=TOKENS, ttft_s=1.0)
+    SpeculativeReplica.objects.filter(item__plan=first).update(expires_at=timezone.now())
+    second = ev.plan(policy, [(key, "node-c")])
+    assert ev.approve(second)["refused"] == {}
+    ev.served(key, "node-a", 3, cached=TOKENS, ttft_s=2.0)
+    draws = [i.holdout_draw for i in (first.items.get(), second.items.get())]
+    assert draws[0] and draws[1] and draws[0].pk != draws[1].pk
+    score_replicas.delay()
+    ho = fleet.operator.get(f"/api/scoreboard/?since={since()}").json()["holdout"]
+    arm = ho["held_out"]
+    assert (arm["assignments"], arm["prefixes"], arm["requests"]) == (2, 1, 5)
+    assert arm["assignments_with_ttft"] == 2
 
 
 def test_a_confirmed_copy_whose_blocks_leave_the_engine_is_lost(ev, fleet):

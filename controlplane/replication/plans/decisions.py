@@ -34,14 +34,15 @@ from . import holdout
 from .inputs import chain_hex, holders_to_be, spec_bytes_by_engine
 
 
-def _arms(now) -> dict[int, bool]:
-    """Which arm each prefix is in now: True held out, False treated. The holdout is measured on
-    a prefix's requests (cache-aware routing never serves a held-out pair), so the arm is drawn
-    per prefix (``holdout.assign``: permuted blocks) and kept while the prefix has a live
-    speculative record: a held-out replica not yet expired keeps it held out, a copy in flight or
-    a live replica keeps it treated. A prefix is then never on both arms at once, and its
-    requests measure one of them."""
-    arms: dict[int, bool] = {}
+def _arms(now) -> dict[int, tuple[bool, int | None]]:
+    """Which arm each prefix is in now, and under which draw: key -> (held out, draw id). The
+    holdout is measured on a prefix's requests (cache-aware routing never serves a held-out
+    pair), so the arm is drawn per prefix (``holdout.assign``: permuted blocks) and kept while
+    the prefix has a live speculative record: a held-out replica not yet expired keeps it held
+    out, a copy in flight or a live replica keeps it treated. A prefix is then never on both
+    arms at once, and its requests measure one of them; once its records' holds end, its next
+    approved item draws again (a new assignment, the holdout's unit)."""
+    arms: dict[int, tuple[bool, int | None]] = {}
     live = SpeculativeReplica.objects.filter(
         shadow=False,
         workload_key_id__isnull=False,
@@ -49,12 +50,13 @@ def _arms(now) -> dict[int, bool]:
         evicted_at__isnull=True,
         lost_at__isnull=True,
     )
-    for key, held in live.values_list("workload_key_id", "held_out"):
-        arms[key] = arms.get(key, False) or held
-    for key in ReplicationJob.objects.filter(
+    for key, held, draw in live.values_list("workload_key_id", "held_out", "item__holdout_draw_id"):
+        if key not in arms or (held and not arms[key][0]):
+            arms[key] = (held, draw)
+    for key, draw in ReplicationJob.objects.filter(
         state__in=(*wire.JOB_LIVE, JobState.LANDED), item__workload_key_id__isnull=False
-    ).values_list("item__workload_key_id", flat=True):
-        arms.setdefault(key, False)
+    ).values_list("item__workload_key_id", "item__holdout_draw_id"):
+        arms.setdefault(key, (False, draw))
     return arms
 
 
@@ -208,15 +210,17 @@ def decide(
             # Speculative items only (a pin is an operator's order, not a bet to measure).
             key = item.workload_key_id
             if key and share > 0 and key not in arms:
-                arms[key] = holdout.assign(plan.policy, item, share)
-            if key and arms.get(key, False):
+                draw = holdout.assign(plan.policy, item, share)
+                arms[key] = (draw.held_out, draw.pk)
+            held, item.holdout_draw_id = arms.get(key, (False, None)) if key else (False, None)
+            if held:
                 _hold_out(item, plan.policy, now)
                 decision = ItemDecision.HELD_OUT
             else:
                 _job_for(item, plan.policy)
         item.decision = decision
         item.decided_by, item.decided_at, item.refusal = user, now, ""
-        item.save(update_fields=["decision", "decided_by", "decided_at", "refusal"])
+        item.save(update_fields=["decision", "decided_by", "decided_at", "refusal", "holdout_draw"])
     states = {
         ItemDecision.APPROVED if d == ItemDecision.HELD_OUT else d
         for d in plan.items.values_list("decision", flat=True)

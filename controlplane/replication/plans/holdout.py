@@ -36,8 +36,8 @@ def block_shape(share: float) -> tuple[int, int]:
     return MAX_BLOCK, max(1, min(MAX_BLOCK, round(MAX_BLOCK * share)))
 
 
-def assign(policy: Policy, item: PlanItem, share: float) -> bool:
-    """Draw the arm of ``item``'s prefix (True: held out) and record the draw. Call inside the
+def assign(policy: Policy, item: PlanItem, share: float) -> HoldoutDraw:
+    """Draw the arm of ``item``'s prefix (``held_out``) and record the draw. Call inside the
     decision's transaction: the policy's row is locked so concurrent decisions draw in turn."""
     Policy.objects.select_for_update().filter(pk=policy.pk).first()
     size, held = block_shape(share)
@@ -48,7 +48,7 @@ def assign(policy: Policy, item: PlanItem, share: float) -> bool:
         block, done, held_so_far = (last.block + 1 if last else 0), 0, 0
     p = (held - held_so_far) / (size - done)
     out = _uniform() < p
-    HoldoutDraw.objects.create(
+    return HoldoutDraw.objects.create(
         policy=policy,
         workload_key_id=item.workload_key_id,
         item=item,
@@ -60,4 +60,3 @@ def assign(policy: Policy, item: PlanItem, share: float) -> bool:
         position=done + 1,
         held_so_far=held_so_far + out,
     )
-    return out
