@@ -10,21 +10,18 @@ Usage: python docs/sim-issue20/diag_fallback.py '{"seed":14,"scenario":"slowlink
     reactive,predictive
 (keys as in a grid job: model, scenario, seed, workload, tenants, load, engines)."""
 
-import json
 import math
 import sys
 from collections import Counter
 
 import numpy as np
-from diag_setup import setup_for  # next to this script
+from diag_setup import prefix_window_args  # next to this script
 
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.policy_factory import make_policy
 
-kw = json.loads(sys.argv[1])
-PID, T0, T1 = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+kw, PID, T0, T1, POLICIES, setup = prefix_window_args(sys.argv)
 seed = kw.get("seed", 0)
-setup = setup_for(kw)
 cfg, wl = setup.config, setup.workload
 
 
@@ -60,7 +57,7 @@ def rule_verdict(sim, pol, t, keys):
     return "copy tried", (round(hw, 1), round(land - t, 1))
 
 
-for name in sys.argv[5].split(","):
+for name in POLICIES:
     pol = make_policy(name)
     sim = Simulation(cfg, wl, pol, seed=seed)
     started, refused, verdicts, holders, rounds, example = [], Counter(), Counter(), {}, [], {}

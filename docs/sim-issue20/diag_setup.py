@@ -3,6 +3,8 @@ a ``prewarm-sim grid`` job (model, scenario, seed, workload, tenants, load, engi
 with that command's defaults, and the same window start for the fixed traces
 (``controlplane.sim.seeds.run_one``)."""
 
+import json
+
 from controlplane.sim.scenarios import build
 from controlplane.sim.seeds import TRACE_SPAN_S, TRACE_WORKLOADS, WINDOW_STEP_S
 
@@ -25,3 +27,10 @@ def setup_for(kw: dict):
         load=kw.get("load", 0.55),
         seed=seed,
     )
+
+
+def prefix_window_args(argv: list[str]):
+    """``JOB_JSON PREFIX T0 T1 POLICIES``, the arguments of the per-prefix probes: the job's
+    keys, the prefix, the window (s), the policies, and the job's set-up."""
+    kw = json.loads(argv[1])
+    return kw, int(argv[2]), float(argv[3]), float(argv[4]), argv[5].split(","), setup_for(kw)
