@@ -318,15 +318,21 @@ def main_seeds(args) -> int:
 
 
 def markdown(doc: dict) -> str:
-    """The per-cell table of ``docs/simulator.md`` (means over seeds; gains ± 95% noise)."""
+    """The per-cell table of ``docs/simulator.md`` (means over seeds; gains ± 95% noise), with
+    ``hot-fanout`` and ``everywhere`` columns where a cell ran them."""
+    cells = doc["cells"]
+    extra = [n for n in ("hot-fanout", "everywhere") if any(n in c["ttft_s"] for c in cells)]
+    over_hf = "hot-fanout" in extra
     head = (
         "| model | scenario | seeds | cache-aware mean / p99 | reactive mean / p99 | "
-        "predictive mean / p99 | oracle mean / p99 | predictive gain mean | "
-        "predictive gain p99 | oracle gain mean | oracle gain p99 | gap closed p99 | "
-        "spec VRAM % | precision |"
+        "predictive mean / p99 | oracle mean / p99 | "
+        + "".join(f"{n} mean / p99 | " for n in extra)
+        + "predictive gain mean | predictive gain p99 | "
+        + ("predictive over hot-fanout p99 | " if over_hf else "")
+        + "oracle gain mean | oracle gain p99 | gap closed p99 | spec VRAM % | precision |"
     )
-    rows = [head, "|" + "---|" * 14]
-    for c in doc["cells"]:
+    rows = [head, "|" + "---|" * (14 + len(extra) + over_hf)]
+    for c in cells:
         closed = c.get("gap_closed_p99")
         prec = c.get("replica_precision")
         sat = c.get("saturated_seeds") or []
@@ -334,13 +340,23 @@ def markdown(doc: dict) -> str:
         rows.append(
             f"| {c['model']} | {c['scenario']} | {seeds} | {_mp(c, 'cache-aware')} | "
             f"{_mp(c, 'reactive')} | {_mp(c, 'predictive')} | {_mp(c, 'oracle')} | "
-            f"{_g(c, 'predictive', 'mean')} | {_g(c, 'predictive', 'p99')} | "
-            f"{_g(c, 'oracle', 'mean')} | {_g(c, 'oracle', 'p99')} | "
+            + "".join(f"{_mp(c, n)} | " for n in extra)
+            + f"{_g(c, 'predictive', 'mean')} | {_g(c, 'predictive', 'p99')} | "
+            + (f"{_over_hot_fanout(c)} | " if over_hf else "")
+            + f"{_g(c, 'oracle', 'mean')} | {_g(c, 'oracle', 'p99')} | "
             f"{'no gap' if closed is None else f'{closed:.0%}'} | "
             f"{100 * c['spec_vram_fraction_mean']:.2f} | "
             f"{'-' if prec is None else f'{prec:.2f}'} |"
         )
     return "\n".join(rows)
+
+
+def _over_hot_fanout(c: dict) -> str:
+    if "predictive_over_hot_fanout_p99" not in c:
+        return "-"
+    mark = "**" if c["predictive_over_hot_fanout_p99_beyond_noise"] else ""
+    g, noise = c["predictive_over_hot_fanout_p99"], c["predictive_over_hot_fanout_p99_noise"]
+    return f"{mark}{g:+.1%}{mark} ± {pct(noise)}"
 
 
 def pct(x: float | None) -> str:

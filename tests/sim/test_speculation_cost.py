@@ -157,3 +157,39 @@ def test_grid_appends_each_job_and_resumes_without_rerunning(tmp_path, capsys):
     assert main(args) == 0  # the job is there: nothing runs, nothing is appended
     assert out.read_text() == first
     assert main([*args[:2], "nope:llama3-8b:steady", *args[3:]]) == 2
+
+
+def test_seeds_table_shows_hot_fanout_and_everywhere_where_they_ran():
+    from controlplane.sim.seeds import markdown
+
+    cell = {
+        "model": "llama3-8b",
+        "scenario": "steady",
+        "seeds": [0, 1],
+        "ttft_s": {
+            n: {"mean": m, "p99": p}
+            for n, m, p in (
+                ("reactive", 0.066, 0.275),
+                ("predictive", 0.059, 0.205),
+                ("hot-fanout", 0.068, 0.297),
+                ("everywhere", 0.057, 0.194),
+            )
+        },
+        "predictive_gain_p99": 0.223,
+        "predictive_gain_p99_noise": 1.62,
+        "predictive_gain_p99_beyond_noise": False,
+        "predictive_over_hot_fanout_p99": 0.26,
+        "predictive_over_hot_fanout_p99_noise": 0.1,
+        "predictive_over_hot_fanout_p99_beyond_noise": True,
+        "spec_vram_fraction_mean": 0.0,
+        "replica_precision": 1.0,
+    }
+    head, rule, row = markdown({"cells": [cell]}).splitlines()
+    cols = [x.strip() for x in head.strip("|").split("|")]
+    vals = dict(zip(cols, [x.strip() for x in row.strip("|").split("|")], strict=True))
+    assert rule.count("---") == len(cols)
+    assert vals["hot-fanout mean / p99"] == "0.068 / 0.297"
+    assert vals["everywhere mean / p99"] == "0.057 / 0.194"
+    assert vals["predictive over hot-fanout p99"] == "**+26.0%** ± 10.0%"
+    without = {**cell, "ttft_s": {k: v for k, v in cell["ttft_s"].items() if k == "reactive"}}
+    assert "hot-fanout" not in markdown({"cells": [without]}).splitlines()[0]
