@@ -223,22 +223,22 @@ class Simulation:
         self._spec_slice(e)
         self.serving = [x for x in self.engines if x.state == SERVING]
 
-    def rejoin(self, offset: float) -> list[Engine]:
+    def rejoin(self, offset: float) -> list[tuple[Engine, list[int]]]:
         """Play ``config.changes`` again from ``offset`` (a looped workload's next pass): each
         engine that joined is taken out now, back to planned with an empty cache (a scale-in
         ends its process), and is announced and serves again at the same points of the pass.
-        Returns those engines."""
+        Returns those engines, each with the keys its cache held."""
         out = []
         for ch in self.config.changes:
             if ch.serve_s <= 0:
                 continue
             e = self.engines[ch.eid]
             self._set_state(e, PLANNED)
-            e.cache.clear(offset)
+            held = e.cache.clear(offset)
             a, s = offset + ch.announce_s, offset + ch.serve_s
             self.events.at(a, lambda t, e=e: self._set_state(e, WARMING))  # type: ignore[misc]
             self.events.at(s, lambda t, e=e: self._set_state(e, SERVING, t))  # type: ignore[misc]
-            out.append(e)
+            out.append((e, held))
         return out
 
     def _spec_slice(self, e: Engine) -> None:

@@ -342,21 +342,13 @@ def markdown(doc: dict) -> str:
             f"{_mp(c, 'reactive')} | {_mp(c, 'predictive')} | {_mp(c, 'oracle')} | "
             + "".join(f"{_mp(c, n)} | " for n in extra)
             + f"{_g(c, 'predictive', 'mean')} | {_g(c, 'predictive', 'p99')} | "
-            + (f"{_over_hot_fanout(c)} | " if over_hf else "")
+            + (f"{_gain(c, 'predictive_over_hot_fanout_p99')} | " if over_hf else "")
             + f"{_g(c, 'oracle', 'mean')} | {_g(c, 'oracle', 'p99')} | "
             f"{'no gap' if closed is None else f'{closed:.0%}'} | "
             f"{100 * c['spec_vram_fraction_mean']:.2f} | "
             f"{'-' if prec is None else f'{prec:.2f}'} |"
         )
     return "\n".join(rows)
-
-
-def _over_hot_fanout(c: dict) -> str:
-    if "predictive_over_hot_fanout_p99" not in c:
-        return "-"
-    mark = "**" if c["predictive_over_hot_fanout_p99_beyond_noise"] else ""
-    g, noise = c["predictive_over_hot_fanout_p99"], c["predictive_over_hot_fanout_p99_noise"]
-    return f"{mark}{g:+.1%}{mark} ± {pct(noise)}"
 
 
 def pct(x: float | None) -> str:
@@ -384,7 +376,12 @@ def _mp(c: dict, name: str) -> str:
 
 
 def _g(c: dict, name: str, stat: str) -> str:
-    if f"{name}_gain_{stat}" not in c:
+    return _gain(c, f"{name}_gain_{stat}")
+
+
+def _gain(c: dict, key: str) -> str:
+    """A cell's paired gain ``key`` ± its 95% noise, bold when beyond it; "-" where not run."""
+    if key not in c:
         return "-"
-    mark = "**" if c[f"{name}_gain_{stat}_beyond_noise"] else ""
-    return f"{mark}{c[f'{name}_gain_{stat}']:+.1%}{mark} ± {pct(c[f'{name}_gain_{stat}_noise'])}"
+    mark = "**" if c[f"{key}_beyond_noise"] else ""
+    return f"{mark}{c[key]:+.1%}{mark} ± {pct(c[f'{key}_noise'])}"

@@ -281,11 +281,9 @@ class VirtualCluster:
         """A looped pass replays its fleet too: the engines that joined leave (their blocks are
         published removed) and join again at the same points of the next pass, so every pass
         of a looping demo has a scale-out to plan for, not only the first."""
-        held = {e.eid: set(e.cache.blocks) for e in self.sim.engines}
-        for e in self.sim.rejoin(offset):
-            before = held[e.eid]
-            self.engines[e.eid].publish_changes(before, ())
-            self._forget(list(before))
+        for e, held in self.sim.rejoin(offset):
+            self.engines[e.eid].publish_changes(set(held), ())
+            self._forget(held)
             self.stats.rejoins += 1
         self._sync_lifecycles()
 

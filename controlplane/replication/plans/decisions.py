@@ -212,7 +212,7 @@ def decide(
             if key and share > 0 and key not in arms:
                 draw = holdout.assign(plan.policy, item, share)
                 arms[key] = (draw.held_out, draw.pk)
-            held, item.holdout_draw_id = arms.get(key, (False, None)) if key else (False, None)
+            held, item.holdout_draw_id = arms.get(key, (False, None))
             if held:
                 _hold_out(item, plan.policy, now)
                 decision = ItemDecision.HELD_OUT
