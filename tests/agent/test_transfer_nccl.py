@@ -94,7 +94,11 @@ def test_source_never_joins_fails_target_by_deadline_with_nothing_stored(agents)
     cp.assign(d, {**spec, "role": "target"})  # the source is never told: it never joins
     failed = wait_result(cp, spec["id"], d, timeout=3 + 15)  # failed by its deadline, then reported
     assert failed["state"] == "failed"
-    assert "nccl receive failed: peer did not join" in failed["error"]
+    # Which of the two deadlines speaks first depends on the machine's load: torch's rendezvous
+    # timeout (set to the time left) or the agent's own abort at the deadline plus its grace.
+    assert failed["error"].startswith(
+        ("nccl receive failed: peer did not join", "deadline passed before the job ended")
+    ), failed["error"]
     assert failed["bytes"] == 0 and failed["checksum"] is None
     assert not any(got.contains(k) for k in fresh)
     assert not list(got.dir.glob("*.tmp"))
