@@ -48,7 +48,10 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
   only when benefit > cost x ``Budgets.min_benefit_ratio``. No item lands on a serving engine
   queueing more than ``Budgets.max_queue_s``, and while the serving engines queue more than
   ``Budgets.max_cluster_queue_s`` on average (``cluster_queue_s``) the planner backs off: warm-ups
-  of joining engines only. The defaults (ratio 1, no queue limits, zero queue and displaced
+  of joining engines only, and copies of a prefix whose own holders carry the queue (the serving
+  engines that do not hold it queue under the limit, ``backs_off_around``): a burst that queues
+  its holders is what a replica relieves, and it adds nothing to the engines that queue. The
+  defaults (ratio 1, no queue limits, zero queue and displaced
   value) leave callers that do not pass these inputs as they were.
 Greedy by net benefit; each chosen replica reduces the prefix's overflow and the target's spare
 capacity, and re-enters the queue for a further replica. Budgets and overrides are hard limits.
@@ -78,7 +81,7 @@ LIFECYCLES = ENGINE_LIFECYCLES
 # saving must be BENEFIT_MARGIN x what it takes (copy time, the displaced blocks' expected value,
 # the target's queue); none lands on a serving engine queueing over MAX_TARGET_QUEUE_S; while the
 # serving engines queue MAX_CLUSTER_QUEUE_S on average the planner backs off (warm-ups of joining
-# engines only).
+# engines, and copies of a prefix whose holders alone carry the queue).
 BENEFIT_MARGIN = 2.0
 MAX_TARGET_QUEUE_S = 2.0
 MAX_CLUSTER_QUEUE_S = 1.0
@@ -320,13 +323,15 @@ def plan(
     queued: dict[str, float] = {}  # seconds of this plan's copies on each engine's link
     state: dict[str, list] = {}
     seq = 0
-    for c in [] if backoff else candidates:
+    for c in candidates:
         d = dem.get(c.prefix_id)
         if not eligible(c, d) or c.service_s <= 0:
             continue
         holders = [h for h in gpu_holders.get(c.prefix_id, ()) if h in by_engine]
         if not holders:
             continue  # nothing to copy from (a cold prefix is computed where it lands)
+        if backoff and backs_off_around(engines, budgets, holders):
+            continue
         lam = _rate(d, H) if d else 0.0
         # Engines this plan promotes it on hold it too (no copy to them, their capacity counts).
         up = promoted.get(c.prefix_id, set())
@@ -470,6 +475,18 @@ def backs_off(engines: Iterable[EngineState], budgets: Budgets) -> bool:
     return cluster_queue_s(engines) > budgets.max_cluster_queue_s
 
 
+def backs_off_around(
+    engines: Iterable[EngineState], budgets: Budgets, holders: Iterable[str]
+) -> bool:
+    """The back-off for one prefix: the serving engines that do not hold it queue more than
+    ``max_cluster_queue_s`` on average. Its holders' queue is left out: where that is its own
+    burst, a replica elsewhere is what relieves it."""
+    held = set(holders)
+    return cluster_queue_s(e for e in engines if e.engine_id not in held) > (
+        budgets.max_cluster_queue_s
+    )
+
+
 def queue_gate(engines: Sequence[EngineState], budgets: Budgets) -> dict:
     """What the queues held back in a plan, for its summary: the serving engines' mean queue
     against ``max_cluster_queue_s`` (the back-off) and the engines over ``max_queue_s`` (no item
@@ -484,7 +501,9 @@ def queue_gate(engines: Sequence[EngineState], budgets: Budgets) -> dict:
     if backoff:
         why = (
             f"serving engines queue {q:.2f} s on average (limit {budgets.max_cluster_queue_s:g} "
-            "s): speculative copies and promotions held back, warm-ups of joining engines only"
+            "s): speculative copies and promotions held back, but warm-ups of joining engines "
+            "and copies of a prefix whose holders carry the queue (the engines that do not "
+            "hold it queue under the limit)"
         )
     elif over:
         why = (

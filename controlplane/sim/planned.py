@@ -63,10 +63,11 @@ ONSET_REPLAN_S = 2.0
 ONSET_LOOKAHEAD_S = 30.0  # clairvoyant: the true arrivals its on-arrival re-plan looks at
 # Cost-charged speculation: one setting for every trace and cell, shared with the control plane's
 # default policy (``core.planner.BENEFIT_MARGIN``, ``MAX_TARGET_QUEUE_S``, ``MAX_CLUSTER_QUEUE_S``;
-# docs/simulator.md, "What speculation costs"). The planner backs off (no copies, promotions or
-# new leases; warm-ups of joining engines only) while the serving engines queue, since a queue
-# above the ramp-in router's 0.5 s guard sends requests to engines that recompute their prefix,
-# and the work that adds keeps the queue.
+# docs/simulator.md, "What predictive's items are charged"). The planner backs off (no
+# promotions or new leases, no copies but of a prefix whose own holders carry the queue;
+# warm-ups of joining engines) while the serving engines queue, since a queue above the ramp-in
+# router's 0.5 s guard sends requests to engines that recompute their prefix, and the work that
+# adds keeps the queue.
 
 
 class PlannedPolicy(Reactive):

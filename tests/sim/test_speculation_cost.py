@@ -60,6 +60,17 @@ def test_planner_backs_off_while_the_cluster_queues_but_still_warms_joining_engi
     assert items and {it.target for it in items} == {"e3"}  # the warm-up only
 
 
+def test_the_back_off_leaves_out_the_queue_of_the_prefixs_own_holders():
+    # Its one holder queues 6 s (its own burst), the engines that could take a replica none:
+    # the mean (1.5 s) is over the limit, but what queues is what a replica relieves.
+    c, d, h = _hot()
+    b = Budgets(horizon_s=60, max_cluster_queue_s=1.0)
+    items = plan([c], [d], h, _engines(queue=(6.0, 0.0, 0.0, 0.0)), b)
+    assert items and "e0" not in {it.target for it in items}
+    # The same queue on an engine that does not hold it: the cluster queues, the planner waits.
+    assert plan([c], [d], h, _engines(queue=(0.0, 6.0, 0.0, 0.0)), b) == []
+
+
 def test_planner_skips_targets_that_queue_and_charges_their_queue():
     c, d, h = _hot()
     b = Budgets(horizon_s=60, max_queue_s=2.0)

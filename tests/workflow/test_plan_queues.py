@@ -28,17 +28,17 @@ def test_a_new_policy_charges_speculation_with_the_simulators_defaults(db):
 
 
 def test_queued_engines_hold_speculation_back_and_the_summary_says_why(fleet):
-    # The prefix's holder has 40 requests waiting (seconds of prefill): the serving engines'
-    # mean queue passes the back-off limit, though node-b and node-c have none (a copy there,
-    # charged only its own target's queue, would otherwise pay: the back-off holds it).
-    report_waiting(fleet, {"node-a": 40}, seq=2)
+    # The prefix's holder and node-b, which does not hold it, have 40 requests waiting (seconds
+    # of prefill): the engines a copy could go to queue past the back-off limit on average,
+    # though node-c has none (a copy there, charged only its own queue, would otherwise pay).
+    report_waiting(fleet, {"node-a": 40, "node-b": 40}, seq=2)
     policy, queued = run_cycle(fleet, "manual")
     gate = queued.summary["queues"]
     assert gate["backed_off"], queued.summary
     assert gate["cluster_queue_s"] > policy.max_cluster_queue_seconds == 1.0
     assert "held back" in gate["why"] and f"{gate['cluster_queue_s']:.2f} s" in gate["why"]
-    holder = str(Engine.objects.get(node__name="node-a").pk)
-    assert gate["engines_over_max_queue"] == [holder]
+    a, b = (str(Engine.objects.get(node__name=n).pk) for n in ("node-a", "node-b"))
+    assert gate["engines_over_max_queue"] == sorted([a, b])
     assert not queued.items.exists(), list(queued.items.values_list("reason", flat=True))
     # The queues drain: the same forecast and residency now plan the copies.
     report_waiting(fleet, {}, seq=3)
@@ -54,6 +54,17 @@ def test_queued_engines_hold_speculation_back_and_the_summary_says_why(fleet):
         "why": "",
     }
     assert free.items.exists(), free.summary
+
+
+def test_a_queue_on_the_prefixs_own_holder_alone_does_not_hold_its_copies_back(fleet):
+    # Only the holder queues (its own burst): the mean passes the limit, but the engines that
+    # would take a replica do not queue, and a replica there is what relieves the holder.
+    report_waiting(fleet, {"node-a": 40}, seq=2)
+    policy, plan = run_cycle(fleet, "manual")
+    gate = plan.summary["queues"]
+    assert gate["backed_off"] and "whose holders carry the queue" in gate["why"]
+    targets = {t.node.name for t in (i.target for i in plan.items.all())}
+    assert targets and targets <= {"node-b", "node-c"}, plan.summary
 
 
 def test_an_engine_over_its_queue_limit_gets_no_copy(fleet):
