@@ -52,15 +52,6 @@ def test_fair_reactive_does_not_evict_a_recently_used_only_copy():
     assert len(sim.replicas) == 1 and b.cache.match(P) == len(P)
 
 
-def test_fair_reactive_tries_the_next_target_where_the_least_waiting_has_no_room():
-    sim, a, b = _sim("reactive")
-    c = sim.engines[2]
-    c.free_at = 50.0  # at t = 10, c queues 40 s: more than b (none), less than the holder
-    _copy_at(sim, 10.0)  # b refuses the copy (its room is Q, used recently): c takes it
-    assert [r.engine for r in sim.replicas] == [c.eid] and c.cache.match(P) == len(P)
-    assert b.cache.match(Q) == len(Q)
-
-
 def test_naive_reactive_evicts_it():
     sim, a, b = _sim("reactive-naive")
     _copy_at(sim, 10.0)
