@@ -8,10 +8,8 @@ references, cheapest first by their expected value over the horizon (recent rate
 prefix x its recompute per block, shared among the prefix's holders), and is made only when the
 value it displaces is below its own expected saving (the requests it will serve in the horizon,
 each saving the holder's extra wait, at most a recompute). So it cannot evict another tenant's
-hot, only copy, which is what made the old rule storm. Where the least-waiting target has no
-such room (its cache all referenced or recently used), it tries the next, up to
-``TARGETS_TRIED``. ``reactive-naive`` is the old guarded rule (one target; a copy takes whatever
-room LRU gives it), kept for comparison.
+hot, only copy, which is what made the old rule storm. ``reactive-naive`` is the old guarded
+rule (a copy takes whatever room LRU gives it), kept for comparison.
 """
 
 from __future__ import annotations
@@ -73,7 +71,6 @@ class RoutingPolicy:
 
 
 VALUE_HORIZON_S = 120.0  # horizon over which a block's expected value is counted
-TARGETS_TRIED = 4  # engines the fair reactive rule tries, least wait first, before it gives up
 
 
 class Reactive(RoutingPolicy):
@@ -174,47 +171,37 @@ class Reactive(RoutingPolicy):
         hwait = holder.wait(t)
         if hwait <= rule.threshold_s:
             return
-        # Targets: engines that wait less than the holder and lack the prefix, least wait first.
-        targets = sorted(
-            (w, e.eid, e)
-            for e in sim.serving
-            if e is not holder
-            and (pid, e.eid) not in sim.in_flight
-            and (w := e.wait(t)) < hwait
-            and e.cache.match(keys) < best_m
-        )
-        if not targets:
+        target, twait = None, hwait
+        for e in sim.serving:
+            if e is holder or (pid, e.eid) in sim.in_flight:
+                continue
+            w = e.wait(t)
+            if w < twait and e.cache.match(keys) < best_m:
+                target, twait = e, w
+        if target is None:
             return
         chain = keys[:best_m]
+        missing = best_m - target.cache.match(chain)
+        land = sim.copy_eta(holder, target, missing * sim.block_bytes, t, speculative=False)
         # The loop guard counts this rule's own copies: a planned copy of the prefix to another
         # engine must not hold back the fallback (it may be slow, or paused behind demand).
         busy = sim.demand_in_flight
         in_flight = any(k[0] == pid for k in busy) if busy else False
-        if self.naive:
-            twait, _, target = targets[0]
-            missing = best_m - target.cache.match(chain)
-            land = sim.copy_eta(holder, target, missing * sim.block_bytes, t, speculative=False)
-            if rule.should_copy(hwait, land - t, in_flight):
-                sim.start_copy(pid, chain, holder, target, t, speculative=False)
+        # Copy only if it lands before the holder frees up (land - t < hwait, implied by 2x).
+        if not rule.should_copy(hwait, land - t, in_flight):
             return
+        if self.naive:
+            sim.start_copy(pid, chain, holder, target, t, speculative=False)
+            return
+        # The fair rule: what the copy saves (its share of the prefix's requests in the
+        # horizon, each saving the holder's extra wait, at most a recompute) against what it
+        # displaces (start_copy refuses room worth more than that).
         holders = sum(1 for e in sim.serving if e.cache.match(chain) == best_m)
         spill = max(1.0, self.observed_rate(pid, t) * VALUE_HORIZON_S / (holders + 1))
-        recompute = self.recompute_per_block(sim, pid, keys) * best_m
-        # The fair rule tries the least-waiting targets in turn (at most TARGETS_TRIED): one whose
-        # cache is all referenced or recently used refuses the copy, and the next may have room.
-        for twait, _, target in targets[:TARGETS_TRIED]:
-            missing = best_m - target.cache.match(chain)
-            land = sim.copy_eta(holder, target, missing * sim.block_bytes, t, speculative=False)
-            # Copy only if it lands before the holder frees up (land - t < hwait, implied by 2x).
-            if not rule.should_copy(hwait, land - t, in_flight):
-                continue
-            # What the copy saves (its share of the prefix's requests in the horizon, each
-            # saving the holder's extra wait, at most a recompute) against what it displaces
-            # (start_copy refuses room worth more than that).
-            saving = spill * max(0.0, min(hwait - twait, recompute))
-            if saving <= 0:
-                continue
-            land = sim.start_copy(
+        per_request = min(hwait - twait, self.recompute_per_block(sim, pid, keys) * best_m)
+        saving = spill * max(0.0, per_request)
+        if saving > 0:
+            sim.start_copy(
                 pid,
                 chain,
                 holder,
@@ -224,8 +211,6 @@ class Reactive(RoutingPolicy):
                 value_of=self.value_fn(sim, t, target),
                 budget=saving,
             )
-            if land is not None:
-                return
 
 
 class HotFanout(Reactive):
