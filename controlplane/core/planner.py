@@ -51,8 +51,8 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
   of joining engines only, and copies of a prefix whose own holders carry the queue (the serving
   engines that do not hold it queue under the limit, ``backs_off_around``): a burst that queues
   its holders is what a replica relieves, and it adds nothing to the engines that queue. The
-  defaults (ratio 1, no queue limits, zero queue and displaced
-  value) leave callers that do not pass these inputs as they were.
+  defaults (ratio 1, no queue limits, zero queue and displaced value) leave callers that do not
+  pass these inputs as they were.
 Greedy by net benefit; each chosen replica reduces the prefix's overflow and the target's spare
 capacity, and re-enters the queue for a further replica. Budgets and overrides are hard limits.
 """
