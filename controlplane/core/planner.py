@@ -471,8 +471,8 @@ def cluster_queue_s(engines: Iterable[EngineState]) -> float:
 
 def backs_off(engines: Iterable[EngineState], budgets: Budgets) -> bool:
     """The serving engines queue more than ``max_cluster_queue_s`` on average: no speculative
-    item but warm-ups of joining engines."""
-    return cluster_queue_s(engines) > budgets.max_cluster_queue_s
+    item but warm-ups of joining engines and the copies ``backs_off_around`` lets through."""
+    return backs_off_around(engines, budgets, ())
 
 
 def backs_off_around(
