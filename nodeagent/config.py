@@ -26,6 +26,8 @@ from controlplane.core import protocol as wire
 
 ENV_PREFIX = "PREWARM_AGENT_"
 _ENGINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+# An HTTP header name (RFC 9110 token characters).
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
 
 class ConfigError(ValueError):
@@ -64,6 +66,9 @@ class EngineConfig:
     # This engine's LMCache instance (its lmcache_instance_id, LMCACHE_LMCACHE_INSTANCE_ID).
     lmcache_instance_id: str = ""
     lmcache_location: str = "LocalCPUBackend"  # the tier LMCache copies land in and pins
+    # host:port the request tap serves (an OpenAI-compatible port in front of ``openai_url``);
+    # "" runs no tap for this engine.
+    tap_listen: str = ""
 
 
 @dataclass
@@ -112,6 +117,8 @@ class AgentConfig:
     lmcache_controller_url: str = ""
     lmcache_coordinator_url: str = ""
     lmcache_renew_s: float = 60.0
+    # The request tap's tenant of a request: model | api-key | header:<Name>.
+    tap_tenant: str = "model"
     log_level: str = "INFO"
     # On SIGTERM: how long running jobs get to end and send their results before the agent exits.
     stop_timeout_s: float = 5.0
@@ -411,9 +418,18 @@ def validate(cfg: AgentConfig) -> None:
             _host_port(f"engine {e.engine_id}: kv_peer", e.kv_peer)
         if e.warmup_timeout_s <= 0:
             raise ConfigError(f"engine {e.engine_id}: warmup_timeout_s must be positive")
+        if e.tap_listen:
+            _host_port(f"engine {e.engine_id}: tap_listen", e.tap_listen)
     for name in ("lmcache_controller_url", "lmcache_coordinator_url"):
         url = getattr(cfg, name)
         if url and not url.startswith(("http://", "https://")):
             raise ConfigError(f"{name} {url!r} must start with http(s)://")
     if cfg.lmcache_renew_s <= 0:
         raise ConfigError("lmcache_renew_s must be positive")
+    kind, _, header = cfg.tap_tenant.partition(":")
+    if not (
+        cfg.tap_tenant in ("model", "api-key") or (kind == "header" and _HEADER_NAME.match(header))
+    ):
+        raise ConfigError(
+            f"tap_tenant {cfg.tap_tenant!r} must be model, api-key or header:<Name>"
+        )

@@ -44,7 +44,7 @@ class ApiTokenAdmin(IssuedElsewhere, admin.ModelAdmin):
 
 @admin.register(EnrolmentToken)
 class EnrolmentTokenAdmin(IssuedElsewhere, admin.ModelAdmin):
-    list_display = ("prefix", "created_at", "expires_at", "used_at", "node")
+    list_display = ("prefix", "created_at", "expires_at", "uses", "max_uses", "used_at", "node")
     exclude = ("digest",)
 
 

@@ -1,4 +1,4 @@
-"""API tokens (stored hashed) and one-time agent enrolment tokens."""
+"""API tokens (stored hashed) and agent enrolment tokens (one-time, or a bounded fleet token)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,9 @@ class ApiToken(models.Model):
         )
         return token, raw
 
+    def usable_at(self, now) -> bool:
+        return self.uses < self.max_uses and self.expires_at > now
+
     @property
     def usable(self) -> bool:
         now = timezone.now()
@@ -60,26 +63,39 @@ class ApiToken(models.Model):
 
 
 class EnrolmentToken(models.Model):
-    """A single-use, expiring token an agent trades for its node token."""
+    """An expiring token agents trade for node tokens, ``max_uses`` times (1: single-use)."""
 
     digest = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=12)
+    # A fleet token (max_uses > 1) lets a DaemonSet or a fleet of sidecars enrol without a token
+    # made by hand per pod; the bound caps what a leaked one can enrol before it expires.
+    max_uses = models.PositiveIntegerField(default=1)
+    uses = models.PositiveIntegerField(default=0)
     labels = models.JSONField(default=dict, blank=True, help_text="labels given to the node")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
-    used_at = models.DateTimeField(null=True, blank=True)
-    node = models.ForeignKey("fleet.Node", null=True, blank=True, on_delete=models.SET_NULL)
+    used_at = models.DateTimeField(null=True, blank=True, help_text="the latest use")
+    node = models.ForeignKey(
+        "fleet.Node",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        help_text="the node of the latest use",
+    )
 
     def __str__(self) -> str:
         return f"enrolment {self.prefix}…"
 
     @classmethod
-    def issue(cls, ttl_seconds: int | None = None, **fields) -> tuple[EnrolmentToken, str]:
+    def issue(
+        cls, ttl_seconds: int | None = None, *, raw: str | None = None, **fields
+    ) -> tuple[EnrolmentToken, str]:
+        """Create a token (``raw`` given: one generated elsewhere, e.g. by a Helm chart)."""
         ttl = ttl_seconds or settings.PREWARM_ENROLMENT_TOKEN_TTL_SECONDS
-        raw = "pwe_" + secrets.token_urlsafe(32)
+        raw = raw or "pwe_" + secrets.token_urlsafe(32)
         token = cls.objects.create(
             digest=digest(raw),
             prefix=raw[:10],
@@ -87,3 +103,6 @@ class EnrolmentToken(models.Model):
             **fields,
         )
         return token, raw
+
+    def usable_at(self, now) -> bool:
+        return self.uses < self.max_uses and self.expires_at > now

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from controlplane.audit.services import record
 
-from .models import ApiToken, EnrolmentToken
+from .models import ApiToken, EnrolmentToken, digest
 
 
 @transaction.atomic
@@ -46,10 +46,50 @@ def issue_enrolment_token(
     *,
     labels: dict | None = None,
     created_by=None,
+    max_uses: int = 1,
     reason: str = "",
 ) -> tuple[EnrolmentToken, str]:
-    """A one-time enrolment token for an agent; returns it with the raw token (shown once)."""
-    token, raw = EnrolmentToken.issue(ttl_seconds, labels=labels or {}, created_by=created_by)
-    after = {"prefix": token.prefix, "expires_at": token.expires_at.isoformat()}
-    record(who, "enrolment_token.created", token, after=after, reason=reason)
+    """An enrolment token good for ``max_uses`` agents (1: one-time); returns it with the raw
+    token (shown once)."""
+    token, raw = EnrolmentToken.issue(
+        ttl_seconds, labels=labels or {}, created_by=created_by, max_uses=max_uses
+    )
+    record(who, "enrolment_token.created", token, after=_enrolment_state(token), reason=reason)
     return token, raw
+
+
+FLEET_TOKEN_MIN_CHARS = 40
+
+
+@transaction.atomic
+def ensure_fleet_enrolment_token(
+    who, raw: str, ttl_seconds: int, *, max_uses: int, labels: dict | None = None, reason: str = ""
+) -> tuple[EnrolmentToken, bool]:
+    """Register a fleet enrolment token whose raw value was made elsewhere (a Helm chart's
+    Secret), or, if it is known, set its bound and expiry to these (an upgrade renews them; its
+    uses so far still count). Returns the token and whether it was created."""
+    if not raw.startswith("pwe_") or len(raw) < FLEET_TOKEN_MIN_CHARS:
+        raise ValueError(f"a fleet enrolment token is pwe_ and {FLEET_TOKEN_MIN_CHARS}+ characters")
+    expires_at = timezone.now() + timezone.timedelta(seconds=ttl_seconds)
+    token = EnrolmentToken.objects.select_for_update().filter(digest=digest(raw)).first()
+    if token is None:
+        token, _ = EnrolmentToken.issue(
+            ttl_seconds, raw=raw, labels=labels or {}, max_uses=max_uses
+        )
+        record(who, "enrolment_token.created", token, after=_enrolment_state(token), reason=reason)
+        return token, True
+    before = _enrolment_state(token)
+    token.max_uses, token.expires_at, token.labels = max_uses, expires_at, labels or {}
+    token.save(update_fields=["max_uses", "expires_at", "labels"])
+    after = _enrolment_state(token)
+    record(who, "enrolment_token.updated", token, before=before, after=after, reason=reason)
+    return token, False
+
+
+def _enrolment_state(token: EnrolmentToken) -> dict:
+    return {
+        "prefix": token.prefix,
+        "expires_at": token.expires_at.isoformat(),
+        "max_uses": token.max_uses,
+        "labels": token.labels,
+    }

@@ -58,10 +58,10 @@ ENGINE_FIELDS = (
 
 @transaction.atomic
 def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
-    """Trade a one-time enrolment token for a node and its agent token."""
+    """Trade an enrolment token (one of its ``max_uses``) for a node and its agent token."""
     token = EnrolmentToken.objects.select_for_update().filter(digest=digest(raw_token)).first()
     now = timezone.now()
-    if token is None or token.used_at is not None or token.expires_at <= now:
+    if token is None or not token.usable_at(now):
         raise Forbidden(
             "enrolment token is unknown, used or expired",
             code="invalid_enrolment_token",
@@ -80,14 +80,14 @@ def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
             get_index().drop_engine(engine.pk)
         node.engines.update(residency_synced=False)
     _, raw = ApiToken.issue(TokenKind.AGENT, f"agent:{hostname}", node=node)
-    token.used_at, token.node = now, node
-    token.save(update_fields=["used_at", "node"])
+    token.used_at, token.node, token.uses = now, node, token.uses + 1
+    token.save(update_fields=["used_at", "node", "uses"])
     record(
         None,
         "node.enrolled",
         node,
         after={"name": node.name, "labels": node.labels},
-        reason=f"enrolment token {token.prefix}…",
+        reason=f"enrolment token {token.prefix}… (use {token.uses} of {token.max_uses})",
     )
     return node, raw
 

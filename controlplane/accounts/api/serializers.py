@@ -62,6 +62,7 @@ class EnrolmentTokenSerializer(serializers.ModelSerializer):
     ttl_seconds = serializers.IntegerField(
         write_only=True, min_value=60, max_value=30 * 86400, required=False
     )
+    max_uses = serializers.IntegerField(min_value=1, max_value=100_000, required=False, default=1)
 
     class Meta:
         model = EnrolmentToken
@@ -73,10 +74,20 @@ class EnrolmentTokenSerializer(serializers.ModelSerializer):
             "expires_at",
             "used_at",
             "node",
+            "max_uses",
+            "uses",
             "token",
             "ttl_seconds",
         ]
-        read_only_fields = ["prefix", "created_at", "expires_at", "used_at", "node", "token"]
+        read_only_fields = [
+            "prefix",
+            "created_at",
+            "expires_at",
+            "used_at",
+            "node",
+            "uses",
+            "token",
+        ]
 
 
 class MeSerializer(serializers.Serializer):

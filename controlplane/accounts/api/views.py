@@ -48,7 +48,8 @@ class ApiTokenViewSet(
 class EnrolmentTokenViewSet(
     mixins.CreateModelMixin, mixins.ListModelMixin, viewsets.GenericViewSet
 ):
-    """One-time, expiring tokens that agents trade for node tokens. Admin only."""
+    """Expiring tokens that agents trade for node tokens: one-time, or ``max_uses`` agents (a
+    fleet token). Admin only."""
 
     queryset = EnrolmentToken.objects.all()
     serializer_class = s.EnrolmentTokenSerializer
@@ -59,7 +60,11 @@ class EnrolmentTokenViewSet(
         v = serializer.validated_data
         user = self.request.user if self.request.user.is_authenticated else None
         token, raw = services.issue_enrolment_token(
-            self.request, v.get("ttl_seconds"), labels=v.get("labels", {}), created_by=user
+            self.request,
+            v.get("ttl_seconds"),
+            labels=v.get("labels", {}),
+            created_by=user,
+            max_uses=v.get("max_uses", 1),
         )
         serializer.instance = token
         token.token = raw
