@@ -430,6 +430,4 @@ def validate(cfg: AgentConfig) -> None:
     if not (
         cfg.tap_tenant in ("model", "api-key") or (kind == "header" and _HEADER_NAME.match(header))
     ):
-        raise ConfigError(
-            f"tap_tenant {cfg.tap_tenant!r} must be model, api-key or header:<Name>"
-        )
+        raise ConfigError(f"tap_tenant {cfg.tap_tenant!r} must be model, api-key or header:<Name>")

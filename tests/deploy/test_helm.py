@@ -84,7 +84,9 @@ def rendered(name: str) -> list[dict]:
 
 
 def find(objs, kind, name=None):
-    hits = [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    hits = [
+        o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
     assert hits, f"no {kind} {name or ''} rendered"
     return hits
 
@@ -147,7 +149,9 @@ def argv(container: dict) -> list[str]:
     """What the container runs: its command (or the image's ENTRYPOINT), then its args (or the
     image's CMD), as Kubernetes combines them."""
     image = container["image"].split(":")[0].split("/")[-1]
-    df = _dockerfile({"controlplane": "Dockerfile.controlplane", "agent": "Dockerfile.agent"}[image])
+    df = _dockerfile(
+        {"controlplane": "Dockerfile.controlplane", "agent": "Dockerfile.agent"}[image]
+    )
     if "command" in container:
         return container["command"] + container.get("args", [])
     return df.get("ENTRYPOINT", []) + container.get("args", df.get("CMD", []))
@@ -320,13 +324,21 @@ def test_probes_are_on_the_health_endpoints():
 
 
 def test_migrations_run_as_a_hook_job_before_the_pods_change():
-    for name, hooks in (("minimal", "pre-install,pre-upgrade"), ("trial", "post-install,pre-upgrade")):
+    for name, hooks in (
+        ("minimal", "pre-install,pre-upgrade"),
+        ("trial", "post-install,pre-upgrade"),
+    ):
         objs = rendered(name)
         [job] = find(objs, "Job", f"{RELEASE}-migrate")
         ann = job["metadata"]["annotations"]
         assert ann["helm.sh/hook"] == hooks
         spec = job["spec"]["template"]["spec"]
-        assert spec["initContainers"][0]["command"] == ["python", "manage.py", "migrate", "--noinput"]
+        assert spec["initContainers"][0]["command"] == [
+            "python",
+            "manage.py",
+            "migrate",
+            "--noinput",
+        ]
         # The Secret it reads is a hook too, made before it.
         [secret] = find(objs, "Secret", RELEASE)
         sann = secret["metadata"]["annotations"]
@@ -347,7 +359,9 @@ def test_secret_key_is_generated_once_and_kept_across_upgrades(tmp_path):
     shutil.copytree(CHART, chart)
     helpers = chart / "templates" / "_helpers.tpl"
     text = helpers.read_text()
-    lookup = '{{- lookup "v1" "Secret" .Release.Namespace (include "prewarm.fullname" .) | toJson -}}'
+    lookup = (
+        '{{- lookup "v1" "Secret" .Release.Namespace (include "prewarm.fullname" .) | toJson -}}'
+    )
     assert lookup in text
     data = {k: base64.b64encode(v.encode()).decode() for k, v in live.items()}
     helpers.write_text(text.replace(lookup, json.dumps({"data": data})))
@@ -366,7 +380,9 @@ def test_the_fleet_enrolment_token_is_registered_with_the_control_plane():
     [register] = job["spec"]["template"]["spec"]["containers"]
     cmd = register["command"]
     assert cmd[:3] == ["python", "manage.py", "ensure_fleet_enrolment_token"]
-    assert cmd[cmd.index("--max-uses") + 1] == "256" and cmd[cmd.index("--ttl") + 1] == str(720 * 3600)
+    assert cmd[cmd.index("--max-uses") + 1] == "256" and cmd[cmd.index("--ttl") + 1] == str(
+        720 * 3600
+    )
     env = resolve_env(register, objs)
     token = env["PREWARM_FLEET_ENROLMENT_TOKEN"]
     assert token.startswith("pwe_") and len(token) >= 40
@@ -399,7 +415,9 @@ def test_the_sidecars_configuration_loads_with_the_agents_own_loader():
     assert engine.kv_events == "tcp://127.0.0.1:5557" and engine.openai_url.startswith("http://127")
     assert engine.tap_listen == "0.0.0.0:8100" and cfg.tap_tenant == "header:X-Tenant"
     ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
-    assert ports["prewarm-tap"] == 8100 and cfg.metrics_listen.endswith(f":{ports['prewarm-metrics']}")
+    assert ports["prewarm-tap"] == 8100 and cfg.metrics_listen.endswith(
+        f":{ports['prewarm-metrics']}"
+    )
     assert agent["livenessProbe"]["httpGet"]["port"] == "prewarm-metrics"
 
 
@@ -412,9 +430,10 @@ def test_the_daemonsets_configuration_loads_and_it_needs_no_kubernetes_api():
     assert cfg.hostname == FIELDS["spec.nodeName"]  # NODE_NAME from the downward API
     assert cfg.transfer.listen == f"{FIELDS['status.hostIP']}:7701"
     assert [e.engine_id for e in cfg.engines] == ["vllm-0", "vllm-1"]
-    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in agent[
-        "env"
-    ]
+    assert {
+        "name": "NODE_NAME",
+        "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+    } in agent["env"]
     assert spec["hostNetwork"] and spec["automountServiceAccountToken"] is False
     # The agent reads no Kubernetes API: no Role, no binding, no token.
     assert not [o for o in objs if "Role" in o["kind"]]

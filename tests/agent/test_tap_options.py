@@ -1,0 +1,29 @@
+"""The request tap's options load and are checked like every other agent option."""
+
+import pytest
+
+from nodeagent.config import ConfigError, load_config
+
+BASE = ["--control-plane-url", "http://cp", "--state-dir", "/s"]
+ENGINE = '[{"engine_id": "v", "kv_events": "tcp://127.0.0.1:5557", "tap_listen": "%s"}]'
+
+
+def test_tap_listen_per_engine_and_tap_tenant_from_the_environment():
+    env = {"PREWARM_AGENT_ENGINES": ENGINE % "0.0.0.0:8100", "PREWARM_AGENT_TAP_TENANT": "api-key"}
+    cfg = load_config(BASE, env=env)
+    assert cfg.engines[0].tap_listen == "0.0.0.0:8100" and cfg.tap_tenant == "api-key"
+    assert load_config(BASE, env={}).tap_tenant == "model"  # the default
+    assert load_config(BASE + ["--tap-tenant", "header:X-Tenant"], env={}).tap_tenant == (
+        "header:X-Tenant"
+    )
+
+
+@pytest.mark.parametrize("tenant", ["user", "header:", "header:X Tenant", "api_key"])
+def test_a_malformed_tap_tenant_is_refused(tenant):
+    with pytest.raises(ConfigError, match="tap_tenant"):
+        load_config(BASE + ["--tap-tenant", tenant], env={})
+
+
+def test_a_malformed_tap_listen_is_refused():
+    with pytest.raises(ConfigError, match="tap_listen"):
+        load_config(BASE, env={"PREWARM_AGENT_ENGINES": ENGINE % "8100"})
