@@ -333,12 +333,9 @@ def test_migrations_run_as_a_hook_job_before_the_pods_change():
         ann = job["metadata"]["annotations"]
         assert ann["helm.sh/hook"] == hooks
         spec = job["spec"]["template"]["spec"]
-        assert spec["initContainers"][0]["command"] == [
-            "python",
-            "manage.py",
-            "migrate",
-            "--noinput",
-        ]
+        # First of all it migrates (the fleet token's registration, if any, waits for it).
+        first = (spec.get("initContainers") or spec["containers"])[0]
+        assert first["command"] == ["python", "manage.py", "migrate", "--noinput"]
         # The Secret it reads is a hook too, made before it.
         [secret] = find(objs, "Secret", RELEASE)
         sann = secret["metadata"]["annotations"]
@@ -390,6 +387,11 @@ def test_the_fleet_enrolment_token_is_registered_with_the_control_plane():
     [ds] = find(objs, "DaemonSet")
     agent_env = resolve_env(ds["spec"]["template"]["spec"]["containers"][0], objs)
     assert agent_env["PREWARM_AGENT_ENROLMENT_TOKEN"] == token
+    # A release that runs no agents registers no token that nothing uses.
+    [job] = find(rendered("minimal"), "Job", f"{RELEASE}-migrate")
+    spec = job["spec"]["template"]["spec"]
+    assert "initContainers" not in spec and [c["name"] for c in spec["containers"]] == ["migrate"]
+    assert not [o for o in rendered("minimal") if o["metadata"]["name"] == f"{RELEASE}-agent"]
 
 
 # -- the agent ----------------------------------------------------------------------------------

@@ -42,28 +42,28 @@ render). It is the chart's one lookup: generated secrets are read back from it o
 {{- end -}}
 
 {{/*
-The release's secrets, decided once per render and memoised in .Values (every template sees the
-same values): an explicit value, else the one the live Secret holds, else a new random one.
+The release's secrets: an explicit value, else the one the live Secret holds, else a new random
+one. Random: include it once per render (secret.yaml does) and pass the result on.
 */}}
 {{- define "prewarm.secrets" -}}
-{{- if not (hasKey .Values "_prewarmSecrets") -}}
 {{- $live := include "prewarm.existingSecret" . | fromJson -}}
 {{- $data := (get $live "data") | default dict -}}
 {{- $s := dict -}}
 {{- $_ := set $s "SECRET_KEY" (.Values.controlplane.secretKey | default ((get $data "SECRET_KEY") | default "" | b64dec) | default (randAlphaNum 64)) -}}
 {{- $_ := set $s "FLEET_ENROLMENT_TOKEN" (.Values.agent.enrolment.token | default ((get $data "FLEET_ENROLMENT_TOKEN") | default "" | b64dec) | default (printf "pwe_%s" (randAlphaNum 43))) -}}
 {{- $_ := set $s "POSTGRES_PASSWORD" (.Values.postgresql.password | default ((get $data "POSTGRES_PASSWORD") | default "" | b64dec) | default (randAlphaNum 32)) -}}
-{{- $_ := set .Values "_prewarmSecrets" $s -}}
-{{- end -}}
-{{- toJson .Values._prewarmSecrets -}}
+{{- toJson $s -}}
 {{- end -}}
 
+{{/* DATABASE_URL: (list $ $postgresPassword). */}}
 {{- define "prewarm.databaseUrl" -}}
+{{- $password := index . 1 -}}
+{{- with index . 0 -}}
 {{- if .Values.postgresql.enabled -}}
-{{- $s := include "prewarm.secrets" . | fromJson -}}
-{{- printf "postgres://%s:%s@%s-postgresql:5432/%s" .Values.postgresql.user $s.POSTGRES_PASSWORD (include "prewarm.fullname" .) .Values.postgresql.database -}}
+{{- printf "postgres://%s:%s@%s-postgresql:5432/%s" .Values.postgresql.user $password (include "prewarm.fullname" .) .Values.postgresql.database -}}
 {{- else -}}
 {{- required "database.url (DATABASE_URL) is required, or postgresql.enabled for a trial" .Values.database.url -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -118,6 +118,18 @@ PostgreSQL, which the release itself creates, the first run waits until after in
 {{- define "prewarm.controlplaneVolumes" -}}
 - {name: data, emptyDir: {}}
 - {name: tmp, emptyDir: {}}
+{{- end -}}
+
+{{/* manage.py migrate, in the hook Job. */}}
+{{- define "prewarm.migrateContainer" -}}
+- name: migrate
+  image: {{ include "prewarm.image" (list . "controlplane") }}
+  imagePullPolicy: {{ .Values.image.controlplane.pullPolicy }}
+  command: ["python", "manage.py", "migrate", "--noinput"]
+  env: {{- include "prewarm.controlplaneEnv" . | nindent 4 }}
+  securityContext: {{- toYaml .Values.controlplane.securityContext | nindent 4 }}
+  resources: {{- toYaml .Values.migrations.resources | nindent 4 }}
+  volumeMounts: {{- include "prewarm.controlplaneMounts" . | nindent 4 }}
 {{- end -}}
 
 {{/* The pod spec's common part for control-plane pods. */}}
