@@ -624,3 +624,40 @@ def test_trial_statefulsets_are_single_replica_and_wired_to_the_control_plane():
     assert f":{secrets['POSTGRES_PASSWORD']}@" in secrets["DATABASE_URL"]
     assert secrets["REDIS_URL"] == f"redis://{RELEASE}-redis:6379/0"
     assert not [o for o in rendered("minimal") if o["kind"] == "StatefulSet"]
+
+
+# -- values.schema.json --------------------------------------------------------------------------
+
+
+def schema_refuses(vals: dict) -> str | None:
+    with helm.Chart.load(CHART) as chart:
+        try:
+            chart.validate_schema(vals)
+        except helm.HelmValuesError as exc:
+            return str(exc)
+    return None
+
+
+def test_values_schema_refuses_misspelt_groups_and_wrong_urls():
+    assert "workrs" in schema_refuses({"workrs": {}})
+    assert "/database/url" in schema_refuses({"database": {"url": "mysql://db/prewarm"}})
+    engine = {"engine_id": "v", "kv_events": "http://127.0.0.1:5557"}  # not a ZMQ endpoint
+    assert "kv_events" in schema_refuses({"agent": {"sidecar": {"engine": engine}}})
+    assert schema_refuses(values("external-services")) is None
+
+
+@pytest.mark.parametrize(
+    "tenant", ["model", "api-key", "header:X-Tenant", "user", "header:", "header:X Tenant"]
+)
+def test_values_schema_and_the_agent_agree_on_tap_tenant(tenant):
+    from nodeagent.config import ConfigError, load_config
+
+    try:
+        load_config(
+            ["--tap-tenant", tenant],
+            env={"PREWARM_AGENT_CONTROL_PLANE_URL": "http://c", "PREWARM_AGENT_STATE_DIR": "/s"},
+        )
+        agent_accepts = True
+    except ConfigError:
+        agent_accepts = False
+    assert (schema_refuses({"agent": {"tapTenant": tenant}}) is None) == agent_accepts
