@@ -1,33 +1,22 @@
-"""Issue 20 diagnosis: where the prefill work of a run goes. Per policy: requests that missed
+"""Diagnosis: where the prefill work of a run goes. Per policy: requests that missed
 their prefix, the recompute seconds they cost (in all and on engines that joined the
 scale-out), per minute. NOBAL=1 turns off the scale-out ramp-in balance (cfg.balance_wait_s).
-Usage: python docs/sim-issue20/diag_misses.py '{"seed":0,"tenants":60}' reactive,predictive"""
+Usage: python -m experiments.speculation_tail.diag_misses '{"seed":0,"tenants":60}' reactive,predictive"""
 
 import json
-import math
-import os
 import sys
 
 import numpy as np
 
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.policy_factory import make_policy
-from controlplane.sim.scenarios import build
-from controlplane.sim.workloads.base import BLOCK_TOKENS
+from experiments.speculation_tail.diag_setup import prefix_tokens, scaleout_setup
 
 kw = json.loads(sys.argv[1])
 pols = sys.argv[2].split(",")
-setup = build(
-    workload="servegen",
-    scenario=kw.pop("scenario", "scaleout"),
-    model="llama3-70b",
-    duration=kw.pop("duration", 1200),
-    **kw,
-)
+setup = scaleout_setup(kw)
 cfg, wl = setup.config, setup.workload
-if os.environ.get("NOBAL"):
-    cfg.balance_wait_s = math.inf
-P = np.array([len(p) * BLOCK_TOKENS for p in wl.prefixes])[wl.pid]
+P = prefix_tokens(wl)
 half = cfg.engines // 2
 for name in pols:
     sim = Simulation(cfg, wl, make_policy(name), seed=kw.get("seed", 0))

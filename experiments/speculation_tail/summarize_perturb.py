@@ -2,8 +2,8 @@
 against reactive, the paired p99 ratio (geometric mean over (seed, guard) trajectories, with a
 95% bootstrap interval over seeds), how many trajectories exceed 1.25x reactive's p99, and
 per seed the median over guards; once over every trajectory, once over those where reactive is
-not saturated (its backlog at the end <= 30 s, the issue's "unsaturated seed").
-Usage: python docs/sim-issue20/summarize_perturb.py FILE.jsonl"""
+not saturated (its backlog at the end <= 30 s, the grid's "unsaturated seed").
+Usage: python -m experiments.speculation_tail.summarize_perturb FILE.jsonl"""
 
 import json
 import math

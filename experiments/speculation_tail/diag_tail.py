@@ -1,9 +1,9 @@
-"""Issue 20 diagnosis of a worst seed: what the p99 tail (the measured requests at or above the
+"""This study diagnosis of a worst seed: what the p99 tail (the measured requests at or above the
 p99 TTFT, after the 300 s warm-up) is made of, per policy. The tail by minute, by prefix and by
 engine (hits / misses of the whole prefix), the busiest tail engines' prefill work per minute
 (every request they served, in seconds of prefill), and the replicas placed of the tail's top
 prefix (when, where, speculative or not, used or not).
-Usage: python docs/sim-issue20/diag_tail.py '{"seed":15,"scenario":"slowlink"}' reactive,predictive
+Usage: python -m experiments.speculation_tail.diag_tail '{"seed":15,"scenario":"slowlink"}' reactive,predictive
 (keys as in a grid job: model, scenario, seed, workload, tenants, load, engines; defaults those of
 ``prewarm-sim grid``)."""
 
@@ -12,11 +12,11 @@ import sys
 from collections import Counter
 
 import numpy as np
-from diag_setup import setup_for  # next to this script
 
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.workloads.base import BLOCK_TOKENS
+from experiments.speculation_tail.diag_setup import setup_for
 
 kw = json.loads(sys.argv[1])
 pols = sys.argv[2].split(",")

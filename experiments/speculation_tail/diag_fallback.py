@@ -1,4 +1,4 @@
-"""Issue 20 diagnosis of a burst prefix on a worst seed: what scaled its holders, per policy.
+"""This study diagnosis of a burst prefix on a worst seed: what scaled its holders, per policy.
 Between T0 and T1 (s): every 10 s the engines holding the whole prefix and their queues; the
 copies of it that were started and the ones refused for room (``start_copy`` returned None:
 the target's free + displaceable room was smaller than the copy), by target; where the fair
@@ -6,7 +6,7 @@ reactive rule (which predictive keeps as its fallback) stopped on each of the pr
 (holder wait <= 1 s, no target, an on-demand copy in flight, or the copy landing too late: the
 holder's wait not above twice the copy time); and predictive's periodic plan rounds (the serving
 engines' mean queue, over the 1 s back-off limit or not, and the copies each round started).
-Usage: python docs/sim-issue20/diag_fallback.py '{"seed":14,"scenario":"slowlink"}' 21 600 1200 \
+Usage: python -m experiments.speculation_tail.diag_fallback '{"seed":14,"scenario":"slowlink"}' 21 600 1200 \
     reactive,predictive
 (keys as in a grid job: model, scenario, seed, workload, tenants, load, engines)."""
 
@@ -15,10 +15,10 @@ import sys
 from collections import Counter
 
 import numpy as np
-from diag_setup import prefix_window_args  # next to this script
 
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.policy_factory import make_policy
+from experiments.speculation_tail.diag_setup import prefix_window_args
 
 kw, PID, T0, T1, POLICIES, setup = prefix_window_args(sys.argv)
 seed = kw.get("seed", 0)

@@ -1,10 +1,10 @@
-"""Issue 20 diagnosis of the 60-tenant harm: per policy, where its misses come from. Each request
+"""This study diagnosis of the 60-tenant harm: per policy, where its misses come from. Each request
 is classed at routing: sent by the scale-out's ramp-in balance (the cache-aware choice queued
 > 0.5 s longer than a joined engine) or by the cache-aware choice itself; and whether a serving
 engine held its whole prefix at that moment (a miss with a holder is the router's; without one
 the prefix was lost or never computed). Per minute: misses, their recompute seconds, spills, the
 serving engines' mean queue, and blocks under lease or speculative on the serving engines.
-Usage: python docs/sim-issue20/diag_spills.py '{"seed":0,"tenants":60}' reactive,predictive
+Usage: python -m experiments.speculation_tail.diag_spills '{"seed":0,"tenants":60}' reactive,predictive
 (``predictive-noretain``: predictive without leases)."""
 
 import json
@@ -15,20 +15,13 @@ import numpy as np
 
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.policy_factory import make_policy
-from controlplane.sim.scenarios import build
-from controlplane.sim.workloads.base import BLOCK_TOKENS
+from experiments.speculation_tail.diag_setup import prefix_tokens, scaleout_setup
 
 kw = json.loads(sys.argv[1])
 pols = sys.argv[2].split(",")
-setup = build(
-    workload="servegen",
-    scenario=kw.pop("scenario", "scaleout"),
-    model="llama3-70b",
-    duration=kw.pop("duration", 1200),
-    **kw,
-)
+setup = scaleout_setup(kw)
 cfg, wl = setup.config, setup.workload
-P = np.array([len(p) * BLOCK_TOKENS for p in wl.prefixes])[wl.pid]
+P = prefix_tokens(wl)
 n = len(wl)
 for name in pols:
     pol = make_policy(name.removesuffix("-noretain"))

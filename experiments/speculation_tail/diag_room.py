@@ -1,9 +1,9 @@
-"""Issue 20 diagnosis: why the fair reactive rule's copies of one prefix are refused room.
+"""Diagnosis: why the fair reactive rule's copies of one prefix are refused room.
 On each refused on-demand copy of prefix PID between T0 and T1 (s), the target's cache is
 classed block by block: referenced by a queued or running request, used on the target within
 the value horizon (the rule keeps those whatever their rate), under a lease, and otherwise the
 value the rule ranks it by; printed summed over refusals per target, with the copy's budget.
-Usage: python docs/sim-issue20/diag_room.py '{"seed":15,"scenario":"slowlink"}' 21 600 640 \
+Usage: python -m experiments.speculation_tail.diag_room '{"seed":15,"scenario":"slowlink"}' 21 600 640 \
     reactive,predictive"""
 
 import math
@@ -11,11 +11,11 @@ import sys
 from collections import defaultdict
 
 import numpy as np
-from diag_setup import prefix_window_args  # next to this script
 
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.policies import VALUE_HORIZON_S
 from controlplane.sim.policy_factory import make_policy
+from experiments.speculation_tail.diag_setup import prefix_window_args
 
 kw, PID, T0, T1, POLICIES, setup = prefix_window_args(sys.argv)
 cfg, wl = setup.config, setup.workload

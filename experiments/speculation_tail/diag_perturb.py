@@ -1,10 +1,10 @@
-"""Issue 20: how much of a 60-tenant scale-out seed's p99 is the seed's own trajectory. The
+"""This study: how much of a 60-tenant scale-out seed's p99 is the seed's own trajectory. The
 scale-out's ramp-in balance (a joined engine takes any request whose cache-aware choice queues
 > 0.5 s longer than it) is metastable; this runs each policy with that guard at 0.45, 0.5 and
 0.55 s, a change no policy acts on, and appends one JSON row per (seed, guard) to a JSONL file
 (resumable: rows already there are skipped). Policies: any of the simulator's, and
 predictive-noretain (predictive without leases).
-Usage: python docs/sim-issue20/diag_perturb.py OUT.jsonl '{"tenants":60}' 0,1,...,9 \
+Usage: python -m experiments.speculation_tail.diag_perturb OUT.jsonl '{"tenants":60}' 0,1,...,9 \
     0.45,0.5,0.55 reactive,predictive"""
 
 import json

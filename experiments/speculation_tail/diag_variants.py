@@ -1,30 +1,20 @@
-"""Issue 20 diagnosis: predictive with one component switched off (noretain: no leases;
+"""Diagnosis: predictive with one component switched off (noretain: no leases;
 noonset; nowarm: no warm-ups; retainonly: leases, no copies; noplan: the reactive fallback alone).
-Usage: python docs/sim-issue20/diag_variants.py '{"seed":0,"tenants":60}' noretain,retainonly"""
+Usage: python -m experiments.speculation_tail.diag_variants '{"seed":0,"tenants":60}' noretain,retainonly"""
 
 import json
-import math
-import os
 import sys
 
 import numpy as np
 
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.policy_factory import make_policy
-from controlplane.sim.scenarios import build
+from experiments.speculation_tail.diag_setup import scaleout_setup
 
 kw = json.loads(sys.argv[1])
 variants = sys.argv[2].split(",")
-setup = build(
-    workload="servegen",
-    scenario=kw.pop("scenario", "scaleout"),
-    model="llama3-70b",
-    duration=kw.pop("duration", 1200),
-    **kw,
-)
+setup = scaleout_setup(kw)
 cfg, wl = setup.config, setup.workload
-if os.environ.get("NOBAL"):
-    cfg.balance_wait_s = math.inf
 for v in variants:
     pol = make_policy("reactive" if v == "reactive" else "predictive")
     if v == "noretain":

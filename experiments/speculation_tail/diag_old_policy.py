@@ -1,6 +1,6 @@
-"""Issue 20 diagnosis: 70B scale-out, 20-minute windows, seeds 0-4, at peak load 0.7, 60 and
+"""Diagnosis: 70B scale-out, 20-minute windows, seeds 0-4, at peak load 0.7, 60 and
 15 tenants, 8 and 32 engines (reactive, predictive, oracle). Run at commit fa9551e (the policy
-before issue 20) from the repository root with PREWARM_SHARED_DATA set; output:
+before this study) from the repository root with PREWARM_SHARED_DATA set; output:
 diag-old-policy.jsonl (per policy: p50, p99 s, TB moved, speculative replicas, backlog at the end)."""
 
 import json

@@ -4,9 +4,14 @@ with that command's defaults, and the same window start for the fixed traces
 (``controlplane.sim.seeds.run_one``)."""
 
 import json
+import math
+import os
+
+import numpy as np
 
 from controlplane.sim.scenarios import build
 from controlplane.sim.seeds import TRACE_SPAN_S, TRACE_WORKLOADS, WINDOW_STEP_S
+from controlplane.sim.workloads.base import BLOCK_TOKENS
 
 
 def setup_for(kw: dict):
@@ -34,3 +39,24 @@ def prefix_window_args(argv: list[str]):
     keys, the prefix, the window (s), the policies, and the job's set-up."""
     kw = json.loads(argv[1])
     return kw, int(argv[2]), float(argv[3]), float(argv[4]), argv[5].split(","), setup_for(kw)
+
+
+def scaleout_setup(kw: dict):
+    """ServeGen on 70B, the scale-out unless ``kw`` names a scenario, 20 minutes unless it names a
+    duration; the other keys go to ``build``. NOBAL=1 turns off the scale-out's ramp-in balance
+    (``cfg.balance_wait_s``)."""
+    setup = build(
+        workload="servegen",
+        scenario=kw.pop("scenario", "scaleout"),
+        model="llama3-70b",
+        duration=kw.pop("duration", 1200),
+        **kw,
+    )
+    if os.environ.get("NOBAL"):
+        setup.config.balance_wait_s = math.inf
+    return setup
+
+
+def prefix_tokens(wl) -> np.ndarray:
+    """Each request's prefix length in tokens."""
+    return np.array([len(p) * BLOCK_TOKENS for p in wl.prefixes])[wl.pid]

@@ -1,16 +1,15 @@
-"""Issue 20 diagnosis: where each request of one prefix went between T0 and T1 (s), per policy,
+"""Diagnosis: where each request of one prefix went between T0 and T1 (s), per policy,
 and what the router saw: the four serving engines holding most of the prefix (blocks held,
 engine, queue s) at that request's arrival.
-Usage: python docs/sim-issue20/diag_routing.py '{"seed":0,"scenario":"slowlink","load":0.7}' 26 \
+Usage: python -m experiments.speculation_tail.diag_routing '{"seed":0,"scenario":"slowlink","load":0.7}' 26 \
     1010 1075 reactive,predictive
 (keys as in a grid job: model, scenario, seed, workload, tenants, load, engines)."""
 
 import sys
 
-from diag_setup import prefix_window_args  # next to this script
-
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.policy_factory import make_policy
+from experiments.speculation_tail.diag_setup import prefix_window_args
 
 kw, PID, T0, T1, POLICIES, setup = prefix_window_args(sys.argv)
 seed = kw.get("seed", 0)
