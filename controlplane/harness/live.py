@@ -10,7 +10,6 @@ exist beforehand and parallel runs never share one. A caller that passes ``DATAB
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,13 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from controlplane.harness.processes import REPO, Proc, free_port, pg_admin
 
 
 class LiveControlPlane:
@@ -56,8 +49,7 @@ class LiveControlPlane:
             self.database = f"prewarm_live_{uuid.uuid4().hex[:10]}"
             pg_admin(url, f'CREATE DATABASE "{self.database}"')
             self.env["DATABASE_URL"] = urlsplit(url)._replace(path=f"/{self.database}").geturl()
-        self.proc: subprocess.Popen | None = None
-        self.log = open(data_dir / "daphne.log", "ab")  # noqa: SIM115 - closed in close()
+        self.proc: Proc | None = None
 
     def manage(self, *args: str) -> str:
         out = subprocess.run(
@@ -71,20 +63,12 @@ class LiveControlPlane:
         return out.stdout.strip()
 
     def start(self, timeout: float = 30.0) -> LiveControlPlane:
-        self.proc = subprocess.Popen(
-            [
-                *self.daphne,
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "controlplane.asgi:application",
-            ],
-            env=self.env,
-            cwd=REPO,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+        argv = [*self.daphne, "-b", "127.0.0.1", "-p", str(self.port)]
+        self.proc = Proc(
+            "daphne", [*argv, "controlplane.asgi:application"], self.env, self.data_dir
         )
+        self.proc.stop_timeout_s = 10.0
+        self.proc.start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -92,49 +76,20 @@ class LiveControlPlane:
                     return self
             except httpx.HTTPError:
                 pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"daphne exited: {(self.data_dir / 'daphne.log').read_text()[-2000:]}"
-                )
+            if not self.proc.alive():
+                raise RuntimeError(f"daphne exited: {self.proc.tail(2000)}")
             time.sleep(0.2)
         raise TimeoutError("control plane did not come up")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        if self.proc is not None:
+            self.proc.stop()
         self.proc = None
 
     def close(self) -> None:
         self.stop()
-        self.log.close()
         if self.database:
             pg_admin(
                 self.env["DATABASE_URL"], f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'
             )
             self.database = None
-
-
-def pg_admin(url: str, sql: str) -> None:
-    """Run one statement on the maintenance database of the server ``url`` names."""
-    import psycopg
-
-    admin = (
-        urlsplit(url.replace("postgres://", "postgresql://", 1))._replace(path="/postgres").geturl()
-    )
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql)
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.2, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")

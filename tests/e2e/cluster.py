@@ -15,200 +15,28 @@ Everything it starts is stopped by ``close()``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import msgpack
-import websockets
 
 from controlplane.core import blockhash
 from controlplane.core.protocol import SOCKET_MESSAGE_MAX_BYTES
+from controlplane.harness.processes import REPO, Proc, free_port, pg_admin, wait_for
 from nodeagent.blockstore import FileBlockStore
 from tests.agent.vllm_publisher import TestPublisher
-from tests.live import REPO, free_port, wait_for
+from tests.e2e.engines import CopyLoader, EngineMetricsServer, Node
+from tests.e2e.settings import BYTES_PER_BLOCK, PASSWORD, PG_URL, QUEUES, SECRET
 from tests.workflow import burst
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll drowns a failure
-PG_URL = os.environ.get("PREWARM_E2E_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-BYTES_PER_BLOCK = 64 * 1024
-PASSWORD = "e2e-pass-123456789"
-SECRET = "e2e-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz"
-QUEUES = "default,forecast,forecast-slow,plan,dispatch"
-
-
-class Proc:
-    """One child process with its own log; restartable, killable by signal."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
-        self.name, self.argv, self.env = name, argv, env
-        self.log_path = log_dir / f"{name}.log"
-        self.p: subprocess.Popen | None = None
-
-    def start(self) -> Proc:
-        with open(self.log_path, "ab") as log:
-            self.p = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                cwd=REPO,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return self
-
-    def alive(self) -> bool:
-        return self.p is not None and self.p.poll() is None
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        """Signal the process group (a worker's pool children die with it)."""
-        if self.alive():
-            os.killpg(self.p.pid, sig)
-            self.p.wait(15)
-
-    def stop(self) -> None:
-        if self.alive():
-            os.killpg(self.p.pid, signal.SIGTERM)
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def tail(self, n: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-n:] if self.log_path.exists() else ""
-
-
-def pg_admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(PG_URL.replace("postgres://", "postgresql://"), autocommit=True) as conn:
-        conn.execute(sql)
-
-
-class EngineMetricsServer:
-    """The engine's vLLM ``/metrics``: a busy engine (KV 80% used), as a burst finds it."""
-
-    def __init__(self, kv_usage: float = 0.5):
-        self.kv_usage = kv_usage
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
-                body = (
-                    f'vllm:kv_cache_usage_perc{{model_name="{burst.MODEL}"}} {outer.kv_usage}\n'
-                    f'vllm:num_requests_running{{model_name="{burst.MODEL}"}} 12\n'
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@dataclass
-class Node:
-    name: str
-    publisher: TestPublisher
-    store_dir: Path
-    metrics_port: int
-    transfer_port: int
-    engine_metrics: EngineMetricsServer
-    proc: Proc | None = None
-    seq: int = 0
-    loader: CopyLoader | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)  # one publisher, two threads
-
-    def _hash(self, key: int) -> int:
-        return hash((self.name, key)) & (2**63 - 1)  # the engine's own block hash
-
-    def _publish(self, event: list) -> None:
-        with self.lock:
-            self.seq += 1
-            self.publisher.publish(b"kv", self.seq, msgpack.packb([time.time(), [event], 0]))
-
-    def publish_stored(self, tokens: list[int], block_size: int = burst.BLOCK) -> list[int]:
-        """The engine stores a chain (vLLM's positional BlockStored); returns its canonical keys."""
-        keys = blockhash.chain_keys(tokens, block_size)
-        hashes = [self._hash(k) for k in keys]
-        self._publish(["BlockStored", hashes, None, tokens, block_size, None, "GPU"])
-        return keys
-
-    def publish_removed(self, keys: list[int]) -> None:
-        """The engine evicts blocks (vLLM's positional BlockRemoved)."""
-        self._publish(["BlockRemoved", [self._hash(k) for k in keys], "GPU"])
-
-    def metrics(self) -> dict[str, float]:
-        """The agent's /metrics as {'name{labels}': value}; {} while it is down."""
-        try:
-            text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2).text
-        except httpx.HTTPError:
-            return {}
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                out[name] = float(value)
-        return out
-
-
-class CopyLoader(threading.Thread):
-    """A target engine's side of a copy: it loads the burst prefix's blocks that its agent
-    wrote into its block store, from the chain's root, each only if its bytes are the source's
-    (what the copy had to move), and then publishes them in its KV events, as vLLM does once its
-    connector loaded external KV; blocks that leave the store (an evict job) it publishes as
-    removed. What the control plane confirms is therefore what the agent really copied."""
-
-    def __init__(self, node: Node, source_bytes: dict[int, bytes], interval_s: float = 0.1):
-        super().__init__(name=f"copy-loader-{node.name}", daemon=True)
-        self.node, self.source_bytes, self.interval_s = node, source_bytes, interval_s
-        self.store = FileBlockStore(node.store_dir)
-        self.loaded = 0  # blocks of the prefix, from its root, the engine holds
-        self.stop = threading.Event()
-        self.loading = threading.Event()  # cleared: the engine loads nothing yet (a test's pause)
-        self.loading.set()
-
-    def depth(self) -> int:
-        for i, key in enumerate(burst.PREFIX):
-            try:
-                if bytes(self.store.read(key)) != self.source_bytes[key]:
-                    return i
-            except (FileNotFoundError, KeyError, ValueError):
-                return i
-        return len(burst.PREFIX)
-
-    def run(self) -> None:
-        while not self.stop.wait(self.interval_s):
-            if not self.loading.is_set():
-                continue
-            depth = self.depth()
-            if depth > self.loaded:
-                self.node.publish_stored(burst.PREFIX_TOKENS[: depth * burst.BLOCK])
-            elif depth < self.loaded:
-                self.node.publish_removed(burst.PREFIX[depth : self.loaded])
-            self.loaded = depth
 
 
 class Cluster:
@@ -302,7 +130,7 @@ class Cluster:
     def start(self) -> Cluster:
         if self.services:
             self.start_redis()
-            pg_admin(f'CREATE DATABASE "{self.db}"')
+            pg_admin(PG_URL, f'CREATE DATABASE "{self.db}"')
         self.manage("migrate", "-v0")
         self.manage("ensure_user", "ops", "--password", PASSWORD, "--role", "admin")
         self.admin_token = self.shell(
@@ -453,7 +281,7 @@ class Cluster:
                 p.stop()
         if self.services:
             try:
-                pg_admin(f'DROP DATABASE IF EXISTS "{self.db}" WITH (FORCE)')
+                pg_admin(PG_URL, f'DROP DATABASE IF EXISTS "{self.db}" WITH (FORCE)')
             except Exception as exc:  # never hide the test's own failure behind cleanup
                 print(f"dropping {self.db} failed: {exc}")
 
@@ -653,43 +481,3 @@ class Cluster:
             )
             assert resp.status_code in (200, 302), resp.text[:500]
             return f"sessionid={c.cookies['sessionid']}"
-
-
-class DashboardClient:
-    """A session-authenticated ``ws/dashboard/`` client in its own thread; reconnects when the
-    control plane goes away, records every message with its arrival time."""
-
-    def __init__(self, cluster: Cluster):
-        self.cluster = cluster
-        self.cookie = cluster.login_cookie()
-        self.messages: list[tuple[float, dict]] = []
-        self.connects = 0
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-        self.thread.start()
-
-    async def _run(self) -> None:
-        url = self.cluster.url.replace("http", "ws", 1) + "/ws/dashboard/"
-        headers = {"Cookie": self.cookie, "Origin": self.cluster.url}
-        while not self._stop.is_set():
-            try:
-                async with websockets.connect(
-                    url, additional_headers=headers, open_timeout=5
-                ) as ws:
-                    self.connects += 1
-                    while not self._stop.is_set():
-                        try:
-                            raw = await asyncio.wait_for(ws.recv(), 0.5)
-                        except TimeoutError:
-                            continue
-                        self.messages.append((time.time(), json.loads(raw)))
-            except (OSError, websockets.WebSocketException, TimeoutError):
-                await asyncio.sleep(0.3)
-
-    def seen(self, needle: str, since: float = 0.0) -> bool:
-        """Whether a message after ``since`` mentions ``needle`` (a message type or a value)."""
-        return any(needle in json.dumps(m) for t, m in self.messages if t >= since)
-
-    def close(self) -> None:
-        self._stop.set()
-        self.thread.join(5)
