@@ -3,6 +3,7 @@
 from controlplane.queues import Queue, task
 
 from . import services
+from .retention import downsample_gpu_samples
 
 
 @task(Queue.DEFAULT)
@@ -14,4 +15,4 @@ def mark_stale() -> list[int]:
 @task(Queue.DEFAULT)
 def retention() -> dict:
     """GPU samples: hourly averages past the fine horizon, none past the last (docs/reliability.md)."""
-    return services.downsample_gpu_samples()
+    return downsample_gpu_samples()

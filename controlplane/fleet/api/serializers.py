@@ -5,6 +5,7 @@ from controlplane.core import protocol as wire
 
 from ..models import Engine, Gpu, GpuSample, Node
 from ..residency import get_index
+from ..services import ENGINE_FIELDS, GPU_FIELDS
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -40,17 +41,7 @@ class GpuSerializer(serializers.ModelSerializer):
             "node",
             "node_name",
             "uuid",
-            "index",
-            "name",
-            "memory_total",
-            "memory_used",
-            "memory_free",
-            "utilization_gpu",
-            "nvlink_peers",
-            "pcie",
-            "processes",
-            "errors",
-            "lost",
+            *GPU_FIELDS,
             "updated_at",
         ]
         read_only_fields = fields
@@ -73,14 +64,8 @@ class EngineSerializer(serializers.ModelSerializer):
             "node",
             "node_name",
             "engine_id",
-            "kind",
-            "model",
-            "block_size",
-            "bytes_per_block",
-            "kv_capacity_blocks",
+            *ENGINE_FIELDS,
             "gpus",
-            "endpoints",
-            "metrics",
             "lifecycle",
             "readiness",
             "residency_synced",

@@ -92,8 +92,8 @@ def _rows_copy(since: float, end: float, bucket_s: int, key_ids=None) -> tuple[n
     return flat[:, 0], flat[:, 1].astype(np.float64), flat[:, 2].astype(np.float64)
 
 
-FORECAST_COLUMNS = (
-    "key_id",
+# A forecast's values, as the tick writes them and the API shows them.
+FORECAST_VALUES = (
     "start",
     "bucket_seconds",
     "horizon",
@@ -106,6 +106,7 @@ FORECAST_COLUMNS = (
     "burst_risk",
     "note",
 )
+FORECAST_COLUMNS = ("key_id", *FORECAST_VALUES)
 
 
 def store_forecasts(rows: list[dict]) -> None:
