@@ -1,6 +1,6 @@
 """Build a small (or 256-engine) cluster the way production does: enrolled agents posting reports.
 
-Shared by the dashboard tests, the browser tests and `bench/ui_latency.py`. Reports go through the
+Shared by the dashboard tests, the browser tests and `bench/ui_latency.py` (which import no tests). Reports go through the
 real service layer (or the real HTTP API, by the caller's choice); demand is stored as the demand
 roll-up would store it.
 """
