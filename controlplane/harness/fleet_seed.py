@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from controlplane.accounts.models import EnrolmentToken
 from controlplane.core import blockhash
+from controlplane.core.protocol import TIER_GPU
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.fleet import services
 from controlplane.fleet.models import Node
@@ -64,7 +65,7 @@ def engine_doc(engine_id: str, gpu_uuids: list[str], kv_blocks: int = 20_000) ->
     }
 
 
-def stored(keys: list[str], medium: str = "GPU") -> list[list]:
+def stored(keys: list[str], medium: str = TIER_GPU) -> list[list]:
     return [[k, keys[i - 1] if i else None, medium, 0] for i, k in enumerate(keys)]
 
 

@@ -4,10 +4,10 @@ import time
 
 import pytest
 
+from controlplane.harness.event_publisher import TestPublisher
 from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
 from tests.agent.conftest import load_messages
-from tests.agent.vllm_publisher import TestPublisher
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import sys
 import httpx
 import pytest
 
+from controlplane.harness.event_publisher import TestPublisher
 from controlplane.harness.live import LiveControlPlane
 from controlplane.harness.processes import REPO, wait_for
 from tests.agent.conftest import load_messages
-from tests.agent.vllm_publisher import TestPublisher
 
 pytestmark = pytest.mark.slow
 

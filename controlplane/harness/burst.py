@@ -1,7 +1,7 @@
 """A recorded burst as gateway request records.
 
 Arrival times and prompt lengths are real: a 5-minute cut (1,379 requests, the busiest 5 minutes)
-of the Azure LLM inference trace 2023, code service (`fixtures/azure_code_burst.csv`, from
+of the Azure LLM inference trace 2023, code service (`data/azure_code_burst.csv`, from
 `../shared/data/traces/azure2023/AzureLLMInferenceTrace_code.csv`, Azure/AzurePublicDataset,
 CC-BY-4.0; Patel et al., "Splitwise", ISCA 2024). That trace has no prompt contents, so every
 request carries its tenant's shared prefix (a 2,048-token system prompt: 128 blocks of 16 tokens)
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from controlplane.core import blockhash
 
-FIXTURE = Path(__file__).parent / "fixtures" / "azure_code_burst.csv"
+FIXTURE = Path(__file__).parent / "data" / "azure_code_burst.csv"
 BLOCK = 16
 PREFIX_TOKENS = [(7 * i + 3) % 32000 for i in range(128 * BLOCK)]
 PREFIX = blockhash.chain_keys(PREFIX_TOKENS, BLOCK)

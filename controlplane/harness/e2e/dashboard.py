@@ -9,7 +9,7 @@ import time
 
 import websockets
 
-from tests.e2e.cluster import Cluster
+from controlplane.harness.e2e.cluster import Cluster
 
 
 class DashboardClient:

@@ -14,10 +14,11 @@ import httpx
 import msgpack
 
 from controlplane.core import blockhash
+from controlplane.core.protocol import TIER_GPU
+from controlplane.harness import burst
+from controlplane.harness.event_publisher import TestPublisher
 from controlplane.harness.processes import Proc
 from nodeagent.blockstore import FileBlockStore
-from tests.agent.vllm_publisher import TestPublisher
-from tests.workflow import burst
 
 
 class EngineMetricsServer:
@@ -76,12 +77,12 @@ class Node:
         """The engine stores a chain (vLLM's positional BlockStored); returns its canonical keys."""
         keys = blockhash.chain_keys(tokens, block_size)
         hashes = [self._hash(k) for k in keys]
-        self._publish(["BlockStored", hashes, None, tokens, block_size, None, "GPU"])
+        self._publish(["BlockStored", hashes, None, tokens, block_size, None, TIER_GPU])
         return keys
 
     def publish_removed(self, keys: list[int]) -> None:
         """The engine evicts blocks (vLLM's positional BlockRemoved)."""
-        self._publish(["BlockRemoved", [self._hash(k) for k in keys], "GPU"])
+        self._publish(["BlockRemoved", [self._hash(k) for k in keys], TIER_GPU])
 
     def metrics(self) -> dict[str, float]:
         """The agent's /metrics as {'name{labels}': value}; {} while it is down."""
