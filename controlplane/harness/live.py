@@ -10,7 +10,6 @@ exist beforehand and parallel runs never share one. A caller that passes ``DATAB
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -19,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from controlplane.harness.processes import REPO, Proc, free_port, pg_admin
+from controlplane.harness.processes import Proc, free_port, manage, pg_admin
 
 
 class LiveControlPlane:
@@ -52,15 +51,7 @@ class LiveControlPlane:
         self.proc: Proc | None = None
 
     def manage(self, *args: str) -> str:
-        out = subprocess.run(
-            [sys.executable, str(REPO / "manage.py"), *args],
-            env=self.env,
-            cwd=REPO,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        return out.stdout.strip()
+        return manage(self.env, *args).strip()
 
     def start(self, timeout: float = 30.0) -> LiveControlPlane:
         argv = [*self.daphne, "-b", "127.0.0.1", "-p", str(self.port)]

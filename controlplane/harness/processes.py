@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -36,6 +37,20 @@ def wait_for(predicate, timeout: float, interval: float = 0.2, what: str = "cond
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    """``manage.py ARGS`` in ``env``; its stdout, or RuntimeError with the end of its stderr."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode:
+        raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-2000:]}")
+    return out.stdout
 
 
 class Proc:

@@ -4,15 +4,13 @@ API with the admin's (or a given) token, the gateway's records, a policy, a brow
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 
 import httpx
 
 from controlplane.harness import burst
 from controlplane.harness.e2e.settings import PASSWORD
-from controlplane.harness.processes import REPO
+from controlplane.harness.processes import manage
 
 
 class ControlPlaneAccess:
@@ -24,16 +22,8 @@ class ControlPlaneAccess:
     gateway_token: str
 
     def manage(self, *args: str) -> str:
-        out = subprocess.run(
-            [sys.executable, str(REPO / "manage.py"), *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-        )
-        if out.returncode:
-            raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-2000:]}")
-        return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+        out = manage(self.env, *args).strip()
+        return out.splitlines()[-1] if out else ""
 
     def shell(self, code: str) -> str:
         return self.manage("shell", "--no-imports", "-c", code)
