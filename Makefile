@@ -113,7 +113,7 @@ bench: install
 	@for b in $$(ls bench/[a-z]*.py | grep -v -e gpu_check -e real_ab -e demo_memory); do echo "== $$b"; $(PY) $$b --quick --json var/bench/$$(basename $$b .py).json || exit 1; done
 
 # Speculation on real engines: none / reactive / predictive on two vLLM CPU engines, RUNS each
-# (default 5; ~4 minutes a run). Figures and the TTFT chart: docs/benchmarks.md, docs/real-ab.html.
+# (default 5; ~4 minutes a run). Figures and the TTFT chart: experiments/real_engine_ab/.
 RUNS ?= 5
 bench-real: install vllm-env data
 	$(PY) bench/real_ab.py --runs $(RUNS) --json var/bench/real_ab.json --html var/bench/real-ab.html

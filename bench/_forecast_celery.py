@@ -28,6 +28,11 @@ BUCKET_S = 600
 
 
 def _env(data_dir: str) -> dict[str, str]:
+    """The environment of a run on PREWARM_BENCH_PG_URL's database, created there when missing
+    (``DatabaseUnavailable``, one line, when the server does not answer)."""
+    from controlplane.harness.processes import ensure_database
+
+    ensure_database(PG_URL)
     return {
         "DATABASE_URL": PG_URL,
         "REDIS_URL": REDIS_URL,
@@ -140,9 +145,9 @@ def _plan_ran(log_dir: str, n: int) -> bool:
     )
 
 
-def _batch_seconds(log_dir: str, n: int) -> list[float]:
-    """How long each forecast_batch task took, from the workers' logs."""
-    pattern = re.compile(r"forecast_batch\[.*\] succeeded in ([0-9.]+)s")
+def _task_seconds(log_dir: str, n: int) -> list[float]:
+    """How long each forecast_all task took, from the workers' logs."""
+    pattern = re.compile(r"forecast_all\[.*\] succeeded in ([0-9.]+)s")
     return sorted(
         float(m.group(1))
         for p in Path(log_dir).glob(f"worker-{n}-*.log")
@@ -201,13 +206,13 @@ def run(keys, worker_counts=(1, 2), limit_s: float = 1800, nice: int = 10) -> di
                         )
                     time.sleep(0.2)
                 elapsed = time.perf_counter() - t0
-                batches = _batch_seconds(tmp, n)
+                tasks = _task_seconds(tmp, n)
                 run_ = {
                     "worker_processes": n,
                     "cycle_seconds": round(elapsed, 1),
                     "forecasts": Forecast.objects.count(),
-                    "batches": len(batches),
-                    "batch_seconds_p50": round(batches[len(batches) // 2], 2) if batches else None,
+                    "forecast_tasks": len(tasks),
+                    "task_seconds_p50": round(tasks[len(tasks) // 2], 2) if tasks else None,
                     "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
                 }
                 out["runs"].append(run_)
@@ -222,7 +227,7 @@ def run(keys, worker_counts=(1, 2), limit_s: float = 1800, nice: int = 10) -> di
             run_["cores_used"] = round(run_["worker_cpu_seconds"] / elapsed, 2)
             print(
                 f"  {n} worker process(es): cycle {elapsed:.1f} s, {run_['forecasts']} forecasts, "
-                f"batch p50 {run_['batch_seconds_p50']} s, {run_['cores_used']} cores used, "
+                f"forecast task p50 {run_['task_seconds_p50']} s, {run_['cores_used']} cores used, "
                 f"load {run_['load_avg_1m']}",
                 flush=True,
             )

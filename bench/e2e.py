@@ -2,7 +2,7 @@
 plan -> approval -> job -> engine-confirmed copy, p50/p99, on the embedded default and on
 PostgreSQL + Redis.
 
-Each setup is a ``tests.e2e.harness.Cluster``: daphne, the Celery worker and beat (embedded: the
+Each setup is a ``controlplane.harness.e2e.cluster.Cluster``: daphne, the Celery worker and beat (embedded: the
 in-process worker), one real ``python -m nodeagent`` process per engine with a simulated GPU, a
 file block store and a vLLM-format ZMQ KV-event publisher, and a dashboard websocket client. Per
 iteration, engine 0 stores a new 4-block chain (its bytes in its block store, a ``BlockStored``
@@ -75,8 +75,8 @@ def _configure_django(env: dict[str, str]) -> None:
 
 
 def _wait(pred, timeout: float, what: str, interval: float = 0.01):
-    # tests/live.py's poller, at a finer interval: the waits here are the measured latencies.
-    from tests.live import wait_for
+    # controlplane/harness/processes.py's poller, at a finer interval: the waits here are the measured latencies.
+    from controlplane.harness.processes import wait_for
 
     return wait_for(pred, timeout, interval=interval, what=what)
 
@@ -151,8 +151,8 @@ def _one_round(
 ) -> dict:
     """Engine 0 stores a new chain; a one-item plan copies it to ``target``. Stage times in ms."""
     from controlplane.core import blockhash
+    from controlplane.harness.e2e.settings import BYTES_PER_BLOCK
     from nodeagent.blockstore import FileBlockStore
-    from tests.e2e.harness import BYTES_PER_BLOCK
 
     out = {}
     tokens = [(104_729 * (i + 1) + 31 * t) % 32000 for t in range(BLOCKS * 16)]
@@ -187,7 +187,8 @@ def _one_round(
 
 def run_setup(setup: str, engines: int, iterations: int) -> dict:
     """One cluster, ``iterations`` report and copy rounds; per-stage samples in ms."""
-    from tests.e2e.harness import Cluster, DashboardClient
+    from controlplane.harness.e2e.cluster import Cluster
+    from controlplane.harness.e2e.dashboard import DashboardClient
 
     t_start = time.time()
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:

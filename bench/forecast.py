@@ -56,6 +56,7 @@ from controlplane.core.forecast.arrays import (  # noqa: E402
 )
 from controlplane.core.forecast.series import mase_scale  # noqa: E402
 from controlplane.core.traces import load_servegen_windows  # noqa: E402
+from controlplane.harness.processes import DatabaseUnavailable  # noqa: E402
 
 BUCKET_S = 600
 HORIZON = 72  # 12 h
@@ -263,7 +264,7 @@ def per_forecaster(keys, workers):
     return table, yhats
 
 
-def main() -> None:
+def main() -> int | None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="100 keys instead of 1,000 (< 1 min)")
     ap.add_argument("--keys", type=int, help="keys for the tick timing (10,000; --quick 1,000)")
@@ -289,6 +290,13 @@ def main() -> None:
         help="--celery: the worker processes' nice value (0 for a measurement)",
     )
     args = ap.parse_args()
+    try:
+        return _main(args)
+    except DatabaseUnavailable as exc:  # --tick and --celery run on PostgreSQL
+        raise SystemExit(f"bench/forecast.py: {exc} (PREWARM_BENCH_PG_URL)") from None
+
+
+def _main(args) -> int | None:
     n_keys = 100 if args.quick else 1000
     n_tick = args.keys or (1000 if args.quick else 10_000)
     if args.tick:

@@ -234,7 +234,7 @@ def components(n_reports: int, n: int) -> dict:
 def run_backend(name: str, env: dict[str, str], quick: bool, profile: Path | None = None) -> dict:
     import sys
 
-    from tests.live import LiveControlPlane
+    from controlplane.harness.live import LiveControlPlane
 
     daphne = None
     if profile:  # daphne under cProfile: <profile>/<backend>.loop.prof and .views.prof
@@ -310,14 +310,13 @@ def main() -> None:
     try:
         if "redis" not in backends:
             raise _NotRun
-        import psycopg
+
         import redis
 
+        from controlplane.harness.processes import ensure_database
+
         redis.Redis.from_url(REDIS_URL).ping()
-        with psycopg.connect(PG_URL.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-            db = PG_URL.rsplit("/", 1)[1]
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname=%s", (db,)).fetchone():
-                conn.execute(f'CREATE DATABASE "{db}"')
+        ensure_database(PG_URL)
         env = {
             "DATABASE_URL": PG_URL,
             "REDIS_URL": REDIS_URL,

@@ -1,13 +1,16 @@
-"""The Celery app: queues, routes and the beat schedule of the replication workflow.
+"""The Celery app of the replication workflow.
 
-Start it with ``celery -A controlplane.celery worker -Q forecast`` (and ``-Q plan``, ``-Q dispatch``,
-``-Q default``) and ``celery -A controlplane.celery beat`` on the Redis broker. It is not imported
+Start it with ``celery -A controlplane.celery worker -Q forecast`` (and ``-Q forecast-slow``,
+``-Q plan``, ``-Q dispatch``, ``-Q default``) and ``celery -A controlplane.celery beat`` on the
+Redis broker. Each task names its queue where it is defined (``controlplane.queues.task``); the
+beat schedule is ``CELERY_BEAT_SCHEDULE`` in the settings. It is not imported
 from ``controlplane/__init__.py``, which stays Django-free for the pure-logic packages.
 
 Embedded default (no ``REDIS_URL``): ``controlplane.embedded_worker`` runs a worker and beat as
 threads of the web process on kombu's in-memory transport (the reasons are in that module).
 
-Tasks take ids, are idempotent and log-and-return on a vanished object. The beat schedule is
+No result backend: no task's result is read back (a chain passes a result on in its next
+task's message). Tasks take ids, are idempotent and log-and-return on a vanished object. The beat schedule is
 fixed intervals from settings; the policy-driven cadences (``forecast_every_seconds``,
 ``plan_every_seconds``) are applied by the ``tick`` task, which reads the active policy every few
 seconds, so a policy change takes effect without restarting beat.
@@ -16,49 +19,19 @@ seconds, so a policy change takes effect without restarting beat.
 from __future__ import annotations
 
 import os
-from enum import StrEnum
 
 from celery import Celery
 
+from controlplane.queues import Queue
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
+__all__ = ["Queue", "app"]
 
-class Queue(StrEnum):
-    """Slow work never shares a queue with latency-sensitive work."""
-
-    DEFAULT = "default"  # tick, sweeps, scoring
-    FORECAST = "forecast"  # the forecast tick (array work) and per-key forecasts
-    FORECAST_SLOW = "forecast-slow"  # Prophet refits, off the tick path: CPU-heavy
-    PLAN = "plan"
-    DISPATCH = "dispatch"  # approval -> agent: latency-sensitive
-
-
-TASK_QUEUES = {
-    "controlplane.forecasting.tasks.forecast_all": Queue.FORECAST,
-    "controlplane.forecasting.tasks.forecast_key": Queue.FORECAST,
-    "controlplane.forecasting.tasks.forecast_batch": Queue.FORECAST,
-    "controlplane.forecasting.tasks.fit_slow_model": Queue.FORECAST_SLOW,
-    "controlplane.replication.tasks.plan_after_forecasts": Queue.PLAN,
-    # A chord's own steps (the forecast cycle's group -> plan) run where the plan runs.
-    "celery.accumulate": Queue.PLAN,
-    "celery.chord_unlock": Queue.PLAN,
-    "controlplane.replication.tasks.plan_cycle": Queue.PLAN,
-    "controlplane.replication.tasks.dispatch_job": Queue.DISPATCH,
-    "controlplane.replication.tasks.sweep_jobs": Queue.DISPATCH,
-    "controlplane.replication.tasks.evict_expired": Queue.DISPATCH,
-    "controlplane.replication.tasks.score_replicas": Queue.DEFAULT,
-    "controlplane.replication.tasks.tick": Queue.DEFAULT,
-    "controlplane.fleet.tasks.mark_stale": Queue.DEFAULT,
-    **{
-        f"controlplane.{app}.tasks.retention": Queue.DEFAULT
-        for app in ("fleet", "demand", "forecasting", "replication", "audit")
-    },
-}
 
 app = Celery("prewarm")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_default_queue = Queue.DEFAULT.value
-app.conf.task_routes = {name: {"queue": q.value} for name, q in TASK_QUEUES.items()}
 app.conf.task_create_missing_queues = True
 app.autodiscover_tasks(
     [

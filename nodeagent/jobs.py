@@ -117,6 +117,10 @@ class JobRunner:
             task = self.running.get(job_id)
             if task:
                 task.cancel()  # reports it cancelled now; _run aborts the executor's work
+        elif kind == wire.MSG_ERROR:
+            log.warning(
+                "control plane could not apply job %s: %s", msg.get("job_id"), msg.get("detail")
+            )
         else:
             log.warning("ignoring unknown message type %r", kind)
 

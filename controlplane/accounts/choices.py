@@ -1,5 +1,6 @@
 """Roles and token kinds (the kinds' values from ``controlplane.core.protocol``)."""
 
+from controlplane.choiceset import ChoiceSet
 from controlplane.core import protocol as wire
 
 
@@ -11,13 +12,8 @@ class Role:
     RANK = {VIEWER: 1, OPERATOR: 2, ADMIN: 3}
 
 
-class TokenKind:
-    USER = wire.TOKEN_USER
-    GATEWAY = wire.TOKEN_GATEWAY
-    AGENT = wire.TOKEN_AGENT
-    CHOICES = [
-        (USER, "User (automation, acts as its user)"),
-        (GATEWAY, "Gateway (request records only)"),
-        (AGENT, "Agent (its own node only)"),
-    ]
+class TokenKind(ChoiceSet):
+    USER = wire.TOKEN_USER, "User (automation, acts as its user)"
+    GATEWAY = wire.TOKEN_GATEWAY, "Gateway (request records only)"
+    AGENT = wire.TOKEN_AGENT, "Agent (its own node only)"
     PREFIX = {USER: "pwu_", GATEWAY: "pwg_", AGENT: "pwa_"}

@@ -20,11 +20,11 @@ from rest_framework.response import Response
 from controlplane.accounts.authentication import AgentAuthFailed
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
-from controlplane.fleet.api.views import AgentView
 from controlplane.realtime import groups
 from controlplane.replication.jobs.delivery import apply_event
 
 from .jobs import agent_node, pending
+from .reports import AgentView
 
 MAX_WAIT_S = 25
 

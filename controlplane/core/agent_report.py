@@ -41,10 +41,6 @@ class Report:
     residency: list[ResidencyEntry] = field(default_factory=list)
 
     @property
-    def delta_count(self) -> int:
-        return sum(len(r.stored) + len(r.removed) for r in self.residency)
-
-    @property
     def snapshot_only(self) -> bool:
         return bool(self.residency) and all(r.mode == MODE_SNAPSHOT for r in self.residency)
 

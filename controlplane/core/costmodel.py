@@ -1,4 +1,4 @@
-"""Cost model: prefill, decode, KV bytes and transfer times for a model on a GPU.
+"""Cost model: prefill, KV bytes and transfer times for a model on a GPU.
 
 Pure arithmetic, no state. The simulator and the planner both price work with it, so the
 numbers a plan promises and the numbers a simulated run delivers come from one place.
@@ -69,10 +69,9 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 # Assumptions (printed in every report): long-prompt prefill reaches ~50% MFU on Hopper and
-# Ampere with tensor parallelism (Mooncake and Splitwise report 40-60%); decode reaches ~60% of
-# HBM bandwidth; a batch costs ~20 ms of fixed overhead (scheduling, kernel launches, sampling).
+# Ampere with tensor parallelism (Mooncake and Splitwise report 40-60%); a batch costs ~20 ms of
+# fixed overhead (scheduling, kernel launches, sampling).
 PREFILL_MFU = 0.5
-DECODE_BW_EFFICIENCY = 0.6
 BATCH_OVERHEAD_S = 0.02
 # Promotion bandwidth into HBM from the tiers below it, one figure for the planner and the simulator.
 # CPU DRAM: PCIe 5.0 x16 (the H100/H200 host link) moves 64 GB/s per direction on the wire, ~50 GB/s
@@ -95,7 +94,7 @@ def lookup(table: dict, name: str, what: str):
 
 @dataclass(frozen=True)
 class CostModel:
-    """Prices prefill, decode and copies for one engine (a model on ``gpus`` GPUs)."""
+    """Prices prefill and copies for one engine (a model on ``gpus`` GPUs)."""
 
     model: ModelSpec
     gpu: GpuSpec
@@ -148,13 +147,6 @@ class CostModel:
         """One batch of (new, cached) prefills: the overhead once, the FLOPs summed."""
         flops = sum(self.prefill_flops(n, c) for n, c in requests)
         return self.batch_overhead_s + flops / self.flops_per_s
-
-    def decode_step_seconds(self, batch: int, context_tokens: float) -> float:
-        """One decode step for ``batch`` sequences holding ``context_tokens`` of KV in all."""
-        if batch < 1:
-            raise ValueError("batch must be >= 1")
-        read = self.model.weight_bytes + context_tokens * self.kv_bytes_per_token
-        return read / (self.gpus * self.gpu.hbm_bytes_per_s * DECODE_BW_EFFICIENCY)
 
     def kv_bytes(self, tokens: float) -> float:
         return tokens * self.kv_bytes_per_token

@@ -1,6 +1,6 @@
 """The planner's demand from forecasts: one model for the Celery planning path and the simulator.
 
-``controlplane/replication/plans/inputs.py`` (with ``controlplane/forecasting/services.py``, which
+``controlplane/replication/plans/inputs.py`` (with ``controlplane/forecasting/services/``, which
 stores each key's burst risk) and the simulator's ``predictive`` policy
 (``controlplane/sim/planned.py``) both turn a forecast into a ``planner.Demand`` here, so the
 simulator evaluates what production runs:

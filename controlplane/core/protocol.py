@@ -121,13 +121,11 @@ ENGINE_LIFECYCLES = (ENGINE_WARMING, ENGINE_SERVING, ENGINE_DRAINING)
 CONFIRM_KV_EVENTS = "kv-events"  # the target engine's KV events reached the residency index
 CONFIRM_LMCACHE_PIN = "lmcache-pin"  # LMCache /pin on the target reported the resident length
 CONFIRM_LMCACHE_DIRECTORY = "lmcache-directory"  # the coordinator's directory lists the target
-CONFIRMATION_SOURCES = (CONFIRM_KV_EVENTS, CONFIRM_LMCACHE_PIN, CONFIRM_LMCACHE_DIRECTORY)
 
 # API token kinds.
 TOKEN_USER = "user"
 TOKEN_GATEWAY = "gateway"
 TOKEN_AGENT = "agent"
-TOKEN_KINDS = (TOKEN_USER, TOKEN_GATEWAY, TOKEN_AGENT)
 
 # Realtime (Channels) event names sent to the dashboard groups (controlplane/realtime/groups.py).
 EVENT_PLAN_CREATED = "plan.created"
@@ -136,14 +134,6 @@ EVENT_JOB_UPDATE = "job.update"
 EVENT_NODE_STALE = "node.stale"
 EVENT_RESIDENCY_DELTA = "residency.delta"
 EVENT_ENGINE_READINESS = "engine.readiness"
-REALTIME_EVENTS = (
-    EVENT_PLAN_CREATED,
-    EVENT_PLAN_DECIDED,
-    EVENT_JOB_UPDATE,
-    EVENT_NODE_STALE,
-    EVENT_RESIDENCY_DELTA,
-    EVENT_ENGINE_READINESS,
-)
 
 # The ``job`` object of a ``job.assign`` (docs/agent-protocol.md, "Replication jobs"): built by
 # ``job_assign`` below, read by the agent's ``nodeagent.transfers.base.Job.from_message``.

@@ -1,11 +1,11 @@
 """Demand housekeeping on the ``default`` queue."""
 
-from celery import shared_task
+from controlplane.queues import Queue, task
 
 from . import services
 
 
-@shared_task
+@task(Queue.DEFAULT)
 def retention() -> dict:
     """Fine demand buckets roll up into hourly ones past the forecaster's window (docs/reliability.md)."""
     return {

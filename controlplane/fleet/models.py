@@ -74,7 +74,7 @@ class Engine(models.Model):
     engine_id = models.CharField(
         max_length=100, help_text="the agent's name for it, unique per node"
     )
-    kind = models.CharField(max_length=16, choices=EngineKind.CHOICES, default="vllm")
+    kind = models.CharField(max_length=16, choices=EngineKind.CHOICES, default=EngineKind.VLLM)
     model = models.CharField(max_length=200, blank=True)
     block_size = models.PositiveIntegerField(default=16)
     bytes_per_block = models.BigIntegerField(default=0)

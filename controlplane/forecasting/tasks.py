@@ -6,7 +6,6 @@ Prophet refits the per-hour budget grants since the previous cycle to the ``fore
 queue (``fit_slow_model``, staggered over the interval), and returns how many keys got a
 forecast. In the chain ``tick`` builds (``controlplane.replication.tasks``: forecast, then plan)
 the plan runs after it. Forecasting knows nothing of planning; the horizon arrives as a number.
-``forecast_key`` / ``forecast_batch`` are the per-key path (every model fitted inline).
 """
 
 from __future__ import annotations
@@ -14,34 +13,15 @@ from __future__ import annotations
 import logging
 import time
 
-from celery import shared_task
+from controlplane.queues import Queue, task
 
 from . import services
 
 log = logging.getLogger(__name__)
-BATCH_KEYS = 8  # keys per task: small enough to spread a cycle, big enough to amortise a task
 DEFAULT_HORIZON_S = 600.0  # without a policy to say otherwise
 
 
-@shared_task
-def forecast_key(key_id: int, horizon_s: float = DEFAULT_HORIZON_S) -> int | None:
-    f = services.forecast_key(key_id, horizon_s)
-    return f.pk if f else None
-
-
-@shared_task(ignore_result=False)
-def forecast_batch(key_ids: list[int], horizon_s: float = DEFAULT_HORIZON_S) -> int:
-    """Forecast these keys; returns how many got a forecast."""
-    done = 0
-    for key_id in key_ids:
-        try:
-            done += services.forecast_key(key_id, horizon_s) is not None
-        except ValueError as exc:  # a history no model accepts: skip the key, keep going
-            log.warning("forecast of key %s refused: %s", key_id, exc)
-    return done
-
-
-@shared_task(ignore_result=False)
+@task(Queue.FORECAST)
 def forecast_all(horizon_s: float = DEFAULT_HORIZON_S) -> int:
     """Forecast every recently active key in one array pass; returns how many got a forecast.
     Then queue the Prophet refits due since the previous cycle (off the tick path)."""
@@ -67,7 +47,7 @@ def schedule_slow_fits(horizon_s: float) -> int:
     return len(due)
 
 
-@shared_task
+@task(Queue.FORECAST_SLOW)
 def fit_slow_model(key_id: int, horizon_s: float = DEFAULT_HORIZON_S) -> int | None:
     """Refit one key's Prophet state (``forecast-slow`` queue)."""
     try:
@@ -78,7 +58,7 @@ def fit_slow_model(key_id: int, horizon_s: float = DEFAULT_HORIZON_S) -> int | N
     return f.pk if f else None
 
 
-@shared_task
+@task(Queue.DEFAULT)
 def retention() -> dict:
     """Old forecasts go; each key's latest stays (docs/reliability.md)."""
     return services.prune_forecasts()

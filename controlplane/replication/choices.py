@@ -4,115 +4,78 @@ What travels to agents (tiers, transports, job actions and states) takes its spe
 ``controlplane.core.protocol``.
 """
 
+from controlplane.choiceset import ChoiceSet
 from controlplane.core import protocol as wire
 
 
-class PolicyMode:
-    SHADOW = "shadow"
-    MANUAL = "manual"
-    AUTO = "auto"
-    CHOICES = [
-        (SHADOW, "Shadow: plan and score, move nothing"),
-        (MANUAL, "Manual: an operator approves each plan"),
-        (AUTO, "Auto: approved within budgets"),
-    ]
+class PolicyMode(ChoiceSet):
+    SHADOW = "shadow", "Shadow: plan and score, move nothing"
+    MANUAL = "manual", "Manual: an operator approves each plan"
+    AUTO = "auto", "Auto: approved within budgets"
 
 
-class OverrideKind:
-    PIN = "pin"
-    EXCLUDE_NODE = "exclude_node"
-    EXCLUDE_ENGINE = "exclude_engine"
-    FREEZE = "freeze"
-    CHOICES = [
-        (PIN, "Pin a prefix on an engine"),
-        (EXCLUDE_NODE, "Exclude a node from plans"),
-        (EXCLUDE_ENGINE, "Exclude an engine from plans"),
-        (FREEZE, "Freeze: no new replication at all"),
-    ]
+class OverrideKind(ChoiceSet):
+    PIN = "pin", "Pin a prefix on an engine"
+    EXCLUDE_NODE = "exclude_node", "Exclude a node from plans"
+    EXCLUDE_ENGINE = "exclude_engine", "Exclude an engine from plans"
+    FREEZE = "freeze", "Freeze: no new replication at all"
 
 
-class PlanState:
-    PROPOSED = "proposed"
-    APPROVED = "approved"  # not-vocabulary: a plan's state, not a job's
-    PARTIAL = "partially_approved"
-    REJECTED = "rejected"
-    SUPERSEDED = "superseded"
-    SHADOW = "shadow"
-    CHOICES = [
-        (PROPOSED, "Proposed"),
-        (APPROVED, "Approved"),
-        (PARTIAL, "Partially approved"),
-        (REJECTED, "Rejected"),
-        (SUPERSEDED, "Superseded"),
-        (SHADOW, "Shadow (never executed)"),
-    ]
+class PlanState(ChoiceSet):
+    PROPOSED = "proposed", "Proposed"
+    APPROVED = "approved", "Approved"  # not-vocabulary: a plan's state, not a job's
+    PARTIAL = "partially_approved", "Partially approved"
+    REJECTED = "rejected", "Rejected"
+    SUPERSEDED = "superseded", "Superseded"
+    SHADOW = "shadow", "Shadow (never executed)"
     OPEN = frozenset({PROPOSED, PARTIAL})  # still to be decided (or decided in part)
 
 
-class ItemDecision:
-    PENDING = "pending"
-    APPROVED = "approved"  # not-vocabulary: an item's decision, not a job's state
-    REJECTED = "rejected"
-    HELD_OUT = "held_out"  # approved, then withheld at random: the holdout's control arm
-    CHOICES = [
-        (PENDING, "Pending"),
-        (APPROVED, "Approved"),
-        (REJECTED, "Rejected"),
-        (HELD_OUT, "Held out (randomized control)"),
-    ]
+class ItemDecision(ChoiceSet):
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"  # not-vocabulary: an item's decision, not a job's state
+    REJECTED = "rejected", "Rejected"
+    # Approved, then withheld at random: the holdout's control arm.
+    HELD_OUT = "held_out", "Held out (randomized control)"
 
 
-class StorageTier:
+class StorageTier(ChoiceSet):
     """Where a block or replica lives (the wire's tier names); not the simulator's engine tier."""
 
-    GPU = wire.TIER_GPU
-    CPU = wire.TIER_CPU
-    DISK = wire.TIER_DISK
-    CHOICES = [(GPU, "GPU HBM"), (CPU, "CPU DRAM"), (DISK, "SSD")]
+    GPU = wire.TIER_GPU, "GPU HBM"
+    CPU = wire.TIER_CPU, "CPU DRAM"
+    DISK = wire.TIER_DISK, "SSD"
 
 
-class Transport:
+class Transport(ChoiceSet):
     """Executors. ``tcp`` and ``nccl`` move bytes between agents' own block stores (the virtual
     cluster and the benchmarks); ``warmup``, ``lmcache`` and ``lmcache-mp`` act on real engines."""
 
-    TCP = wire.TRANSPORT_TCP
-    NCCL = wire.TRANSPORT_NCCL
-    LMCACHE = wire.TRANSPORT_LMCACHE
-    LMCACHE_MP = wire.TRANSPORT_LMCACHE_MP
-    WARMUP = wire.TRANSPORT_WARMUP
-    CHOICES = [
-        (TCP, "TCP (agent stores)"),
-        (NCCL, "NCCL (agent stores)"),
-        (LMCACHE, "LMCache controller copy"),
-        (LMCACHE_MP, "LMCache coordinator prefetch"),
-        (WARMUP, "Prefill warm-up request"),
-    ]
+    TCP = wire.TRANSPORT_TCP, "TCP (agent stores)"
+    NCCL = wire.TRANSPORT_NCCL, "NCCL (agent stores)"
+    LMCACHE = wire.TRANSPORT_LMCACHE, "LMCache controller copy"
+    LMCACHE_MP = wire.TRANSPORT_LMCACHE_MP, "LMCache coordinator prefetch"
+    WARMUP = wire.TRANSPORT_WARMUP, "Prefill warm-up request"
     # Executors that need the prefix's token ids (LMCache and vLLM address KV by tokens).
     NEEDS_TOKENS = frozenset({LMCACHE, LMCACHE_MP, WARMUP})
     # Where a copy lands: LMCache places it in the target's CPU tier (LocalCPUBackend).
     LANDS_IN = {LMCACHE: wire.TIER_CPU, LMCACHE_MP: wire.TIER_CPU}
 
 
-class Confirmation:
+class Confirmation(ChoiceSet):
     """What showed a landed copy on its target engine (the wire's confirmation sources)."""
 
-    KV_EVENTS = wire.CONFIRM_KV_EVENTS
-    LMCACHE_PIN = wire.CONFIRM_LMCACHE_PIN
-    LMCACHE_DIRECTORY = wire.CONFIRM_LMCACHE_DIRECTORY
-    CHOICES = [
-        (KV_EVENTS, "the engine's KV events"),
-        (LMCACHE_PIN, "LMCache pin on the target"),
-        (LMCACHE_DIRECTORY, "LMCache coordinator directory"),
-    ]
+    KV_EVENTS = wire.CONFIRM_KV_EVENTS, "the engine's KV events"
+    LMCACHE_PIN = wire.CONFIRM_LMCACHE_PIN, "LMCache pin on the target"
+    LMCACHE_DIRECTORY = wire.CONFIRM_LMCACHE_DIRECTORY, "LMCache coordinator directory"
 
 
-class JobAction:
-    REPLICATE = wire.ACTION_REPLICATE
-    EVICT = wire.ACTION_EVICT
-    CHOICES = [(REPLICATE, "Replicate"), (EVICT, "Evict")]
+class JobAction(ChoiceSet):
+    REPLICATE = wire.ACTION_REPLICATE, "Replicate"
+    EVICT = wire.ACTION_EVICT, "Evict"
 
 
-class JobState:
+class JobState(ChoiceSet):
     """A replicate job ends ``landed`` when its executor says the copy is done, then
     ``confirmed`` only when the target engine shows blocks it did not hold at dispatch, stored
     after the job started (KV events, LMCache pin or directory); ``partial`` when that covers

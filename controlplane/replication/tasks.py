@@ -1,16 +1,15 @@
 """Workflow tasks: tick (policy cadences), plan, dispatch, sweeps, TTL eviction, scoring.
 
 Each takes ids, is idempotent (a second run finds nothing left to do) and logs and returns when
-its object vanished. Queues: see ``controlplane.celery.TASK_QUEUES``.
+its object vanished. Each names its queue where it is defined (``controlplane.queues``).
 """
 
 from __future__ import annotations
 
 import logging
 
-from celery import shared_task
-
 from controlplane.forecasting.tasks import forecast_all
+from controlplane.queues import Queue, task
 
 from . import scoring
 from .jobs import delivery, expiry
@@ -24,7 +23,7 @@ from .services import prune_finished
 log = logging.getLogger(__name__)
 
 
-@shared_task
+@task(Queue.DEFAULT)
 def tick() -> dict:
     """Start forecast and plan cycles when the active policy's cadences say they are due."""
     policy = Policy.objects.filter(active=True).first()
@@ -39,44 +38,44 @@ def tick() -> dict:
 
 
 def forecast_then_plan(policy: Policy):
-    """The cycle as one Celery chain: forecast every active key (fanned out over the forecast
-    workers), then plan once all of them are in. Returns the chain's AsyncResult."""
+    """The cycle as one Celery chain: forecast every active key in one task, then plan (the
+    count of keys forecast travels in the plan task's message)."""
     return (
         forecast_all.si(float(policy.horizon_seconds)) | plan_after_forecasts.s(policy.pk)
     ).delay()
 
 
-@shared_task
-def plan_after_forecasts(done: int | list[int], policy_id: int | None = None) -> int | None:
-    """The chain's second step: ``done`` is how many keys got a forecast (per batch). Nothing
-    forecast, nothing new to plan on: the plan cadence plans on its own."""
-    if not (sum(done) if isinstance(done, list) else done):
+@task(Queue.PLAN)
+def plan_after_forecasts(done: int, policy_id: int | None = None) -> int | None:
+    """The chain's second step: ``done`` is how many keys got a forecast. Nothing forecast,
+    nothing new to plan on: the plan cadence plans on its own."""
+    if not done:
         return None
     return plan_cycle(policy_id)
 
 
-@shared_task
+@task(Queue.PLAN)
 def plan_cycle(policy_id: int | None = None) -> int | None:
     plan = cycle.run_cycle(policy_id)
     return plan.pk if plan else None
 
 
-@shared_task
+@task(Queue.DISPATCH)
 def sweep_jobs() -> dict:
     return delivery.sweep()
 
 
-@shared_task
+@task(Queue.DISPATCH)
 def evict_expired() -> int:
     return expiry.evict_expired()
 
 
-@shared_task
+@task(Queue.DEFAULT)
 def score_replicas() -> int:
     return scoring.score_all()
 
 
-@shared_task
+@task(Queue.DEFAULT)
 def retention() -> dict:
     """Finished jobs with their transitions and decided plans past PREWARM_JOB_KEEP_DAYS."""
     return prune_finished()

@@ -62,8 +62,6 @@ if REDIS_URL:
         }
     }
     CELERY_BROKER_URL = get_from_env("CELERY_BROKER_URL", REDIS_URL)
-    # Results are kept only for the tasks that ask (the forecast batches a plan waits on: a chord).
-    CELERY_RESULT_BACKEND = get_from_env("CELERY_RESULT_BACKEND", REDIS_URL)
     RESIDENCY_INDEX = {"backend": "redis", "url": get_from_env("RESIDENCY_REDIS_URL", REDIS_URL)}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -73,14 +71,13 @@ else:
     # kombu's in-memory transport sleeps 1 s between empty polls: every dispatch waited 0-1 s
     # (bench/e2e.py: approve -> ack p50 0.7 s vs 0.2 s on Redis). 20 dict polls/s cost nothing.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.05}
-    CELERY_RESULT_BACKEND = "cache+memory://"  # the worker is a thread of this process
     RESIDENCY_INDEX = {"backend": "inprocess"}
 
 # Tests may run tasks inline; nothing else should (it would run forecasts inside web requests).
 CELERY_TASK_ALWAYS_EAGER = get_from_env("CELERY_TASK_ALWAYS_EAGER", False, type_cast=str_to_bool)
 CELERY_TASK_EAGER_PROPAGATES = CELERY_TASK_ALWAYS_EAGER
-CELERY_TASK_IGNORE_RESULT = True  # tasks whose result a chord needs say ignore_result=False
-CELERY_RESULT_EXPIRES = 3600
+# No result backend: no task's result is read back (a chain hands it on in the next message).
+CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -98,6 +98,19 @@ def parser() -> argparse.ArgumentParser:
     gr.add_argument(
         "--summarize-only", action="store_true", help="tables of the jobs already in --jsonl"
     )
+    gr.add_argument(
+        "--runs-only",
+        action="store_true",
+        help="run (and append to --jsonl) any --policies, no tables: rerun some policies of "
+        "grid jobs, then merge-runs puts them beside the others",
+    )
+    mr = sub.add_parser(
+        "merge-runs",
+        help="grid JSONL with some policies rerun: a rerun's policies replace the base's",
+    )
+    mr.add_argument("base", help="the grid JSONL the reruns update")
+    mr.add_argument("out", help="where the merged JSONL goes (seeds no rerun holds are left out)")
+    mr.add_argument("reruns", nargs="+", help="JSONL files of `grid --runs-only`")
     return ap
 
 
@@ -112,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
             from controlplane.sim.grid import main_grid
 
             return main_grid(args)
+        if args.cmd == "merge-runs":
+            from controlplane.sim.grid import main_merge_runs
+
+            return main_merge_runs(args)
         if args.cmd == "seeds":
             from controlplane.sim.seeds import main_seeds
 

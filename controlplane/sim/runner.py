@@ -67,11 +67,15 @@ def run_policies(
 BOUND_OF = ("clairvoyant", "predictive")
 
 
-def _hindsight(results: dict, summary: dict):
+def hindsight_summary(summary: dict) -> tuple[str, dict]:
+    """The bound's policy and its summary, from the summaries of every policy in ``BOUND_OF``."""
     best = min(BOUND_OF, key=lambda n: (summary[n]["ttft_p99_s"], summary[n]["ttft_mean_s"]))
-    r = results[best]
-    s = {**summary[best], "bound_of": list(BOUND_OF), "bound_chosen": best}
-    return replace(r, policy="oracle"), s
+    return best, {**summary[best], "bound_of": list(BOUND_OF), "bound_chosen": best}
+
+
+def _hindsight(results: dict, summary: dict):
+    best, s = hindsight_summary(summary)
+    return replace(results[best], policy="oracle"), s
 
 
 def _bar(name: str):

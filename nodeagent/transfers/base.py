@@ -129,6 +129,11 @@ class TransferResult:
     # Executor-specific fields of the job.result: executor, confirmation, cached_tokens, detail.
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def failed(cls, executor: str, why: str) -> TransferResult:
+        """An executor's refusal or failure, named for the job.result."""
+        return cls(False, error=why, extra={"executor": executor})
+
 
 class Executor(Protocol):
     """A transport's executor (tcp, nccl, lmcache, ...). Moves the blocks of ``job.keys`` from the source agent's store to the target's.

@@ -59,49 +59,22 @@ from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
+from nodeagent.transfers.http import JsonService, ServiceError
 
 log = logging.getLogger(__name__)
 NAME = wire.TRANSPORT_LMCACHE
 PIN = wire.CONFIRM_LMCACHE_PIN
 
 
-class LmcacheError(Exception):
+class LmcacheError(ServiceError):
     """The controller refused, failed or could not be reached; the message says which."""
 
 
-class LmcacheController:
+class LmcacheController(JsonService):
     """The LMCache 0.5.6 controller's HTTP API (only what the executor uses)."""
 
-    def __init__(
-        self, url: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
-    ):
-        self.url = url.rstrip("/")
-        self.client = httpx.Client(timeout=timeout_s, transport=transport)
-
-    def close(self) -> None:
-        self.client.close()
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            resp = self.client.post(self.url + path, json=body)
-        except httpx.HTTPError as exc:
-            raise LmcacheError(
-                f"LMCache controller {self.url} did not answer {path}: {type(exc).__name__}: {exc}"
-            ) from None
-        if resp.status_code != 200:
-            try:
-                detail = resp.json().get("detail", resp.text)
-            except ValueError:
-                detail = resp.text
-            raise LmcacheError(
-                f"LMCache controller {self.url}{path}: HTTP {resp.status_code}: {str(detail)[:300]}"
-            )
-        try:
-            return resp.json()
-        except ValueError:
-            raise LmcacheError(
-                f"LMCache controller {self.url}{path}: not JSON: {resp.text[:200]}"
-            ) from None
+    what = "LMCache controller"
+    error = LmcacheError
 
     def instances(self) -> list[str]:
         """Registered instance ids (``GET /controller/workers``; best effort, for messages)."""
@@ -113,7 +86,9 @@ class LmcacheController:
         return sorted({str(w.get("instance_id")) for w in workers})
 
     def require(self, instance_id: str, what: str) -> None:
-        infos = self._post("/query_worker_info", {"instance_id": instance_id}).get("worker_infos")
+        infos = self.call("POST", "/query_worker_info", {"instance_id": instance_id}).get(
+            "worker_infos"
+        )
         if not infos:
             known = self.instances()
             raise LmcacheError(
@@ -135,11 +110,11 @@ class LmcacheController:
             "tokens": tokens,
             "should_copy": copy,
         }
-        return int(self._post("/move", body).get("num_tokens") or 0)
+        return int(self.call("POST", "/move", body).get("num_tokens") or 0)
 
     def pin(self, instance_id: str, location: str, tokens: list[int]) -> int:
         body = {"instance_id": instance_id, "location": location, "tokens": tokens}
-        return int(self._post("/pin", body).get("num_tokens") or 0)
+        return int(self.call("POST", "/pin", body).get("num_tokens") or 0)
 
 
 @dataclass
@@ -306,15 +281,18 @@ class LmcacheTransport:
     def receive(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
         where = self._where(job)
         if isinstance(where, str):
-            return _failed(where)
+            return TransferResult.failed(NAME, where)
         engine_id, target, location, source, source_location = where
         assert self.controller is not None
         if not source:
-            return _failed("lmcache: the source engine reported no lmcache_instance_id")
+            return TransferResult.failed(
+                NAME, "lmcache: the source engine reported no lmcache_instance_id"
+            )
         if not job.tokens:
-            return _failed(
+            return TransferResult.failed(
+                NAME,
                 "lmcache: the job carries no token ids for the prefix (a gateway must "
-                "send token_ids for this workload key)"
+                "send token_ids for this workload key)",
             )
         try:
             self.controller.require(source, f"the source engine {job.source.get('engine_id')}")
@@ -328,15 +306,16 @@ class LmcacheTransport:
                 before = None
             copied = self.controller.move((source, source_location), (target, location), job.tokens)
             if copied <= 0:
-                return _failed(
+                return TransferResult.failed(
+                    NAME,
                     f"lmcache: the controller copied no tokens from {source!r}: it holds "
                     "none of this prefix's 256-token chunks (the token ids must be exactly "
-                    "those the engine stored)"
+                    "those the engine stored)",
                 )
             progress(job.bytes)
             resident = self.controller.pin(target, location, job.tokens)
         except LmcacheError as exc:
-            return _failed(f"lmcache: {exc}")
+            return TransferResult.failed(NAME, f"lmcache: {exc}")
         bpt = job.bytes_per_block / job.block_size if job.block_size else 0.0
         self.leases.add(
             Lease(
@@ -376,15 +355,18 @@ class LmcacheTransport:
         is read after (``/pin``), and the job fails if it still holds them."""
         where = self._where(job)
         if isinstance(where, str):
-            return _failed(where)
+            return TransferResult.failed(NAME, where)
         engine_id, target, location, source, source_location = where
         assert self.controller is not None
         if not job.tokens:
-            return _failed("lmcache: the evict job carries no token ids for the prefix")
+            return TransferResult.failed(
+                NAME, "lmcache: the evict job carries no token ids for the prefix"
+            )
         if not source:
-            return _failed(
+            return TransferResult.failed(
+                NAME,
                 "lmcache: the evict job names no source instance to hand the copied chunks back "
-                "to (LMCache 0.5.6 frees a copy no other way)"
+                "to (LMCache 0.5.6 frees a copy no other way)",
             )
         dropped = self.leases.drop(target, list(job.tokens))
         try:
@@ -399,15 +381,16 @@ class LmcacheTransport:
                 (target, location), (source, source_location), job.tokens, copy=False
             )
         except LmcacheError as exc:
-            return _failed(f"lmcache: evicting from {target!r}: {exc}")
+            return TransferResult.failed(NAME, f"lmcache: evicting from {target!r}: {exc}")
         try:
             left: int | None = self.controller.pin(target, location, job.tokens)
         except LmcacheError:
             left = None  # 0.5.6 answers a pin on an engine holding nothing with a 500 now and then
         if left:
-            return _failed(
+            return TransferResult.failed(
+                NAME,
                 f"lmcache: {target!r} still holds {left} tokens of the prefix after moving "
-                f"{moved} back to {source!r}"
+                f"{moved} back to {source!r}",
             )
         detail = (
             f"{moved} tokens removed from {target} by moving them back to {source} "
@@ -416,7 +399,3 @@ class LmcacheTransport:
             else f"{target} held none of the prefix; leases dropped: {len(dropped)}"
         )
         return TransferResult(True, extra={"executor": NAME, "detail": detail})
-
-
-def _failed(why: str) -> TransferResult:
-    return TransferResult(False, error=why, extra={"executor": NAME})

@@ -34,40 +34,20 @@ from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
+from nodeagent.transfers.http import JsonService, ServiceError
 
 NAME = wire.TRANSPORT_LMCACHE_MP
 DIRECTORY = wire.CONFIRM_LMCACHE_DIRECTORY
 L1 = "l1"  # the coordinator's name for a server's first (DRAM) tier
 
 
-class CoordinatorError(Exception):
+class CoordinatorError(ServiceError):
     """The coordinator refused, failed or could not be reached."""
 
 
-class Coordinator:
-    def __init__(
-        self, url: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
-    ):
-        self.url = url.rstrip("/")
-        self.client = httpx.Client(timeout=timeout_s, transport=transport)
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        try:
-            resp = self.client.request(method, self.url + path, json=body)
-        except httpx.HTTPError as exc:
-            raise CoordinatorError(
-                f"LMCache coordinator {self.url} did not answer {path}: {type(exc).__name__}: {exc}"
-            ) from None
-        if resp.status_code != 200:
-            try:
-                detail = resp.json().get("detail", resp.text)
-            except ValueError:
-                detail = resp.text
-            raise CoordinatorError(
-                f"LMCache coordinator {self.url}{path}: HTTP {resp.status_code}: "
-                f"{str(detail)[:300]}"
-            )
-        return resp.json()
+class Coordinator(JsonService):
+    what = "LMCache coordinator"
+    error = CoordinatorError
 
     def placements(self, body: dict[str, Any]) -> tuple[int, list[set[str]]]:
         """(chunks, the instances holding each chunk in L1) from the directory. A prefetch
@@ -128,7 +108,7 @@ class LmcacheMpTransport:
     def receive(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
         spec = self._spec(job)
         if isinstance(spec, str):
-            return _failed(spec)
+            return TransferResult.failed(NAME, spec)
         instance, body = spec
         assert self.coordinator is not None
         try:
@@ -144,8 +124,9 @@ class LmcacheMpTransport:
                 "POST", "/cache/prefetches", {"instance_id": instance, **body}
             )
             if sub.get("status") == "noop" or not sub.get("request_id"):
-                return _failed(
-                    "lmcache-mp: the prefix is shorter than one LMCache chunk: nothing to warm"
+                return TransferResult.failed(
+                    NAME,
+                    "lmcache-mp: the prefix is shorter than one LMCache chunk: nothing to warm",
                 )
             path = f"/cache/prefetches/{instance}/{sub['request_id']}"
             while True:
@@ -154,12 +135,13 @@ class LmcacheMpTransport:
                 if status == "completed":
                     break
                 if status in ("failed", "error", "cancelled"):  # not-vocabulary: LMCache's
-                    return _failed(
-                        f"lmcache-mp: prefetch {sub['request_id']} on {instance!r}: {status}"
+                    return TransferResult.failed(
+                        NAME, f"lmcache-mp: prefetch {sub['request_id']} on {instance!r}: {status}"
                     )
                 if job.seconds_left() <= 0:
-                    return _failed(
-                        f"lmcache-mp: prefetch {sub['request_id']} still {status!r} at the deadline"
+                    return TransferResult.failed(
+                        NAME,
+                        f"lmcache-mp: prefetch {sub['request_id']} still {status!r} at the deadline",
                     )
                 time.sleep(self.poll_s)
             # The server reports what it loaded as cache events, flushed to the coordinator
@@ -175,9 +157,11 @@ class LmcacheMpTransport:
                 time.sleep(self.poll_s)
             self.coordinator.call("POST", "/cache/pins", body)
         except CoordinatorError as exc:
-            return _failed(f"lmcache-mp: {exc}")
+            return TransferResult.failed(NAME, f"lmcache-mp: {exc}")
         if not chunks:
-            return _failed("lmcache-mp: the directory knows no chunk of this prefix")
+            return TransferResult.failed(
+                NAME, "lmcache-mp: the directory knows no chunk of this prefix"
+            )
         per_chunk = len(body["token_ids"]) // chunks if chunks else 0
         progress(job.bytes)
         return TransferResult(
@@ -201,7 +185,7 @@ class LmcacheMpTransport:
         """The replica ended: unpin it and delete the target's (L1) copy."""
         spec = self._spec(job)
         if isinstance(spec, str):
-            return _failed(spec)
+            return TransferResult.failed(NAME, spec)
         instance, body = spec
         assert self.coordinator is not None
         try:
@@ -210,7 +194,7 @@ class LmcacheMpTransport:
                 "POST", "/cache/delete", {"instance_id": instance, **body, "tier": L1}
             )
         except CoordinatorError as exc:
-            return _failed(f"lmcache-mp: {exc}")
+            return TransferResult.failed(NAME, f"lmcache-mp: {exc}")
         return TransferResult(
             True,
             extra={
@@ -228,7 +212,3 @@ def _from_root(held: list[set[str]], instance: str) -> int:
         if instance not in chunk:
             return i
     return len(held)
-
-
-def _failed(why: str) -> TransferResult:
-    return TransferResult(False, error=why, extra={"executor": NAME})

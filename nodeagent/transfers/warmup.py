@@ -72,16 +72,20 @@ class WarmupTransport:
         engine_id = str(job.target.get("engine_id") or "")
         engine = self.engines.get(engine_id)
         if engine is None:
-            return _failed(f"warmup: engine {engine_id!r} is not configured on this agent")
+            return TransferResult.failed(
+                NAME, f"warmup: engine {engine_id!r} is not configured on this agent"
+            )
         if not engine.openai_url:
-            return _failed(
+            return TransferResult.failed(
+                NAME,
                 f"warmup: engine {engine_id} has no openai_url configured (its "
-                "OpenAI-compatible endpoint), so no warm-up request can reach it"
+                "OpenAI-compatible endpoint), so no warm-up request can reach it",
             )
         if not job.tokens:
-            return _failed(
+            return TransferResult.failed(
+                NAME,
                 "warmup: the job carries no token ids for the prefix (a gateway must "
-                "send token_ids for this workload key)"
+                "send token_ids for this workload key)",
             )
         body = self.request_body(job, engine)
         url = engine.openai_url.rstrip("/") + "/v1/completions"
@@ -90,19 +94,26 @@ class WarmupTransport:
             with httpx.Client(timeout=timeout, transport=self.transport) as client:
                 resp = client.post(url, json=body)
         except httpx.HTTPError as exc:
-            return _failed(f"warmup: {url} did not answer: {type(exc).__name__}: {exc}")
+            return TransferResult.failed(
+                NAME, f"warmup: {url} did not answer: {type(exc).__name__}: {exc}"
+            )
         if resp.status_code != 200:
-            return _failed(f"warmup: {url} answered HTTP {resp.status_code}: {resp.text[:300]}")
+            return TransferResult.failed(
+                NAME, f"warmup: {url} answered HTTP {resp.status_code}: {resp.text[:300]}"
+            )
         try:
             usage = resp.json().get("usage") or {}
             prompt = int(usage.get("prompt_tokens") or 0)
             cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         except (ValueError, TypeError, AttributeError) as exc:
-            return _failed(f"warmup: {url} answered 200 but not a completion: {exc}")
+            return TransferResult.failed(
+                NAME, f"warmup: {url} answered 200 but not a completion: {exc}"
+            )
         if prompt and prompt != len(job.tokens):
-            return _failed(
+            return TransferResult.failed(
+                NAME,
                 f"warmup: the engine counted {prompt} prompt tokens for a prefix of "
-                f"{len(job.tokens)} (wrong model or tokenizer settings?)"
+                f"{len(job.tokens)} (wrong model or tokenizer settings?)",
             )
         pulled = "kv_transfer_params" in body
         detail = (
@@ -119,7 +130,3 @@ class WarmupTransport:
                 "detail": detail,
             },
         )
-
-
-def _failed(why: str) -> TransferResult:
-    return TransferResult(False, error=why, extra={"executor": NAME})

@@ -13,11 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from controlplane.harness.processes import free_port
 from nodeagent.blockstore import MemoryBlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job
 from nodeagent.transfers.warmup import WarmupTransport
-from tests.live import free_port
 
 TOKENS = [(7 * i + 3) % 2000 for i in range(300)]
 

@@ -36,6 +36,8 @@ CONVERTED = [
     "controlplane/replication/jobs/messages.py",
     "controlplane/agentapi/consumer.py",
     "controlplane/agentapi/views.py",
+    "controlplane/agentapi/reports.py",
+    "controlplane/agentapi/serializers.py",
     "controlplane/agentapi/jobs.py",
     "controlplane/readmodels/cachemap.py",
     "controlplane/readmodels/dashboard.py",

@@ -5,8 +5,8 @@ reads; the report response lists every field the control plane answers with."""
 import re
 from pathlib import Path
 
+from controlplane.agentapi.serializers import ReportResponseSerializer
 from controlplane.core import protocol as wire
-from controlplane.fleet.api.serializers import ReportResponseSerializer
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "agent-protocol.md").read_text()
 

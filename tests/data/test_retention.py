@@ -16,7 +16,7 @@ from controlplane.audit.services import prune_audit
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.demand.services import downsample_demand
 from controlplane.fleet.models import Gpu, GpuSample, Node
-from controlplane.fleet.services import downsample_gpu_samples
+from controlplane.fleet.retention import downsample_gpu_samples
 from controlplane.forecasting.models import Forecast
 from controlplane.forecasting.services import prune_forecasts
 from controlplane.replication.models import JobTransition, Policy, ReplicationJob, ReplicationPlan

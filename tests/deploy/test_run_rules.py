@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.live import REPO
+from controlplane.harness.processes import REPO
 
 pytestmark = pytest.mark.slow  # each case starts a pytest process
 

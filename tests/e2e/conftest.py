@@ -6,12 +6,14 @@ import shutil
 
 import pytest
 
-from tests.e2e.harness import Cluster, pg_admin
+from controlplane.harness.e2e.cluster import Cluster
+from controlplane.harness.e2e.settings import PG_URL
+from controlplane.harness.processes import pg_admin
 
 
 def _postgres_reachable() -> bool:
     try:
-        pg_admin("SELECT 1")
+        pg_admin(PG_URL, "SELECT 1")
         return True
     except Exception:
         return False

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.core import blockhash
+from controlplane.harness import burst
+from controlplane.harness.e2e.dashboard import DashboardClient
+from controlplane.harness.processes import wait_for
 from nodeagent.blockstore import FileBlockStore, block_digest, transfer_checksum
-from tests.e2e.harness import DashboardClient
-from tests.live import wait_for
-from tests.workflow import burst
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 TERMINAL = {

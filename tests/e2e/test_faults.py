@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from tests.e2e.harness import DashboardClient
+from controlplane.harness.e2e.dashboard import DashboardClient
+from controlplane.harness.processes import REPO, wait_for
 from tests.e2e.test_end_to_end import holders, jobs
-from tests.live import REPO, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 TERMINAL = {

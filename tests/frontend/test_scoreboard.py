@@ -6,10 +6,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from controlplane.harness import burst
 from controlplane.replication.plans.costs import cost_model_for, prefill_s
 from controlplane.replication.scoreboard import scoreboard
 from controlplane.replication.tasks import score_replicas
-from tests.workflow import burst
 from tests.workflow.conftest import BYTES_PER_BLOCK, eager, fleet  # noqa: F401
 from tests.workflow.evidence import BLOCKS, TOKENS, Evidence, confirmed_copy, prefix, since
 

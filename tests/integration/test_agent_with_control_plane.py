@@ -9,9 +9,10 @@ import sys
 import httpx
 import pytest
 
+from controlplane.harness.event_publisher import TestPublisher
+from controlplane.harness.live import LiveControlPlane
+from controlplane.harness.processes import REPO, wait_for
 from tests.agent.conftest import load_messages
-from tests.agent.vllm_publisher import TestPublisher
-from tests.live import REPO, LiveControlPlane, wait_for
 
 pytestmark = pytest.mark.slow
 

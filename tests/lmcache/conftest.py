@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.live import REPO, free_port, wait_for
+from controlplane.harness.processes import REPO, Proc, free_port, wait_for
 
 LMCACHE_PY = REPO / ".venv-lmcache" / "bin" / "python"
 LAUNCH = Path(__file__).parent / "launch.py"
@@ -45,41 +45,10 @@ def need_lmcache_env() -> None:
     pytest.skip(why)
 
 
-@dataclass
-class Proc:
-    name: str
-    argv: list[str]
-    log: Path
-    p: subprocess.Popen | None = None
-
-    def start(self) -> Proc:
-        env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
-        with open(self.log, "ab") as out:
-            self.p = subprocess.Popen(
-                [str(LMCACHE_PY), str(LAUNCH), *self.argv],
-                cwd=REPO,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return self
-
-    def alive(self) -> bool:
-        return self.p is not None and self.p.poll() is None
-
-    def stop(self) -> None:
-        if self.p is None or self.p.poll() is not None:
-            return
-        self.p.terminate()
-        try:
-            self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait(10)
-
-    def tail(self, n: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
+def lmcache_proc(name: str, argv: list[str], log_dir: Path) -> Proc:
+    """One LMCache module run by ``launch.py`` in LMCache's own environment."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
+    return Proc(name, [str(LMCACHE_PY), str(LAUNCH), *argv], env, log_dir, stop_timeout_s=10.0)
 
 
 @dataclass
@@ -175,7 +144,7 @@ def lmcache_cluster(tmp_path_factory):
     work = tmp_path_factory.mktemp("lmcache")
     http, pull, reply, beat = (free_port() for _ in range(4))
     cluster = LmcacheCluster(f"http://127.0.0.1:{http}")
-    ctl = Proc(
+    ctl = lmcache_proc(
         "controller",
         [
             "lmcache.v1.api_server",
@@ -186,7 +155,7 @@ def lmcache_cluster(tmp_path_factory):
             "--monitor-ports",
             f'{{"pull": {pull}, "reply": {reply}, "heartbeat": {beat}}}',
         ],
-        work / "controller.log",
+        work,
     ).start()
     cluster.procs.append(ctl)
     try:
@@ -203,10 +172,10 @@ def lmcache_cluster(tmp_path_factory):
             cfg = work / f"{instance}.yaml"
             cluster.engines[instance] = _engine_config(cfg, instance, pull, reply)
             cluster.procs.append(
-                Proc(
+                lmcache_proc(
                     instance,
                     ["lmcache.v1.standalone", "--config", str(cfg), "--device", "cpu"],
-                    work / f"{instance}.log",
+                    work,
                 ).start()
             )
         for proc in cluster.procs[1:]:
@@ -237,10 +206,10 @@ def lmcache_coordinator(tmp_path_factory):
     need_lmcache_env()
     work = tmp_path_factory.mktemp("coordinator")
     port = free_port()
-    proc = Proc(
+    proc = lmcache_proc(
         "coordinator",
         ["lmcache.v1.mp_coordinator", "--host", "127.0.0.1", "--port", str(port)],
-        work / "coordinator.log",
+        work,
     ).start()
     url = f"http://127.0.0.1:{port}"
     try:
@@ -294,7 +263,7 @@ def lmcache_mp(lmcache_coordinator, tmp_path_factory):
         for instance in ("mp-a", "mp-b"):
             mp.servers[instance] = port = free_port()
             procs.append(
-                Proc(
+                lmcache_proc(
                     instance,
                     [
                         "lmcache.v1.multiprocess.http_server",
@@ -310,7 +279,7 @@ def lmcache_mp(lmcache_coordinator, tmp_path_factory):
                         "--coordinator-event-reporting",
                         *("--coordinator-event-flush-interval", "0.2"),
                     ],
-                    work / f"{instance}.log",
+                    work,
                 ).start()
             )
 

@@ -13,11 +13,11 @@ import time
 
 import pytest
 
+from controlplane.harness.processes import wait_for
 from nodeagent.blockstore import MemoryBlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job
 from nodeagent.transfers.lmcache import LmcacheController, LmcacheTransport
-from tests.live import wait_for
 from tests.lmcache.conftest import PIN_CHECK_S, PIN_TIMEOUT_S, tokens
 
 pytestmark = [pytest.mark.lmcache, pytest.mark.slow]

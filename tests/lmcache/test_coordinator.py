@@ -12,6 +12,7 @@ import pytest
 
 from controlplane.core import blockhash
 from controlplane.fleet.models import Engine, Node
+from controlplane.harness.processes import wait_for
 from controlplane.replication.choices import JobState, Transport
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
 from controlplane.replication.tasks import sweep_jobs
@@ -19,7 +20,6 @@ from nodeagent.blockstore import MemoryBlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, TransferResult
 from nodeagent.transfers.lmcache_mp import LmcacheMpTransport
-from tests.live import wait_for
 from tests.lmcache.conftest import MP_MODEL, tokens
 from tests.lmcache.test_lmcache_job import run_on_agent
 from tests.workflow.conftest import eager  # noqa: F401 - the fixture

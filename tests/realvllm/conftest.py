@@ -13,13 +13,13 @@ import os
 
 import pytest
 
+from controlplane.harness.live import LiveControlPlane
 from controlplane.harness.realvllm.engine import (
     EngineUnavailable,
     VllmEngine,
     ensure_model,
     vllm_python,
 )
-from tests.live import LiveControlPlane
 from tests.realvllm.helpers import user_token
 
 

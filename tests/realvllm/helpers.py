@@ -13,9 +13,9 @@ import msgpack
 import zmq
 
 from controlplane.core import blockhash
+from controlplane.harness.live import LiveControlPlane
+from controlplane.harness.processes import Proc, wait_for
 from controlplane.harness.realvllm.engine import BLOCK_SIZE, VllmEngine
-from tests.e2e.harness import Proc
-from tests.live import LiveControlPlane, wait_for
 
 
 def user_token(cp: LiveControlPlane) -> str:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from controlplane.core import blockhash
+from controlplane.harness.processes import wait_for
 from controlplane.harness.realvllm.engine import BLOCK_SIZE
 from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
-from tests.live import wait_for
 from tests.realvllm.helpers import (
     Announced,
     burst,

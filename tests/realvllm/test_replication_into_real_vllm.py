@@ -18,6 +18,10 @@ import httpx
 import pytest
 
 from controlplane.core import blockhash
+from controlplane.harness import burst
+from controlplane.harness.e2e.engines import EngineMetricsServer
+from controlplane.harness.live import LiveControlPlane
+from controlplane.harness.processes import wait_for
 from controlplane.harness.realvllm.driver import Gateway, Target
 from controlplane.harness.realvllm.engine import (
     BLOCK_SIZE,
@@ -25,10 +29,7 @@ from controlplane.harness.realvllm.engine import (
     KV_CAPACITY_BLOCKS,
     MODEL_NAME,
 )
-from tests.e2e.harness import EngineMetricsServer
-from tests.live import LiveControlPlane, wait_for
 from tests.realvllm.helpers import api, engine_blocks, fresh, lookup_depth, start_agent, user_token
-from tests.workflow import burst
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

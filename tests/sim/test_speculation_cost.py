@@ -131,7 +131,7 @@ def test_trace_dir_runs_any_folder_of_servegen_client_files(tmp_path, capsys):
 
 # The bound check on a headline seed, sized for `make test`: the 70B scale-out cell's seed 0 with
 # the headline's 20-minute window and 300 s warm-up (about a minute of CPU), not all 20 headline
-# seeds (docs/simulator.md, "Issue 20 runs", checks those). Tolerance: none (oracle p99 <=
+# seeds (experiments/speculation_tail/ checks those). Tolerance: none (oracle p99 <=
 # predictive p99 exactly). 10-minute windows are no substitute: the scale-out's engines join on
 # a shorter ramp there and every policy queues for tens of seconds.
 @pytest.mark.parametrize("seed", [0])

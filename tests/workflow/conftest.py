@@ -11,9 +11,9 @@ from rest_framework.test import APIClient
 from controlplane.accounts.choices import TokenKind
 from controlplane.accounts.models import ApiToken, EnrolmentToken
 from controlplane.core import blockhash
+from controlplane.harness import burst
 from controlplane.replication.models import Policy
 from tests.api.conftest import make_user
-from tests.workflow import burst
 
 BYTES_PER_BLOCK = 64 * 1024
 

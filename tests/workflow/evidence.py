@@ -11,6 +11,7 @@ from django.utils import timezone
 from controlplane.core import blockhash
 from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine
+from controlplane.harness import burst
 from controlplane.replication.models import (
     PlanItem,
     Policy,
@@ -18,7 +19,6 @@ from controlplane.replication.models import (
     ReplicationPlan,
     SpeculativeReplica,
 )
-from tests.workflow import burst
 from tests.workflow.conftest import BYTES_PER_BLOCK, engine_report
 
 BLOCKS = 64  # 1,024 tokens: one prefix group

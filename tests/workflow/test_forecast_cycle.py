@@ -1,5 +1,5 @@
-"""The forecast -> plan cycle as one Celery chain: forecasting fans out in batches, the plan
-waits for all of them (a chord), and a cycle with nothing to forecast plans nothing."""
+"""The forecast -> plan cycle as one Celery chain: one array task forecasts every key, the plan
+runs after it, and a cycle with nothing to forecast plans nothing."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from celery.signals import task_prerun
 
 from controlplane.demand.models import WorkloadKey
 from controlplane.forecasting.models import Forecast
+from controlplane.harness import burst
 from controlplane.replication.models import ReplicationPlan
 from controlplane.replication.tasks import forecast_then_plan
-from tests.workflow import burst
 
 
 def ran_tasks():
@@ -41,7 +41,7 @@ def test_one_array_task_forecasts_every_key_then_one_plan(fleet):
         forecast_then_plan(p)
     finally:
         done()
-    assert keys >= 2 and names.count("forecast_all") == 1 and "forecast_batch" not in names
+    assert keys >= 2 and names.count("forecast_all") == 1
     assert names.index("plan_after_forecasts") > names.index("forecast_all")
     assert Forecast.objects.count() == keys
     assert ReplicationPlan.objects.filter(policy=p).count() == 1

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from controlplane.core import planner
 from controlplane.fleet.models import Engine
+from controlplane.harness import burst
 from controlplane.replication.models import Policy, ReplicationPlan
 from controlplane.replication.tasks import plan_cycle
-from tests.workflow import burst
 from tests.workflow.test_workflow import run_cycle
 
 NODES = ("node-a", "node-b", "node-c")

@@ -16,6 +16,7 @@ from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine, Node
 from controlplane.fleet.residency import get_index
 from controlplane.forecasting.models import Forecast
+from controlplane.harness import burst
 from controlplane.replication.choices import JobState, PlanState
 from controlplane.replication.models import (
     ReplicationJob,
@@ -29,7 +30,6 @@ from controlplane.replication.tasks import (
     score_replicas,
     sweep_jobs,
 )
-from tests.workflow import burst
 
 
 def run_cycle(fleet, mode, **policy):

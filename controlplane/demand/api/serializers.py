@@ -1,7 +1,6 @@
 from rest_framework import serializers
 
-from controlplane.core.misses import REASONS
-
+from ..misses import MISS_COUNTERS
 from ..models import DemandBucket, MissBucket, WorkloadKey
 
 
@@ -102,13 +101,6 @@ class MissBucketSerializer(serializers.ModelSerializer):
             "engine",
             "start",
             "seconds",
-            *REASONS,
-            "sol_hits",
-            "prefix_tokens",
-            "cached_tokens",
-            "sol_cached_tokens",
-            "predicted_records",
-            "predicted_cached_tokens",
-            "predicted_delivered_tokens",
+            *MISS_COUNTERS,
         ]
         read_only_fields = fields

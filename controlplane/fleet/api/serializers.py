@@ -5,6 +5,7 @@ from controlplane.core import protocol as wire
 
 from ..models import Engine, Gpu, GpuSample, Node
 from ..residency import get_index
+from ..services import ENGINE_FIELDS, GPU_FIELDS
 
 
 class NodeSerializer(serializers.ModelSerializer):
@@ -40,17 +41,7 @@ class GpuSerializer(serializers.ModelSerializer):
             "node",
             "node_name",
             "uuid",
-            "index",
-            "name",
-            "memory_total",
-            "memory_used",
-            "memory_free",
-            "utilization_gpu",
-            "nvlink_peers",
-            "pcie",
-            "processes",
-            "errors",
-            "lost",
+            *GPU_FIELDS,
             "updated_at",
         ]
         read_only_fields = fields
@@ -73,14 +64,8 @@ class EngineSerializer(serializers.ModelSerializer):
             "node",
             "node_name",
             "engine_id",
-            "kind",
-            "model",
-            "block_size",
-            "bytes_per_block",
-            "kv_capacity_blocks",
+            *ENGINE_FIELDS,
             "gpus",
-            "endpoints",
-            "metrics",
             "lifecycle",
             "readiness",
             "residency_synced",
@@ -94,47 +79,6 @@ class EngineSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
     def get_blocks(self, engine):
         return get_index().usage(engine.pk).blocks
-
-
-class EnrolSerializer(serializers.Serializer):
-    enrolment_token = serializers.CharField(max_length=200)
-    hostname = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
-    labels = serializers.DictField(
-        child=serializers.CharField(max_length=200), required=False, default=dict
-    )
-
-
-class EnrolResponseSerializer(serializers.Serializer):
-    node_id = serializers.IntegerField()
-    agent_token = serializers.CharField()
-    report_interval_s = serializers.FloatField()
-
-
-class RotateTokenResponseSerializer(serializers.Serializer):
-    agent_token = serializers.CharField()
-
-
-class ReportDocSerializer(serializers.Serializer):
-    """Documentation of the report body (docs/agent-protocol.md); parsed by core.agent_report."""
-
-    seq = serializers.IntegerField(min_value=1)
-    boot_id = serializers.CharField(max_length=64)
-    sent_at = serializers.FloatField(required=False)
-    gpus = serializers.ListField(child=serializers.DictField(), required=False)
-    engines = serializers.ListField(child=serializers.DictField(), required=False)
-    residency = serializers.ListField(child=serializers.DictField(), required=False)
-
-
-class ReportResponseSerializer(serializers.Serializer):
-    applied_seq = serializers.IntegerField()
-    snapshot_requested = serializers.ListField(child=serializers.CharField())
-    server_time = serializers.FloatField()
-    deltas_applied = serializers.IntegerField()
-
-
-class HeartbeatSerializer(serializers.Serializer):
-    boot_id = serializers.CharField(max_length=64, required=False)
-    sent_at = serializers.FloatField(required=False)
 
 
 class LookupSerializer(serializers.Serializer):

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from ..models import Forecast
+from ..services.storage import FORECAST_VALUES
 
 
 class ForecastSerializer(serializers.ModelSerializer):
@@ -10,16 +11,6 @@ class ForecastSerializer(serializers.ModelSerializer):
             "id",
             "key",
             "generated_at",
-            "start",
-            "bucket_seconds",
-            "horizon",
-            "yhat",
-            "lower",
-            "upper",
-            "model",
-            "backtest_mase",
-            "scores",
-            "burst_risk",
-            "note",
+            *FORECAST_VALUES,
         ]
         read_only_fields = fields

@@ -34,8 +34,6 @@ MODEL_SCRIPT = Path(__file__).with_name("model.py")
 MODEL_NAME = "tiny"
 BLOCK_SIZE = 32  # the smallest block size vLLM's CPU backend takes
 MAX_MODEL_LEN = 2048
-VOCAB_SIZE = 2048
-FIRST_WORD = 4  # token ids below are <pad> <s> </s> <unk>
 # The tiny model's KV per 32-token block: 2 layers x (K, V) x 2 KV heads x 32 dims x 32 tokens x
 # 2 bytes (bfloat16); 1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE=1) holds 65,536 such blocks
 # (vLLM's log: "CPU KV cache size: 2,097,152 tokens").

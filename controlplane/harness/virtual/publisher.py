@@ -65,10 +65,6 @@ def block_removed(block_hashes: Sequence[int], medium: str = TIER_GPU) -> dict[s
     return {"type": "BlockRemoved", "block_hashes": list(block_hashes), "medium": medium}
 
 
-def all_blocks_cleared() -> dict[str, Any]:
-    return {"type": "AllBlocksCleared"}
-
-
 def encode_batch(events: list[dict[str, Any]], ts: float | None = None, dp_rank: int = 0) -> bytes:
     return msgpack.packb([time.time() if ts is None else ts, events, dp_rank], use_bin_type=True)
 

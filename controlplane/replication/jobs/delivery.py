@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
@@ -28,6 +27,7 @@ from controlplane.audit.services import record
 from controlplane.core import protocol as wire
 from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Engine
+from controlplane.queues import Queue, task
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
 
@@ -384,8 +384,8 @@ def _dispatch_later(job_id) -> None:
 
 
 # The task beside what it runs, so dispatching needs no import of tasks.py (which imports this
-# module); its name (and so its queue route) stays the tasks module's.
-@shared_task(name="controlplane.replication.tasks.dispatch_job")
+# module); its name stays the tasks module's, so messages already queued under it still run.
+@task(Queue.DISPATCH, name="controlplane.replication.tasks.dispatch_job")
 def dispatch_job(job_id: str) -> str | None:
     job = dispatch(job_id)
     return job.state if job else None

@@ -1,0 +1,147 @@
+"""The agents' own endpoints besides their jobs: enrolment, reports, heartbeats and token
+rotation (``AgentView`` is the base of every agent-token endpoint, the jobs' too)."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.utils import timezone
+from django.utils.decorators import method_decorator
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane import metrics
+from controlplane.accounts.authentication import AgentTokenAuthentication
+from controlplane.accounts.choices import TokenKind
+from controlplane.accounts.throttling import TokenScopedRateThrottle
+from controlplane.api.exceptions import ApiError
+from controlplane.api.limits import check_body_size
+from controlplane.api.parsers import MsgpackParser
+from controlplane.core.agent_report import ReportError, parse_report
+from controlplane.core.errors import DomainError
+from controlplane.fleet import services
+from controlplane.fleet.models import Node
+
+from . import serializers as s
+
+
+class AgentView(APIView):
+    """Base for endpoints only an agent token may call, each for its own node."""
+
+    # One way to authenticate an agent (accounts.authentication.authenticate_agent); a session
+    # still authenticates so a signed-in person is told 403, as on every token-only view.
+    authentication_classes = [AgentTokenAuthentication, SessionAuthentication]
+    token_kinds = {TokenKind.AGENT}
+    token_kinds_only = True
+    throttle_classes = [TokenScopedRateThrottle]
+    throttle_scope = TokenKind.AGENT
+    parser_classes = [JSONParser, MsgpackParser]
+
+    def node(self, request) -> Node:
+        return request.auth.node
+
+
+class EnrolView(APIView):
+    """Trade a one-time enrolment token for this node's agent token."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes = [TokenScopedRateThrottle]
+    throttle_scope = TokenKind.AGENT
+
+    @extend_schema(
+        request=s.EnrolSerializer, responses={201: s.EnrolResponseSerializer}, tags=["agents"]
+    )
+    def post(self, request):
+        check_body_size(request, 64 * 1024)
+        data = s.EnrolSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        node, raw = services.enrol(
+            data.validated_data["enrolment_token"],
+            data.validated_data["hostname"],
+            data.validated_data["labels"],
+        )
+        return Response(
+            {"node_id": node.pk, "agent_token": raw, "report_interval_s": 1.0},
+            status=status.HTTP_201_CREATED,
+        )
+
+
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
+class ReportView(AgentView):
+    """GPU stats, engines and residency deltas or snapshots, applied atomically.
+
+    Not one transaction per request (``ATOMIC_REQUESTS``): the body is decoded and validated
+    before any transaction starts (``apply_report`` is the transaction), so a 5,000-delta report's
+    parsing keeps no transaction open (nor, on the embedded SQLite, its one write lock).
+    """
+
+    @extend_schema(
+        request=s.ReportDocSerializer, responses={200: s.ReportResponseSerializer}, tags=["agents"]
+    )
+    def post(self, request):
+        t0 = time.perf_counter()
+        check_body_size(request)
+        try:
+            report = parse_report(request.data, settings.PREWARM_MAX_DELTAS_PER_REPORT)
+        except ReportError as exc:
+            raise ApiError("invalid_report", exc.detail, exc.field) from None
+        except ValueError as exc:  # e.g. keys outside 64 bits
+            raise ApiError("invalid_report", str(exc)) from None
+        body = services.apply_report(self.node(request), report)
+        metrics.report_applied(
+            time.perf_counter() - t0, sum(len(r.stored) + len(r.removed) for r in report.residency)
+        )
+        return Response(body)
+
+    def get_exception_handler(self):
+        handler = super().get_exception_handler()
+
+        def refuse(exc, context):
+            # The refusal rolled its own transaction back (apply_report's); the API's handler
+            # marks the innermost open transaction for rollback, which here is never this
+            # request's, but may be an enclosing one (a test's): leave those as they were.
+            marks = {c.alias: c.get_rollback() for c in connections.all() if c.in_atomic_block}
+            response = handler(exc, context)
+            for alias, mark in marks.items():
+                connections[alias].set_rollback(mark)
+            return response
+
+        return refuse
+
+    def handle_exception(self, exc):
+        # Every refusal, whatever raised it (auth, throttle, size, validation, stale seq).
+        metrics.report_rejected(
+            getattr(exc, "error_code", None)  # the API layer's ApiError
+            or (exc.code if isinstance(exc, DomainError) else "")  # a service's refusal
+            or getattr(exc, "default_code", "")
+            or type(exc).__name__
+        )
+        return super().handle_exception(exc)
+
+
+class HeartbeatView(AgentView):
+    """Keep the node from going stale between reports."""
+
+    @extend_schema(request=s.HeartbeatSerializer, responses={200: dict}, tags=["agents"])
+    def post(self, request):
+        check_body_size(request, 64 * 1024)
+        s.HeartbeatSerializer(data=request.data).is_valid(raise_exception=True)
+        services.heartbeat(self.node(request))
+        return Response({"server_time": timezone.now().timestamp()})
+
+
+class RotateTokenView(AgentView):
+    """Trade this agent token for a new one; the old one stops working at once."""
+
+    @extend_schema(request=None, responses={201: s.RotateTokenResponseSerializer}, tags=["agents"])
+    def post(self, request):
+        raw = services.rotate_agent_token(self.node(request), request.auth, request)
+        return Response({"agent_token": raw}, status=status.HTTP_201_CREATED)

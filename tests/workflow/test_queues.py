@@ -1,0 +1,49 @@
+"""Each task names its queue where it is defined (controlplane.queues.task): a call, a chain and
+a beat entry are all sent there, with no routing table that could outlive a task."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from controlplane.celery import Queue, app
+
+# What must never share a queue: slow work (forecasts, Prophet) and dispatch.
+EXPECTED = {
+    "controlplane.forecasting.tasks.forecast_all": Queue.FORECAST,
+    "controlplane.forecasting.tasks.fit_slow_model": Queue.FORECAST_SLOW,
+    "controlplane.replication.tasks.plan_cycle": Queue.PLAN,
+    "controlplane.replication.tasks.plan_after_forecasts": Queue.PLAN,
+    "controlplane.replication.tasks.dispatch_job": Queue.DISPATCH,
+    "controlplane.replication.tasks.sweep_jobs": Queue.DISPATCH,
+    "controlplane.replication.tasks.evict_expired": Queue.DISPATCH,
+    "controlplane.replication.tasks.tick": Queue.DEFAULT,
+    "controlplane.fleet.tasks.mark_stale": Queue.DEFAULT,
+}
+
+
+def _ours() -> dict:
+    app.loader.import_default_modules()
+    return {n: t for n, t in app.tasks.items() if n.startswith("controlplane.")}
+
+
+def test_every_task_names_one_of_the_queues():
+    tasks = _ours()
+    assert set(EXPECTED) <= set(tasks)
+    for name, t in tasks.items():
+        assert t.queue in {q.value for q in Queue}, f"{name} names no queue"
+    assert {n: tasks[n].queue for n in EXPECTED} == {n: q.value for n, q in EXPECTED.items()}
+
+
+def test_every_beat_entry_is_a_task_that_exists():
+    tasks = _ours()
+    for entry in settings.CELERY_BEAT_SCHEDULE.values():
+        assert entry["task"] in tasks, entry
+
+
+def test_a_sent_task_is_routed_to_its_queue():
+    """What ``apply_async`` (a call, a chain's step, a beat entry) hands the router."""
+    tasks = _ours()
+    for name, queue in EXPECTED.items():
+        t = tasks[name]
+        route = app.amqp.router.route(dict(t._get_exec_options()), t.name)
+        assert route["queue"].name == queue.value, name
