@@ -58,6 +58,7 @@ from typing import Any
 
 from _common import REPO, parser, percentile, table, write_json
 
+from controlplane.core import stats
 from controlplane.core.protocol import ENGINE_SERVING, JOB_FAILED, ROLE_TARGET, TRANSPORT_WARMUP
 from controlplane.harness import launch
 from controlplane.harness.lifecycle import Lifecycles, Operator
@@ -65,7 +66,6 @@ from controlplane.harness.realvllm.demo import REAL_POLICY, start_agent, wait_fo
 from controlplane.harness.realvllm.driver import Gateway, Target, TraceRequest, servegen
 from controlplane.harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
 from controlplane.harness.realvllm.engine import vllm_python as find_vllm
-from controlplane.core import stats
 
 POLICIES = ("none", "reactive", "predictive")
 ORDER = ("predictive", "none", "reactive")  # the order runs alternate in

@@ -193,7 +193,8 @@ def difference(a: Mean | None, b: Mean | None, level: float = LEVEL) -> Interval
     va, vb = a.se**2, b.se**2
     se = math.sqrt(va + vb)
     if se == 0:
-        return Interval(a.estimate - b.estimate, *(2 * [a.estimate - b.estimate]), 0.0, None, level)
+        d = a.estimate - b.estimate
+        return Interval(d, d, d, 0.0, None, level)
     df = (va + vb) ** 2 / (va**2 / a.df + vb**2 / b.df)
     return _interval(a.estimate - b.estimate, se, df, level)
 

@@ -27,6 +27,7 @@ from controlplane.core import stats
 from controlplane.sim.runner import run_policies
 from controlplane.sim.scenarios import build
 
+
 def t95(df: int) -> float:
     """Two-sided 95% Student t quantile (``core.stats``)."""
     return stats.t_quantile(df)
@@ -343,8 +344,7 @@ def _line(c: dict) -> str:
         f"±{pct(c['predictive_gain_mean_noise'])} p99 {c['predictive_gain_p99']:+.1%}"
         f"±{pct(c['predictive_gain_p99_noise'])}"
         + (
-            f"  {CEILING} p99 {c[f'{CEILING}_gain_p99']:+.1%}"
-            f"±{pct(c[f'{CEILING}_gain_p99_noise'])}"
+            f"  {CEILING} p99 {c[f'{CEILING}_gain_p99']:+.1%}±{pct(c[f'{CEILING}_gain_p99_noise'])}"
             if f"{CEILING}_gain_p99" in c
             else ""
         )

@@ -63,7 +63,7 @@ def test_required_n_reaches_the_power_scipy_computes():
         n = stats.required_n(effect, sd_a, sd_b)
         assert n is not None and n >= 2
 
-        def exact(k):  # the noncentral t power of the Welch test with k units a side
+        def exact(k, effect=effect, sd_a=sd_a, sd_b=sd_b):  # noncentral t power, k a side
             se = ((sd_a**2 + sd_b**2) / k) ** 0.5
             df = (sd_a**2 / k + sd_b**2 / k) ** 2 / ((sd_a**4 + sd_b**4) / k**2 / (k - 1))
             crit = scipy_stats.t.ppf(0.975, df)
@@ -81,8 +81,12 @@ def test_bootstrap_percentile_interval_agrees_with_scipy():
     xs = _samples(rng, 30)
     got, empty = stats.bootstrap(xs, lambda s: sum(s) / len(s), draws=4000, seed=1)
     ref = scipy_stats.bootstrap(
-        (xs,), lambda s: sum(s) / len(s), vectorized=False, method="percentile",
-        n_resamples=4000, rng=1,
+        (xs,),
+        lambda s: sum(s) / len(s),
+        vectorized=False,
+        method="percentile",
+        n_resamples=4000,
+        rng=1,
     ).confidence_interval
     assert empty == 0
     spread = ref.high - ref.low

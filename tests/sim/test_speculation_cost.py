@@ -1,7 +1,6 @@
 """Issue 20: speculation charged what it takes (queue back-off, margin, displaced value), the
-``hot-fanout`` baseline, ``--trace-dir``, and the hindsight bound."""
+``hot-fanout`` baseline, ``--trace-dir``, and the everywhere ceiling."""
 
-import math
 import shutil
 
 import numpy as np

@@ -40,7 +40,7 @@ if (fc && window.Plotly) {
   window.Plotly.newPlot("forecast-chart", traces, { ...LAYOUT, yaxis: { title: "requests / bucket", rangemode: "tozero" } }, CONFIG);
 }
 
-// The scoreboard's holdout: TTFT of requests on treated vs held-out (prefix, engine) pairs.
+// The scoreboard's holdout: TTFT of the requests of treated vs held-out assignments.
 const holdout = data("holdout-data");
 if (holdout && window.Plotly && (holdout.treated.length || holdout.held_out.length)) {
   const hist = (xs, name, color) => ({ x: xs, name, type: "histogram", histnorm: "probability",
