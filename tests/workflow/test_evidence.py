@@ -250,6 +250,8 @@ def test_both_arms_are_measured_over_the_same_window(ev, fleet, monkeypatch, set
         assert (d.window_end - d.window_start).total_seconds() == policy.replica_ttl_seconds
     job = ev.land(ReplicationJob.objects.get(item=treated))
     ev.report("node-b", prefix(0))
+    # The copy's hold ends with its assignment's window, not a TTL after it landed.
+    assert SpeculativeReplica.objects.get(job=job).expires_at <= d0.window_end
     ev.held["node-b"] = []
     ev.report("node-b")  # the copy leaves its engine
     sweep_jobs.delay()
