@@ -143,7 +143,7 @@ def test_everywhere_bounds_predictive_on_a_headline_seed(seed):
 
 
 def test_gap_closed_is_measured_against_everywhere_not_the_best_of_the_runs():
-    from controlplane.sim.seeds import summarize_cell
+    from controlplane.sim.seeds import gap_closed, markdown, summarize_cell
 
     def run(seed, reactive, predictive, clairvoyant, everywhere):
         pols = {
@@ -171,6 +171,11 @@ def test_gap_closed_is_measured_against_everywhere_not_the_best_of_the_runs():
     assert b["against"] == "everywhere" and b["ratio"] == pytest.approx(0.5)
     assert cell["ceiling_beats_predictive_every_seed"]
     assert cell["clairvoyant_gain_p99"] < cell["predictive_gain_p99"]
+    cell.update(model="llama3-70b", scenario="slowlink", gap_closed_p99=gap_closed(cell))
+    head, _, row = markdown({"cells": [cell]}).splitlines()
+    cols = [x.strip() for x in head.strip("|").split("|")]
+    vals = dict(zip(cols, [x.strip() for x in row.strip("|").split("|")], strict=True))
+    assert vals["gap closed p99 (vs everywhere)"].startswith("50% [")
 
 
 def test_grid_appends_each_job_and_resumes_without_rerunning(tmp_path, capsys):
