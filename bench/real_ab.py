@@ -58,6 +58,7 @@ from typing import Any
 
 from _common import REPO, parser, percentile, table, write_json
 
+from controlplane.core import stats
 from controlplane.core.protocol import ENGINE_SERVING, JOB_FAILED, ROLE_TARGET, TRANSPORT_WARMUP
 from controlplane.harness import launch
 from controlplane.harness.lifecycle import Lifecycles, Operator
@@ -65,7 +66,6 @@ from controlplane.harness.realvllm.demo import REAL_POLICY, start_agent, wait_fo
 from controlplane.harness.realvllm.driver import Gateway, Target, TraceRequest, servegen
 from controlplane.harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
 from controlplane.harness.realvllm.engine import vllm_python as find_vllm
-from controlplane.sim.seeds import t95
 
 POLICIES = ("none", "reactive", "predictive")
 ORDER = ("predictive", "none", "reactive")  # the order runs alternate in
@@ -92,11 +92,8 @@ def paired(base: list[float], other: list[float]) -> dict[str, Any]:
     diffs = [o - b for b, o in zip(base, other, strict=False)]
     if not diffs:
         return {"n": 0, "mean": None, "ci95": None, "diffs": []}
-    half = (
-        t95(len(diffs) - 1) * statistics.stdev(diffs) / len(diffs) ** 0.5
-        if len(diffs) > 1
-        else None
-    )
+    ci = stats.paired(other, base) if len(diffs) > 1 else None
+    half = ci.half_width if ci else None
     return {"n": len(diffs), "mean": statistics.fmean(diffs), "ci95": half, "diffs": diffs}
 
 

@@ -429,6 +429,20 @@ class HoldoutDraw(models.Model):
     position = models.PositiveSmallIntegerField(help_text="1 for a block's first draw")
     held_so_far = models.PositiveSmallIntegerField(help_text="held out in the block, this included")
     at = models.DateTimeField(auto_now_add=True)
+    # The assignment's measure, the same on both arms (intention to treat): every request of its
+    # prefix, whatever engine served it, in one window that opens at the draw plus the item's
+    # modelled placement time and lasts the policy's replica TTL, whatever became of the copy.
+    window_start = models.DateTimeField(null=True)
+    window_end = models.DateTimeField(null=True)
+    tokens = models.PositiveIntegerField(default=0, help_text="prefix tokens a hit must cover")
+    requests = models.PositiveIntegerField(
+        default=0, help_text="its prefix's requests in the window"
+    )
+    hits = models.PositiveIntegerField(default=0, help_text="of those, cached over the prefix")
+    cached_tokens = models.BigIntegerField(default=0)
+    ttft_s = models.FloatField(default=0.0, help_text="sum of those requests' TTFT")
+    ttft_n = models.PositiveIntegerField(default=0, help_text="how many sent a TTFT")
+    ttft_samples = models.JSONField(default=list, blank=True, help_text="the first TTFTs (s)")
 
     class Meta:
         ordering = ["-pk"]

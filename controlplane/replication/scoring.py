@@ -12,17 +12,19 @@ first of eviction (or loss), expiry and now:
   is a request on a confirmed live replica whose cached tokens cover the tokens it placed; a
   record never counts for two replicas. Records of the key that missed the replica's tokens
   (on any engine) give the **miss TTFT**.
-- **Requests on the key** (the holdout's measure): every request of the key during a live or
-  held-out replica's hold, whatever engine served it, counted for one replica (``key_*``).
-  Cache-aware routing never serves a held-out pair, but it serves the key on both arms.
+- **Requests on the key**: every request of the key during a live or held-out replica's hold,
+  whatever engine served it, counted for one replica (``key_*``; the per-protocol view).
+- **Requests of an assignment** (the holdout's measure, intention to treat): every request of
+  the key in its draw's window, the same rule on both arms (``credit_assignments``).
 - **Hits**: measured where records name the engine (``hits_measured``); else (shadow replicas,
   records without the fields) estimated as before: the key's requests in the hold over the
   engines holding the prefix. Held-out replicas and copies never confirmed have none.
 - **Credit, counterfactual**: without the replica, its engine would have computed the prefix on
   its first request and served the rest from its own cache, so a used replica is credited at
-  most **one prefill** of the tokens it placed (``new_tokens``): measured as the key's miss TTFT
-  minus the pair's TTFT where records carry TTFT (``saving_basis = measured-ttft``), else the
-  cost model's prefill (``cost-model``). More than that is only claimed by the holdout's
+  most **one prefill** of the tokens it placed (``new_tokens``): the key's miss TTFT minus the
+  pair's TTFT where records carry TTFT (``saving_basis = measured-ttft``), capped at the cost
+  model's prefill of those tokens (the difference includes queueing), else that prefill
+  (``cost-model``). More than that is only claimed by the holdout's
   measured uplift (scoreboard), never per replica.
 - **Cost**: what placing it took (``cost_s``, ``cost_basis``): a warm-up's prefill of the tokens
   it placed on the target, a copy's bytes on the link (held-out and shadow replicas: what they
@@ -50,11 +52,12 @@ from controlplane.demand.models import DemandBucket
 from controlplane.fleet.residency import get_index
 
 from .choices import StorageTier, Transport
-from .models import SpeculativeReplica
+from .models import HoldoutDraw, SpeculativeReplica
 from .plans.costs import cost_model_for, placement_cost, prefill_s
 
 LOOKBACK = timedelta(days=2)
 TTFT_SAMPLES = 200  # per replica, for the scoreboard's distributions
+DRAW_SAMPLES = 500  # per assignment, for the holdout's distributions
 MEASURED, MODELLED = "measured-ttft", "cost-model"
 
 
@@ -120,11 +123,14 @@ def score_replica(r: SpeculativeReplica, now) -> None:
         hits = int(math.floor(requests / max(1, len(holders))))
     cm = cost_model_for(r.engine.model)
     r.hits, r.tokens_hit, r.hits_measured = hits, hits * tokens, measured
+    prefill = prefill_s(cm, tokens, tokens - new)
     if r.miss_ttft_n and r.served_ttft_n:
-        one = max(0.0, r.miss_ttft_s / r.miss_ttft_n - r.served_ttft_s / r.served_ttft_n)
-        r.saving_basis = MEASURED
+        # Misses' TTFT minus hits' includes queueing on whichever engines served them: credit
+        # the replica no more than the one prefill it can have spared.
+        measured_gap = r.miss_ttft_s / r.miss_ttft_n - r.served_ttft_s / r.served_ttft_n
+        one, r.saving_basis = min(prefill, max(0.0, measured_gap)), MEASURED
     else:
-        one, r.saving_basis = prefill_s(cm, tokens, tokens - new), MODELLED
+        one, r.saving_basis = prefill, MODELLED
     r.ttft_saved_s = one if hits else 0.0  # at most one prefill per used replica
     nbytes = r.bytes if (r.shadow or r.held_out) else r.bytes_moved
     r.cost_s, r.cost_basis = placement_cost(_transport(r), nbytes, cm, tokens, tokens - new)
@@ -185,6 +191,7 @@ def credit_served(served: list[tuple], **_signal) -> int:
         return 0
     t0 = datetime.fromtimestamp(min(r[2] for r in served), tz=UTC)
     t1 = datetime.fromtimestamp(max(r[2] for r in served), tz=UTC)
+    credit_assignments(served, t0, t1)
     rows = list(
         SpeculativeReplica.objects.filter(
             shadow=False,
@@ -245,6 +252,38 @@ def credit_served(served: list[tuple], **_signal) -> int:
             r.ttft_samples = (r.ttft_samples + p.samples)[:TTFT_SAMPLES]
             r.key_ttft_samples = (r.key_ttft_samples + k.samples)[:TTFT_SAMPLES]
             r.save(update_fields=["ttft_samples", "key_ttft_samples"])
+    return len(seen)
+
+
+def credit_assignments(served: list[tuple], t0: datetime, t1: datetime) -> int:
+    """The holdout's measure (intention to treat): each served record of a key counts for the
+    one assignment of that key (``HoldoutDraw``, the earliest) whose window holds its time,
+    whatever engine served it and whatever became of the assignment's copy. Both arms' windows
+    follow one rule (``plans.holdout.window``), so they cover the same stretch of each burst."""
+    draws = list(
+        HoldoutDraw.objects.filter(
+            workload_key_id__in={r[0] for r in served},
+            window_start__lte=t1,
+            window_end__gt=t0,
+        )
+        .order_by("window_start", "pk")
+        .values_list("pk", "workload_key_id", "window_start", "window_end", "tokens")
+    )
+    by_key: dict[int, list] = defaultdict(list)
+    for pk, key, start, end, tokens in draws:
+        by_key[key].append((pk, start.timestamp(), end.timestamp(), tokens))
+    seen: dict[int, _Counts] = defaultdict(_Counts)
+    for rec in served:
+        key, _engine, t, cached = rec[:4]
+        mine = next((d for d in by_key.get(key, ()) if d[1] <= t < d[2]), None)
+        if mine is not None:
+            seen[mine[0]].add(cached, cached >= mine[3], rec[4] if len(rec) > 4 else None)
+    for pk, c in seen.items():
+        HoldoutDraw.objects.filter(pk=pk).update(**c.increments(""))
+        if c.samples:
+            d = HoldoutDraw.objects.only("ttft_samples").get(pk=pk)
+            d.ttft_samples = (d.ttft_samples + c.samples)[:DRAW_SAMPLES]
+            d.save(update_fields=["ttft_samples"])
     return len(seen)
 
 

@@ -62,14 +62,14 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("--workers", type=int, default=1, help="worker processes")
     sw.add_argument("--trace-dir", help="a folder of ServeGen-format client files")
     _common(sw)
-    sd = sub.add_parser("seeds", help="predictive vs reactive vs oracle over seeds, with noise")
+    sd = sub.add_parser(
+        "seeds", help="predictive vs reactive vs the everywhere ceiling over seeds, with noise"
+    )
     sd.add_argument("--seeds", default="0,1,2,3,4")
     sd.add_argument(
         "--cells", default=None, help="model:scenario,... (default: the key ServeGen cells)"
     )
-    sd.add_argument(
-        "--policies", default="cache-aware,reactive,hot-fanout,predictive,oracle,everywhere"
-    )
+    sd.add_argument("--policies", default="cache-aware,reactive,hot-fanout,predictive,everywhere")
     sd.add_argument("--duration", type=float, default=None, help="seconds (default 3600)")
     sd.add_argument("--load", type=float, default=0.55)
     sd.add_argument(

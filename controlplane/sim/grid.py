@@ -21,7 +21,6 @@ import json
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from controlplane.sim.runner import BOUND_OF, hindsight_summary
 from controlplane.sim.seeds import (
     _g,
     _mp,
@@ -177,10 +176,10 @@ def markdown(cells: list[dict]) -> str:
 
 def headline_markdown(cells: list[dict]) -> str:
     rows = [
-        "| model | scenario | seeds (saturated) | reactive | hot-fanout | predictive | bound "
-        "(oracle) | everywhere | predictive gain p99 over reactive | over hot-fanout | "
-        "bound gain p99 | gap closed p99 [95% bootstrap] | bound >= predictive every seed | "
-        "spec VRAM % | precision |",
+        "| model | scenario | seeds (saturated) | reactive | hot-fanout | predictive | "
+        "clairvoyant | everywhere (ceiling) | predictive gain p99 over reactive | over "
+        "hot-fanout | ceiling gain p99 | gap closed p99 vs everywhere [95% bootstrap] | "
+        "ceiling >= predictive every seed | spec VRAM % | precision |",
         "|" + "---|" * 15,
     ]
     for c in cells:
@@ -197,9 +196,9 @@ def headline_markdown(cells: list[dict]) -> str:
         rows.append(
             f"| {c['model']} | {c['scenario']} | {len(c['seeds'])} "
             f"({len(c['saturated_seeds'])}) | {_mp(c, 'reactive')} | {_mp(c, 'hot-fanout')} | "
-            f"{_mp(c, 'predictive')} | {_mp(c, 'oracle')} | {_mp(c, 'everywhere')} | "
-            f"{_g(c, 'predictive', 'p99')} | {_hf(c)} | {_g(c, 'oracle', 'p99')} | {gap} | "
-            f"{'yes' if c.get('oracle_beats_predictive_every_seed') else 'no'} | "
+            f"{_mp(c, 'predictive')} | {_mp(c, 'clairvoyant')} | {_mp(c, 'everywhere')} | "
+            f"{_g(c, 'predictive', 'p99')} | {_hf(c)} | {_g(c, 'everywhere', 'p99')} | {gap} | "
+            f"{'yes' if c.get('ceiling_beats_predictive_every_seed') else 'no'} | "
             f"{100 * c.get('spec_vram_fraction_mean', 0.0):.2f} | "
             f"{'-' if prec is None else f'{prec:.2f}'} |"
         )
@@ -248,8 +247,9 @@ def main_grid(args) -> int:
             s[f"{name}_p99"] = sum(r["policies"][name]["ttft_p99_s"] for r in kept) / len(kept)
         out.append({"setting": c[0], "model": c[1], "scenario": c[2], **s})
     doc = {"duration_s": args.duration, "warmup_s": args.warmup, "seeds": seeds, "cells": out}
-    if "oracle" in args.policies:
-        # The headline form: every policy's means, gains over reactive and hot-fanout, the bound.
+    if "everywhere" in args.policies:
+        # The headline form: every policy's means, gains over reactive and hot-fanout, the
+        # gap closed against the everywhere ceiling.
         doc["headline"] = []
         for c in cells:
             runs = [r for r in results if r["cell"] == ":".join(c)]
@@ -266,9 +266,9 @@ def main_grid(args) -> int:
 def merge_runs(base: list[dict], reruns: list[dict]) -> list[dict]:
     """``base`` with some policies rerun: the policies a rerun holds replace the base's, the others
     (those a change does not touch: a planner change leaves reactive, hot-fanout and everywhere as
-    they were) are kept. Where the reruns hold every policy of the hindsight bound
-    (``runner.BOUND_OF``) but no ``oracle``, the bound is formed as ``runner`` forms it: the better
-    of them by p99, then mean. A seed no rerun holds is left out, not mixed."""
+    they were) are kept. Records from before the bound was measured against ``everywhere`` may hold an
+    ``oracle`` (the better of clairvoyant and predictive itself, not a bound): it is dropped. A seed
+    no rerun holds is left out, not mixed."""
     new: dict[tuple[str, int], dict] = {}
     for r in reruns:
         new.setdefault((r["cell"], r["seed"]), {}).update(r["policies"])
@@ -277,9 +277,8 @@ def merge_runs(base: list[dict], reruns: list[dict]) -> list[dict]:
         got = new.get((r["cell"], r["seed"]))
         if not got:
             continue
-        if "oracle" not in got and all(p in got for p in BOUND_OF):
-            got["oracle"] = hindsight_summary(got)[1]
-        out.append({**r, "policies": {n: got.get(n, old) for n, old in r["policies"].items()}})
+        pols = {n: got.get(n, old) for n, old in r["policies"].items() if n != "oracle"}
+        out.append({**r, "policies": pols})
     return out
 
 

@@ -31,7 +31,7 @@ def make_policy(name: str, **options) -> RoutingPolicy:
         return Everywhere()
     elif name == "hot-fanout":
         return HotFanout()
-    elif name in ("predictive", "oracle", "clairvoyant"):
+    elif name in ("predictive", "clairvoyant"):
         return PlannedPolicy(name, **options)
     else:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")

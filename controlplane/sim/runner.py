@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.metrics import summarize
@@ -26,27 +25,13 @@ def run_policies(
     cap = cfg.kv_capacity_blocks * cfg.block_bytes * cfg.engines
     results: dict = {}
     summary: dict = {}
-    # The hindsight bound needs its candidates' runs: run them first (once each).
-    order = list(policies)
-    if "oracle" in order:
-        order.remove("oracle")
-        for cand in BOUND_OF:
-            if cand not in order:
-                order.append(cand)
-        order.append("oracle")
-    for name in order:
-        if name == "oracle":
-            r, s = _hindsight(results, summary)
-        else:
-            bar = _bar(name) if progress and len(wl) > 20_000 else None
-            r = Simulation(cfg, wl, make_policy(name, **options.get(name, {})), seed=seed).run(
-                progress=bar
-            )
-            s = summarize(r, cap, wl.duration_s, warmup_s)
+    for name in policies:
+        bar = _bar(name) if progress and len(wl) > 20_000 else None
+        r = Simulation(cfg, wl, make_policy(name, **options.get(name, {})), seed=seed).run(
+            progress=bar
+        )
         results[name] = r
-        summary[name] = s
-    results = {n: results[n] for n in policies}
-    summary = {n: summary[n] for n in policies}
+        summary[name] = summarize(r, cap, wl.duration_s, warmup_s)
     doc = {
         "workload": wl.name,
         "cluster": cfg.describe(),
@@ -58,24 +43,6 @@ def run_policies(
         "policies": summary,
     }
     return doc, results
-
-
-# ``oracle``, the hindsight bound: of the schedules the planner can follow on this draw (its own
-# causal one, ``predictive``; the ``clairvoyant`` one, fed the true arrivals of every coming
-# horizon and re-planned on every arrival), the one whose measured p99 TTFT turns out best,
-# which only the whole trace tells. Same budgets, placement, retention and fallback.
-BOUND_OF = ("clairvoyant", "predictive")
-
-
-def hindsight_summary(summary: dict) -> tuple[str, dict]:
-    """The bound's policy and its summary, from the summaries of every policy in ``BOUND_OF``."""
-    best = min(BOUND_OF, key=lambda n: (summary[n]["ttft_p99_s"], summary[n]["ttft_mean_s"]))
-    return best, {**summary[best], "bound_of": list(BOUND_OF), "bound_chosen": best}
-
-
-def _hindsight(results: dict, summary: dict):
-    best, s = hindsight_summary(summary)
-    return replace(results[best], policy="oracle"), s
 
 
 def _bar(name: str):

@@ -31,12 +31,12 @@ def load_map(path: str | Path | None = None) -> dict:
              "copy_s": x,                 # mean prefix bytes / (link x (1 - load))
              "copy_to_onset": x,          # copy_s / burst_onset_s
              "predictive_gain_p99": x, "predictive_gain_mean": x,   # (reactive - p) / reactive
-             "oracle_gain_p99": x, "oracle_gain_mean": x,           # means over seeds
+             "everywhere_gain_p99": x, "everywhere_gain_mean": x,   # the ceiling (optional)
              "predictive_gain_p99_noise": x,    # per cell: 95% CI half-width of the mean
              "predictive_gain_mean_noise": x,   # paired gain over seeds (Student t)
              "predictive_gain_p99_per_seed": [x, ...],   # the paired gains themselves
              "predictive_gain_p99_spread": x,   # max - min over seeds
-             "ttft_s": {"reactive": {"mean": x, "p99": x}, "predictive": {...}, "oracle": {...}},
+             "ttft_s": {"reactive": {"mean": x, "p99": x}, "predictive": {...}, ...},
              "spec_vram_fraction_mean": x, "replica_precision": x or null}   # predictive's
           ]
         }
@@ -57,8 +57,6 @@ def load_map(path: str | Path | None = None) -> dict:
             "load",
             "predictive_gain_p99",
             "predictive_gain_mean",
-            "oracle_gain_p99",
-            "oracle_gain_mean",
         ):
             if not isinstance(c.get(key), (int, float)):
                 raise ValueError(f"speculation map {p}: a cell lacks numeric {key!r}")
@@ -75,7 +73,7 @@ def advice(copy_time_over_onset: float, load: float, doc: dict | None = None) ->
     noise on p99 or mean (turn speculation off); ``reactive-enough``: anything else (nothing to
     gain beyond noise). The noise is the cell's own (``predictive_gain_*_noise``) where the map
     has it, else the map-wide ``noise``.
-    Returns ``{"verdict", "expected_gain_p99", "expected_gain_mean", "oracle_gain_p99",
+    Returns ``{"verdict", "expected_gain_p99", "expected_gain_mean", "ceiling_gain_p99",
     "noise_p99", "noise_mean", "cell": {"copy_to_onset", "load", "prefix_tokens",
     "link_gbytes_per_s"}}``.
     """
@@ -104,7 +102,8 @@ def advice(copy_time_over_onset: float, load: float, doc: dict | None = None) ->
         "verdict": verdict,
         "expected_gain_p99": g99,
         "expected_gain_mean": gmean,
-        "oracle_gain_p99": float(cell["oracle_gain_p99"]),
+        # The everywhere ceiling's gain where the map ran it (None in maps made before).
+        "ceiling_gain_p99": cell.get("everywhere_gain_p99"),
         "noise_p99": n99,
         "noise_mean": nmean,
         "cell": {

@@ -1,8 +1,8 @@
 """``prewarm-sim sweep``: where speculation pays.
 
-Runs ``reactive``, ``predictive`` and ``oracle`` on ServeGen tenants over a grid of copy time
+Runs ``reactive``, ``predictive`` and ``everywhere`` (the ceiling) on ServeGen tenants over a grid of copy time
 (mean prefix length x link bandwidth: the time a reactive copy needs once a burst starts) and
-load, and reports the p99 and mean TTFT gain of ``predictive`` and ``oracle`` over ``reactive``.
+load, and reports the p99 and mean TTFT gain of ``predictive`` and ``everywhere`` over ``reactive``.
 The copy time is expressed as a ratio to the burst onset, taken as 60 s (the time ServeGen bursts
 take to build: the 1-minute rate crossing 2x the usual). Each cell's gains are paired over seeds
 with their own noise (``controlplane.sim.seeds.gain_stats``).
@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from controlplane.core.costmodel import CostModel
-from controlplane.sim.seeds import COMPARED, pct, run_jobs, summarize_cell
+from controlplane.sim.seeds import CEILING, COMPARED, pct, run_jobs, summarize_cell
 
 BURST_ONSET_S = 60.0
 
@@ -78,7 +78,7 @@ def _cell(runs: list[dict]) -> dict:
         "copy_to_onset": copy_s / BURST_ONSET_S,
         **summarize_cell(runs),
     }
-    for name in ("predictive", "oracle"):
+    for name in ("predictive", CEILING):
         for stat in ("p99", "mean"):
             gains = cell[f"{name}_gain_{stat}_per_seed"]
             cell[f"{name}_gain_{stat}_spread"] = max(gains) - min(gains)
@@ -105,7 +105,7 @@ def main_sweep(args) -> int:
             print(
                 f"copy/onset {cell['copy_to_onset']:.3f} load {load:.2f}: p99 gain predictive "
                 f"{cell['predictive_gain_p99']:+.1%} ±{pct(cell['predictive_gain_p99_noise'])} "
-                f"oracle {cell['oracle_gain_p99']:+.1%}; mean gain predictive "
+                f"{CEILING} {cell[f'{CEILING}_gain_p99']:+.1%}; mean gain predictive "
                 f"{cell['predictive_gain_mean']:+.1%} ±{pct(cell['predictive_gain_mean_noise'])}",
                 flush=True,
             )
@@ -149,7 +149,7 @@ def markdown(doc: dict) -> str:
 
     head = (
         "| prefix tokens | link GB/s | load | copy / onset | reactive mean / p99 s | "
-        "predictive gain p99 | predictive gain mean | oracle gain p99 | oracle gain mean | "
+        "predictive gain p99 | predictive gain mean | ceiling gain p99 | ceiling gain mean | "
         "spec VRAM % | precision | saturated seeds | advice |"
     )
     rows = [head, "|" + "---|" * 13]
@@ -162,7 +162,7 @@ def markdown(doc: dict) -> str:
             f"| {lo // 1024}k-{hi // 1024}k | {c['link_gbytes_per_s']:.2f} | {c['load']:.2f} | "
             f"{c['copy_to_onset']:.3f} | {t['mean']:.3f} / {t['p99']:.3f} | "
             f"{_g(c, 'predictive', 'p99')} | {_g(c, 'predictive', 'mean')} | "
-            f"{_g(c, 'oracle', 'p99')} | {_g(c, 'oracle', 'mean')} | "
+            f"{_g(c, CEILING, 'p99')} | {_g(c, CEILING, 'mean')} | "
             f"{100 * c['spec_vram_fraction_mean']:.2f} | {'-' if prec is None else f'{prec:.2f}'} | "
             f"{len(c.get('saturated_seeds') or [])} | {verdict} |"
         )
@@ -172,7 +172,7 @@ def markdown(doc: dict) -> str:
 def _html(cells, loads, path) -> None:
     xs = sorted({round(c["copy_to_onset"], 4) for c in cells})
     figs = []
-    for key in ("predictive_gain_p99", "oracle_gain_p99", "predictive_gain_mean"):
+    for key in ("predictive_gain_p99", f"{CEILING}_gain_p99", "predictive_gain_mean"):
         z = [
             [
                 next(

@@ -29,9 +29,17 @@ def secs(value) -> str:
     if value in (None, ""):
         return "–"
     value = float(value)
-    if value >= 3600:
+    if abs(value) >= 3600:
         return f"{value / 3600:.1f} h"
-    return f"{value:.1f} s" if value >= 1 else f"{value * 1000:.0f} ms"
+    return f"{value:.1f} s" if abs(value) >= 1 else f"{value * 1000:.0f} ms"
+
+
+@register.filter
+def creditable(item) -> float:
+    """The most the scoreboard can credit a plan item (one prefill of its prefix)."""
+    from controlplane.replication.scoreboard.aggregation import creditable_s
+
+    return creditable_s(item)
 
 
 @register.filter

@@ -27,13 +27,11 @@ def test_a_rerun_replaces_its_policies_and_keeps_the_others():
     pols = merged[0]["policies"]
     assert pols["predictive"] == _pol(1.5)
     assert pols["reactive"] == _pol(2.0)  # untouched by the change: the base's
-    assert pols["oracle"] == _pol(3.0)  # no clairvoyant rerun: the bound is not re-formed
 
 
-def test_the_bound_is_formed_from_rerun_predictive_and_clairvoyant():
-    rerun = [_row("c", 0, predictive=_pol(1.5)), _row("c", 0, clairvoyant=_pol(1.2, 0.5))]
-    oracle = merge_runs(BASE, rerun)[0]["policies"]["oracle"]
-    assert oracle["bound_chosen"] == "clairvoyant" and oracle["ttft_p99_s"] == 1.2
+def test_an_old_records_oracle_is_dropped_not_carried_as_a_bound():
+    merged = merge_runs(BASE, [_row("c", 0, predictive=_pol(1.5), clairvoyant=_pol(1.2, 0.5))])
+    assert "oracle" not in merged[0]["policies"]  # the better of the runs bounds nothing
 
 
 def test_runs_only_then_merge_runs_from_the_command_line(tmp_path):

@@ -75,7 +75,7 @@ def test_one_engine_works(capsys):
                 "--warmup",
                 "0",
                 "--policies",
-                "cache-aware,reactive,predictive,oracle",
+                "cache-aware,reactive,predictive,everywhere",
             ]
         )
         == 0

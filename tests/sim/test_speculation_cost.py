@@ -1,7 +1,6 @@
 """Issue 20: speculation charged what it takes (queue back-off, margin, displaced value), the
-``hot-fanout`` baseline, ``--trace-dir``, and the hindsight bound."""
+``hot-fanout`` baseline, ``--trace-dir``, and the everywhere ceiling."""
 
-import math
 import shutil
 
 import numpy as np
@@ -14,7 +13,7 @@ from controlplane.sim.cli import main
 from controlplane.sim.cluster import ClusterConfig, Simulation
 from controlplane.sim.policies import HOT_MAX_REPLICAS
 from controlplane.sim.policy_factory import make_policy
-from controlplane.sim.runner import BOUND_OF, run_policies
+from controlplane.sim.runner import run_policies
 from controlplane.sim.scenarios import build, bundled_path
 from controlplane.sim.workloads.base import Workload
 
@@ -129,19 +128,54 @@ def test_trace_dir_runs_any_folder_of_servegen_client_files(tmp_path, capsys):
     assert main(["run", "--trace-dir", str(empty), "--duration", "600"]) == 2
 
 
-# The bound check on a headline seed, sized for `make test`: the 70B scale-out cell's seed 0 with
-# the headline's 20-minute window and 300 s warm-up (about a minute of CPU), not all 20 headline
-# seeds (experiments/speculation_tail/ checks those). Tolerance: none (oracle p99 <=
-# predictive p99 exactly). 10-minute windows are no substitute: the scale-out's engines join on
-# a shorter ramp there and every policy queues for tens of seconds.
+# The ceiling on a headline seed, sized for `make test`: the 70B scale-out cell's seed 0 with the
+# headline's 20-minute window and 300 s warm-up (about a minute of CPU). `everywhere` is a run of
+# its own (every prefix free on every engine), not a choice among the runs it is compared with,
+# so predictive could come out ahead of it: this is a measurement, not a definition.
 @pytest.mark.parametrize("seed", [0])
-def test_the_bound_bounds_predictive_on_headline_seeds(seed):
+def test_everywhere_bounds_predictive_on_a_headline_seed(seed):
     setup = build(scenario="scaleout", model="llama3-70b", duration=1200, seed=seed)
-    doc, res = run_policies(setup, ["predictive", "oracle"], seed=seed, warmup_s=300.0)
+    doc, _ = run_policies(setup, ["predictive", "everywhere"], seed=seed, warmup_s=300.0)
     p = doc["policies"]
-    assert p["oracle"]["bound_chosen"] in BOUND_OF
-    assert p["oracle"]["ttft_p99_s"] <= p["predictive"]["ttft_p99_s"]
-    assert p["oracle"]["ttft_mean_s"] > 0 and not math.isnan(p["oracle"]["ttft_p99_s"])
+    assert 0 < p["everywhere"]["ttft_p99_s"] <= p["predictive"]["ttft_p99_s"]
+    with pytest.raises(ValueError, match="unknown policy 'oracle'"):
+        run_policies(setup, ["oracle"], seed=seed)
+
+
+def test_gap_closed_is_measured_against_everywhere_not_the_best_of_the_runs():
+    from controlplane.sim.seeds import gap_closed, markdown, summarize_cell
+
+    def run(seed, reactive, predictive, clairvoyant, everywhere):
+        pols = {
+            n: {
+                "ttft_mean_s": v,
+                "ttft_p99_s": v,
+                "spec_vram_fraction_mean": 0.0,
+                "replica_precision": None,
+                "speculative_replicas": 0,
+                "bytes_moved": 0,
+            }
+            for n, v in (
+                ("reactive", reactive),
+                ("predictive", predictive),
+                ("clairvoyant", clairvoyant),
+                ("everywhere", everywhere),
+            )
+        }
+        return {"seed": seed, "offered_load": {"peak_5min": 0.5, "mean": 0.3}, "policies": pols}
+
+    # Predictive beats clairvoyant on every seed: a bound taken as the better of the two would
+    # put predictive at 100%. Against everywhere it closes (10-6 + 8-5) / (10-2 + 8-2) = 50%.
+    cell = summarize_cell([run(0, 10.0, 6.0, 7.0, 2.0), run(1, 8.0, 5.0, 6.0, 2.0)])
+    b = cell["gap_closed_p99_bootstrap"]
+    assert b["against"] == "everywhere" and b["ratio"] == pytest.approx(0.5)
+    assert cell["ceiling_beats_predictive_every_seed"]
+    assert cell["clairvoyant_gain_p99"] < cell["predictive_gain_p99"]
+    cell.update(model="llama3-70b", scenario="slowlink", gap_closed_p99=gap_closed(cell))
+    head, _, row = markdown({"cells": [cell]}).splitlines()
+    cols = [x.strip() for x in head.strip("|").split("|")]
+    vals = dict(zip(cols, [x.strip() for x in row.strip("|").split("|")], strict=True))
+    assert vals["gap closed p99 (vs everywhere)"].startswith("50% [")
 
 
 def test_grid_appends_each_job_and_resumes_without_rerunning(tmp_path, capsys):

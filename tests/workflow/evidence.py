@@ -13,6 +13,7 @@ from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine
 from controlplane.harness import burst
 from controlplane.replication.models import (
+    HoldoutDraw,
     PlanItem,
     Policy,
     ReplicationJob,
@@ -130,9 +131,12 @@ class Evidence:
         """Gateways' records of ``n`` requests of ``key`` served by ``target``'s engine, all after
         this moment and after every hold begun so far (a replica counts requests from its
         placement on: a record dated before a copy that landed a millisecond ago, or before a
-        held-out copy would have landed, is rightly not its)."""
+        held-out copy would have landed, is rightly not its; nor is one before an assignment's
+        window opens)."""
         last = SpeculativeReplica.objects.order_by("-placed_at").values_list("placed_at", flat=True)
-        now = max([time.time(), *(t.timestamp() + 0.001 for t in last[:1])])
+        opened = HoldoutDraw.objects.filter(window_start__isnull=False).order_by("-window_start")
+        starts = [*last[:1], *opened.values_list("window_start", flat=True)[:1]]
+        now = max([time.time(), *(t.timestamp() + 0.001 for t in starts)])
         chain = [blockhash.from_hex(k) for k in key.prefix_keys]
         records = []
         for j in range(n):

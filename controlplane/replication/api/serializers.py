@@ -12,6 +12,7 @@ from ..models import (
     ReplicationPlan,
     SpeculativeReplica,
 )
+from ..scoreboard.aggregation import creditable_s
 
 
 class PolicySerializer(serializers.ModelSerializer):
@@ -111,6 +112,10 @@ class OverrideSerializer(serializers.ModelSerializer):
 class PlanItemSerializer(serializers.ModelSerializer):
     target_name = serializers.CharField(source="target.__str__", read_only=True)
     source_name = serializers.SerializerMethodField()
+    creditable_ttft_s = serializers.SerializerMethodField(
+        help_text="the most the scoreboard can credit this item: one prefill of its prefix on "
+        "its target (expected_ttft_saved_s is the planner's model, queue effects included)"
+    )
 
     class Meta:
         model = PlanItem
@@ -127,6 +132,7 @@ class PlanItemSerializer(serializers.ModelSerializer):
             "tier",
             "bytes",
             "expected_ttft_saved_s",
+            "creditable_ttft_s",
             "cost_s",
             "confidence",
             "reason",
@@ -136,6 +142,9 @@ class PlanItemSerializer(serializers.ModelSerializer):
             "refusal",
         ]
         read_only_fields = fields
+
+    def get_creditable_ttft_s(self, item) -> float:
+        return creditable_s(item)
 
     def get_source_name(self, item) -> str | None:
         return str(item.source) if item.source_id else None

@@ -105,6 +105,12 @@ def _create_replica(job: ReplicationJob) -> SpeculativeReplica:
     item = job.item
     now = timezone.now()
     ttl = item.plan.policy.replica_ttl_seconds if item else 900
+    expires = now + timedelta(seconds=ttl)
+    draw = item.holdout_draw if item and item.holdout_draw_id else None
+    if draw is not None and draw.window_end is not None:
+        # The holdout's assignment ends with its window: a copy approved late in it ends there
+        # too, so the prefix's next approval draws its arm afresh (one unit per window).
+        expires = min(expires, max(now, draw.window_end))
     replica, _ = SpeculativeReplica.objects.get_or_create(
         job=job,
         defaults=dict(
@@ -122,7 +128,7 @@ def _create_replica(job: ReplicationJob) -> SpeculativeReplica:
                 else ""
             ),
             placed_at=now,
-            expires_at=now + timedelta(seconds=ttl),
+            expires_at=expires,
         ),
     )
     return replica

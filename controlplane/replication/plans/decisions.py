@@ -28,7 +28,14 @@ from ..choices import (
 )
 from ..jobs.delivery import dispatch_job
 from ..jobs.states import transition
-from ..models import PlanItem, Policy, ReplicationJob, ReplicationPlan, SpeculativeReplica
+from ..models import (
+    HoldoutDraw,
+    PlanItem,
+    Policy,
+    ReplicationJob,
+    ReplicationPlan,
+    SpeculativeReplica,
+)
 from ..services import active_overrides, frozen
 from . import holdout
 from .inputs import chain_hex, holders_to_be, spec_bytes_by_engine
@@ -41,7 +48,8 @@ def _arms(now) -> dict[int, tuple[bool, int | None]]:
     the prefix has a live speculative record: a held-out replica not yet expired keeps it held
     out, a copy in flight or a live replica keeps it treated. A prefix is then never on both
     arms at once, and its requests measure one of them; once its records' holds end, its next
-    approved item draws again (a new assignment, the holdout's unit)."""
+    approved item draws again (a new assignment, the holdout's unit), and not before its draw's
+    measuring window has ended."""
     arms: dict[int, tuple[bool, int | None]] = {}
     live = SpeculativeReplica.objects.filter(
         shadow=False,
@@ -53,6 +61,12 @@ def _arms(now) -> dict[int, tuple[bool, int | None]]:
     for key, held, draw in live.values_list("workload_key_id", "held_out", "item__holdout_draw_id"):
         if key not in arms or (held and not arms[key][0]):
             arms[key] = (held, draw)
+    # An assignment's window runs its course whatever became of its copy (intention to
+    # treat): its prefix keeps the arm until the window ends.
+    for key, held, draw in HoldoutDraw.objects.filter(
+        window_end__gt=now, workload_key_id__isnull=False
+    ).values_list("workload_key_id", "held_out", "pk"):
+        arms.setdefault(key, (held, draw))
     for key, draw in ReplicationJob.objects.filter(
         state__in=(*wire.JOB_LIVE, JobState.LANDED), item__workload_key_id__isnull=False
     ).values_list("item__workload_key_id", "item__holdout_draw_id"):
@@ -210,7 +224,7 @@ def decide(
             # Speculative items only (a pin is an operator's order, not a bet to measure).
             key = item.workload_key_id
             if key and share > 0 and key not in arms:
-                draw = holdout.assign(plan.policy, item, share)
+                draw = holdout.assign(plan.policy, item, share, now)
                 arms[key] = (draw.held_out, draw.pk)
             held, item.holdout_draw_id = arms.get(key, (False, None))
             if held:

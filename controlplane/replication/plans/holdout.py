@@ -17,6 +17,9 @@ randomization."""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
+
+from django.utils import timezone
 
 from ..models import HoldoutDraw, PlanItem, Policy
 
@@ -36,8 +39,17 @@ def block_shape(share: float) -> tuple[int, int]:
     return MAX_BLOCK, max(1, min(MAX_BLOCK, round(MAX_BLOCK * share)))
 
 
-def assign(policy: Policy, item: PlanItem, share: float) -> HoldoutDraw:
-    """Draw the arm of ``item``'s prefix (``held_out``) and record the draw. Call inside the
+def window(policy: Policy, item: PlanItem, now=None):
+    """The assignment's measuring window, the same whichever arm it draws: from the decision plus
+    the item's modelled placement time (when its copy would land) for the policy's replica TTL.
+    A treated copy that lands late, fails or is never confirmed changes neither end."""
+    start = (now or timezone.now()) + timedelta(seconds=max(0.0, item.cost_s))
+    return start, start + timedelta(seconds=policy.replica_ttl_seconds)
+
+
+def assign(policy: Policy, item: PlanItem, share: float, now=None) -> HoldoutDraw:
+    """Draw the arm of ``item``'s prefix (``held_out``) and record the draw, with its window
+    from the decision's time ``now``. Call inside the
     decision's transaction: the policy's row is locked so concurrent decisions draw in turn."""
     Policy.objects.select_for_update().filter(pk=policy.pk).first()
     size, held = block_shape(share)
@@ -48,7 +60,11 @@ def assign(policy: Policy, item: PlanItem, share: float) -> HoldoutDraw:
         block, done, held_so_far = (last.block + 1 if last else 0), 0, 0
     p = (held - held_so_far) / (size - done)
     out = _uniform() < p
+    start, end = window(policy, item, now)
     return HoldoutDraw.objects.create(
+        window_start=start,
+        window_end=end,
+        tokens=item.prefix_tokens or len(item.prefix_keys) * item.target.block_size,
         policy=policy,
         workload_key_id=item.workload_key_id,
         item=item,

@@ -40,14 +40,19 @@ if (fc && window.Plotly) {
   window.Plotly.newPlot("forecast-chart", traces, { ...LAYOUT, yaxis: { title: "requests / bucket", rangemode: "tozero" } }, CONFIG);
 }
 
-// The scoreboard's holdout: TTFT of requests on treated vs held-out (prefix, engine) pairs.
+// The scoreboard's holdout: TTFT of the requests of treated vs held-out assignments, as each
+// arm's cumulative distribution on a log axis (a few queued requests seconds long would squash
+// a histogram's bins into one).
 const holdout = data("holdout-data");
 if (holdout && window.Plotly && (holdout.treated.length || holdout.held_out.length)) {
-  const hist = (xs, name, color) => ({ x: xs, name, type: "histogram", histnorm: "probability",
-                                      opacity: 0.6, marker: { color }, nbinsx: 30 });
+  const ecdf = (xs, name, color) => {
+    const s = xs.filter((x) => x > 0).sort((a, b) => a - b);
+    return { x: s, y: s.map((_, i) => (i + 1) / s.length), name, mode: "lines",
+             line: { color, width: 2, shape: "hv" } };
+  };
   window.Plotly.newPlot("holdout-chart",
-    [hist(holdout.treated, `treated (${holdout.treated.length})`, C.blue),
-     hist(holdout.held_out, `held out (${holdout.held_out.length})`, C.orange)],
-    { ...LAYOUT, barmode: "overlay", hovermode: "closest", xaxis: { title: "TTFT (s)" },
-      yaxis: { title: "share of requests" } }, CONFIG);
+    [ecdf(holdout.treated, `treated (${holdout.treated.length} requests)`, C.blue),
+     ecdf(holdout.held_out, `held out (${holdout.held_out.length} requests)`, C.orange)],
+    { ...LAYOUT, hovermode: "closest", xaxis: { title: "TTFT (s)", type: "log" },
+      yaxis: { title: "share of requests at or below", range: [0, 1] } }, CONFIG);
 }
