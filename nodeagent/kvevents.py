@@ -10,7 +10,9 @@ Events decode into ``msgspec.Struct``s that mirror vLLM's own (``vllm.distribute
 tagged by class name, every field kept, defaults where an older release sends fewer), so what
 makes two blocks differ (LoRA adapter, multimodal inputs and cache salt in ``extra_keys``, the
 KV-cache group ``group_idx`` of hybrid models, the medium) reaches the residency code. SGLang's
-publisher (``sglang.srt.disaggregation.kv_events``) sends the same classes, positionally.
+publisher (``sglang.srt.disaggregation.kv_events``, 0.5.23) sends the same classes as maps, with
+the cache salt in a field of its own (``cache_salt``) and media named ``CPU_PINNED``,
+``DISK``, ``EXTERNAL``; ``TIER_OF`` maps every engine's media names to Prewarm's tiers.
 """
 
 from __future__ import annotations
@@ -28,6 +30,18 @@ REMOVED = "BlockRemoved"
 CLEARED = "AllBlocksCleared"
 DEFAULT_MEDIUM = wire.TIER_GPU
 _MASK64 = (1 << 64) - 1
+
+
+# The media names engines publish -> Prewarm's tiers (vLLM: GPU, CPU, STORAGE; SGLang: GPU,
+# CPU_PINNED, DISK, EXTERNAL: a shared remote pool, the slowest tier there is).
+TIER_OF = {
+    "GPU": wire.TIER_GPU,
+    "CPU": wire.TIER_CPU,
+    "CPU_PINNED": wire.TIER_CPU,
+    "STORAGE": wire.TIER_DISK,
+    "DISK": wire.TIER_DISK,
+    "EXTERNAL": wire.TIER_DISK,
+}
 
 
 class EventDecodeError(ValueError):
@@ -91,6 +105,8 @@ class BlockStored(KVCacheEvent):
     locality: str | None = None
     ownership: str | None = None
     session_id: str | None = None
+    # SGLang's publisher names the salt here (every block of the event) instead of in extra_keys.
+    cache_salt: str | None = None
 
 
 class BlockRemoved(KVCacheEvent):
@@ -170,6 +186,7 @@ def _normalise(event: Any) -> Event:
             get("locality"),
             get("ownership"),
             get("session_id"),
+            get("cache_salt"),
         )
     if isinstance(event, dict):
         tag, fields = event.get("type"), event
@@ -210,15 +227,16 @@ def block_extra(event: BlockStored, i: int) -> bytes:
     keys = event.extra_keys[i] if event.extra_keys else None
     lora = event.lora_name
     group = event.group_idx or 0
+    first_of_prompt = i == 0 and event.parent_block_hash is None
     if not keys:
-        return extra_for(lora, group_idx=group) if (lora or group) else b""
+        salt_ = event.cache_salt if first_of_prompt else None
+        return extra_for(lora, cache_salt=salt_, group_idx=group)
     parts = list(keys)
     if lora and parts and parts[0] == lora:
         parts = parts[1:]
     mm: list[str] = []
     salt = None
     embeds: list[str] = []
-    first_of_prompt = i == 0 and event.parent_block_hash is None
     for p in parts:
         if isinstance(p, list | tuple) and len(p) == 2:
             mm.append(f"{p[0]}@{p[1]}")

@@ -35,6 +35,7 @@ from controlplane.core.protocol import (
     residency_entry,
 )
 from nodeagent.kvevents import (
+    TIER_OF,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -96,7 +97,8 @@ class EngineResidency:
 
     def _stored(self, ev: BlockStored) -> int:
         hashes, parent_hash, token_ids = ev.block_hashes, ev.parent_block_hash, ev.token_ids
-        lora_id, medium, lora_name, group = ev.lora_id, ev.medium, ev.lora_name, ev.group_idx
+        lora_id, lora_name, group = ev.lora_id, ev.lora_name, ev.group_idx
+        medium = TIER_OF.get(ev.medium, ev.medium)
         if not hashes:
             return 0
         bs = ev.block_size or self.block_size
@@ -126,7 +128,7 @@ class EngineResidency:
             or len(token_ids) < bs * len(hashes)
             or (lora_id is not None and not lora_name)
         )
-        plain = not (lora_name or group or ev.extra_keys)
+        plain = not (lora_name or group or ev.extra_keys or ev.cache_salt)
         report_parent: int | None = None if parent_hash is None else parent
         if scoped:
             self.stats.engine_scoped += len(hashes)
@@ -157,6 +159,7 @@ class EngineResidency:
         return len(hashes)
 
     def _removed(self, hashes: list[Any], medium: str, group: int | None = None) -> int:
+        medium = TIER_OF.get(medium, medium)
         resident = self.blocks.get(medium)
         pstore = self.pending_stored.get(medium)
         premoved = self.pending_removed.get(medium)

@@ -18,6 +18,7 @@ from nodeagent.residency import EngineResidency
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kv_events"
 VLLM = FIXTURES / "vllm-0.32.0-extra.msgpack"
+SGLANG = FIXTURES / "sglang-0.5.23.msgpack"  # make_sglang_fixtures.py
 BS = 32
 TOKENS = list(range(100, 100 + 2 * BS))
 
@@ -26,12 +27,12 @@ def cases(path: Path = VLLM) -> dict[str, bytes]:
     return msgpack.unpackb(path.read_bytes())["cases"]
 
 
-def keys_of(*names: str) -> dict[str, list[int]]:
+def keys_of(*names: str, path: Path = VLLM) -> dict[str, list[int]]:
     """Each case applied to one engine's residency, in order: the canonical keys it stored."""
     res = EngineResidency("vllm-0", BS)
     out = {}
     for name in names:
-        res.apply_events(decode_payload(cases()[name])[1])
+        res.apply_events(decode_payload(cases(path)[name])[1])
         entry = res.take_entry(hex_keys=False)
         out[name] = [row[0] for row in entry["stored"]] if entry else []
     return out
@@ -92,3 +93,20 @@ def test_fixture_is_what_vllm_encodes(tmp_path):
         timeout=300,
     )
     assert cases(out) == cases()
+
+
+def test_sglang_publisher_decodes_like_vllm():
+    """SGLang 0.5.23's own classes: plain blocks key as vLLM's do, its cache_salt and adapter
+    key apart, its CPU_PINNED medium lands in the CPU tier, removals and clears apply."""
+    got = keys_of("plain", "salted", "lora_a", path=SGLANG)
+    assert got["plain"] == keys_of("plain")["plain"] == blockhash.chain_keys(TOKENS, BS)
+    assert got["salted"] == blockhash.request_keys(TOKENS, BS, cache_salt="salt-a")
+    assert got["lora_a"] == blockhash.request_keys(TOKENS, BS, lora_name="adapter-a")
+    res = EngineResidency("sglang-0", BS)
+    for name in ("plain", "cpu_pinned"):
+        res.apply_events(decode_payload(cases(SGLANG)[name])[1])
+    assert res.resident_hashes("CPU") == {71, 72} and res.resident_hashes("GPU") == {11, 12}
+    res.apply_events(decode_payload(cases(SGLANG)["removed"])[1])
+    assert res.block_count() == 3
+    res.apply_events(decode_payload(cases(SGLANG)["cleared"])[1])
+    assert res.block_count() == 0
