@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from controlplane.core import protocol as wire
+from nodeagent.tap import tenant_rule_error
 
 ENV_PREFIX = "PREWARM_AGENT_"
 _ENGINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
-# An HTTP header name (RFC 9110 token characters).
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
 
 class ConfigError(ValueError):
@@ -66,8 +65,8 @@ class EngineConfig:
     # This engine's LMCache instance (its lmcache_instance_id, LMCACHE_LMCACHE_INSTANCE_ID).
     lmcache_instance_id: str = ""
     lmcache_location: str = "LocalCPUBackend"  # the tier LMCache copies land in and pins
-    # host:port the request tap serves (an OpenAI-compatible port in front of ``openai_url``);
-    # "" runs no tap for this engine.
+    # host:port of this engine's request tap (an OpenAI-compatible port in front of openai_url
+    # whose requests become request records); "" serves none.
     tap_listen: str = ""
 
 
@@ -101,6 +100,10 @@ class AgentConfig:
     labels: dict[str, str] = field(default_factory=dict)
     state_dir: str = ""
     report_interval_s: float = 1.0
+    # A residency change is reported this soon after the previous report (changes meanwhile
+    # coalesced): at most 1 / report_min_interval_s reports a second. report_interval_s or more
+    # reports on the tick only.
+    report_min_interval_s: float = 0.1
     heartbeat_interval_s: float = 15.0
     request_timeout_s: float = 10.0
     backoff_initial_s: float = 0.5
@@ -117,9 +120,10 @@ class AgentConfig:
     lmcache_controller_url: str = ""
     lmcache_coordinator_url: str = ""
     lmcache_renew_s: float = 60.0
-    # The request tap's tenant of a request: model | api-key | header:<Name>.
-    tap_tenant: str = "model"
     log_level: str = "INFO"
+    # Where the request taps take a record's tenant: model (the request's model name), api-key
+    # (a digest of its bearer key) or header:<Header-Name>.
+    tap_tenant: str = "model"
     # On SIGTERM: how long running jobs get to end and send their results before the agent exits.
     stop_timeout_s: float = 5.0
     engines: list[EngineConfig] = field(default_factory=list)
@@ -353,6 +357,7 @@ def validate(cfg: AgentConfig) -> None:
         raise ConfigError(f"state_dir is required (--state-dir or {ENV_PREFIX}STATE_DIR)")
     for name in (
         "report_interval_s",
+        "report_min_interval_s",
         "heartbeat_interval_s",
         "request_timeout_s",
         "backoff_initial_s",
@@ -416,18 +421,19 @@ def validate(cfg: AgentConfig) -> None:
             raise ConfigError(f"engine {e.engine_id}: openai_url must start with http(s)://")
         if e.kv_peer:
             _host_port(f"engine {e.engine_id}: kv_peer", e.kv_peer)
-        if e.warmup_timeout_s <= 0:
-            raise ConfigError(f"engine {e.engine_id}: warmup_timeout_s must be positive")
         if e.tap_listen:
             _host_port(f"engine {e.engine_id}: tap_listen", e.tap_listen)
+            if not e.openai_url:
+                raise ConfigError(
+                    f"engine {e.engine_id}: tap_listen needs openai_url (the engine the tap fronts)"
+                )
+        if e.warmup_timeout_s <= 0:
+            raise ConfigError(f"engine {e.engine_id}: warmup_timeout_s must be positive")
     for name in ("lmcache_controller_url", "lmcache_coordinator_url"):
         url = getattr(cfg, name)
         if url and not url.startswith(("http://", "https://")):
             raise ConfigError(f"{name} {url!r} must start with http(s)://")
+    if why := tenant_rule_error(cfg.tap_tenant):
+        raise ConfigError(why)
     if cfg.lmcache_renew_s <= 0:
         raise ConfigError("lmcache_renew_s must be positive")
-    kind, _, header = cfg.tap_tenant.partition(":")
-    if not (
-        cfg.tap_tenant in ("model", "api-key") or (kind == "header" and _HEADER_NAME.match(header))
-    ):
-        raise ConfigError(f"tap_tenant {cfg.tap_tenant!r} must be model, api-key or header:<Name>")
