@@ -5,7 +5,10 @@ import pytest
 from nodeagent.config import ConfigError, load_config
 
 BASE = ["--control-plane-url", "http://cp", "--state-dir", "/s"]
-ENGINE = '[{"engine_id": "v", "kv_events": "tcp://127.0.0.1:5557", "tap_listen": "%s"}]'
+ENGINE = (
+    '[{"engine_id": "v", "kv_events": "tcp://127.0.0.1:5557", "openai_url": "http://127.0.0.1:8000",'
+    ' "tap_listen": "%s"}]'
+)
 
 
 def test_tap_listen_per_engine_and_tap_tenant_from_the_environment():
