@@ -4,7 +4,7 @@ above both and neither imports the other back."""
 
 from __future__ import annotations
 
-from controlplane.core.policies.reactive import ReactiveRule
+from controlplane.core.policy.reactive import ReactiveRule
 from controlplane.sim import routers
 from controlplane.sim.planned import PlannedPolicy
 from controlplane.sim.policies import (

@@ -1,0 +1,19 @@
+"""The one replication policy: everything that decides copies, pure and shared.
+
+The simulator (``controlplane.sim.planned``, through ``controlplane.sim.adapter``) and the live
+control plane (``controlplane.replication.plans``) each feed it through a thin adapter, so what
+the simulator measures is what runs.
+
+- ``types``: the vocabulary (candidates, demand, holdings, engine states, budgets, items).
+- ``inputs``: the input rules (load, queue, link queue, room and displaced value), decided once.
+- ``onset``: a burst's onset seen on arrivals, and when it re-plans the prefix at once.
+- ``reactive``: the guarded reactive rule, its measured-demand test, Mooncake's hot fanout.
+- ``retention``: which holders keep (lease) a prefix until the next round.
+- ``backoff``, ``targets``: the planner's back-off on queues and its choice of target/source.
+- ``decide``: the strategy (``reactive``, ``predictive``, ``off``) and the planner call.
+
+The harm guard (speculation that measures its own effect and backs off) belongs in ``decide``,
+between the strategy and the planner's budgets, so both adapters run the same guard.
+Submodules import only ``types`` and each other, never this package's namespace, so
+``controlplane.core.planner`` can use them without a cycle.
+"""
