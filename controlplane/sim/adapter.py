@@ -31,8 +31,6 @@ def engine_reports(sim, t: float, value_of, *, cold_value_s: float) -> list[Engi
     """Every serving or joining engine of ``sim`` at ``t``, as its report."""
     bb = sim.block_bytes
     load = sim.load(t)
-    serving = len(sim.serving)
-    joining = sum(1 for e in sim.engines if e.state == WARMING)
     cfg = sim.config
     link = cfg.network_bytes_per_s * max(0.05, 1.0 - cfg.link_share_with_serving * load)
     out = []
@@ -62,7 +60,6 @@ def engine_reports(sim, t: float, value_of, *, cold_value_s: float) -> list[Engi
                 displaced_s=displaced,
                 starts_serving_in_s=0.0 if e.state == SERVING else _serve_time(sim, e) - t,
                 tier_bytes_per_s={tier.name: tier.bytes_per_s for tier in e.tiers},
-                expected_load=load * serving / max(1, serving + joining),
             )
         )
     return out

@@ -37,6 +37,7 @@ from controlplane.core.planner import (
 )
 from controlplane.core.policy import onset, retention
 from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, decide, states_of
+from controlplane.core.policy.inputs import COLD_VALUE_S
 from controlplane.core.policy.onset import ONSET_MIN_ARRIVALS, ONSET_REPLAN_S, ONSET_WINDOW_S
 from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders
 from controlplane.core.protocol import TIER_CPU, TIER_DISK
@@ -48,9 +49,6 @@ from controlplane.sim.workloads.base import BLOCK_TOKENS
 DAY_BUCKETS = 144  # 10-minute buckets in a day
 DAY_MODELS = ("last_value", "ewma", "seasonal_naive", "seasonal_blend")
 MAX_CANDIDATES = 256
-# Displaced value (expected prefill seconds over the horizon) below which cached room counts as
-# free when the planner is told how much room an engine has.
-COLD_VALUE_S = 0.5
 TREND_WINDOW_S = 30.0  # short window whose rate, above the 120 s one, says demand is rising
 MIN_EXPECTED_HITS = 1.6  # expected uses in the horizon: P(used) >= 0.8 for Poisson arrivals
 # A burst's onset (``core.policy.onset``) re-plans its prefix on arrival, not at the next tick.

@@ -62,8 +62,13 @@ def engine_report(
                 "kv_capacity_blocks": kv_blocks,
                 "gpu_uuids": [],
                 "endpoints": {"transfer": transfer},
-                # The holder is busy, the others have room: where a replica pays.
-                "metrics": {"kv_usage": 0.85 if keys else 0.3, **(metrics or {})},
+                # The holder is busy (one running request fills its one slot), the others are
+                # idle and have room: where a replica pays.
+                "metrics": {
+                    "kv_usage": 0.85 if keys else 0.3,
+                    "running": 1 if keys else 0,
+                    **(metrics or {}),
+                },
             }
         ],
         "residency": [

@@ -15,9 +15,10 @@ An adapter fills an ``EngineReport`` with what its engines report, as raw figure
   residency the engine holds (``spec_room``; the simulator's cache applies the same rule block
   by block).
 
-The rules (``engine_state``): queue = waiting x request_s; load = running / slots + queue /
-horizon (at most 1; a joining engine: the share of the load it will take); link queue = bytes in
-flight / link bandwidth; displaced value per byte = displaced seconds / room.
+The rules (``engine_states``): queue = waiting x request_s; load = running / slots + queue /
+horizon (at most 1; a joining engine: the serving engines' mean load x serving / (serving +
+joining), the share it will take); link queue = bytes in flight / link bandwidth; displaced value
+per byte = displaced seconds / room.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controlplane.core.policy.types import EngineState
-from controlplane.core.protocol import ENGINE_SERVING
+from controlplane.core.protocol import ENGINE_SERVING, ENGINE_WARMING
+
+# Expected prefill seconds (over the horizon) below which cached room counts as free: the room a
+# speculative copy may take (``spec_room``).
+COLD_VALUE_S = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +53,6 @@ class EngineReport:
     displaced_s: float = 0.0
     starts_serving_in_s: float = 0.0
     tier_bytes_per_s: dict[str, float] = field(default_factory=dict)
-    expected_load: float = 0.0  # a joining engine: the load it will take once it serves
 
 
 def queue_seconds(*, waiting: float, request_s: float) -> float:
@@ -82,8 +86,9 @@ def spec_room(*, free_bytes: float, cached: Iterable, cold_value_s: float) -> tu
     return room, held
 
 
-def engine_state(report: EngineReport, *, horizon_s: float) -> EngineState:
-    """The planner's view of one engine, by the rules in the module doc."""
+def engine_state(report: EngineReport, *, horizon_s: float, joining_load: float) -> EngineState:
+    """The planner's view of one engine, by the rules in the module doc (``joining_load``: the
+    load a joining engine will take, from ``engine_states``)."""
     serving = report.lifecycle == ENGINE_SERVING
     queue = queue_seconds(waiting=report.waiting, request_s=report.request_s) if serving else 0.0
     if serving:
@@ -91,7 +96,7 @@ def engine_state(report: EngineReport, *, horizon_s: float) -> EngineState:
             running=report.running, slots=report.slots, queue_s=queue, horizon_s=horizon_s
         )
     else:
-        load = min(1.0, max(0.0, report.expected_load))
+        load = joining_load
     room = max(0.0, report.free_bytes)
     return EngineState(
         engine_id=report.engine_id,
@@ -113,4 +118,20 @@ def engine_state(report: EngineReport, *, horizon_s: float) -> EngineState:
 
 
 def engine_states(reports: Iterable[EngineReport], *, horizon_s: float) -> list[EngineState]:
-    return [engine_state(r, horizon_s=horizon_s) for r in reports]
+    """Every engine's view. A joining engine will take its share of the serving engines' load:
+    their mean load x serving / (serving + joining)."""
+    reports = list(reports)
+    serving = [r for r in reports if r.lifecycle == ENGINE_SERVING]
+    joining = sum(1 for r in reports if r.lifecycle == ENGINE_WARMING)
+    busy = [
+        engine_load(
+            running=r.running,
+            slots=r.slots,
+            queue_s=queue_seconds(waiting=r.waiting, request_s=r.request_s),
+            horizon_s=horizon_s,
+        )
+        for r in serving
+    ]
+    mean = sum(busy) / len(busy) if busy else 0.0
+    share = mean * len(serving) / max(1, len(serving) + joining)
+    return [engine_state(r, horizon_s=horizon_s, joining_load=share) for r in reports]
