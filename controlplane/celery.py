@@ -44,6 +44,8 @@ TASK_QUEUES = {
     "celery.chord_unlock": Queue.PLAN,
     "controlplane.replication.tasks.plan_cycle": Queue.PLAN,
     "controlplane.replication.tasks.dispatch_job": Queue.DISPATCH,
+    # A hot spot seen at ingest plans a few keys and dispatches at once: latency-sensitive.
+    "controlplane.replication.tasks.react_to_ingest": Queue.DISPATCH,
     "controlplane.replication.tasks.sweep_jobs": Queue.DISPATCH,
     "controlplane.replication.tasks.evict_expired": Queue.DISPATCH,
     "controlplane.replication.tasks.score_replicas": Queue.DEFAULT,

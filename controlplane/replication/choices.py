@@ -5,6 +5,7 @@ What travels to agents (tiers, transports, job actions and states) takes its spe
 """
 
 from controlplane.core import protocol as wire
+from controlplane.core.policy import decide as strategies
 
 
 class PolicyMode:
@@ -15,6 +16,19 @@ class PolicyMode:
         (SHADOW, "Shadow: plan and score, move nothing"),
         (MANUAL, "Manual: an operator approves each plan"),
         (AUTO, "Auto: approved within budgets"),
+    ]
+
+
+class PolicyStrategy:
+    """What decides copies (``controlplane.core.policy.decide``, shared with the simulator)."""
+
+    PREDICTIVE = strategies.STRATEGY_PREDICTIVE
+    REACTIVE = strategies.STRATEGY_REACTIVE
+    OFF = strategies.STRATEGY_OFF
+    CHOICES = [
+        (PREDICTIVE, "Predictive: forecasts and burst onsets, with the reactive fallback"),
+        (REACTIVE, "Reactive: copy once measured demand outruns the holders"),
+        (OFF, "Off: no replication"),
     ]
 
 

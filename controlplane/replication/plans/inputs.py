@@ -58,9 +58,10 @@ def _decode_json_texts(texts: list[str]) -> list:
     return json.loads("[" + ",".join(texts) + "]") if texts else []
 
 
-def _workload_keys() -> dict[str, KeyRow]:
+def _workload_keys(only=None) -> dict[str, KeyRow]:
+    qs = WorkloadKey.objects.all() if only is None else WorkloadKey.objects.filter(pk__in=only)
     rows = list(
-        WorkloadKey.objects.exclude(prefix_keys=[])
+        qs.exclude(prefix_keys=[])
         .annotate(raw=Cast("prefix_keys", TextField()))
         .values_list("pk", "tenant", "model", "raw", "prefix_tokens")
         .iterator(chunk_size=5000)
@@ -324,27 +325,33 @@ def _engine_reports(
     return out
 
 
-def gather(policy: Policy, now=None) -> Inputs:
-    """Everything the planner needs, read once."""
+def gather(policy: Policy, now=None, measured: dict[int, float] | None = None) -> Inputs:
+    """Everything the planner needs, read once. With ``measured`` (workload key id -> requests/s
+    measured now), the demand of those keys alone, as the reactive strategy and the onset
+    re-plan see it: that rate held over the horizon, certain (no forecast involved)."""
     now = now or timezone.now()
     engines = list(Engine.objects.select_related("node").filter(node__state=NodeState.ACTIVE))
     by_model: dict[str, list[Engine]] = {}
     for e in engines:
         by_model.setdefault(e.model, []).append(e)
-    keys = _workload_keys()
-    forecasts = _latest_forecasts()
+    keys = _workload_keys(None if measured is None else list(measured))
     horizon = float(policy.horizon_seconds)
-    rows = [
-        (pid, key, forecasts[key.pk])
-        for pid, key in keys.items()
-        if by_model.get(key.model) and key.pk in forecasts
-    ]
-    expected = expected_many([f for _, _, f in rows], now, horizon)
+    if measured is None:
+        forecasts = _latest_forecasts()
+        rows = [
+            (pid, key, forecasts.get(key.pk))
+            for pid, key in keys.items()
+            if by_model.get(key.model) and key.pk in forecasts
+        ]
+        expected = expected_many([f for _, _, f in rows], now, horizon).tolist()
+    else:
+        rows = [(pid, key, None) for pid, key in keys.items() if by_model.get(key.model)]
+        expected = [measured[key.pk] * horizon for _, key, _ in rows]
     cands, demand, forecasters = [], [], {}
     models = {m: cost_model_for(m) for m in {key.model for _, key, _ in rows}}
     # Service and recompute times depend only on (model, prefix tokens): a few distinct values.
     times: dict[tuple[str, int], tuple[float, float]] = {}
-    for (pid, key, f), exp in zip(rows, expected.tolist(), strict=True):
+    for (pid, key, f), exp in zip(rows, expected, strict=True):
         peers, cm, chain = by_model[key.model], models[key.model], key.chain
         tokens = key.prefix_tokens or len(chain) * peers[0].block_size
         t = times.get((key.model, tokens))
@@ -357,6 +364,9 @@ def gather(policy: Policy, now=None) -> Inputs:
         cands.append(
             planner.Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, t[0], t[1])
         )
+        if f is None:  # measured, not forecast
+            demand.append(planner.Demand(pid, exp, 0.0, exp / horizon, 1.0))
+            continue
         # The demand model the simulator's predictive policy shares (core.demand).
         demand.append(
             demand_for(
