@@ -30,9 +30,11 @@ log = logging.getLogger(__name__)
 def tick() -> dict:
     """Start forecast and plan cycles when the active policy's cadences say they are due."""
     policy = Policy.objects.filter(active=True).first()
-    if policy is None:
+    if policy is None or policy.strategy == PolicyStrategy.OFF:
         return {}
     due = cycle.due(policy)
+    if policy.strategy == PolicyStrategy.REACTIVE:
+        due["forecast"] = False  # measured demand only: nothing to forecast
     if due["forecast"]:
         forecast_then_plan(policy)
     elif due["plan"]:
