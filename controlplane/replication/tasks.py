@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.db import transaction
 
 from controlplane.forecasting.tasks import forecast_all
@@ -96,7 +97,8 @@ def react_to_ingest(arrivals: dict[str, list[float]]) -> int | None:
 def on_records_ingested(sender, arrivals: dict[int, list[float]], **kwargs) -> None:
     """``demand.signals.records_ingested``: react once the ingest has committed."""
     if (
-        not arrivals
+        not settings.PREWARM_REACT_AT_INGEST
+        or not arrivals
         or not Policy.objects.filter(active=True).exclude(strategy=PolicyStrategy.OFF).exists()
     ):
         return  # nothing would be planned: no task to send

@@ -157,5 +157,7 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(transactional_db, eager):
+def fleet(transactional_db, eager, settings):
+    # The cycle's tests see the cycle's plans alone; tests of planning at ingest turn it on.
+    settings.PREWARM_REACT_AT_INGEST = False
     return Fleet()

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from controlplane.forecasting.models import Forecast
 from controlplane.replication.choices import JobState, OverrideKind
 from controlplane.replication.models import Override, ReplicationJob, ReplicationPlan
 from controlplane.replication.plans import react
 from tests.workflow import burst
 from tests.workflow.test_plan_queues import report_waiting
+
+
+@pytest.fixture(autouse=True)
+def at_ingest(settings):
+    settings.PREWARM_REACT_AT_INGEST = True
 
 
 def ingest(fleet, mode: str, **policy):
