@@ -11,9 +11,9 @@ the simulator measures is what runs.
 - ``retention``: which holders keep (lease) a prefix until the next round.
 - ``backoff``, ``targets``: the planner's back-off on queues and its choice of target/source.
 - ``decide``: the strategy (``reactive``, ``predictive``, ``off``) and the planner call.
+- ``guard``: the harm guard (AIMD): what the last copies did cuts or grows the allowance of
+  each engine and prefix group; ``decide`` applies it to the planner's items.
 
-The harm guard (speculation that measures its own effect and backs off) belongs in ``decide``,
-between the strategy and the planner's budgets, so both adapters run the same guard.
 Submodules import only ``types`` and each other, never this package's namespace, so
 ``controlplane.core.planner`` can use them without a cycle.
 """

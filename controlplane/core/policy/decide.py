@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from controlplane.core import planner
+from controlplane.core.policy import guard as harm_guard
 from controlplane.core.policy.inputs import EngineReport, engine_states
 from controlplane.core.policy.types import (
     Budgets,
@@ -41,16 +42,24 @@ def decide(
     engines: Sequence[EngineReport] | Sequence[EngineState],
     budgets: Budgets,
     overrides: Overrides,
+    guard: harm_guard.GuardState | None = None,
 ) -> list[PlannedMove]:
     """Items for ``strategy`` within ``budgets`` and ``overrides``. ``engines`` are reports
-    (turned into engine states by the shared input rules) or states made by them already."""
+    (turned into engine states by the shared input rules) or states made by them already.
+    ``guard``: the harm guard's allowances (``core.policy.guard``), which cut what the
+    planner's items may take where the last copies did harm."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}")
     if strategy == STRATEGY_OFF:
         return []
     states = states_of(engines, horizon_s=budgets.horizon_s)
-    # The harm guard goes here: it scales ``budgets`` by what the last copies did.
-    return planner.plan(candidates, demand, holdings, states, budgets, overrides)
+    candidates = list(candidates)
+    items = planner.plan(candidates, demand, holdings, states, budgets, overrides)
+    if guard is None:
+        return items
+    return harm_guard.admit(
+        items, state=guard, engines=states, candidates=candidates, budgets=budgets
+    )
 
 
 def states_of(
