@@ -43,12 +43,16 @@ from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders
 from controlplane.core.protocol import TIER_CPU, TIER_DISK
 from controlplane.sim import adapter
 from controlplane.sim.engine import WARMING
+from controlplane.sim.guarded import SimGuard, lead_of
 from controlplane.sim.policies import Reactive
 from controlplane.sim.workloads.base import BLOCK_TOKENS
 
 DAY_BUCKETS = 144  # 10-minute buckets in a day
 DAY_MODELS = ("last_value", "ewma", "seasonal_naive", "seasonal_blend")
 MAX_CANDIDATES = 256
+# ``predictive`` without the harm guard (``prewarm-sim seeds --policies ...``): the guard's
+# before/after on the same seeds in one run. Not among the default policies.
+UNGUARDED = "predictive-unguarded"
 TREND_WINDOW_S = 30.0  # short window whose rate, above the 120 s one, says demand is rising
 MIN_EXPECTED_HITS = 1.6  # expected uses in the horizon: P(used) >= 0.8 for Poisson arrivals
 # A burst's onset (``core.policy.onset``) re-plans its prefix on arrival, not at the next tick.
@@ -67,6 +71,7 @@ class PlannedPolicy(Reactive):
         tick_s: float = 15.0,
         reactive_rule: ReactiveRule | None = None,
         use_prophet: bool = False,
+        guard: bool = True,
     ) -> None:
         if name not in ("predictive", "oracle", "clairvoyant"):
             raise ValueError(name)
@@ -91,6 +96,9 @@ class PlannedPolicy(Reactive):
         self.skipped = 0
         self.onset_replans = 0
         self.reasons: list[str] = []
+        # The harm guard (``core.policy.guard``) fed by the simulated cluster (``sim.guarded``).
+        self.guard = SimGuard() if guard else None
+        self._round: tuple[dict, dict] = ({}, {})
 
     # -- setup -----------------------------------------------------------------------------
     def setup(self, sim) -> None:
@@ -253,6 +261,8 @@ class PlannedPolicy(Reactive):
         engines = states_of(reports, horizon_s=H)
         if only is None:
             self._retain(sim, demand, t, H, cluster_queue_s(engines))
+            if self.guard is not None:
+                self.guard.observe(t, engines, self.budgets)
         wl = sim.workload
         bb = sim.block_bytes
         cands = []
@@ -276,7 +286,9 @@ class PlannedPolicy(Reactive):
             engines=engines,
             budgets=self.budgets,
             overrides=self.overrides,
+            guard=None if self.guard is None else self.guard.state,
         )
+        self._round = ({e.engine_id: e for e in engines}, demand)
         for it in items:
             self._execute(sim, it, t)
 
@@ -414,6 +426,7 @@ class PlannedPolicy(Reactive):
         pid = int(it.prefix_id)
         dst = sim.engines[int(it.target[1:])]
         ttl = self.budgets.ttl_s
+        states, demand = self._round
         self.plan_items += 1
         if len(self.reasons) < 50:
             self.reasons.append(f"t={t:.0f}s {it.prefix_id}->{it.target}: {it.reason}")
@@ -429,7 +442,7 @@ class PlannedPolicy(Reactive):
             if eta - when > self.budgets.horizon_s:
                 self.skipped += 1
                 return
-            sim.start_copy(
+            land = sim.start_copy(
                 pid,
                 it.keys,
                 src,
@@ -441,6 +454,15 @@ class PlannedPolicy(Reactive):
                 budget=max(0.0, it.expected_ttft_saved_s - it.cost_s),
                 keep_s=self.budgets.horizon_s,
             )
+            if self.guard is not None:
+                d = demand.get(pid)
+                self.guard.record(
+                    target=states.get(it.target),
+                    group=sim.workload.prefix_wkey[pid],
+                    planned_at=t,
+                    lands_at=land,
+                    lead_s=lead_of(d.first_arrival_s if d is not None else 0.0),
+                )
 
         if it.start_in_s > 0:
             sim.events.at(t + it.start_in_s, go)

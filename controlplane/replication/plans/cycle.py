@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.core import blockhash, planner
+from controlplane.core.policy import guard as harm_guard
 from controlplane.core.policy.decide import decide
 from controlplane.core.protocol import EVENT_ENGINE_READINESS, EVENT_PLAN_CREATED, TIER_GPU
 from controlplane.demand.models import WorkloadKey
@@ -32,6 +33,7 @@ from controlplane.realtime.publish import publish
 from ..choices import OverrideKind, PlanState, PolicyMode, PolicyStrategy, Transport
 from ..models import PlanItem, Policy, ReplicationPlan, SpeculativeReplica
 from ..services import active_overrides
+from . import guard as live_guard
 from .decisions import decide as decide_plan
 from .inputs import Inputs, chain_hex, gather, holders_to_be
 from .measured import measured_rates
@@ -151,7 +153,7 @@ def plan_and_apply(
     overrides = inputs.overrides
     if pinned:
         overrides = dataclasses.replace(overrides, pinned=overrides.pinned | pinned)
-    items = decide(
+    planned = decide(
         strategy=policy.strategy,
         candidates=inputs.candidates,
         demand=inputs.demand,
@@ -160,6 +162,13 @@ def plan_and_apply(
         budgets=budgets,
         overrides=overrides,
     )
+    # The harm guard (what ``decide(guard=...)`` applies; here apart, so the summary can say
+    # how many items it held back): stepped by the plan cycle, kept by plans made at ingest.
+    state, observed = live_guard.state_for(policy, inputs, budgets, now, step=trigger == "cycle")
+    items = harm_guard.admit(
+        planned, state=state, engines=inputs.engines, candidates=inputs.candidates, budgets=budgets
+    )
+    guard_summary = live_guard.summary(state, observed, inputs, planned, items)
     # One replica per (prefix, engine): copies planned, moving, landed or held (and held-out
     # pairs) are holders-to-be; the residency index alone does not show them yet.
     to_be = holders_to_be(now)
@@ -169,7 +178,7 @@ def plan_and_apply(
     if not items and not store_empty:
         return None
     planned_s = time.perf_counter() - t0
-    plan = store(policy, inputs, items, planned_s, waiting, gate, trigger)
+    plan = store(policy, inputs, items, planned_s, waiting, gate, trigger, guard_summary)
     update_readiness(inputs, items)
     if policy.mode == PolicyMode.SHADOW:
         _shadow_replicas(plan, policy, now)
@@ -220,6 +229,7 @@ def store(
     waiting_for_token_ids: int = 0,
     queues: dict | None = None,
     trigger: str = "cycle",
+    guard: dict | None = None,
 ) -> ReplicationPlan:
     # A new proposal supersedes the open ones: approving a stale plan would act on old residency.
     ReplicationPlan.objects.filter(state=PlanState.PROPOSED).update(state=PlanState.SUPERSEDED)
@@ -243,6 +253,8 @@ def store(
             "trigger": trigger,
             # the engines' queues against the policy's limits: what they held back, and why
             "queues": queues or {},
+            # the harm guard: how much speculation it allows now and why (core.policy.guard)
+            **({"guard": guard} if guard is not None else {}),
             # the forecaster behind each planned key (scoring credits it), not all 100k
             "forecasters": {
                 it.prefix_id: inputs.forecasters[it.prefix_id]
