@@ -9,11 +9,11 @@ the simulator measures is what runs.
 - ``onset``: a burst's onset seen on arrivals, and when it re-plans the prefix at once.
 - ``reactive``: the guarded reactive rule, its measured-demand test, Mooncake's hot fanout.
 - ``retention``: which holders keep (lease) a prefix until the next round.
-- ``backoff``, ``targets``: the planner's back-off on queues and its choice of target/source.
+- ``planner``: what to copy where (``controlplane.core.planner`` re-exports it), with
+  ``backoff`` (its back-off on queues) and ``targets`` (its choice of target and source).
 - ``decide``: the strategy (``reactive``, ``predictive``, ``off``) and the planner call.
 
 The harm guard (speculation that measures its own effect and backs off) belongs in ``decide``,
 between the strategy and the planner's budgets, so both adapters run the same guard.
-Submodules import only ``types`` and each other, never this package's namespace, so
-``controlplane.core.planner`` can use them without a cycle.
+Nothing here imports ``controlplane.core.planner`` (the name outside callers use).
 """
