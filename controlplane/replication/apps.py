@@ -15,8 +15,8 @@ class ReplicationConfig(AppConfig):
 
         from .jobs.confirm import on_residency_reported
         from .jobs.inflight import copies_in_flight
+        from .plans.react import on_records_ingested
         from .scoring import credit_served
-        from .tasks import on_records_ingested
 
         requests_served.connect(credit_served, dispatch_uid="replication.credit_served")
         residency_reported.connect(

@@ -35,9 +35,7 @@ class Policy(models.Model):
         "alone, or nothing; approval mode, budgets and overrides apply to each",
     )
     hot_fanout = models.BooleanField(
-        default=False,
-        help_text="reactive: also fan a hot prefix out to a second engine as Mooncake Store "
-        "does (0.8 requests/s over 10 s, up to 2 copies in HBM), whatever its holders' queue",
+        default=False, help_text="reactive: also fan hot prefixes out as Mooncake Store does"
     )
     max_spec_vram_fraction = models.FloatField(
         default=0.05, help_text="max share of each GPU's KV capacity for speculative replicas"

@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from django.conf import settings
-from django.db import transaction
 
 from controlplane.forecasting.tasks import forecast_all
 
@@ -19,10 +17,12 @@ from .choices import PolicyStrategy
 from .jobs import delivery, expiry
 from .jobs.delivery import dispatch_job as dispatch_job
 from .models import Policy
-from .plans import cycle, react
+from .plans import cycle
+from .plans.react import react_to_ingest as react_to_ingest
 from .services import prune_finished
 
-# dispatch_job is defined beside what it runs (jobs.delivery) and named as this module's.
+# dispatch_job and react_to_ingest are defined beside what they run (jobs.delivery,
+# plans.react) and named as this module's.
 
 log = logging.getLogger(__name__)
 
@@ -85,22 +85,3 @@ def score_replicas() -> int:
 def retention() -> dict:
     """Finished jobs with their transitions and decided plans past PREWARM_JOB_KEEP_DAYS."""
     return prune_finished()
-
-
-@shared_task
-def react_to_ingest(arrivals: dict[str, list[float]]) -> int | None:
-    """Plan the hot keys of an ingest now (``plans.react``); the plan's id, or None."""
-    plan = react.react({int(k): v for k, v in arrivals.items()})
-    return plan.pk if plan else None
-
-
-def on_records_ingested(sender, arrivals: dict[int, list[float]], **kwargs) -> None:
-    """``demand.signals.records_ingested``: react once the ingest has committed."""
-    if (
-        not settings.PREWARM_REACT_AT_INGEST
-        or not arrivals
-        or not Policy.objects.filter(active=True).exclude(strategy=PolicyStrategy.OFF).exists()
-    ):
-        return  # nothing would be planned: no task to send
-    payload = {str(k): v for k, v in arrivals.items()}
-    transaction.on_commit(lambda: react_to_ingest.delay(payload))

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from controlplane.core import planner
 from controlplane.core.policy import guard as harm_guard
+from controlplane.core.policy import planner
 from controlplane.core.policy.inputs import EngineReport, engine_states
 from controlplane.core.policy.types import (
     Budgets,

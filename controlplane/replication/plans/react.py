@@ -17,6 +17,9 @@ import logging
 import math
 import time
 
+from celery import shared_task
+from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from controlplane.core.policy import onset
@@ -24,7 +27,7 @@ from controlplane.core.policy.reactive import HOT_WINDOW_S, ReactiveRule, hot_fa
 from controlplane.core.protocol import TIER_GPU
 
 from ..choices import PolicyStrategy
-from ..models import ReplicationPlan
+from ..models import Policy, ReplicationPlan
 from .cycle import active_policy, plan_and_apply
 from .inputs import Inputs, chain_hex, gather, holders_to_be
 from .measured import ingest_demand
@@ -122,3 +125,22 @@ def fanout(inputs: Inputs, demand: dict[int, float], now) -> frozenset[str]:
         ):
             out.add(c.prefix_id)
     return frozenset(out)
+
+
+@shared_task(name="controlplane.replication.tasks.react_to_ingest")
+def react_to_ingest(arrivals: dict[str, list[float]]) -> int | None:
+    """Plan the hot keys of an ingest now (``plans.react``); the plan's id, or None."""
+    plan = react({int(k): v for k, v in arrivals.items()})
+    return plan.pk if plan else None
+
+
+def on_records_ingested(sender, arrivals: dict[int, list[float]], **kwargs) -> None:
+    """``demand.signals.records_ingested``: react once the ingest has committed."""
+    if (
+        not settings.PREWARM_REACT_AT_INGEST
+        or not arrivals
+        or not Policy.objects.filter(active=True).exclude(strategy=PolicyStrategy.OFF).exists()
+    ):
+        return  # nothing would be planned: no task to send
+    payload = {str(k): v for k, v in arrivals.items()}
+    transaction.on_commit(lambda: react_to_ingest.delay(payload))
