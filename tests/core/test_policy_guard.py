@@ -125,3 +125,20 @@ def test_the_summary_says_how_much_is_allowed_and_why():
     out = guard.summary(s, planned=5, admitted=2)
     assert out["allowed"] == guard.DECREASE and out["held_back"] == 3
     assert "engine:b cut to 0.5" in out["why"] and out["engines"] == {"b": 0.5}
+
+
+def test_a_warm_up_yields_to_requests_queued_on_its_target():
+    def move(target):
+        return planner.PlannedMove("p", (1,), "a", target, "gpu", 1, 0.0, 1.0, 0.1, 1.0, "r")
+
+    engines = [
+        planner.EngineState("b", "n2", 1e10, 1e9, 0.0, 1e10, 0.0, queue_s=0.3),
+        planner.EngineState("c", "n3", 1e10, 1e9, 0.0, 1e10, 0.0),
+        planner.EngineState("w", "n4", 1e10, 1e9, 0.0, 1e10, 0.0, lifecycle=ENGINE_WARMING),
+    ]
+    items = [move(t) for t in "bcw"]
+    kept, held = guard.spare_only(items, engines=engines, takes_compute=True)
+    assert [m.target for m in kept] == ["c", "w"] and set(held) == {"b"}
+    assert "queued on its target (0.30 s)" in held["b"]
+    # A copy of bytes takes no compute on its target: nothing yields.
+    assert guard.spare_only(items, engines=engines, takes_compute=False) == (items, {})

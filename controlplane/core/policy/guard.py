@@ -225,3 +225,29 @@ def summary(state: GuardState, *, planned: int = 0, admitted: int = 0) -> dict:
         "why": why,
         "state": state.to_json(),
     }
+
+
+def spare_only(
+    items: Iterable[PlannedMove], *, engines: Sequence[EngineState], takes_compute: bool
+) -> tuple[list[PlannedMove], dict[str, str]]:
+    """Speculation only into spare capacity: where an item takes its target's compute (a
+    warm-up is a prefill on the target engine: ``takes_compute``), it yields to the requests
+    queued there: an item whose serving target reports any queue is held this round. Returns
+    (the items kept, per target held the reason). A copy's bytes yield to serving traffic on its
+    link where the link's bandwidth is taken net of serving (``EngineState.link_bytes_per_s``)."""
+    items = list(items)
+    if not takes_compute:
+        return items, {}
+    queued = {
+        e.engine_id: e.queue_s for e in engines if e.lifecycle != ENGINE_WARMING and e.queue_s > 0
+    }
+    kept, held = [], {}
+    for it in items:
+        q = queued.get(it.target)
+        if q is None:
+            kept.append(it)
+        else:
+            held[it.target] = (
+                f"warm-up held: requests queued on its target ({q:.2f} s); it yields to them"
+            )
+    return kept, held

@@ -168,7 +168,13 @@ def plan_and_apply(
     items = harm_guard.admit(
         planned, state=state, engines=inputs.engines, candidates=inputs.candidates, budgets=budgets
     )
+    # Speculation only into spare capacity: a warm-up (a prefill on its target) yields to the
+    # requests queued there; the summary says which targets it held back.
+    items, yielded = harm_guard.spare_only(
+        items, engines=inputs.engines, takes_compute=policy.default_transport == Transport.WARMUP
+    )
     guard_summary = live_guard.summary(state, observed, inputs, planned, items)
+    guard_summary["yielded"] = yielded
     # One replica per (prefix, engine): copies planned, moving, landed or held (and held-out
     # pairs) are holders-to-be; the residency index alone does not show them yet.
     to_be = holders_to_be(now)
