@@ -26,6 +26,7 @@ class Watched:
     queue_before_s: float | None
     copy_s: float
     lead_s: float
+    queues_at_plan: dict[str, float]  # every serving engine's queue at planning (shared)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class SimGuard:
         *,
         target: EngineState | None,
         group: str,
+        queues_at_plan: dict[str, float],
         planned_at: float,
         lands_at: float | None,
         lead_s: float,
@@ -49,12 +51,21 @@ class SimGuard:
             return
         before = target.queue_s if target.lifecycle == ENGINE_SERVING else None
         self.watched.append(
-            Watched(lands_at, target.engine_id, group, before, lands_at - planned_at, lead_s)
+            Watched(
+                lands_at,
+                target.engine_id,
+                group,
+                before,
+                lands_at - planned_at,
+                lead_s,
+                queues_at_plan,
+            )
         )
 
     def observe(self, t: float, engines: list[EngineState], budgets: Budgets) -> None:
         """The copies landed by ``t`` against their targets' queue now: the guard steps."""
         queue = {e.engine_id: e.queue_s for e in engines}
+        serving = serving_queues(engines)
         landed, left = [], []
         for w in self.watched:
             if w.lands_at > t:
@@ -68,6 +79,7 @@ class SimGuard:
                         queue_after_s=queue[w.target],
                         copy_s=w.copy_s,
                         lead_s=w.lead_s,
+                        peers_rise_s=peers_rise(w.queues_at_plan, serving, w.target),
                     )
                 )
         self.watched = left
@@ -81,6 +93,16 @@ class SimGuard:
         )
         self.harmful_rounds += cut
         self.min_allowed = min(self.min_allowed, guard.summary(self.state)["allowed"])
+
+
+def serving_queues(engines: list[EngineState]) -> dict[str, float]:
+    return {e.engine_id: e.queue_s for e in engines if e.lifecycle == ENGINE_SERVING}
+
+
+def peers_rise(then: dict[str, float], now: dict[str, float], target: str) -> float:
+    """The mean queue rise from ``then`` to ``now`` of the serving engines but ``target``."""
+    rises = [now[k] - q for k, q in then.items() if k != target and k in now]
+    return sum(rises) / len(rises) if rises else 0.0
 
 
 def lead_of(first_arrival_s: float) -> float:

@@ -43,7 +43,7 @@ from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders
 from controlplane.core.protocol import TIER_CPU, TIER_DISK
 from controlplane.sim import adapter
 from controlplane.sim.engine import WARMING
-from controlplane.sim.guarded import SimGuard, lead_of
+from controlplane.sim.guarded import SimGuard, lead_of, serving_queues
 from controlplane.sim.policies import Reactive
 from controlplane.sim.workloads.base import BLOCK_TOKENS
 
@@ -98,7 +98,7 @@ class PlannedPolicy(Reactive):
         self.reasons: list[str] = []
         # The harm guard (``core.policy.guard``) fed by the simulated cluster (``sim.guarded``).
         self.guard = SimGuard() if guard else None
-        self._round: tuple[dict, dict] = ({}, {})
+        self._round: tuple[dict, dict, dict] = ({}, {}, {})
 
     # -- setup -----------------------------------------------------------------------------
     def setup(self, sim) -> None:
@@ -288,7 +288,7 @@ class PlannedPolicy(Reactive):
             overrides=self.overrides,
             guard=None if self.guard is None else self.guard.state,
         )
-        self._round = ({e.engine_id: e for e in engines}, demand)
+        self._round = ({e.engine_id: e for e in engines}, demand, serving_queues(engines))
         for it in items:
             self._execute(sim, it, t)
 
@@ -426,7 +426,7 @@ class PlannedPolicy(Reactive):
         pid = int(it.prefix_id)
         dst = sim.engines[int(it.target[1:])]
         ttl = self.budgets.ttl_s
-        states, demand = self._round
+        states, demand, queues = self._round
         self.plan_items += 1
         if len(self.reasons) < 50:
             self.reasons.append(f"t={t:.0f}s {it.prefix_id}->{it.target}: {it.reason}")
@@ -459,6 +459,7 @@ class PlannedPolicy(Reactive):
                 self.guard.record(
                     target=states.get(it.target),
                     group=sim.workload.prefix_wkey[pid],
+                    queues_at_plan=queues,
                     planned_at=t,
                     lands_at=land,
                     lead_s=lead_of(d.first_arrival_s if d is not None else 0.0),

@@ -142,3 +142,14 @@ def test_a_warm_up_yields_to_requests_queued_on_its_target():
     assert "queued on its target (0.30 s)" in held["b"]
     # A copy of bytes takes no compute on its target: nothing yields.
     assert guard.spare_only(items, engines=engines, takes_compute=False) == (items, {})
+
+
+def test_a_queue_that_rose_as_much_on_engines_without_copies_is_no_harm():
+    busy = guard.Signals(landed=[guard.Landed(**{**_kw(), "peers_rise_s": 2.9})])
+    assert not guard.observe(guard.GuardState(), busy, limit_s=LIMIT).engines
+    alone = guard.Signals(landed=[guard.Landed(**{**_kw(), "peers_rise_s": 0.5})])
+    assert guard.observe(guard.GuardState(), alone, limit_s=LIMIT).engine("b") == guard.DECREASE
+
+
+def _kw():
+    return {"target": "b", "group": "g", "queue_before_s": 0.0, "queue_after_s": 3.0}

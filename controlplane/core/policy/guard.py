@@ -4,8 +4,8 @@ Each round the caller tells the guard what its last speculative copies did (``Si
 what the live system sees and the simulator reproduces the same way:
 
 - the queue of each copy's target after it landed against its queue when the copy was planned
-  (a copy that leaves its target queueing beyond ``queue_limit_s``, higher than before, took
-  compute a served request needed);
+  (a copy that leaves its target queueing beyond ``queue_limit_s``, and higher than before by
+  more than the engines that took no copy rose meanwhile, took compute a served request needed);
 - misses on a target for the ``evicted`` reason (``core.misses``) while it took speculative
   copies: the blocks the copies displaced were wanted;
 - the TTFT of treated against held-out requests of a prefix group, where both are measured;
@@ -48,6 +48,9 @@ class Landed:
     group: str  # its prefix group (the candidate's workload key)
     queue_before_s: float | None  # the target's queue when it was planned (None: joining)
     queue_after_s: float  # the target's queue now
+    # the mean queue rise, over the same time, of the serving engines that took no copy: the
+    # control a target's own rise is compared with (a load that rises everywhere is no harm)
+    peers_rise_s: float = 0.0
     copy_s: float = 0.0  # seconds the copy took
     lead_s: float = math.inf  # seconds from planning to the first request it was for
 
@@ -116,7 +119,7 @@ def harms(signals: Signals, *, limit_s: float) -> tuple[dict[str, str], dict[str
         if (
             before is not None
             and c.queue_after_s > limit_s
-            and c.queue_after_s > before + QUEUE_RISE_S
+            and c.queue_after_s > before + max(0.0, c.peers_rise_s) + QUEUE_RISE_S
         ):
             why = (
                 f"a copy raised its queue from {before:.2f} s to {c.queue_after_s:.2f} s "

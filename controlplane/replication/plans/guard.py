@@ -8,7 +8,7 @@ next state in its own plan. What it watches, since that plan:
 - the copies that landed (``SpeculativeReplica`` rows, not shadow or held out, placed since):
   their target's queue now (the agents' last ``num_requests_waiting``, by the shared input rule)
   against the target's queue when the plan that made the copy was stored (its summary's
-  ``queue_at_plan``);
+  ``queue_at_plan``), net of the mean rise of the other serving engines since;
 - misses for the ``evicted`` reason on those targets since (``MissBucket``).
 
 A plan made at ingest uses the last state and does not step it (the cycle's cadence paces the
@@ -59,13 +59,16 @@ def signals(policy: Policy, inputs: Inputs, since: datetime) -> guard.Signals:
         eid = str(engine_id)
         if eid not in queue:
             continue
-        before = ((plan_summary or {}).get("guard") or {}).get("queue_at_plan", {}).get(eid)
+        then = ((plan_summary or {}).get("guard") or {}).get("queue_at_plan", {})
+        before = then.get(eid)
+        rises = [queue[k] - q for k, q in then.items() if k != eid and k in queue]
         landed.append(
             guard.Landed(
                 target=eid,
                 group=str(tenant.get(key_id, key_id)),  # the candidates' prefix group
                 queue_before_s=float(before) if isinstance(before, int | float) else None,
                 queue_after_s=queue[eid],
+                peers_rise_s=sum(rises) / len(rises) if rises else 0.0,
             )
         )
     targets = {int(c.target) for c in landed}
@@ -106,8 +109,7 @@ def summary(
     queue = {e.engine_id: e.queue_s for e in inputs.engines if e.lifecycle == ENGINE_SERVING}
     out = guard.summary(state, planned=len(planned), admitted=len(items))
     out["observed_at"] = observed_at.isoformat()
-    out["queue_at_plan"] = {
-        it.target: round(queue[it.target], 4) for it in items if it.target in queue
-    }
+    # every serving engine's: a target's rise is compared with the others' (no copy there)
+    out["queue_at_plan"] = {k: round(q, 4) for k, q in queue.items()}
     PLAN_GUARD_ALLOWED.set(out["allowed"])
     return out
