@@ -42,12 +42,6 @@ RESIDENCY_DELTAS = Counter(
     "Block deltas (stored + removed) received in applied reports",
     registry=REGISTRY,
 )
-PLAN_GUARD_ALLOWED = Gauge(
-    "prewarm_plan_guard_allowed",
-    "Speculation the harm guard allows now: the lowest allowance of an engine or prefix group "
-    "(1: full budget; the latest plan's summary says why)",
-    registry=REGISTRY,
-)
 AGENT_SOCKETS = Gauge(
     "prewarm_agent_sockets", "Agent job websockets open on this web process", registry=REGISTRY
 )

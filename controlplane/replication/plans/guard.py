@@ -12,7 +12,8 @@ next state in its own plan. What it watches, since that plan:
 - misses for the ``evicted`` reason on those targets since (``MissBucket``).
 
 A plan made at ingest uses the last state and does not step it (the cycle's cadence paces the
-guard). ``PREWARM_GUARD_ALLOWED`` (a Prometheus gauge) says how much speculation is allowed now.
+guard). The gauge ``prewarm_plan_guard_allowed`` (``readmodels.metrics``) is the latest plan's
+``allowed``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from controlplane.core.policy import guard
 from controlplane.core.policy.types import Budgets, PlannedMove
 from controlplane.core.protocol import ENGINE_SERVING
 from controlplane.demand.models import MissBucket
-from controlplane.metrics import PLAN_GUARD_ALLOWED
 
 from ..models import Policy, ReplicationPlan, SpeculativeReplica
 from .inputs import Inputs
@@ -111,5 +111,4 @@ def summary(
     out["observed_at"] = observed_at.isoformat()
     # every serving engine's: a target's rise is compared with the others' (no copy there)
     out["queue_at_plan"] = {k: round(q, 4) for k, q in queue.items()}
-    PLAN_GUARD_ALLOWED.set(out["allowed"])
     return out
