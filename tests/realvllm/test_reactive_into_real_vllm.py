@@ -100,6 +100,13 @@ def test_reactive_strategy_warms_a_hot_prefix_into_the_second_engine(
         }
         resp = api(cp, "POST", "/api/policies/", json=policy)
         assert resp.status_code == 201, resp.text
+        # The first cycle runs at once (there is no plan yet), on no demand; the next is a day
+        # away, so every plan after it is made at ingest.
+        wait_for(
+            lambda: api(cp, "GET", "/api/plans/?limit=5").json()["count"] >= 1,
+            30,
+            what="the first plan cycle",
+        )
         resp = httpx.post(
             f"{cp.url}/api/request-records/",
             json={"records": demand(time.time(), PREFIX, TENANT)},
