@@ -17,6 +17,7 @@ import time
 import httpx
 import pytest
 
+from controlplane.core import blockhash
 from controlplane.harness.realvllm.driver import Gateway, Target
 from controlplane.harness.realvllm.engine import (
     BLOCK_SIZE,
@@ -27,16 +28,18 @@ from controlplane.harness.realvllm.engine import (
 from tests.e2e.harness import EngineMetricsServer
 from tests.live import wait_for
 from tests.realvllm.helpers import api, engine_blocks, fresh, lookup_depth, start_agent
-from tests.realvllm.test_replication_into_real_vllm import (
-    CHAIN,
-    PREFIX,
-    TENANT,
-    demand,
-    job_states,
-)
+from tests.realvllm.test_replication_into_real_vllm import demand, job_states
 from tests.realvllm.test_replication_into_real_vllm import worker_plane as worker_plane  # noqa: F401
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+# Its own tenant and prefix: the engines outlive the test, and the other tests' prefixes may
+# still be in their KV-event replay.
+TENANT = "reactive-tenant"
+PREFIX = [
+    random.Random("reactive-tenant-prefix").randrange(4, 2048) for _ in range(40 * BLOCK_SIZE)
+]
+CHAIN = blockhash.chain_keys(PREFIX, BLOCK_SIZE)
 
 
 def test_reactive_strategy_warms_a_hot_prefix_into_the_second_engine(
@@ -97,9 +100,16 @@ def test_reactive_strategy_warms_a_hot_prefix_into_the_second_engine(
         }
         resp = api(cp, "POST", "/api/policies/", json=policy)
         assert resp.status_code == 201, resp.text
+        # The first cycle runs at once (there is no plan yet), on no demand; the next is a day
+        # away, so every plan after it is made at ingest.
+        wait_for(
+            lambda: api(cp, "GET", "/api/plans/?limit=5").json()["count"] >= 1,
+            30,
+            what="the first plan cycle",
+        )
         resp = httpx.post(
             f"{cp.url}/api/request-records/",
-            json={"records": demand(time.time())},
+            json={"records": demand(time.time(), PREFIX, TENANT)},
             headers={"Authorization": f"Bearer {cp.gateway}"},
             timeout=60,
         )

@@ -17,8 +17,8 @@ from tests.workflow.test_plan_queues import report_waiting
 
 
 @pytest.fixture(autouse=True)
-def at_ingest(settings):
-    settings.PREWARM_REACT_AT_INGEST = True
+def at_ingest(fleet, settings):
+    settings.PREWARM_REACT_AT_INGEST = True  # after the fleet fixture turned it off
 
 
 def ingest(fleet, mode: str, **policy):
