@@ -27,7 +27,7 @@ def landed(target="b", group="g", before=0.0, after=3.0, copy_s=0.0, lead_s=floa
 
 def test_a_copy_that_raises_its_targets_queue_beyond_the_limit_halves_its_allowance():
     s = guard.observe(guard.GuardState(), guard.Signals(landed=[landed()]), limit_s=LIMIT)
-    assert s.engine("b") == guard.DECREASE and s.group("g") == guard.DECREASE
+    assert s.engine("b") == guard.DECREASE and s.group("g") == 1.0  # the engine's harm
     assert "0.00 s to 3.00 s" in s.why["engine:b"] and s.engine("c") == 1.0
     # A second harmful round halves it again; many signals in one round cut once.
     s = guard.observe(s, guard.Signals(landed=[landed(), landed(after=5.0)]), limit_s=LIMIT)
@@ -103,6 +103,12 @@ def _plan(state):
         guard=state,
     )
     return {(it.prefix_id, it.target) for it in items}
+
+
+def test_the_limit_is_the_planners_target_queue_limit_else_the_back_offs():
+    assert guard.queue_limit_s(planner.Budgets(max_queue_s=2.0, max_cluster_queue_s=1.0)) == 2.0
+    assert guard.queue_limit_s(planner.Budgets(max_cluster_queue_s=1.0)) == 1.0
+    assert guard.queue_limit_s(planner.Budgets()) == guard.QUEUE_LIMIT_S
 
 
 def test_the_allowances_cut_the_planners_items_per_engine_and_per_group():

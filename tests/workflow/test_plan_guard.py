@@ -43,7 +43,7 @@ def test_copies_that_raise_their_targets_queue_cut_the_next_plans_budget(fleet):
     targets, g = _copies_land_then_targets_report(fleet, waiting=40)
     assert g["allowed"] == 0.5 and set(g["engines"]) == targets, g
     assert g["engines"] == {t: 0.5 for t in targets}
-    assert "raised its queue from 0.00 s to" in g["why"] and "limit 1 s" in g["why"], g
+    assert "raised its queue from 0.00 s to" in g["why"] and "limit 2 s" in g["why"], g
     assert gauge() == 0.5
 
 

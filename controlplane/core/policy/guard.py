@@ -12,7 +12,8 @@ what the live system sees and the simulator reproduces the same way:
 - a copy's time against the forecast's lead time (a copy landing after the first request it
   was for served nobody in time).
 
-On harm the guard cuts the allowance of the engine or prefix group concerned multiplicatively
+A queue raised or blocks evicted are an engine's harm; a late copy or a worse treated TTFT a
+prefix group's. On harm the guard cuts the allowance of the engine or group multiplicatively
 (``DECREASE``, down to ``FLOOR``), at most once a round; on a round with no harm it grows it back
 additively (``INCREASE``) up to 1 (full speculation: the guard then changes nothing). The
 allowance scales what the planner's items may take: an engine takes speculative bytes up to its
@@ -103,8 +104,9 @@ class GuardState:
 
 
 def queue_limit_s(budgets: Budgets) -> float:
-    """The queue a copy must not push its target beyond: the back-off's limit where set."""
-    for limit in (budgets.max_cluster_queue_s, budgets.max_queue_s):
+    """The queue a copy must not push its target beyond: the planner's target limit
+    (``max_queue_s``: no item lands on an engine queueing longer), else the back-off's."""
+    for limit in (budgets.max_queue_s, budgets.max_cluster_queue_s):
         if math.isfinite(limit):
             return limit
     return QUEUE_LIMIT_S
@@ -125,8 +127,7 @@ def harms(signals: Signals, *, limit_s: float) -> tuple[dict[str, str], dict[str
                 f"a copy raised its queue from {before:.2f} s to {c.queue_after_s:.2f} s "
                 f"(limit {limit_s:g} s)"
             )
-            engines.setdefault(c.target, why)
-            groups.setdefault(c.group, f"a copy to engine {c.target}: {why}")
+            engines.setdefault(c.target, why)  # the engine's harm: its group is not cut
         if c.copy_s > c.lead_s:
             groups.setdefault(
                 c.group,
