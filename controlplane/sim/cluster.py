@@ -154,6 +154,7 @@ class RunResult:
     plan_items: int = 0
     arrivals: np.ndarray | None = None  # request arrival times (for the warm-up cut)
     backlog_s: float = 0.0  # mean queue of the serving engines when the last request arrived
+    guard: dict = field(default_factory=dict)  # the harm guard's rounds, where the policy has one
 
 
 class Simulation:
@@ -505,6 +506,7 @@ class Simulation:
             getattr(policy, "plan_items", 0),
             wl.t,
             backlog,
+            getattr(policy, "guard_stats", {}),
         )
 
     def _sample(self, t: float) -> dict:

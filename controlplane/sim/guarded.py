@@ -62,6 +62,15 @@ class SimGuard:
             )
         )
 
+    def stats(self) -> dict:
+        """For the run's summary: rounds stepped, rounds that cut an allowance, the lowest
+        allowance reached."""
+        return {
+            "rounds": self.rounds,
+            "harmful_rounds": self.harmful_rounds,
+            "min_allowed": round(self.min_allowed, 4),
+        }
+
     def observe(self, t: float, engines: list[EngineState], budgets: Budgets) -> None:
         """The copies landed by ``t`` against their targets' queue now: the guard steps."""
         queue = {e.engine_id: e.queue_s for e in engines}

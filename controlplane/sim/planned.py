@@ -219,6 +219,10 @@ class PlannedPolicy(Reactive):
         self._plan_round(sim, t, only=(pid,))
 
     @property
+    def guard_stats(self) -> dict:
+        return {} if self.guard is None else self.guard.stats()
+
+    @property
     def before_route(self):  # noqa: D401 - a hook the simulator calls before routing
         return self._before
 

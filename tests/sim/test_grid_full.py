@@ -62,3 +62,18 @@ def test_the_grid_reports_gap_closed_against_everywhere():
         ]
     )
     assert "| 50% |" in row
+
+
+def test_a_predictive_run_reports_its_guards_rounds():
+    from controlplane.sim.cluster import Simulation
+    from controlplane.sim.metrics import summarize
+    from controlplane.sim.policy_factory import make_policy
+    from tests.sim.test_sim import _small
+
+    cfg, w = _small()
+    r = Simulation(cfg, w, make_policy("predictive")).run()
+    g = summarize(r, 1e12, w.duration_s)["guard"]
+    assert g["rounds"] > 0 and 0 < g["min_allowed"] <= 1.0 and g["harmful_rounds"] >= 0
+    assert "guard" not in summarize(
+        Simulation(cfg, w, make_policy("predictive-unguarded")).run(), 1e12, w.duration_s
+    )
