@@ -135,7 +135,7 @@ def plan_and_apply(
     t0: float,
     trigger: str = "cycle",
     store_empty: bool = True,
-    pinned: frozenset[str] = frozenset(),
+    pinned: frozenset[str] = frozenset(),  # the hot fanout's keys (``react.fanout``)
 ) -> ReplicationPlan | None:
     """The shared policy's items for ``inputs`` (``core.policy.decide``: the planner under the
     policy's budgets and overrides), stored as a plan; then the policy's mode decides."""
@@ -160,6 +160,13 @@ def plan_and_apply(
         budgets=budgets,
         overrides=overrides,
     )
+    if pinned:  # the hot fanout's keys are planned as pins are, and say why
+        items = [
+            dataclasses.replace(it, reason="hot fanout: " + it.reason.removeprefix("pinned; "))
+            if it.prefix_id in pinned
+            else it
+            for it in items
+        ]
     # One replica per (prefix, engine): copies planned, moving, landed or held (and held-out
     # pairs) are holders-to-be; the residency index alone does not show them yet.
     to_be = holders_to_be(now)
