@@ -90,3 +90,13 @@ def test_predictive_falls_back_to_the_reactive_rule_at_ingest_where_a_holder_que
     plan = ReplicationPlan.objects.filter(summary__trigger="ingest").first()
     assert plan is not None and plan.items.exists(), plan
     assert {i.target.node.name for i in plan.items.all()} <= {"node-b", "node-c"}
+
+
+def test_hot_fanout_copies_a_hot_prefix_its_idle_holder_could_serve(fleet):
+    fleet.report("node-a", burst.PREFIX, seq=3, metrics={"running": 0})  # the holder idles
+    _, plan = ingest(fleet, "auto", strategy="reactive")
+    assert plan is None  # its holder takes the measured demand: reactive copies nothing
+    _, plan = ingest(fleet, "auto", strategy="reactive", hot_fanout=True, name="fanout")
+    assert plan is not None, ReplicationPlan.objects.values_list("summary", flat=True)
+    # Mooncake's fanout: one more copy in HBM (two memory replicas), whatever the holder's load.
+    assert plan.items.count() == 1 and plan.items.get().reason.startswith("hot fanout: ")

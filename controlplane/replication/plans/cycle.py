@@ -137,7 +137,7 @@ def plan_and_apply(
     t0: float,
     trigger: str = "cycle",
     store_empty: bool = True,
-    pinned: frozenset[str] = frozenset(),
+    pinned: frozenset[str] = frozenset(),  # the hot fanout's keys (``react.fanout``)
 ) -> ReplicationPlan | None:
     """The shared policy's items for ``inputs`` (``core.policy.decide``: the planner under the
     policy's budgets and overrides), stored as a plan; then the policy's mode decides."""
@@ -162,6 +162,13 @@ def plan_and_apply(
         budgets=budgets,
         overrides=overrides,
     )
+    if pinned:  # the hot fanout's keys are planned as pins are, and say why
+        planned = [
+            dataclasses.replace(it, reason="hot fanout: " + it.reason.removeprefix("pinned; "))
+            if it.prefix_id in pinned
+            else it
+            for it in planned
+        ]
     # The harm guard (what ``decide(guard=...)`` applies; here apart, so the summary can say
     # how many items it held back): stepped by the plan cycle, kept by plans made at ingest.
     state, observed = live_guard.state_for(policy, inputs, budgets, now, step=trigger == "cycle")
