@@ -13,13 +13,15 @@ steepest demand ramp, 10 trace seconds per wall second, as token-id prompts that
 tenant's shared prefix of 1,056-1,600 tokens). ``vllm-a`` serves from the start; ``vllm-b`` joins
 as in a scale-out and serves from ``--serve-s``. The policies:
 
-  none        cache-aware routing only: the control plane plans in shadow mode, copies nothing
-  reactive    the control plane learns of the joining engine only when it starts serving
-              (draining -> warming -> serving at once): whatever it copies comes with no lead
-              time. (The control plane has no hot-spot rule of its own; the simulator's
-              ``reactive`` is that rule, see docs/benchmarks.md.)
-  predictive  the joining engine is announced ``warming`` at ``--announce-s``; the planner warms
-              it with the forecast-hot tenant prefixes before it serves (the scale-out path)
+  none        cache-aware routing only: the policy's strategy is ``off``, nothing is copied
+  reactive    strategy ``reactive``: a prefix is copied once the demand measured at ingest
+              outruns its holders (no forecast)
+  predictive  strategy ``predictive``: the planner warms the joining engine with the
+              forecast-hot tenant prefixes before it serves, re-plans a burst's onset at ingest
+              and keeps the reactive fallback
+
+In every arm the joining engine is announced ``warming`` at ``--announce-s`` and serves from
+``--serve-s``, as an operator's scale-out would: the arms differ only in the policy's strategy.
 
 Runs alternate policy by policy (predictive, none, reactive, predictive, ...), ``--runs`` each. Every
 run starts from reset engines (``POST /reset_prefix_cache``, vLLM's dev-mode route; checked: a
@@ -232,10 +234,8 @@ def _manage(env: dict[str, str], code: str) -> None:
 def policy_fields(policy: str) -> dict[str, Any]:
     # The A/B's arms are whole runs: nothing is held out within one (the demo's policy holds
     # out half its prefixes).
-    fields = {**REAL_POLICY, "holdout_fraction": 0.0}
-    if policy == "none":
-        fields["mode"] = "shadow"  # plans and scores, moves nothing
-    return fields
+    strategy = {"none": "off", "reactive": "reactive", "predictive": "predictive"}[policy]
+    return {**REAL_POLICY, "holdout_fraction": 0.0, "strategy": strategy}
 
 
 def one_run(
@@ -287,7 +287,7 @@ def one_run(
         if not lc.find({joiner.name}):
             raise RuntimeError(f"{joiner.name} is not known to the control plane")
         lc.hold([joiner.name])
-        announce = args.serve_s if policy == "reactive" else args.announce_s
+        announce = args.announce_s  # the same scale-out in every arm
         stop = threading.Event()
         sched = threading.Thread(
             target=lc.run, args=({joiner.name: (announce, args.serve_s)}, stop), daemon=True
@@ -559,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=5, help="runs per policy (default 5)")
     p.add_argument("--policies", default=",".join(POLICIES))
-    p.add_argument("--announce-s", type=float, default=30.0, help="predictive: warming from")
+    p.add_argument("--announce-s", type=float, default=30.0, help="the joiner is warming from")
     p.add_argument("--serve-s", type=float, default=90.0, help="the joining engine serves from")
     p.add_argument("--tenants", type=int, default=8, help="ServeGen tenants (the busiest)")
     p.add_argument(

@@ -38,6 +38,7 @@ from controlplane.replication.choices import (
     JobState,
     OverrideKind,
     PolicyMode,
+    PolicyStrategy,
     StorageTier,
     Transport,
 )
@@ -309,6 +310,7 @@ def policies(request):
         policies=Policy.objects.all(),
         blank=Policy(),
         modes=PolicyMode.CHOICES,
+        strategies=PolicyStrategy.CHOICES,
         transports=Transport.CHOICES,
     )
 

@@ -18,7 +18,7 @@ from controlplane.fleet.models import Engine
 
 from . import misses
 from .models import DemandBucket, MissBucket, WorkloadKey
-from .signals import requests_served
+from .signals import records_ingested, requests_served
 
 MAX_GROUPS_PER_TENANT_MODEL = 64
 GROUP_TOKENS = 1024
@@ -124,8 +124,11 @@ def ingest_records(records: list[dict]) -> dict:
                     created += made
             keys_cache[ident] = wk
         resolved[asked] = (wk, group)
+    arrivals: dict[int, list[float]] = defaultdict(list)
     for rec, chain, ident in parsed:
         wk, group = resolved[ident]
+        if group != OTHER:
+            arrivals[wk.pk].append(float(rec["time"]))
         if group != OTHER:
             current = [int(k, 16) for k in wk.prefix_keys] if wk.prefix_keys else None
             common = shared_chain(current, chain)
@@ -193,6 +196,8 @@ def ingest_records(records: list[dict]) -> dict:
         misses.count(_served_rows(served_chains, served), bucket_s)
     # Replication credits its replicas with the requests they served (it sits above demand).
     requests_served.send(sender=ingest_records, served=served)
+    # ... and reacts to a hot spot or a burst's onset within seconds (replication.plans.react).
+    records_ingested.send(sender=ingest_records, arrivals=dict(arrivals))
     return {
         "accepted": len(records),
         "buckets_touched": len(counts),

@@ -10,7 +10,7 @@ Two kinds of series, so that they are right however many web and worker processe
   own; Prometheus scrapes every one (``instance`` label) and ``sum``s them. Workers count nothing,
   so Celery needs no multiprocess mode.
 - *Read from the database at scrape time* (``StateCollector``): agents by state, the latest plan's
-  cycle time, plan items by decision, jobs by state and transport, bytes moved, live and shadow
+  cycle time and the speculation its harm guard allowed, plan items by decision, jobs by state and transport, bytes moved, live and shadow
   replicas, precision and the verdict. Every process reports the same values; take ``max``.
 
 Metric names follow ``prewarm_<thing>_<unit>`` with few labels (docs/STYLE). The registry is
@@ -93,11 +93,20 @@ class StateCollector:
         at = GaugeMetricFamily(
             "prewarm_plan_last_timestamp_seconds", "When the latest plan was made"
         )
+        allowed = GaugeMetricFamily(
+            "prewarm_plan_guard_allowed",
+            "Speculation the harm guard allows in the latest plan: the lowest allowance of an "
+            "engine or prefix group (1: full budget; its summary.guard.why says why)",
+        )
         if latest is not None:
             cycle.add_metric([], float(latest.summary.get("planner_seconds") or 0.0))
             at.add_metric([], latest.created_at.timestamp())
+            guard = latest.summary.get("guard") or {}
+            if isinstance(guard.get("allowed"), int | float):
+                allowed.add_metric([], float(guard["allowed"]))
         yield cycle
         yield at
+        yield allowed
 
         items = GaugeMetricFamily(
             "prewarm_plan_items",

@@ -6,12 +6,24 @@ What travels to agents (tiers, transports, job actions and states) takes its spe
 
 from controlplane.choiceset import ChoiceSet
 from controlplane.core import protocol as wire
+from controlplane.core.policy import decide as strategies
 
 
 class PolicyMode(ChoiceSet):
     SHADOW = "shadow", "Shadow: plan and score, move nothing"
     MANUAL = "manual", "Manual: an operator approves each plan"
     AUTO = "auto", "Auto: approved within budgets"
+
+
+class PolicyStrategy(ChoiceSet):
+    """What decides copies (``controlplane.core.policy.decide``, shared with the simulator)."""
+
+    PREDICTIVE = (
+        strategies.STRATEGY_PREDICTIVE,
+        "Predictive: forecasts and burst onsets, with the reactive fallback",
+    )
+    REACTIVE = strategies.STRATEGY_REACTIVE, "Reactive: copy once measured demand outruns the holders"
+    OFF = strategies.STRATEGY_OFF, "Off: no replication"
 
 
 class OverrideKind(ChoiceSet):

@@ -15,6 +15,7 @@ from .choices import (
     OverrideKind,
     PlanState,
     PolicyMode,
+    PolicyStrategy,
     StorageTier,
     Transport,
 )
@@ -26,6 +27,16 @@ class Policy(models.Model):
     name = models.CharField(max_length=100, unique=True)
     active = models.BooleanField(default=False, help_text="the one policy the planner uses")
     mode = models.CharField(max_length=16, choices=PolicyMode.CHOICES, default=PolicyMode.SHADOW)
+    strategy = models.CharField(
+        max_length=16,
+        choices=PolicyStrategy.CHOICES,
+        default=PolicyStrategy.PREDICTIVE,
+        help_text="what decides copies: forecasts (with the reactive fallback), measured demand "
+        "alone, or nothing; approval mode, budgets and overrides apply to each",
+    )
+    hot_fanout = models.BooleanField(
+        default=False, help_text="reactive: also fan hot prefixes out as Mooncake Store does"
+    )
     max_spec_vram_fraction = models.FloatField(
         default=0.05, help_text="max share of each GPU's KV capacity for speculative replicas"
     )

@@ -12,13 +12,16 @@ from controlplane.forecasting.tasks import forecast_all
 from controlplane.queues import Queue, task
 
 from . import scoring
+from .choices import PolicyStrategy
 from .jobs import delivery, expiry
 from .jobs.delivery import dispatch_job as dispatch_job
 from .models import Policy
 from .plans import cycle
+from .plans.react import react_to_ingest as react_to_ingest
 from .services import prune_finished
 
-# dispatch_job is defined beside what it runs (jobs.delivery) and named as this module's.
+# dispatch_job and react_to_ingest are defined beside what they run (jobs.delivery,
+# plans.react) and named as this module's.
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +30,11 @@ log = logging.getLogger(__name__)
 def tick() -> dict:
     """Start forecast and plan cycles when the active policy's cadences say they are due."""
     policy = Policy.objects.filter(active=True).first()
-    if policy is None:
+    if policy is None or policy.strategy == PolicyStrategy.OFF:
         return {}
     due = cycle.due(policy)
+    if policy.strategy == PolicyStrategy.REACTIVE:
+        due["forecast"] = False  # measured demand only: nothing to forecast
     if due["forecast"]:
         forecast_then_plan(policy)
     elif due["plan"]:

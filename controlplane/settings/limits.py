@@ -73,6 +73,12 @@ PREWARM_PREFIX_TOKEN_IDS_KEEP_SECONDS = get_from_env(
 PREWARM_LINK_BYTES_PER_S = get_from_env("PREWARM_LINK_BYTES_PER_S", 12.5e9, type_cast=float)
 # The load assumed for an engine whose metrics say nothing (0..1).
 PREWARM_DEFAULT_ENGINE_LOAD = get_from_env("PREWARM_DEFAULT_ENGINE_LOAD", 0.5, type_cast=float)
+# Plan at ingest: a hot spot (reactive) or a burst's onset (predictive) in the request records
+# just ingested is planned at once (replication.plans.react), not at the next plan cycle.
+PREWARM_REACT_AT_INGEST = get_from_env("PREWARM_REACT_AT_INGEST", True, type_cast=str_to_bool)
+# Requests an engine serves at once where its agent does not report ``slots``: an engine's load is
+# its running requests over this plus its queue over the plan horizon (core.policy.inputs).
+PREWARM_ENGINE_SLOTS = get_from_env("PREWARM_ENGINE_SLOTS", 1.0, type_cast=float)
 # Cost-model presets for engines whose model name matches no known preset.
 PREWARM_DEFAULT_MODEL = get_from_env("PREWARM_DEFAULT_MODEL", "llama3-70b")
 PREWARM_DEFAULT_GPU = get_from_env("PREWARM_DEFAULT_GPU", "h100")

@@ -85,10 +85,17 @@ def parser() -> argparse.ArgumentParser:
     sd.add_argument("--json", dest="json_path")
     gr = sub.add_parser("grid", help="do-no-harm grid: predictive vs reactive per cell")
     gr.add_argument(
-        "--cells", default=None, help="setting:model:scenario,... (default: the whole grid)"
+        "--cells",
+        default=None,
+        help="setting:model:scenario,... (default: the one-axis grid; 'full': every trace, "
+        "loads x fleets x tenants x scenarios x models)",
     )
     gr.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
-    gr.add_argument("--policies", default="reactive,predictive")
+    gr.add_argument(
+        "--policies",
+        default="reactive,predictive,everywhere",
+        help="with everywhere: gap closed against it per cell",
+    )
     gr.add_argument("--duration", type=float, default=1200.0)
     gr.add_argument("--warmup", type=float, default=300.0)
     gr.add_argument("--workers", type=int, default=1)

@@ -393,6 +393,7 @@ class Simulation:
             getattr(policy, "plan_items", 0),
             wl.t,
             backlog,
+            getattr(policy, "guard_stats", {}),
         )
 
     def _sample(self, t: float) -> dict:

@@ -32,42 +32,34 @@ from controlplane.core.planner import (
     Budgets,
     Candidate,
     Demand,
-    EngineState,
-    Holding,
     Overrides,
-    plan,
+    cluster_queue_s,
 )
-from controlplane.core.policies.reactive import ReactiveRule
-from controlplane.core.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_CPU, TIER_DISK, TIER_GPU
-from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING
+from controlplane.core.policy import onset, retention
+from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, decide, states_of
+from controlplane.core.policy.inputs import COLD_VALUE_S
+from controlplane.core.policy.onset import ONSET_MIN_ARRIVALS, ONSET_REPLAN_S, ONSET_WINDOW_S
+from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders
+from controlplane.core.protocol import TIER_CPU, TIER_DISK
+from controlplane.sim import adapter
+from controlplane.sim.engine import WARMING
+from controlplane.sim.guarded import SimGuard, lead_of, serving_queues
 from controlplane.sim.policies import Reactive
 from controlplane.sim.workloads.base import BLOCK_TOKENS
 
 DAY_BUCKETS = 144  # 10-minute buckets in a day
 DAY_MODELS = ("last_value", "ewma", "seasonal_naive", "seasonal_blend")
 MAX_CANDIDATES = 256
-# Displaced value (expected prefill seconds over the horizon) below which cached room counts as
-# free when the planner is told how much room an engine has.
-COLD_VALUE_S = 0.5
+# ``predictive`` without the harm guard (``prewarm-sim seeds --policies ...``): the guard's
+# before/after on the same seeds in one run. Not among the default policies.
+UNGUARDED = "predictive-unguarded"
 TREND_WINDOW_S = 30.0  # short window whose rate, above the 120 s one, says demand is rising
-PIN_MIN_EXPECTED = 1.0  # requests expected per holder in the horizon to keep a prefix there
 MIN_EXPECTED_HITS = 1.6  # expected uses in the horizon: P(used) >= 0.8 for Poisson arrivals
-# A burst's onset, seen on arrivals rather than at the next tick: a prefix whose rate over the
-# last ONSET_WINDOW_S (at least ONSET_MIN_ARRIVALS arrivals) is ONSET_RATIO x its 120 s rate and
-# above its holders' capacity is re-planned at once (at most every ONSET_REPLAN_S), with that
-# rate as its demand: replicas fan out while the burst builds, from every holder that has one.
-ONSET_WINDOW_S = 5.0
-ONSET_MIN_ARRIVALS = 8
-ONSET_RATIO = 2.0
-ONSET_REPLAN_S = 2.0
+# A burst's onset (``core.policy.onset``) re-plans its prefix on arrival, not at the next tick.
 ONSET_LOOKAHEAD_S = 30.0  # clairvoyant: the true arrivals its on-arrival re-plan looks at
 # Cost-charged speculation: one setting for every trace and cell, shared with the control plane's
 # default policy (``core.planner.BENEFIT_MARGIN``, ``MAX_TARGET_QUEUE_S``, ``MAX_CLUSTER_QUEUE_S``;
-# docs/simulator.md, "What predictive's items are charged"). The planner backs off (no
-# promotions or new leases, no copies but of a prefix whose own holders carry the queue;
-# warm-ups of joining engines) while the serving engines queue, since a queue above the ramp-in
-# router's 0.5 s guard sends requests to engines that recompute their prefix, and the work that
-# adds keeps the queue.
+# docs/simulator.md, "What predictive's items are charged").
 
 
 class PlannedPolicy(Reactive):
@@ -79,6 +71,7 @@ class PlannedPolicy(Reactive):
         tick_s: float = 15.0,
         reactive_rule: ReactiveRule | None = None,
         use_prophet: bool = False,
+        guard: bool = True,
     ) -> None:
         if name not in ("predictive", "oracle", "clairvoyant"):
             raise ValueError(name)
@@ -103,6 +96,9 @@ class PlannedPolicy(Reactive):
         self.skipped = 0
         self.onset_replans = 0
         self.reasons: list[str] = []
+        # The harm guard (``core.policy.guard``) fed by the simulated cluster (``sim.guarded``).
+        self.guard = SimGuard() if guard else None
+        self._round: tuple[dict, dict, dict] = ({}, {}, {})
 
     # -- setup -----------------------------------------------------------------------------
     def setup(self, sim) -> None:
@@ -187,36 +183,44 @@ class PlannedPolicy(Reactive):
             return None
         service = sim.prefill_s(self.mean_suffix, len(keys) * BLOCK_TOKENS)
         holders = sum(1 for e in sim.serving if e.cache.match(keys) == len(keys))
-        if n / ONSET_LOOKAHEAD_S > max(1, holders) * (1.0 - sim.load(t)) / service:
+        rate = n / ONSET_LOOKAHEAD_S
+        if exceeds_holders(rate=rate, holders=holders, load=sim.load(t), service_s=service):
             return holders
         return None
 
     def _onset_rate(self, pid: int, t: float) -> float:
-        """The prefix's rate over the last ``ONSET_WINDOW_S`` where it is a burst's onset
-        (enough arrivals, ``ONSET_RATIO`` x the 120 s rate), else 0."""
+        """The prefix's rate over the last ``ONSET_WINDOW_S`` where it is a burst's onset."""
         tr = self.onset.get(pid)
         if tr is None:
             return 0.0
-        ro = tr.rate(t)
-        if ro * ONSET_WINDOW_S < ONSET_MIN_ARRIVALS or ro < ONSET_RATIO * self.trackers[pid].rate(
-            t
-        ):
-            return 0.0
-        return ro
+        return onset.onset_rate(short_rate=tr.rate(t), long_rate=self.trackers[pid].rate(t))
 
     def _maybe_onset(self, sim, t, pid, keys) -> None:
-        if t - self._onset_at.get(pid, -math.inf) < ONSET_REPLAN_S or self.seen.get(pid, 0) < 3:
-            return
+        last = self._onset_at.get(pid, -math.inf)
+        if t - last < ONSET_REPLAN_S or self.seen.get(pid, 0) < onset.MIN_SEEN:
+            return  # cheap checks first: this runs on every arrival
         ro = self._onset_rate(pid, t)
         if ro <= 0 or len(keys) < self.rule.min_blocks:
             return
-        service = sim.prefill_s(self.mean_suffix, len(keys) * BLOCK_TOKENS)
-        holders = sum(1 for e in sim.serving if e.cache.match(keys) == len(keys))
-        if ro <= max(1, holders) * (1.0 - sim.load(t)) / service:
-            return  # its holders absorb it
+        if not onset.replans(
+            now=t,
+            last_replan=last,
+            seen=self.seen.get(pid, 0),
+            rate=ro,
+            blocks=len(keys),
+            min_blocks=self.rule.min_blocks,
+            holders=sum(1 for e in sim.serving if e.cache.match(keys) == len(keys)),
+            load=sim.load(t),
+            service_s=sim.prefill_s(self.mean_suffix, len(keys) * BLOCK_TOKENS),
+        ):
+            return
         self._onset_at[pid] = t
         self.onset_replans += 1
         self._plan_round(sim, t, only=(pid,))
+
+    @property
+    def guard_stats(self) -> dict:
+        return {} if self.guard is None else self.guard.stats()
 
     @property
     def before_route(self):  # noqa: D401 - a hook the simulator calls before routing
@@ -257,8 +261,12 @@ class PlannedPolicy(Reactive):
         self._vf = self.value_fn(sim, t)
         if not demand:
             return
+        reports = adapter.engine_reports(sim, t, self._vf, cold_value_s=COLD_VALUE_S)
+        engines = states_of(reports, horizon_s=H)
         if only is None:
-            self._retain(sim, demand, t, H)
+            self._retain(sim, demand, t, H, cluster_queue_s(engines))
+            if self.guard is not None:
+                self.guard.observe(t, engines, self.budgets)
         wl = sim.workload
         bb = sim.block_bytes
         cands = []
@@ -274,9 +282,17 @@ class PlannedPolicy(Reactive):
                     str(pid), keys, tokens, len(keys) * bb, wl.prefix_wkey[pid], service, recompute
                 )
             )
-        holdings = self._holdings(sim, cands, t)
-        engines = self._engine_states(sim, t, H)
-        items = plan(cands, demand.values(), holdings, engines, self.budgets, self.overrides)
+        items = decide(
+            strategy=STRATEGY_PREDICTIVE,
+            candidates=cands,
+            demand=demand.values(),
+            holdings=adapter.holdings(sim, cands, t),
+            engines=engines,
+            budgets=self.budgets,
+            overrides=self.overrides,
+            guard=None if self.guard is None else self.guard.state,
+        )
+        self._round = ({e.engine_id: e for e in engines}, demand, serving_queues(engines))
         for it in items:
             self._execute(sim, it, t)
 
@@ -395,95 +411,26 @@ class PlannedPolicy(Reactive):
             self.forecast_log.setdefault(wl.prefix_wkey[pid], []).append((t, lam))
         return out
 
-    def _retain(self, sim, demand, t, H) -> None:
-        """Keep (lease) what the same ranking values: each prefix expected to serve at least
-        one request per holder in the horizon stays on its holders until the next round (in a
-        real fleet: an LMCache pin lease). Not above the planner's load gate
-        (``Budgets.max_load``): near saturation the room a lease holds is worth more to the
-        requests queueing now than to the demand it was kept for."""
-        if sim.load(t) > self.budgets.max_load or self._cluster_queue(sim, t) > (
-            self.budgets.max_cluster_queue_s
+    def _retain(self, sim, demand, t, H, queue_s: float) -> None:
+        """Keep (lease) what the same ranking values on its holders until the next round
+        (``core.policy.retention``)."""
+        if not retention.leases_allowed(
+            load=sim.load(t), cluster_queue_s=queue_s, budgets=self.budgets
         ):
             return
         until = t + 2 * self.tick_s
         for p in demand:
             keys = sim.workload.prefixes[int(p)]
             holders = [e for e in sim.serving if e.cache.match(keys) == len(keys)]
-            if holders and self._lam.get(int(p), 0.0) * H / len(holders) >= PIN_MIN_EXPECTED:
+            if retention.keeps(rate=self._lam.get(int(p), 0.0), holders=len(holders), horizon_s=H):
                 for e in holders:
                     e.cache.pin(keys, until)
-
-    @staticmethod
-    def _cluster_queue(sim, t) -> float:
-        serving = sim.serving
-        return sum(e.wait(t) for e in serving) / max(1, len(serving))
-
-    def _holdings(self, sim, cands, t) -> list[Holding]:
-        rows = []
-        for c in cands:
-            n = len(c.keys)
-            for e in sim.engines:
-                if e.state in (GONE, PLANNED):
-                    continue
-                m, lower = e.match(c.keys, t)
-                if m == n:
-                    rows.append(Holding(c.prefix_id, e.name, TIER_GPU))
-                elif lower and m + sum(k for _, k in lower) == n:
-                    rows.append(Holding(c.prefix_id, e.name, lower[-1][0].name))
-        return rows
-
-    def _engine_states(self, sim, t, H) -> list[EngineState]:
-        bb = sim.block_bytes
-        load = sim.load(t)
-        joining = sum(1 for e in sim.engines if e.state == WARMING)
-        out = []
-        for e in sim.engines:
-            if e.state not in (SERVING, WARMING):
-                continue
-            c = e.cache
-            if e.state == SERVING:
-                el = min(1.0, load + e.wait(t) / H)
-                starts = 0.0
-            else:
-                el = load * len(sim.serving) / max(1, len(sim.serving) + joining)
-                starts = self._serve_time(sim, e) - t
-            share = sim.config.link_share_with_serving
-            link = sim.config.network_bytes_per_s * max(0.05, 1.0 - share * load)
-            e.refresh_busy(t)
-            # Room: free blocks, and unreferenced blocks the ranking counts as cold.
-            room = c.spec_room(self._vf, COLD_VALUE_S)
-            # ... and what that room holds: the expected value of the blocks it would displace.
-            _, displaced = c.displaceable(room, self._vf)
-            out.append(
-                EngineState(
-                    e.name,
-                    f"n{e.node}",
-                    c.capacity * bb,
-                    room * bb,
-                    len(c.spec) * bb,
-                    link,
-                    el,
-                    ENGINE_SERVING if e.state == SERVING else ENGINE_WARMING,
-                    max(0.0, starts),
-                    {tier.name: tier.bytes_per_s for tier in e.tiers},
-                    max(0.0, e.link_free_at - t),
-                    e.wait(t) if e.state == SERVING else 0.0,
-                    displaced / (room * bb) if room else 0.0,
-                )
-            )
-        return out
-
-    @staticmethod
-    def _serve_time(sim, e) -> float:
-        for ch in sim.config.changes:
-            if ch.eid == e.eid:
-                return ch.serve_s
-        return 0.0
 
     def _execute(self, sim, it, t) -> None:
         pid = int(it.prefix_id)
         dst = sim.engines[int(it.target[1:])]
         ttl = self.budgets.ttl_s
+        states, demand, queues = self._round
         self.plan_items += 1
         if len(self.reasons) < 50:
             self.reasons.append(f"t={t:.0f}s {it.prefix_id}->{it.target}: {it.reason}")
@@ -499,7 +446,7 @@ class PlannedPolicy(Reactive):
             if eta - when > self.budgets.horizon_s:
                 self.skipped += 1
                 return
-            sim.start_copy(
+            land = sim.start_copy(
                 pid,
                 it.keys,
                 src,
@@ -511,6 +458,16 @@ class PlannedPolicy(Reactive):
                 budget=max(0.0, it.expected_ttft_saved_s - it.cost_s),
                 keep_s=self.budgets.horizon_s,
             )
+            if self.guard is not None:
+                d = demand.get(pid)
+                self.guard.record(
+                    target=states.get(it.target),
+                    group=sim.workload.prefix_wkey[pid],
+                    queues_at_plan=queues,
+                    planned_at=t,
+                    lands_at=land,
+                    lead_s=lead_of(d.first_arrival_s if d is not None else 0.0),
+                )
 
         if it.start_in_s > 0:
             sim.events.at(t + it.start_in_s, go)

@@ -20,7 +20,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from controlplane.core.policies.reactive import ReactiveRule
+from controlplane.core.policy.reactive import (
+    HOT_ADMIT_QPS,
+    HOT_WINDOW_S,
+    ReactiveRule,
+    hot_fanout,
+)
 from controlplane.core.prefix_cache import leading_match
 from controlplane.sim import routers
 from controlplane.sim.engine import GONE
@@ -39,12 +44,7 @@ POLICIES = (
     "hot-fanout",
 )
 
-# Mooncake Store's dynamic hot-replica fanout (merged August 2026, off by default), with its
-# defaults: a key whose requests over the last HOT_WINDOW_S reach HOT_ADMIT_QPS is hot, and a
-# hot key is fanned out to other engines' memory until it has HOT_MAX_REPLICAS memory replicas.
-HOT_WINDOW_S = 10.0
-HOT_ADMIT_QPS = 0.8
-HOT_MAX_REPLICAS = 2
+# Mooncake Store's dynamic hot-replica fanout: its defaults live with the shared policy.
 
 
 class RoutingPolicy:
@@ -240,7 +240,7 @@ class HotFanout(Reactive):
             return
         holders = [e for e in sim.serving if e.cache.match(keys) == len(keys)]
         copies = sum(1 for k in sim.in_flight if k[0] == pid)
-        if not holders or len(holders) + copies >= HOT_MAX_REPLICAS:
+        if not hot_fanout(recent_requests=len(q), holders=len(holders), copies_in_flight=copies):
             return
         src = min(holders, key=lambda e: (e.link_free_at, e.eid))
         others = [e for e in sim.serving if e not in holders and (pid, e.eid) not in sim.in_flight]

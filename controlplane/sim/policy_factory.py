@@ -4,9 +4,9 @@ above both and neither imports the other back."""
 
 from __future__ import annotations
 
-from controlplane.core.policies.reactive import ReactiveRule
+from controlplane.core.policy.reactive import ReactiveRule
 from controlplane.sim import routers
-from controlplane.sim.planned import PlannedPolicy
+from controlplane.sim.planned import UNGUARDED, PlannedPolicy
 from controlplane.sim.policies import (
     POLICIES,
     Everywhere,
@@ -33,6 +33,9 @@ def make_policy(name: str, **options) -> RoutingPolicy:
         return HotFanout()
     elif name in ("predictive", "clairvoyant"):
         return PlannedPolicy(name, **options)
+    elif name == UNGUARDED:
+        # predictive without the harm guard: the guard's before/after in the same run
+        return PlannedPolicy("predictive", **{**options, "guard": False})
     else:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
     p.name = name

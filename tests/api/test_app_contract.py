@@ -41,6 +41,7 @@ def policy_form(name, **over):
     fields = {
         "name": name,
         "mode": "manual",
+        "strategy": "predictive",
         "max_spec_vram_fraction": "0.05",
         "max_bytes_per_interval": "1000",
         "interval_seconds": "60",

@@ -59,3 +59,19 @@ def test_run_figures_count_the_joiners_first_two_minutes_and_the_warmups_cost():
     assert fig["warmup_prompt_tokens"] == 1600 and fig["warmup_tokens_computed"] == 1600
     # The joining engine never served: no window, no figure.
     assert real_ab.run_figures(records, "n/b", None, [])["joiner_first_2min"]["n"] == 0
+
+
+def test_the_arms_are_live_policies_that_differ_only_in_their_strategy(db):
+    from controlplane.replication.api.serializers import PolicySerializer
+
+    arms = {arm: real_ab.policy_fields(arm) for arm in ("none", "reactive", "predictive")}
+    assert {arm: f["strategy"] for arm, f in arms.items()} == {
+        "none": "off",
+        "reactive": "reactive",
+        "predictive": "predictive",
+    }
+    for arm, fields in arms.items():
+        ser = PolicySerializer(data={**fields, "name": arm})
+        assert ser.is_valid(), ser.errors  # what ensure_policy will accept
+        rest = {k: v for k, v in fields.items() if k != "strategy"}
+        assert rest == {k: v for k, v in arms["none"].items() if k != "strategy"}

@@ -69,7 +69,7 @@ def worker_plane(tmp_path):
     cp.close()
 
 
-def demand(end: float) -> list[dict]:
+def demand(end: float, prefix: list[int] = PREFIX, tenant: str = TENANT) -> list[dict]:
     """The recorded burst as this tenant's records: prefix token ids plus one block of its own,
     ending just before the current minute's bucket."""
     arr = burst.arrivals()
@@ -77,12 +77,12 @@ def demand(end: float) -> list[dict]:
     return [
         {
             "time": t + shift,
-            "tenant": TENANT,
+            "tenant": tenant,
             "model": MODEL_NAME,
             "block_size": BLOCK_SIZE,
-            "token_ids": PREFIX + [4 + (i + j) % 2000 for j in range(BLOCK_SIZE)],
-            "prompt_tokens": len(PREFIX) + BLOCK_SIZE,
-            "cached_tokens": len(PREFIX),
+            "token_ids": prefix + [4 + (i + j) % 2000 for j in range(BLOCK_SIZE)],
+            "prompt_tokens": len(prefix) + BLOCK_SIZE,
+            "cached_tokens": len(prefix),
         }
         for i, (t, _) in enumerate(arr)
     ]

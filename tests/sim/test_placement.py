@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from controlplane.core.costmodel import CostModel
-from controlplane.core.policies.reactive import ReactiveRule
+from controlplane.core.policy.reactive import ReactiveRule
 from controlplane.sim.cluster import ClusterConfig, Simulation
 from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.workloads.base import Workload

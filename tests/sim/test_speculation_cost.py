@@ -8,10 +8,10 @@ import pytest
 
 from controlplane.core.costmodel import CostModel
 from controlplane.core.planner import Budgets, Candidate, Demand, EngineState, Holding, plan
+from controlplane.core.policy.reactive import HOT_MAX_REPLICAS
 from controlplane.core.protocol import TIER_GPU
 from controlplane.sim.cli import main
 from controlplane.sim.cluster import ClusterConfig, Simulation
-from controlplane.sim.policies import HOT_MAX_REPLICAS
 from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.runner import run_policies
 from controlplane.sim.scenarios import build, bundled_path

@@ -62,8 +62,13 @@ def engine_report(
                 "kv_capacity_blocks": kv_blocks,
                 "gpu_uuids": [],
                 "endpoints": {"transfer": transfer},
-                # The holder is busy, the others have room: where a replica pays.
-                "metrics": {"kv_usage": 0.85 if keys else 0.3, **(metrics or {})},
+                # The holder is busy (one running request fills its one slot), the others are
+                # idle and have room: where a replica pays.
+                "metrics": {
+                    "kv_usage": 0.85 if keys else 0.3,
+                    "running": 1 if keys else 0,
+                    **(metrics or {}),
+                },
             }
         ],
         "residency": [
@@ -152,5 +157,7 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(transactional_db, eager):
+def fleet(transactional_db, eager, settings):
+    # The cycle's tests see the cycle's plans alone; tests of planning at ingest turn it on.
+    settings.PREWARM_REACT_AT_INGEST = False
     return Fleet()

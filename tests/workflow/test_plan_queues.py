@@ -7,6 +7,7 @@ from controlplane.core import planner
 from controlplane.fleet.models import Engine
 from controlplane.harness import burst
 from controlplane.replication.models import Policy, ReplicationPlan
+from controlplane.replication.plans.cycle import charges
 from controlplane.replication.tasks import plan_cycle
 from tests.workflow.test_workflow import run_cycle
 
@@ -20,11 +21,27 @@ def report_waiting(fleet, waiting: dict[str, int], seq: int) -> None:
         fleet.report(name, keys, seq=seq, metrics={"waiting": waiting.get(name, 0)})
 
 
-def test_a_new_policy_charges_speculation_with_the_simulators_defaults(db):
+def test_a_new_policy_charges_speculation_for_queues(db):
+    """A fresh policy's limits hold speculation back where the engines queue: a target queueing
+    past two seconds gets no copy, and none at all while the other engines queue a second on
+    average; with no queues the same demand is copied."""
     p = Policy.objects.create(name="fresh")
-    assert p.min_benefit_ratio == planner.BENEFIT_MARGIN
-    assert p.max_queue_seconds == planner.MAX_TARGET_QUEUE_S
-    assert p.max_cluster_queue_seconds == planner.MAX_CLUSTER_QUEUE_S
+    budgets = planner.Budgets(horizon_s=300.0, min_confidence=0.0, **charges(p))
+    c = planner.Candidate("p", (1, 2, 3), 48, 3 << 20, "t", 0.5, 3.0)
+    d = planner.Demand("p", 1200.0)  # 4/s: the holder takes 0.8/s, each replica 1.6/s
+
+    def targets(queue_b: float, queue_c: float) -> set[str]:
+        engines = [
+            planner.EngineState("a", "n1", 1e10, 1e9, 0.0, 1e10, 0.5),
+            planner.EngineState("b", "n2", 1e10, 1e9, 0.0, 1e10, 0.0, queue_s=queue_b),
+            planner.EngineState("c", "n3", 1e10, 1e9, 0.0, 1e10, 0.0, queue_s=queue_c),
+        ]
+        holds = [planner.Holding("p", "a")]
+        return {m.target for m in planner.plan([c], [d], holds, engines, budgets)}
+
+    assert targets(0.0, 0.0) == {"b", "c"}
+    assert targets(2.5, 0.0) == {"c"}  # b over the target queue limit
+    assert targets(1.6, 1.6) == set()  # the engines a copy could go to queue: back off
 
 
 def test_queued_engines_hold_speculation_back_and_the_summary_says_why(fleet):

@@ -14,6 +14,7 @@ EXPECTED = {
     "controlplane.replication.tasks.plan_cycle": Queue.PLAN,
     "controlplane.replication.tasks.plan_after_forecasts": Queue.PLAN,
     "controlplane.replication.tasks.dispatch_job": Queue.DISPATCH,
+    "controlplane.replication.tasks.react_to_ingest": Queue.DISPATCH,
     "controlplane.replication.tasks.sweep_jobs": Queue.DISPATCH,
     "controlplane.replication.tasks.evict_expired": Queue.DISPATCH,
     "controlplane.replication.tasks.tick": Queue.DEFAULT,

@@ -300,7 +300,8 @@ class Cluster(ControlPlaneAccess):
             self.dir / name / "blocks",
             free_port(),
             free_port(),
-            EngineMetricsServer(0.85 if i == 0 else 0.3),
+            # The holder is busy; the others idle, with room: where a replica pays.
+            EngineMetricsServer(0.85) if i == 0 else EngineMetricsServer(0.3, running=0),
         )
         node.store_dir.mkdir(parents=True, exist_ok=True)
         gpus = self.dir / name / "gpus.json"

@@ -22,17 +22,19 @@ from nodeagent.blockstore import FileBlockStore
 
 
 class EngineMetricsServer:
-    """The engine's vLLM ``/metrics``: a busy engine (KV 80% used), as a burst finds it."""
+    """The engine's vLLM ``/metrics``: a busy engine (KV 80% used, 12 requests running), as a
+    burst finds it; an idle one with ``running=0``."""
 
-    def __init__(self, kv_usage: float = 0.5):
+    def __init__(self, kv_usage: float = 0.5, running: int = 12):
         self.kv_usage = kv_usage
+        self.running = running
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
                 body = (
                     f'vllm:kv_cache_usage_perc{{model_name="{burst.MODEL}"}} {outer.kv_usage}\n'
-                    f'vllm:num_requests_running{{model_name="{burst.MODEL}"}} 12\n'
+                    f'vllm:num_requests_running{{model_name="{burst.MODEL}"}} {outer.running}\n'
                 ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")

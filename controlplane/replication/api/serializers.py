@@ -23,6 +23,8 @@ class PolicySerializer(serializers.ModelSerializer):
             "name",
             "active",
             "mode",
+            "strategy",
+            "hot_fanout",
             "max_spec_vram_fraction",
             "max_bytes_per_interval",
             "interval_seconds",

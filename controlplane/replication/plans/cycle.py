@@ -9,6 +9,7 @@ they are scored as if executed), ``auto`` approves it through ``decisions.decide
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from datetime import timedelta
@@ -17,6 +18,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.core import blockhash, planner
+from controlplane.core.policy import guard as harm_guard
+from controlplane.core.policy.decide import decide
 from controlplane.core.protocol import EVENT_ENGINE_READINESS, EVENT_PLAN_CREATED, TIER_GPU
 from controlplane.demand.models import WorkloadKey
 from controlplane.demand.services import want_prefix_tokens
@@ -27,11 +30,13 @@ from controlplane.forecasting.models import Forecast
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
 
-from ..choices import OverrideKind, PlanState, PolicyMode, Transport
+from ..choices import OverrideKind, PlanState, PolicyMode, PolicyStrategy, Transport
 from ..models import PlanItem, Policy, ReplicationPlan, SpeculativeReplica
 from ..services import active_overrides
-from .decisions import decide
+from . import guard as live_guard
+from .decisions import decide as decide_plan
 from .inputs import Inputs, chain_hex, gather, holders_to_be
+from .measured import measured_rates
 
 log = logging.getLogger(__name__)
 
@@ -101,19 +106,41 @@ def update_readiness(inputs: Inputs, planned: list[planner.PlannedMove]) -> dict
     return out
 
 
+def active_policy(policy_id: int | None = None) -> Policy | None:
+    if policy_id:
+        return Policy.objects.filter(pk=policy_id).first()
+    return Policy.objects.filter(active=True).first()
+
+
 def run_cycle(policy_id: int | None = None, now=None) -> ReplicationPlan | None:
-    """Plan, store, then apply the policy's mode. Returns the stored plan (None: no policy)."""
-    policy = (
-        Policy.objects.filter(pk=policy_id).first()
-        if policy_id
-        else Policy.objects.filter(active=True).first()
-    )
+    """Plan, store, then apply the policy's mode. Returns the stored plan (None: no policy, or
+    its strategy is off)."""
+    policy = active_policy(policy_id)
     if policy is None:
         log.info("plan: no active policy")
         return None
+    if policy.strategy == PolicyStrategy.OFF:
+        log.info("plan: policy %s replicates nothing (strategy off)", policy.name)
+        return None
     now = now or timezone.now()
     t0 = time.perf_counter()
-    inputs = gather(policy, now)
+    measured = None
+    if policy.strategy == PolicyStrategy.REACTIVE:
+        measured = measured_rates(None, now)  # no forecast: what the last minute measured
+    return plan_and_apply(policy, gather(policy, now, measured), now, t0)
+
+
+def plan_and_apply(
+    policy: Policy,
+    inputs: Inputs,
+    now,
+    t0: float,
+    trigger: str = "cycle",
+    store_empty: bool = True,
+    pinned: frozenset[str] = frozenset(),  # the hot fanout's keys (``react.fanout``)
+) -> ReplicationPlan | None:
+    """The shared policy's items for ``inputs`` (``core.policy.decide``: the planner under the
+    policy's budgets and overrides), stored as a plan; then the policy's mode decides."""
     budgets = planner.Budgets(
         max_spec_vram_fraction=policy.max_spec_vram_fraction,
         max_bytes_per_interval=policy.max_bytes_per_interval,
@@ -123,23 +150,53 @@ def run_cycle(policy_id: int | None = None, now=None) -> ReplicationPlan | None:
         **charges(policy),
     )
     gate = planner.queue_gate(inputs.engines, budgets)
-    items = planner.plan(
-        inputs.candidates, inputs.demand, inputs.holdings, inputs.engines, budgets, inputs.overrides
+    overrides = inputs.overrides
+    if pinned:
+        overrides = dataclasses.replace(overrides, pinned=overrides.pinned | pinned)
+    planned = decide(
+        strategy=policy.strategy,
+        candidates=inputs.candidates,
+        demand=inputs.demand,
+        holdings=inputs.holdings,
+        engines=inputs.engines,
+        budgets=budgets,
+        overrides=overrides,
     )
+    if pinned:  # the hot fanout's keys are planned as pins are, and say why
+        planned = [
+            dataclasses.replace(it, reason="hot fanout: " + it.reason.removeprefix("pinned; "))
+            if it.prefix_id in pinned
+            else it
+            for it in planned
+        ]
+    # The harm guard (what ``decide(guard=...)`` applies; here apart, so the summary can say
+    # how many items it held back): stepped by the plan cycle, kept by plans made at ingest.
+    state, observed = live_guard.state_for(policy, inputs, budgets, now, step=trigger == "cycle")
+    items = harm_guard.admit(
+        planned, state=state, engines=inputs.engines, candidates=inputs.candidates, budgets=budgets
+    )
+    # Speculation only into spare capacity: a warm-up (a prefill on its target) yields to the
+    # requests queued there; the summary says which targets it held back.
+    items, yielded = harm_guard.spare_only(
+        items, engines=inputs.engines, takes_compute=policy.default_transport == Transport.WARMUP
+    )
+    guard_summary = live_guard.summary(state, observed, inputs, planned, items)
+    guard_summary["yielded"] = yielded
     # One replica per (prefix, engine): copies planned, moving, landed or held (and held-out
     # pairs) are holders-to-be; the residency index alone does not show them yet.
     to_be = holders_to_be(now)
-    items = [
-        it for it in _pin_items(inputs) + items if (chain_hex(it.keys), int(it.target)) not in to_be
-    ]
+    pins = _pin_items(inputs) if trigger == "cycle" else []
+    items = [it for it in pins + items if (chain_hex(it.keys), int(it.target)) not in to_be]
     items, waiting = _with_token_ids(policy, inputs, items)
+    if not items and not store_empty:
+        return None
     planned_s = time.perf_counter() - t0
-    plan = store(policy, inputs, items, planned_s, waiting, gate)
+    plan = store(policy, inputs, items, planned_s, waiting, gate, trigger, guard_summary)
     update_readiness(inputs, items)
     if policy.mode == PolicyMode.SHADOW:
         _shadow_replicas(plan, policy, now)
     elif policy.mode == PolicyMode.AUTO and items:
-        decide(plan.pk, None, True, reason="auto mode: approved within budgets")
+        decide_plan(plan.pk, None, True, reason=f"auto mode: approved within budgets ({trigger})")
     return plan
 
 
@@ -184,6 +241,8 @@ def store(
     planned_s: float,
     waiting_for_token_ids: int = 0,
     queues: dict | None = None,
+    trigger: str = "cycle",
+    guard: dict | None = None,
 ) -> ReplicationPlan:
     # A new proposal supersedes the open ones: approving a stale plan would act on old residency.
     ReplicationPlan.objects.filter(state=PlanState.PROPOSED).update(state=PlanState.SUPERSEDED)
@@ -201,8 +260,14 @@ def store(
             # items left out until a gateway sends their prefixes' token ids (warm-up, LMCache)
             "waiting_for_token_ids": waiting_for_token_ids,
             "frozen": inputs.overrides.frozen,
+            # what decided it: the policy's strategy, and the plan cycle or an ingest (a hot
+            # spot or a burst's onset seen in request records as they arrived)
+            "strategy": policy.strategy,
+            "trigger": trigger,
             # the engines' queues against the policy's limits: what they held back, and why
             "queues": queues or {},
+            # the harm guard: how much speculation it allows now and why (core.policy.guard)
+            **({"guard": guard} if guard is not None else {}),
             # the forecaster behind each planned key (scoring credits it), not all 100k
             "forecasters": {
                 it.prefix_id: inputs.forecasters[it.prefix_id]

@@ -19,6 +19,7 @@ from django.utils.dateparse import parse_datetime
 from controlplane.core import blockhash, planner
 from controlplane.core.costmodel import TIER_BYTES_PER_S
 from controlplane.core.demand import demand_for
+from controlplane.core.policy.inputs import COLD_VALUE_S, EngineReport, engine_states, spec_room
 from controlplane.core.protocol import TIER_GPU
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.fleet.choices import EngineLifecycle, NodeState
@@ -57,9 +58,10 @@ def _decode_json_texts(texts: list[str]) -> list:
     return json.loads("[" + ",".join(texts) + "]") if texts else []
 
 
-def _workload_keys() -> dict[str, KeyRow]:
+def _workload_keys(only=None) -> dict[str, KeyRow]:
+    qs = WorkloadKey.objects.all() if only is None else WorkloadKey.objects.filter(pk__in=only)
     rows = list(
-        WorkloadKey.objects.exclude(prefix_keys=[])
+        qs.exclude(prefix_keys=[])
         .annotate(raw=Cast("prefix_keys", TextField()))
         .values_list("pk", "tenant", "model", "raw", "prefix_tokens")
         .iterator(chunk_size=5000)
@@ -157,8 +159,9 @@ def holders_to_be(now=None) -> dict[tuple[tuple[str, ...], int], str]:
 
 # An engine's queue in seconds (``EngineState.queue_s``, what the planner charges a speculative
 # item and backs off on) is its agent's last reading of vLLM's ``num_requests_waiting`` times
-# what one request takes: the cost model's prefill of the mean request gateways recorded for the
-# engine's model over the last QUEUE_RECORDS_WINDOW_S (its uncached tokens after its cached ones).
+# what one request takes (``core.policy.inputs``): the cost model's prefill of the mean request
+# gateways recorded for the engine's model over the last QUEUE_RECORDS_WINDOW_S (its uncached
+# tokens after its cached ones).
 # Without recent records, a QUEUE_FALLBACK_PROMPT_TOKENS-token prompt with nothing cached.
 QUEUE_RECORDS_WINDOW_S = 600.0
 QUEUE_FALLBACK_PROMPT_TOKENS = 2048
@@ -193,76 +196,162 @@ def request_seconds(models: set[str], now) -> dict[str, float]:
     return out
 
 
-def queue_seconds(metrics: dict, per_request_s: float) -> float:
-    """An engine's queue from its agent's metrics: waiting requests x one request's prefill
-    (0 where the engine reports no ``waiting``)."""
-    waiting = metrics.get("waiting")
-    if not isinstance(waiting, int | float) or isinstance(waiting, bool) or waiting <= 0:
-        return 0.0
-    return float(waiting) * per_request_s
+def _reading(metrics: dict, name: str) -> float | None:
+    """A number the agent reported (None where it did not, or sent something else)."""
+    v = metrics.get(name)
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return None
+    return max(0.0, float(v))
 
 
-def _engine_states(engines: list[Engine], now=None) -> list[planner.EngineState]:
+def engine_report(
+    *,
+    engine_id: str,
+    node: str,
+    lifecycle: str,
+    capacity_bytes: float,
+    resident_bytes: float,
+    metrics: dict,
+    request_s: float,
+    spec_bytes: float,
+    link_bytes_per_s: float,
+    link_bytes_queued: float,
+    cached: list[tuple[float, float]],
+    starts_serving_in_s: float = 0.0,
+    default_load: float = 0.5,
+    slots: float = 1.0,
+) -> EngineReport:
+    """What one engine's agent reports, as the shared policy's ``EngineReport`` (the rules that
+    turn it into the planner's view are ``core.policy.inputs``'): vLLM's waiting and running
+    requests; the room from the residency the engine holds (``resident_bytes``; vLLM's
+    ``kv_usage`` is the part running requests reference) and what that room holds (``cached``:
+    ``(bytes, expected prefill seconds)`` of the forecast prefixes held there)."""
+    waiting = _reading(metrics, "waiting")
+    running = _reading(metrics, "running")
+    slots = _reading(metrics, "slots") or slots
+    if running is None:
+        running = default_load * slots  # not reported: the configured load
+    usage = _reading(metrics, "kv_usage")
+    referenced = min(1.0, usage) * capacity_bytes if usage is not None else resident_bytes
+    resident = max(resident_bytes, referenced)
+    valued = sum(n for n, _ in cached)
+    # Unreferenced cached blocks: the valued prefixes held there, and the rest at no value.
+    rest = max(0.0, resident - referenced - valued)
+    room, held = spec_room(
+        free_bytes=max(0.0, capacity_bytes - resident),
+        cached=[*cached, (rest, 0.0)] if rest else cached,
+        cold_value_s=COLD_VALUE_S,
+    )
+    return EngineReport(
+        engine_id=engine_id,
+        node=node,
+        lifecycle=lifecycle,
+        kv_capacity_bytes=float(capacity_bytes),
+        free_bytes=min(room, max(0.0, capacity_bytes - referenced)),
+        spec_bytes=float(spec_bytes),
+        waiting=waiting or 0.0,
+        running=running or 0.0,
+        slots=slots,
+        request_s=request_s,
+        link_bytes_per_s=link_bytes_per_s,
+        link_bytes_queued=link_bytes_queued,
+        displaced_s=held,
+        starts_serving_in_s=starts_serving_in_s,
+        tier_bytes_per_s=TIER_BYTES_PER_S,
+    )
+
+
+def link_bytes_in_flight() -> dict[int, float]:
+    """Bytes of copies approved and not landed yet on each engine's link (source or target)."""
+    out: dict[int, float] = {}
+    jobs = ReplicationJob.objects.filter(state__in=JobState.IN_FLIGHT, action=JobAction.REPLICATE)
+    for src, dst, nbytes in jobs.values_list("source_id", "target_id", "bytes"):
+        for e in {src, dst} - {None}:
+            out[e] = out.get(e, 0.0) + float(nbytes or 0)
+    return out
+
+
+def cached_values(
+    cands: list[planner.Candidate],
+    demand: list[planner.Demand],
+    holdings: list[planner.Holding],
+) -> dict[str, list[tuple[float, float]]]:
+    """Per engine: (bytes, expected prefill seconds over the horizon) of each candidate prefix
+    it holds in HBM: its expected requests shared among its holders, times its recompute."""
+    by_id = {c.prefix_id: c for c in cands}
+    expected = {d.prefix_id: d.expected_requests for d in demand}
+    gpu = [h for h in holdings if h.tier == TIER_GPU and h.prefix_id in by_id]
+    count: dict[str, int] = {}
+    for h in gpu:
+        count[h.prefix_id] = count.get(h.prefix_id, 0) + 1
+    out: dict[str, list[tuple[float, float]]] = {}
+    for h in gpu:
+        c = by_id[h.prefix_id]
+        value = expected.get(h.prefix_id, 0.0) / count[h.prefix_id] * c.recompute_s
+        out.setdefault(h.engine_id, []).append((float(c.nbytes), value))
+    return out
+
+
+def _engine_reports(
+    engines: list[Engine], cached: dict[str, list[tuple[float, float]]], now=None
+) -> list[EngineReport]:
     index = get_index()
     spec = spec_bytes_by_engine()
     per_request = request_seconds({e.model for e in engines}, now or timezone.now())
+    link = link_bytes_in_flight()
     out = []
     for e in engines:
-        cap = e.kv_capacity_bytes
-        metrics = e.metrics or {}
-        load = metrics.get("kv_usage")
-        if isinstance(load, int | float):
-            # vLLM's KV usage counts blocks held by running requests; the rest of a full prefix
-            # cache is evictable, so a replica can take it (the engine evicts LRU to make room).
-            used = min(1.0, max(0.0, float(load))) * cap
-        else:
-            used = index.usage(e.pk).blocks.get(TIER_GPU, 0) * e.bytes_per_block
-        load = (
-            float(load) if isinstance(load, int | float) else settings.PREWARM_DEFAULT_ENGINE_LOAD
-        )
+        warming = e.lifecycle == EngineLifecycle.WARMING
         out.append(
-            planner.EngineState(
+            engine_report(
                 engine_id=str(e.pk),
                 node=str(e.node_id),
-                kv_capacity_bytes=float(cap),
-                free_bytes=float(max(0, cap - used)),
+                lifecycle=e.lifecycle,
+                capacity_bytes=float(e.kv_capacity_bytes),
+                resident_bytes=float(
+                    index.usage(e.pk).blocks.get(TIER_GPU, 0) * (e.bytes_per_block or 0)
+                ),
+                metrics=e.metrics or {},
+                request_s=per_request[e.model],
                 spec_bytes=float(spec.get(e.pk, 0)),
                 link_bytes_per_s=settings.PREWARM_LINK_BYTES_PER_S,
-                load=min(1.0, max(0.0, load)),
-                lifecycle=e.lifecycle,
-                starts_serving_in_s=settings.PREWARM_WARMING_LEAD_SECONDS
-                if e.lifecycle == EngineLifecycle.WARMING
-                else 0.0,
-                tier_bytes_per_s=TIER_BYTES_PER_S,
-                queue_s=queue_seconds(metrics, per_request[e.model])
-                if e.lifecycle == EngineLifecycle.SERVING
-                else 0.0,
+                link_bytes_queued=link.get(e.pk, 0.0),
+                cached=cached.get(str(e.pk), []),
+                starts_serving_in_s=settings.PREWARM_WARMING_LEAD_SECONDS if warming else 0.0,
+                default_load=settings.PREWARM_DEFAULT_ENGINE_LOAD,
+                slots=settings.PREWARM_ENGINE_SLOTS,
             )
         )
     return out
 
 
-def gather(policy: Policy, now=None) -> Inputs:
-    """Everything the planner needs, read once."""
+def gather(policy: Policy, now=None, measured: dict[int, float] | None = None) -> Inputs:
+    """Everything the planner needs, read once. With ``measured`` (workload key id -> requests/s
+    measured now), the demand of those keys alone, as the reactive strategy and the onset
+    re-plan see it: that rate held over the horizon, certain (no forecast involved)."""
     now = now or timezone.now()
     engines = list(Engine.objects.select_related("node").filter(node__state=NodeState.ACTIVE))
     by_model: dict[str, list[Engine]] = {}
     for e in engines:
         by_model.setdefault(e.model, []).append(e)
-    keys = _workload_keys()
-    forecasts = _latest_forecasts()
+    keys = _workload_keys(None if measured is None else list(measured))
     horizon = float(policy.horizon_seconds)
-    rows = [
-        (pid, key, forecasts[key.pk])
-        for pid, key in keys.items()
-        if by_model.get(key.model) and key.pk in forecasts
-    ]
-    expected = expected_many([f for _, _, f in rows], now, horizon)
+    if measured is None:
+        forecasts = _latest_forecasts()
+        rows = [
+            (pid, key, forecasts.get(key.pk))
+            for pid, key in keys.items()
+            if by_model.get(key.model) and key.pk in forecasts
+        ]
+        expected = expected_many([f for _, _, f in rows], now, horizon).tolist()
+    else:
+        rows = [(pid, key, None) for pid, key in keys.items() if by_model.get(key.model)]
+        expected = [measured[key.pk] * horizon for _, key, _ in rows]
     cands, demand, forecasters = [], [], {}
     models = {m: cost_model_for(m) for m in {key.model for _, key, _ in rows}}
     # Service and recompute times depend only on (model, prefix tokens): a few distinct values.
     times: dict[tuple[str, int], tuple[float, float]] = {}
-    for (pid, key, f), exp in zip(rows, expected.tolist(), strict=True):
+    for (pid, key, f), exp in zip(rows, expected, strict=True):
         peers, cm, chain = by_model[key.model], models[key.model], key.chain
         tokens = key.prefix_tokens or len(chain) * peers[0].block_size
         t = times.get((key.model, tokens))
@@ -275,6 +364,9 @@ def gather(policy: Policy, now=None) -> Inputs:
         cands.append(
             planner.Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, t[0], t[1])
         )
+        if f is None:  # measured, not forecast
+            demand.append(planner.Demand(pid, exp, 0.0, exp / horizon, 1.0))
+            continue
         # The demand model the simulator's predictive policy shares (core.demand).
         demand.append(
             demand_for(
@@ -296,9 +388,9 @@ def gather(policy: Policy, now=None) -> Inputs:
         )
         for h in found
     ]
-    return Inputs(
-        cands, demand, holdings, _engine_states(engines, now), _overrides(), keys, forecasters
-    )
+    reports = _engine_reports(engines, cached_values(cands, demand, holdings), now)
+    states = engine_states(reports, horizon_s=horizon)
+    return Inputs(cands, demand, holdings, states, _overrides(), keys, forecasters)
 
 
 def _expected(f: ForecastRow, now, horizon: float) -> float:

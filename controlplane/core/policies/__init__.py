@@ -1,1 +1,0 @@
-"""Replication decision rules shared by the simulator and the control plane."""

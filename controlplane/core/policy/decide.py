@@ -1,0 +1,73 @@
+"""The strategy and the planner call: one entry point both adapters use.
+
+- ``predictive``: forecast-driven (the caller's demand is its forecasts and burst risk), with
+  the reactive rule as the fallback for prefixes the planner has no signal for.
+- ``reactive``: copy a prefix once its measured demand outruns its holders (the caller's demand
+  is the measured recent rate; no forecast); ``hot_fanout`` adds Mooncake's hot-key fanout.
+- ``off``: nothing is planned.
+
+Budgets and overrides bound every strategy (the planner enforces them); the approval mode is
+the caller's (the live control plane stores the items as a plan for its mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from controlplane.core.policy import guard as harm_guard
+from controlplane.core.policy import planner
+from controlplane.core.policy.inputs import EngineReport, engine_states
+from controlplane.core.policy.types import (
+    Budgets,
+    Candidate,
+    Demand,
+    EngineState,
+    Holding,
+    Overrides,
+    PlannedMove,
+)
+
+STRATEGY_PREDICTIVE = "predictive"
+STRATEGY_REACTIVE = "reactive"
+STRATEGY_OFF = "off"
+STRATEGIES = (STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, STRATEGY_OFF)
+
+
+def decide(
+    *,
+    strategy: str,
+    candidates: Sequence[Candidate],
+    demand: Iterable[Demand],
+    holdings: Iterable[Holding],
+    engines: Sequence[EngineReport] | Sequence[EngineState],
+    budgets: Budgets,
+    overrides: Overrides,
+    guard: harm_guard.GuardState | None = None,
+) -> list[PlannedMove]:
+    """Items for ``strategy`` within ``budgets`` and ``overrides``. ``engines`` are reports
+    (turned into engine states by the shared input rules) or states made by them already.
+    ``guard``: the harm guard's allowances (``core.policy.guard``), which cut what the
+    planner's items may take where the last copies did harm."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}")
+    if strategy == STRATEGY_OFF:
+        return []
+    states = states_of(engines, horizon_s=budgets.horizon_s)
+    candidates = list(candidates)
+    items = planner.plan(candidates, demand, holdings, states, budgets, overrides)
+    if guard is None:
+        return items
+    return harm_guard.admit(
+        items, state=guard, engines=states, candidates=candidates, budgets=budgets
+    )
+
+
+def states_of(
+    engines: Sequence[EngineReport] | Sequence[EngineState], *, horizon_s: float
+) -> list[EngineState]:
+    reports = [e for e in engines if isinstance(e, EngineReport)]
+    if not reports:
+        return list(engines)  # type: ignore[arg-type]
+    if len(reports) != len(engines):
+        raise TypeError("engines must be all reports or all states")
+    return engine_states(reports, horizon_s=horizon_s)

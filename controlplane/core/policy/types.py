@@ -1,0 +1,136 @@
+"""The policy's vocabulary: what callers tell the planner (candidates, demand, holdings, engine
+states, budgets, overrides) and what it answers (``PlannedMove``). ``controlplane.core.planner``
+re-exports every name, so callers keep writing ``planner.Budgets``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from controlplane.core.protocol import ENGINE_LIFECYCLES, ENGINE_SERVING, TIER_GPU
+
+LIFECYCLES = ENGINE_LIFECYCLES
+
+# The charged planner's settings, one set for every trace and cell (docs/simulator.md, "Issue 20
+# runs"): the simulator's ``predictive`` and ``oracle`` use them, and so does a new
+# ``replication.models.Policy`` (an operator tunes them there). A speculative item's expected
+# saving must be BENEFIT_MARGIN x what it takes (copy time, the displaced blocks' expected value,
+# the target's queue); none lands on a serving engine queueing over MAX_TARGET_QUEUE_S; while the
+# serving engines queue MAX_CLUSTER_QUEUE_S on average the planner backs off (warm-ups of joining
+# engines, and copies of a prefix whose holders alone carry the queue).
+BENEFIT_MARGIN = 2.0
+MAX_TARGET_QUEUE_S = 2.0
+MAX_CLUSTER_QUEUE_S = 1.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A prefix that could be replicated: its chain of canonical keys (root first)."""
+
+    prefix_id: str
+    keys: tuple[int, ...]
+    tokens: int
+    nbytes: int
+    workload_key: str
+    service_s: float  # prefill time of one request with the prefix cached
+    recompute_s: float  # extra prefill time when the prefix is not cached
+
+
+@dataclass(frozen=True)
+class Demand:
+    prefix_id: str
+    expected_requests: float  # in the horizon
+    burst_probability: float = 0.0
+    peak_rate: float = 0.0  # requests/s a burst would reach
+    confidence: float = 1.0
+    first_arrival_s: float = 0.0  # seconds from now to the first expected request
+
+
+@dataclass(frozen=True)
+class Holding:
+    prefix_id: str
+    engine_id: str
+    tier: str = TIER_GPU  # protocol tier names: TIER_GPU, TIER_CPU, TIER_DISK
+
+
+@dataclass(frozen=True)
+class EngineState:
+    engine_id: str
+    node: str
+    kv_capacity_bytes: float
+    free_bytes: float  # room for speculative replicas: free + unreferenced cold blocks
+    spec_bytes: float  # speculative replicas held now
+    link_bytes_per_s: float  # effective, net of serving traffic
+    load: float  # 0..1 utilisation (expected, for a warming engine)
+    lifecycle: str = ENGINE_SERVING
+    starts_serving_in_s: float = 0.0
+    tier_bytes_per_s: dict[str, float] = field(default_factory=dict)  # promotion bandwidth
+    link_queue_s: float = 0.0  # seconds of copies already queued on this engine's link
+    # What a speculative item takes from the cluster where it lands (defaults: nothing known).
+    queue_s: float = 0.0  # requests already queued on this engine: seconds until it frees up
+    displaced_s_per_byte: float = 0.0  # expected prefill seconds the room in free_bytes holds
+
+
+@dataclass(frozen=True)
+class Budgets:
+    max_spec_vram_fraction: float = 0.10
+    max_bytes_per_interval: float = float("inf")
+    min_confidence: float = 0.5
+    ttl_s: float = 600.0
+    horizon_s: float = 300.0
+    target_utilisation: float = 0.8
+    copy_cost_weight: float = 1.0
+    max_replicas_per_prefix: int = 64
+    max_warming_fraction: float = 0.5
+    max_load: float = 0.7  # no speculative item targets an engine busier than this
+    # A replica (or warm-up copy) is planned only when at least this many requests are expected
+    # to use it in the horizon: 1.6 makes P(used at least once) >= 0.8 for Poisson arrivals.
+    min_expected_hits: float = 0.0
+    # Cost-charged speculation (``charged_plan``; the defaults leave ``plan`` as it was):
+    # benefit must exceed cost x ``min_benefit_ratio``; no speculative copy lands on a serving
+    # engine queueing longer than ``max_queue_s``, and none at all (warm-ups of joining engines
+    # aside) while the serving engines queue ``max_cluster_queue_s`` on average.
+    min_benefit_ratio: float = 1.0
+    max_queue_s: float = math.inf
+    max_cluster_queue_s: float = math.inf
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_spec_vram_fraction <= 1.0:
+            raise ValueError("max_spec_vram_fraction must be in [0, 1]")
+        if not 0.0 <= self.max_warming_fraction <= 1.0:
+            raise ValueError("max_warming_fraction must be in [0, 1]")
+        if self.horizon_s <= 0 or self.ttl_s <= 0:
+            raise ValueError("horizon_s and ttl_s must be > 0")
+        if self.max_bytes_per_interval < 0:
+            raise ValueError("max_bytes_per_interval must be >= 0")
+        if not 0.0 < self.max_load <= 1.0:
+            raise ValueError("max_load must be in (0, 1]")
+        if not self.min_expected_hits >= 0.0:
+            raise ValueError("min_expected_hits must be >= 0")
+        if not self.min_benefit_ratio >= 1.0:
+            raise ValueError("min_benefit_ratio must be >= 1")
+        if not (self.max_queue_s >= 0.0 and self.max_cluster_queue_s >= 0.0):
+            raise ValueError("max_queue_s and max_cluster_queue_s must be >= 0")
+
+
+@dataclass(frozen=True)
+class Overrides:
+    pinned: frozenset[str] = frozenset()  # planned whatever their confidence
+    excluded_engines: frozenset[str] = frozenset()
+    excluded_nodes: frozenset[str] = frozenset()
+    frozen: bool = False  # plan nothing
+
+
+@dataclass(frozen=True)
+class PlannedMove:
+    prefix_id: str
+    keys: tuple[int, ...]
+    source: str  # engine id holding it (the target itself for a promotion)
+    target: str
+    tier: str  # the tier it comes from: TIER_GPU (a copy) or TIER_CPU/TIER_DISK (a promotion)
+    nbytes: int
+    start_in_s: float  # when to start, from now (ahead of the forecast burst)
+    expected_ttft_saved_s: float
+    cost_s: float
+    confidence: float
+    reason: str
