@@ -22,7 +22,10 @@ class PolicyStrategy(ChoiceSet):
         strategies.STRATEGY_PREDICTIVE,
         "Predictive: forecasts and burst onsets, with the reactive fallback",
     )
-    REACTIVE = strategies.STRATEGY_REACTIVE, "Reactive: copy once measured demand outruns the holders"
+    REACTIVE = (
+        strategies.STRATEGY_REACTIVE,
+        "Reactive: copy once measured demand outruns the holders",
+    )
     OFF = strategies.STRATEGY_OFF, "Off: no replication"
 
 

@@ -18,6 +18,8 @@ import httpx
 import pytest
 
 from controlplane.core import blockhash
+from controlplane.harness.e2e.engines import EngineMetricsServer
+from controlplane.harness.processes import wait_for
 from controlplane.harness.realvllm.driver import Gateway, Target
 from controlplane.harness.realvllm.engine import (
     BLOCK_SIZE,
@@ -25,8 +27,6 @@ from controlplane.harness.realvllm.engine import (
     KV_CAPACITY_BLOCKS,
     MODEL_NAME,
 )
-from tests.e2e.harness import EngineMetricsServer
-from tests.live import wait_for
 from tests.realvllm.helpers import api, engine_blocks, fresh, lookup_depth, start_agent
 from tests.realvllm.test_replication_into_real_vllm import demand, job_states
 from tests.realvllm.test_replication_into_real_vllm import worker_plane as worker_plane  # noqa: F401

@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from controlplane.harness.processes import wait_for
 from controlplane.harness.realvllm.engine import MODEL_NAME, free_port
 from nodeagent.spool import unframe
-from tests.live import wait_for
 from tests.realvllm.helpers import api, engine_blocks, prompts, start_agent
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

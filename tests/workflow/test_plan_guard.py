@@ -4,10 +4,10 @@ next plans' speculation, and the plan summary says how much is allowed and why."
 
 from __future__ import annotations
 
+from controlplane.harness import burst
 from controlplane.readmodels.metrics import StateCollector
 from controlplane.replication.models import ReplicationJob, ReplicationPlan, SpeculativeReplica
 from controlplane.replication.tasks import plan_cycle
-from tests.workflow import burst
 from tests.workflow.test_plan_queues import NODES
 from tests.workflow.test_workflow import finish, run_cycle
 
