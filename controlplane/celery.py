@@ -22,7 +22,7 @@ import os
 
 from celery import Celery
 
-from controlplane.queues import Queue
+from controlplane.queues import Queue, route
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
@@ -33,6 +33,7 @@ app = Celery("prewarm")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_default_queue = Queue.DEFAULT.value
 app.conf.task_create_missing_queues = True
+app.conf.task_routes = (route,)
 app.autodiscover_tasks(
     [
         "controlplane.forecasting",
