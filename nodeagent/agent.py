@@ -21,9 +21,11 @@ from nodeagent.engine_metrics import scrape
 from nodeagent.gpu import GpuSource, make_gpu_source
 from nodeagent.jobs import JobChannel, JobRunner, Journal
 from nodeagent.metrics import AgentMetrics
+from nodeagent.records import RecordSpool
 from nodeagent.reporter import Backoff, Reporter
 from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
+from nodeagent.tap import RequestTap, TapThread
 from nodeagent.transfers.base import Executor
 from nodeagent.transfers.lmcache import LmcacheTransport
 from nodeagent.transfers.lmcache_mp import LmcacheMpTransport
@@ -116,6 +118,32 @@ class Agent:
             spool_max_bytes=cfg.spool_max_bytes,
             metrics=self.metrics,
         )
+        # Request taps: records go through their own spool, sent once a report was applied (the
+        # control plane knows this node's engines from it).
+        self.records = RecordSpool(
+            cfg.control_plane_url,
+            state / "records",
+            lambda: self.reporter.state.agent_token,
+            lambda: self.reporter.last_applied_seq is not None,
+            interval_s=cfg.report_interval_s,
+            max_bytes=cfg.spool_max_bytes,
+            backoff=Backoff(cfg.backoff_initial_s, cfg.backoff_max_s),
+            timeout_s=cfg.request_timeout_s,
+            metrics=self.metrics,
+        )
+        self.taps = [
+            RequestTap(
+                f"{cfg.hostname}/{e.engine_id}",
+                e.tap_listen,
+                e.openai_url,
+                self.records.add,
+                e.block_size,
+                tenant_rule=cfg.tap_tenant,
+            )
+            for e in cfg.engines
+            if e.tap_listen
+        ]
+        self.tap_thread = TapThread(self.taps) if self.taps else None
         self.runner = JobRunner(
             Journal(state / "jobs.journal"),
             self.store,
@@ -223,6 +251,9 @@ class Agent:
         if self.cfg.lmcache_controller_url:
             self.lmcache_leases.start()
         tasks = [asyncio.create_task(self.reporter.run()), asyncio.create_task(self._scrape_loop())]
+        if self.tap_thread:
+            self.tap_thread.start()
+            tasks.append(asyncio.create_task(self.records.run()))
         if self.cfg.jobs_transport != "none":
             tasks.append(asyncio.create_task(self.channel.run()))
         await stop.wait()
@@ -234,7 +265,10 @@ class Agent:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.tap_thread:
+            self.tap_thread.stop()  # first: what the taps saw reaches the record spool
         await self.reporter.aclose()
+        await self.records.aclose()
         self.lmcache_leases.stop()
         for sub in self.subscribers:
             sub.stop()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from controlplane.core import protocol as wire
+from nodeagent.tap import tenant_rule_error
 
 ENV_PREFIX = "PREWARM_AGENT_"
 _ENGINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
@@ -64,6 +65,9 @@ class EngineConfig:
     # This engine's LMCache instance (its lmcache_instance_id, LMCACHE_LMCACHE_INSTANCE_ID).
     lmcache_instance_id: str = ""
     lmcache_location: str = "LocalCPUBackend"  # the tier LMCache copies land in and pins
+    # host:port of this engine's request tap (an OpenAI-compatible port in front of openai_url
+    # whose requests become request records); "" serves none.
+    tap_listen: str = ""
 
 
 @dataclass
@@ -113,6 +117,9 @@ class AgentConfig:
     lmcache_coordinator_url: str = ""
     lmcache_renew_s: float = 60.0
     log_level: str = "INFO"
+    # Where the request taps take a record's tenant: model (the request's model name), api-key
+    # (a digest of its bearer key) or header:<Header-Name>.
+    tap_tenant: str = "model"
     # On SIGTERM: how long running jobs get to end and send their results before the agent exits.
     stop_timeout_s: float = 5.0
     engines: list[EngineConfig] = field(default_factory=list)
@@ -409,11 +416,19 @@ def validate(cfg: AgentConfig) -> None:
             raise ConfigError(f"engine {e.engine_id}: openai_url must start with http(s)://")
         if e.kv_peer:
             _host_port(f"engine {e.engine_id}: kv_peer", e.kv_peer)
+        if e.tap_listen:
+            _host_port(f"engine {e.engine_id}: tap_listen", e.tap_listen)
+            if not e.openai_url:
+                raise ConfigError(
+                    f"engine {e.engine_id}: tap_listen needs openai_url (the engine the tap fronts)"
+                )
         if e.warmup_timeout_s <= 0:
             raise ConfigError(f"engine {e.engine_id}: warmup_timeout_s must be positive")
     for name in ("lmcache_controller_url", "lmcache_coordinator_url"):
         url = getattr(cfg, name)
         if url and not url.startswith(("http://", "https://")):
             raise ConfigError(f"{name} {url!r} must start with http(s)://")
+    if why := tenant_rule_error(cfg.tap_tenant):
+        raise ConfigError(why)
     if cfg.lmcache_renew_s <= 0:
         raise ConfigError("lmcache_renew_s must be positive")

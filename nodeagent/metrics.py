@@ -66,6 +66,18 @@ class AgentMetrics:
             "prewarm_agent_jobs_total", "Replication jobs by final state", ["state"], registry=r
         )
 
+        self.request_records = Counter(
+            "prewarm_agent_request_records_total",
+            "Request records from the taps by outcome (posted, refused, dropped)",
+            ["outcome"],
+            registry=r,
+        )
+        self.record_spool_batches = Gauge(
+            "prewarm_agent_record_spool_batches",
+            "Batches of request records waiting in the spool",
+            registry=r,
+        )
+
     def serve(self, listen: str) -> None:
         host, _, port = listen.rpartition(":")
         start_http_server(int(port), addr=host, registry=self.registry)

@@ -16,8 +16,11 @@ Definition (version 1):
             .update(extra)
 
 The first block of a prompt has parent ``ROOT_PARENT`` (0). ``extra`` carries whatever makes
-equal tokens produce different KV (a LoRA adapter name, multimodal content hashes), encoded as
-UTF-8; it is empty for plain text. A prompt of N tokens with block size B has ``N // B`` full
+equal tokens produce different KV, as vLLM's own block hash does (its ``extra_keys``): a LoRA
+adapter name, multimodal content hashes, a cache salt (vLLM salts the first block only; its
+children inherit it through the chain), a KV-cache group other than 0 (hybrid models); see
+``extra_for``. It is empty for plain text, so plain keys are the same as before any of these
+existed. A prompt of N tokens with block size B has ``N // B`` full
 blocks; a trailing partial block is never cached by vLLM and gets no key.
 
 Keys travel as 16-digit lower-case hex strings in JSON (they exceed JavaScript's safe integers).
@@ -62,23 +65,50 @@ def chain_keys(
     block_size: int,
     extra: bytes = b"",
     parent: int = ROOT_PARENT,
+    first_extra: bytes | None = None,
 ) -> list[int]:
-    """Keys of every full block of ``token_ids``, chained from ``parent``."""
+    """Keys of every full block of ``token_ids``, chained from ``parent``; ``first_extra``, when
+    given, replaces ``extra`` for the first block (a request's cache salt: ``request_keys``)."""
     if block_size <= 0:
         raise ValueError("block_size must be positive")
     keys: list[int] = []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = block_key(parent, token_ids[start : start + block_size], extra)
+        x = first_extra if first_extra is not None and not keys else extra
+        parent = block_key(parent, token_ids[start : start + block_size], x)
         keys.append(parent)
     return keys
 
 
-def extra_for(lora_name: str | None = None, mm_hashes: Iterable[str] = ()) -> bytes:
-    """The ``extra`` bytes for a LoRA adapter and multimodal inputs (empty for plain text)."""
+def request_keys(
+    token_ids: Sequence[int],
+    block_size: int,
+    lora_name: str | None = None,
+    cache_salt: str | None = None,
+) -> list[int]:
+    """The keys of a text request's blocks as the engine's own events key them: the adapter on
+    every block, the cache salt on the first (vLLM's ``extra_keys``)."""
+    extra = extra_for(lora_name)
+    first = extra_for(lora_name, cache_salt=cache_salt) if cache_salt else None
+    return chain_keys(token_ids, block_size, extra, first_extra=first)
+
+
+def extra_for(
+    lora_name: str | None = None,
+    mm_hashes: Iterable[str] = (),
+    cache_salt: str | None = None,
+    group_idx: int = 0,
+) -> bytes:
+    """The ``extra`` bytes of a block: its LoRA adapter, multimodal inputs, cache salt and
+    KV-cache group (empty for plain text in group 0). Parts are ``lora:NAME``, ``mm:HASH``
+    (each, in order), ``salt:SALT``, ``group:N``, joined by U+001F."""
     parts = []
     if lora_name:
         parts.append("lora:" + lora_name)
     parts.extend("mm:" + h for h in mm_hashes)
+    if cache_salt:
+        parts.append("salt:" + cache_salt)
+    if group_idx:
+        parts.append(f"group:{group_idx}")
     return "\x1f".join(parts).encode()
 
 

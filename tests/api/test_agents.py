@@ -157,7 +157,13 @@ def test_agent_cannot_touch_another_nodes_engine_or_operator_api(enrol):
     engine.refresh_from_db()
     assert engine.lifecycle != "draining"
     assert agent_a.get("/api/plans/").status_code == 403
-    assert agent_a.post("/api/request-records/", {"records": []}, format="json").status_code == 403
+    # Request records (its request taps): for its own engines only, all or nothing.
+    rec = {"time": 1764540000, "model": "m", "tenant": "t", "keys": ["01"], "cached_tokens": 0}
+    own, other = {**rec, "engine": "node-a/vllm-0"}, {**rec, "engine": "node-b/vllm-0"}
+    resp = agent_a.post("/api/request-records/", {"records": [own, other]}, format="json")
+    assert resp.status_code == 403 and resp.json()["field"] == "records[1].engine"
+    resp = agent_a.post("/api/request-records/", {"records": [own]}, format="json")
+    assert resp.status_code == 200 and resp.json()["accepted"] == 1
 
 
 def test_gpu_of_another_node_is_refused(enrol):

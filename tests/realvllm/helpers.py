@@ -57,6 +57,7 @@ def start_agent(
     state: Path,
     name: str = "node-a",
     jobs: str = "none",
+    args: tuple[str, ...] = (),
     **engine_extra,
 ) -> Proc:
     """A real ``prewarm-agent`` process beside ``engine`` (no GPUs, no transfer server; jobs
@@ -95,6 +96,7 @@ def start_agent(
         "",
         "--backoff-max-s",
         "1",
+        *args,
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return Proc(f"agent-{name}", argv, env, state.parent).start()

@@ -17,9 +17,10 @@ from . import serializers as s
 
 
 class RequestRecordsView(APIView):
-    """Gateways post request records in bulk; they are rolled into demand buckets."""
+    """Gateways, and agents' request taps, post request records in bulk; they are rolled into
+    demand buckets. An agent's records name only its own node's engines."""
 
-    token_kinds = {TokenKind.GATEWAY}
+    token_kinds = {TokenKind.GATEWAY, TokenKind.AGENT}
     token_kinds_only = True
     throttle_classes = [TokenScopedRateThrottle]
     throttle_scope = TokenKind.GATEWAY
@@ -41,6 +42,16 @@ class RequestRecordsView(APIView):
             )
         batch = s.RequestBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
+        if request.auth.kind == TokenKind.AGENT:
+            own = f"{request.auth.node.name}/"
+            for i, rec in enumerate(batch.validated_data["records"]):
+                if not str(rec.get("engine") or "").startswith(own):
+                    raise ApiError(
+                        "not_own_engine",
+                        f"an agent's records name its own engines as '{own}engine_id'",
+                        f"records[{i}].engine",
+                        status_code=403,
+                    )
         # An unknown serving engine is services.UnknownEngine: a 400 naming records.engine.
         return Response(services.ingest_records(batch.validated_data["records"]))
 
