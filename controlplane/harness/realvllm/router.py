@@ -117,6 +117,7 @@ class VllmRouter(ServerProcess):
         self.model_dir, self.block_size, self.model = model_dir, block_size, model
         self.port, self.metrics_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.restarting = False  # set_workers() is restarting it
 
     @property
     def health_url(self) -> str:
@@ -167,6 +168,17 @@ class VllmRouter(ServerProcess):
         router_available()
         super().start()
         return self
+
+    def set_workers(self, workers: list[RouterWorker], timeout_s: float = 120.0) -> None:
+        """Route to ``workers`` from now on: the router is restarted on the same port (its
+        KV-event sources are fixed at start; it catches up on each engine's history from the
+        replay socket), so requests are refused for the second or two that takes."""
+        self.restarting = True
+        try:
+            self.workers = list(workers)
+            self.restart(timeout_s)
+        finally:
+            self.restarting = False
 
     # -- what it did ---------------------------------------------------------------------------
     def decisions(self) -> list[Decision]:
