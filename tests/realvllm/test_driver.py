@@ -41,6 +41,7 @@ def _fake(holders: dict[str, int], cached: int, posted: list, fail_posts: int = 
 
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/api/residency/lookup/":
+            state["lookups"] = state.get("lookups", 0) + 1
             return httpx.Response(
                 200,
                 json={
@@ -115,7 +116,7 @@ def test_in_front_of_a_router_it_only_generates_load_and_names_the_tenant():
     assert gw.send([5] * 40, tenant="t1")["cached_tokens"] == 64
     assert gw.send([6] * 40, tenant="t2")["engine"] == "router"
     assert gw.flush() == 0 and posted == [] and gw.summary()["routed_by_residency"] == 0
-    assert client.state["tenants"] == ["t1", "t2"]
+    assert client.state["tenants"] == ["t1", "t2"] and "lookups" not in client.state
 
 
 def test_the_lifecycle_scheduler_takes_the_legal_path_and_tells_the_gateway():
