@@ -46,7 +46,8 @@ from tests.realvllm.helpers import (
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 TENANT = MODEL_NAME  # the taps' default tenant rule: the request's model name
-PREFIX = [random.Random("router-tenant-prefix").randrange(4, 2048) for _ in range(40 * BLOCK_SIZE)]
+_draw = random.Random("router-tenant-prefix")
+PREFIX = [_draw.randrange(4, 2048) for _ in range(40 * BLOCK_SIZE)]
 CHAIN = blockhash.chain_keys(PREFIX, BLOCK_SIZE)
 
 
