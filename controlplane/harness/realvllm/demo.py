@@ -7,7 +7,7 @@ taps post the request records; each request names its tenant in a header the tap
 The second engine joins as in a scale-out: announced warming, then serving; it is added to the
 router when it starts serving (the router is restarted with it: its KV-event sources are fixed
 at start), and the router then learns what Prewarm's warm-ups placed there from that engine's
-events, replayed from its replay socket.
+events, the earlier ones read from its replay socket once its next event arrives.
 
 Costs (measured on the 2-core machine): each engine holds about 2.9 GB and is ready about a
 minute after it starts (both start together, each pinned to its own core); the tiny model is built

@@ -171,8 +171,9 @@ class VllmRouter(ServerProcess):
 
     def set_workers(self, workers: list[RouterWorker], timeout_s: float = 120.0) -> None:
         """Route to ``workers`` from now on: the router is restarted on the same port (its
-        KV-event sources are fixed at start; it catches up on each engine's history from the
-        replay socket), so requests are refused for the second or two that takes."""
+        KV-event sources are fixed at start), so requests are refused for the second or two
+        that takes; it reads each engine's history from the replay socket once that engine's
+        next event arrives, and routes by load until then."""
         self.restarting = True
         try:
             self.workers = list(workers)
