@@ -20,6 +20,11 @@ the job. Targets: report -> browser p99 < 250 ms, approve -> agent ack p99 < 500
   approve_to_confirmed  approve POST sent -> confirmed (the bench reacts to ``landed`` by polling)
   baseline: approve_post_ms, the approval request alone (its own database work, no dispatch)
 
+Baseline, in the same run: each setup runs twice, once with the agents reporting on their 1 s
+tick only (``PREWARM_AGENT_REPORT_MIN_INTERVAL_S=1``: what agents did before they reported
+changes early), once as configured by default (a change reported within
+``report_min_interval_s``, 0.1 s, of the previous report). ``--no-baseline`` skips the first.
+
 Each setup runs in a child process (Django is configured once per process, on that cluster's
 database). ``--quick``: PostgreSQL + Redis only, 4 engines, 8 iterations (< 1 minute);
 full: both setups, 16 engines, 40 iterations each.
@@ -41,6 +46,7 @@ from _common import REPO, parser, percentile, table, write_json
 
 from controlplane.core import protocol as wire
 
+TICK_ONLY = "PREWARM_AGENT_REPORT_MIN_INTERVAL_S"
 STAGES = (
     "report_to_residency",
     "report_to_dashboard",
@@ -248,6 +254,7 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", type=int)
     ap.add_argument("--iterations", type=int)
     ap.add_argument("--child", help=argparse_hidden())
+    ap.add_argument("--no-baseline", action="store_true", help="skip the tick-only run")
     args = ap.parse_args(argv)
     if args.child:  # one setup, in its own process
         sys.path.insert(0, str(REPO))
@@ -258,7 +265,8 @@ def main(argv=None) -> int:
     iterations = args.iterations or (8 if args.quick else 40)
     load_before = os.getloadavg()
     results = []
-    for setup in setups:
+    variants = [("", {})] if args.no_baseline else [("tick only", {TICK_ONLY: "1"}), ("", {})]
+    for setup, (label, env) in ((s, v) for s in setups for v in variants):
         out = subprocess.run(
             [
                 sys.executable,
@@ -273,11 +281,15 @@ def main(argv=None) -> int:
             capture_output=True,
             text=True,
             cwd=REPO,
+            env={**os.environ, **env},
         )
         if out.returncode:
             print(out.stdout[-3000:], out.stderr[-5000:], file=sys.stderr)
             return out.returncode
-        results.append(summarise(json.loads(out.stdout.strip().splitlines()[-1])))
+        result = summarise(json.loads(out.stdout.strip().splitlines()[-1]))
+        if label:
+            result["setup"] += f" ({label})"
+        results.append(result)
     rows = [
         (
             f"{stage} p50 / p99 (ms)",

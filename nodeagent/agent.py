@@ -65,7 +65,7 @@ class Agent:
                 e.replay,
                 e.topic,
                 self.zmq,
-                on_batch=self.metrics.kv_block_events.labels(e.engine_id).inc,
+                on_batch=self._on_batch(e.engine_id),
                 socket_mode=e.kv_events_socket,
             )
             for e in cfg.engines
@@ -111,6 +111,7 @@ class Agent:
             hostname=cfg.hostname,
             labels=cfg.labels,
             interval_s=cfg.report_interval_s,
+            min_interval_s=cfg.report_min_interval_s,
             heartbeat_s=cfg.heartbeat_interval_s,
             timeout_s=cfg.request_timeout_s,
             backoff_initial_s=cfg.backoff_initial_s,
@@ -163,6 +164,16 @@ class Agent:
         )
         self._last_gpu_status = ""
         self._counted: dict[str, tuple[int, int]] = {}
+
+    def _on_batch(self, engine_id: str) -> Callable[[int], None]:
+        """What a subscriber thread calls after each KV-event batch: count it, report it soon."""
+        count = self.metrics.kv_block_events.labels(engine_id).inc
+
+        def applied(n: int) -> None:
+            count(n)
+            self.reporter.poke()
+
+        return applied
 
     def _gpus(self) -> list[dict[str, Any]]:
         reading = self.gpu_source.collect()

@@ -100,6 +100,10 @@ class AgentConfig:
     labels: dict[str, str] = field(default_factory=dict)
     state_dir: str = ""
     report_interval_s: float = 1.0
+    # A residency change is reported this soon after the previous report (changes meanwhile
+    # coalesced): at most 1 / report_min_interval_s reports a second. report_interval_s or more
+    # reports on the tick only.
+    report_min_interval_s: float = 0.1
     heartbeat_interval_s: float = 15.0
     request_timeout_s: float = 10.0
     backoff_initial_s: float = 0.5
@@ -353,6 +357,7 @@ def validate(cfg: AgentConfig) -> None:
         raise ConfigError(f"state_dir is required (--state-dir or {ENV_PREFIX}STATE_DIR)")
     for name in (
         "report_interval_s",
+        "report_min_interval_s",
         "heartbeat_interval_s",
         "request_timeout_s",
         "backoff_initial_s",

@@ -1,9 +1,14 @@
 """Enrolment, reports and heartbeats to the control plane (``docs/agent-protocol.md``).
 
 Each tick builds one report (seq strictly increasing and persisted), writes it to the spool and
-then sends the spool in order. A failed send leaves the report spooled and backs off
-exponentially with jitter; ticks keep spooling meanwhile, so an outage loses nothing as long as
-the spool bound holds. When it does not, the spool is dropped (counted) and the next report is a
+then sends the spool in order. Between ticks, a change to residency (``poke``, from the engines'
+KV-event threads) brings the next report forward: at once when the last report is at least
+``min_interval_s`` old, else when it becomes so; changes in between are coalesced into that one
+report, so an agent sends at most ``1 / min_interval_s`` reports a second however busy its
+engines are. While the control plane is unreachable only ticks report.
+
+A failed send leaves the report spooled and backs off exponentially with jitter; ticks keep
+spooling meanwhile, so an outage loses nothing as long as the spool bound holds. When it does not, the spool is dropped (counted) and the next report is a
 full snapshot. ``409 stale_seq`` drops what the server already has.
 """
 
@@ -93,6 +98,7 @@ class Reporter:
         hostname: str = "",
         labels: dict[str, str] | None = None,
         interval_s: float = 1.0,
+        min_interval_s: float = 0.1,
         heartbeat_s: float = 15.0,
         timeout_s: float = 10.0,
         backoff_initial_s: float = 0.5,
@@ -113,6 +119,7 @@ class Reporter:
         self.hostname = hostname
         self.labels = labels or {}
         self.interval_s = interval_s
+        self.min_interval_s = min_interval_s
         self.heartbeat_s = heartbeat_s
         self.backoff = Backoff(backoff_initial_s, backoff_max_s)
         self.encoding = encoding
@@ -127,6 +134,9 @@ class Reporter:
         self.pending_drop_note = 0
         self.last_applied_seq: int | None = None
         self.stop_event = asyncio.Event()
+        self.changed = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._poked = False
         if metrics and self.spool.corrupt_reports:
             metrics.spool_corrupt.inc(self.spool.corrupt_reports)
 
@@ -329,12 +339,59 @@ class Reporter:
             pass  # reports carry liveness too; the next heartbeat tries again
 
     # -- loops ------------------------------------------------------------------------------
+    def poke(self) -> None:
+        """Residency changed (any thread): report it soon. One wake-up per report, however many
+        KV-event batches arrive meanwhile."""
+        loop = self._loop
+        if loop is None or self._poked:
+            return
+        self._poked = True
+        try:
+            loop.call_soon_threadsafe(self.changed.set)
+        except RuntimeError:
+            pass  # the loop has closed: the agent is stopping
+
+    async def _wait(self, deadline: float, last: float) -> None:
+        """Until the next tick (``deadline``), a stop, or a change (then no sooner than
+        ``min_interval_s`` after the report at ``last``)."""
+        now = time.monotonic()
+        if now >= deadline:
+            return
+        stop = asyncio.ensure_future(self.stop_event.wait())
+        change = asyncio.ensure_future(self.changed.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {stop, change}, timeout=deadline - now, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stop.cancel()
+            change.cancel()
+        if change not in done or self.stop_event.is_set() or self.was_down:
+            if self.was_down and change in done:  # only ticks report during an outage
+                await self._sleep(deadline - time.monotonic())
+            return
+        await self._sleep(min(last + self.min_interval_s, deadline) - time.monotonic())
+
+    async def _sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        try:
+            await asyncio.wait_for(self.stop_event.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+
     async def run(self) -> None:
-        """Fixed-rate loop on the monotonic clock: one report per interval, never drifting."""
+        """Fixed-rate loop on the monotonic clock: one report per interval, never drifting, and
+        one sooner when residency changes (module docstring)."""
+        self._loop = asyncio.get_running_loop()
         start = time.monotonic()
-        tick = 0
+        deadline = start  # the next tick
         next_hb = start
         while not self.stop_event.is_set():
+            # Before taking the deltas: a change applied from here on wakes the next wait.
+            self._poked = False
+            self.changed.clear()
+            last = time.monotonic()
             try:
                 self.build_report()
                 await self.flush()
@@ -344,15 +401,15 @@ class Reporter:
                     next_hb = now + self.heartbeat_s
             except Exception:  # a bug in one tick must not end reporting
                 log.exception("report tick failed")
-            tick += 1
             now = time.monotonic()
-            # Skip ticks we overran instead of bursting to catch up.
-            tick = max(tick, int((now - start) / self.interval_s))
-            delay = start + tick * self.interval_s - now
-            try:
-                await asyncio.wait_for(self.stop_event.wait(), timeout=max(delay, 0))
-            except TimeoutError:
-                pass
+            if now >= deadline - 1e-3:  # that was the tick: the next on the grid (ticks we
+                # overran are skipped, not burst to catch up); a change's report keeps it
+                n = max(
+                    round((deadline - start) / self.interval_s) + 1,
+                    int((now - start) / self.interval_s) + 1,
+                )
+                deadline = start + n * self.interval_s
+            await self._wait(deadline, last)
 
     async def aclose(self) -> None:
         self.stop_event.set()

@@ -25,7 +25,6 @@ from controlplane.core.blockhash import (
     ROOT_PARENT,
     block_key,
     engine_scoped_key,
-    extra_for,
 )
 from controlplane.core.protocol import (
     FLAG_ENGINE_SCOPED,
@@ -35,7 +34,16 @@ from controlplane.core.protocol import (
     encode_stored,
     residency_entry,
 )
-from nodeagent.kvevents import CLEARED, REMOVED, STORED, EventDecodeError, engine_hash, normalise
+from nodeagent.kvevents import (
+    TIER_OF,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    EventDecodeError,
+    block_extra,
+    engine_hash,
+    normalise,
+)
 
 __all__ = ["FLAG_ENGINE_SCOPED", "EngineResidency", "EventStats"]
 CANON_MAP_LIMIT = 1_000_000
@@ -77,23 +85,29 @@ class EngineResidency:
             self.stats.batches += 1
             for raw in raw_events:
                 ev = normalise(raw)
-                tag = ev[0]
-                if tag == STORED:
-                    n += self._stored(ev)
-                elif tag == REMOVED:
-                    n += self._removed(ev[1], ev[2])
-                elif tag == CLEARED:
+                kind = type(ev)
+                if kind is BlockStored:
+                    n += self._stored(ev)  # type: ignore[arg-type]
+                elif kind is BlockRemoved:
+                    n += self._removed(ev.block_hashes, ev.medium, ev.group_idx)  # type: ignore[union-attr]
+                elif kind is AllBlocksCleared:
                     self._clear_blocks()
             self.stats.block_events += n
         return n
 
-    def _stored(self, ev: tuple) -> int:
-        _, hashes, parent_hash, token_ids, block_size, lora_id, medium, lora_name = ev
+    def _stored(self, ev: BlockStored) -> int:
+        hashes, parent_hash, token_ids = ev.block_hashes, ev.parent_block_hash, ev.token_ids
+        lora_id, lora_name, group = ev.lora_id, ev.lora_name, ev.group_idx
+        medium = TIER_OF.get(ev.medium, ev.medium)
         if not hashes:
             return 0
-        bs = block_size or self.block_size
+        bs = ev.block_size or self.block_size
         if not all(type(h) is int for h in hashes):
             hashes = [engine_hash(h) for h in hashes]
+        if group:  # a hybrid model's other KV groups reuse the hashes: keep them apart
+            hashes = [_in_group(h, group) for h in hashes]
+            if parent_hash is not None:
+                parent_hash = _in_group(engine_hash(parent_hash), group)
         canon = self.canon
         resident = self.blocks.get(medium)
         if resident is None:
@@ -114,7 +128,7 @@ class EngineResidency:
             or len(token_ids) < bs * len(hashes)
             or (lora_id is not None and not lora_name)
         )
-        extra = extra_for(lora_name) if lora_name else b""
+        plain = not (lora_name or group or ev.extra_keys or ev.cache_salt)
         report_parent: int | None = None if parent_hash is None else parent
         if scoped:
             self.stats.engine_scoped += len(hashes)
@@ -127,6 +141,7 @@ class EngineResidency:
                 row: Row = (key, report_parent, FLAG_ENGINE_SCOPED)
             else:
                 try:
+                    extra = b"" if plain else block_extra(ev, i)
                     key = block_key(parent, token_ids[i * bs : (i + 1) * bs], extra)  # type: ignore[index,arg-type]
                 except ValueError as exc:  # token ids outside [0, 2**32) or not integers
                     raise EventDecodeError(f"BlockStored: {exc}") from None
@@ -143,7 +158,8 @@ class EngineResidency:
                 del canon[old]
         return len(hashes)
 
-    def _removed(self, hashes: list[Any], medium: str) -> int:
+    def _removed(self, hashes: list[Any], medium: str, group: int | None = None) -> int:
+        medium = TIER_OF.get(medium, medium)
         resident = self.blocks.get(medium)
         pstore = self.pending_stored.get(medium)
         premoved = self.pending_removed.get(medium)
@@ -152,6 +168,8 @@ class EngineResidency:
         n = 0
         for raw in hashes:
             h = raw if isinstance(raw, int) else engine_hash(raw)
+            if group:
+                h = _in_group(h, group)
             row = resident.pop(h, None) if resident else None
             n += 1
             if row is None:
@@ -231,3 +249,9 @@ class EngineResidency:
     def block_count(self) -> int:
         with self.lock:
             return sum(len(r) for r in self.blocks.values())
+
+
+def _in_group(engine_hash: int, group: int) -> int:
+    """An engine hash of KV-cache group ``group`` (> 0) as this module keys it: group 0 keeps
+    the engine's own hash; others get one that cannot collide with it or with each other's."""
+    return engine_scoped_key(f"group:{group}", engine_hash)

@@ -34,6 +34,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from controlplane.core import blockhash
 
@@ -199,11 +200,16 @@ class RequestTap:
         if body.get("stream") is True:
             opts = body.get("stream_options")
             if not (isinstance(opts, dict) and opts.get("include_usage")):
-                sent = dict(body)
-                sent["stream_options"] = {**(opts if isinstance(opts, dict) else {})}
-                sent["stream_options"]["include_usage"] = True
                 obs.strip_usage = True
-                raw = json.dumps(sent).encode()
+                if opts is None and raw.lstrip().startswith(b"{"):
+                    # Spliced in, not re-encoded: the rest of the body stays byte for byte.
+                    at = raw.index(b"{") + 1
+                    raw = raw[:at] + b'"stream_options":{"include_usage":true},' + raw[at:]
+                else:
+                    sent = dict(body)
+                    sent["stream_options"] = {**(opts if isinstance(opts, dict) else {})}
+                    sent["stream_options"]["include_usage"] = True
+                    raw = json.dumps(sent).encode()
         return obs, raw
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -224,23 +230,30 @@ class RequestTap:
                 status=502,
             )
         async with upstream:
-            out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for k, v in upstream.headers.items():
-                if k.lower() not in HOP_BY_HOP:
-                    out.headers.add(k, v)
+            back = CIMultiDict(
+                (k, v) for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP
+            )
+            out: web.StreamResponse
             streaming = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
             if not streaming:
                 data = await upstream.read()
-                out.content_length = len(data)
+                if obs and upstream.status == 200:
+                    obs.usage = _body_usage(data)
+                # One write, headers and body together.
+                out = web.Response(
+                    status=upstream.status, reason=upstream.reason, body=data, headers=back
+                )
                 await out.prepare(request)
-                await out.write(data)
+                await out.write_eof()
                 if obs and upstream.status == 200:
                     obs.ttft_s = time.perf_counter() - obs.started
-                    obs.usage = _body_usage(data)
             else:
+                out = web.StreamResponse(
+                    status=upstream.status, reason=upstream.reason, headers=back
+                )
                 await out.prepare(request)
                 await self._relay_events(upstream, out, obs if upstream.status == 200 else None)
-            await out.write_eof()
+                await out.write_eof()
         if obs and upstream.status == 200 and obs.ttft_s is not None:
             self.observed += 1
             tokens = request_token_ids(obs)

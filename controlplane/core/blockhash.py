@@ -97,16 +97,19 @@ def extra_for(
     mm_hashes: Iterable[str] = (),
     cache_salt: str | None = None,
     group_idx: int = 0,
+    embeds: Iterable[str] = (),
 ) -> bytes:
-    """The ``extra`` bytes of a block: its LoRA adapter, multimodal inputs, cache salt and
-    KV-cache group (empty for plain text in group 0). Parts are ``lora:NAME``, ``mm:HASH``
-    (each, in order), ``salt:SALT``, ``group:N``, joined by U+001F."""
+    """The ``extra`` bytes of a block: its LoRA adapter, multimodal inputs, cache salt,
+    prompt-embeds digests and KV-cache group (empty for plain text in group 0). Parts are
+    ``lora:NAME``, ``mm:HASH`` (each, in order), ``salt:SALT``, ``embeds:DIGEST`` (each),
+    ``group:N``, joined by U+001F."""
     parts = []
     if lora_name:
         parts.append("lora:" + lora_name)
     parts.extend("mm:" + h for h in mm_hashes)
     if cache_salt:
         parts.append("salt:" + cache_salt)
+    parts.extend("embeds:" + e for e in embeds)
     if group_idx:
         parts.append(f"group:{group_idx}")
     return "\x1f".join(parts).encode()

@@ -235,3 +235,51 @@ async def test_a_target_acknowledges_a_copy_after_spooling_what_its_engine_held(
     assert [r["seq"] for r in control_plane.reports] == [1, 2]
     assert control_plane.reports[1]["residency"][0]["mode"] == "delta"
     await rep.aclose()
+
+
+async def test_a_change_is_reported_before_the_tick_and_a_flood_is_coalesced(
+    control_plane, tmp_path
+):
+    """Ticks every 30 s: a KV-event batch is reported within min_interval_s anyway; a batch
+    every 2 ms for a second gives at most about 1 / min_interval_s reports, not 500."""
+    frames, _ = load_messages("0.33.0")
+    payloads = [p for _t, _s, p in frames]
+    res = EngineResidency("vllm-0", 16)
+    rep = make_reporter(control_plane, tmp_path, res)
+    rep.interval_s, rep.min_interval_s = 30.0, 0.1
+    task = asyncio.create_task(rep.run())
+    await until(lambda: len(control_plane.reports) == 1, "the first report")
+    res.apply_events(decode_payload(payloads[0])[1])
+    t0 = time.monotonic()
+    rep.poke()  # as the subscriber thread does after each batch
+    await until(lambda: len(control_plane.reports) == 2, "the change (not the 30 s tick)")
+    first = time.monotonic() - t0
+    before = len(control_plane.reports)
+    t0 = time.monotonic()
+    for p in payloads[1:]:
+        res.apply_events(decode_payload(p)[1])
+        rep.poke()
+        await asyncio.sleep(0.002)
+    spent = time.monotonic() - t0
+    await until(
+        lambda: (
+            not any(res.pending_stored.values())
+            and not any(res.pending_removed.values())
+            and rep.last_applied_seq == rep.state.seq
+        ),
+        "the last changes reported",
+    )
+    rep.stop_event.set()
+    await task
+    await rep.aclose()
+    assert server_view(control_plane) == agent_view(res)
+    reports = len(control_plane.reports) - before
+    assert first < 5, first  # at once (the machine's load decides how fast "at once" is)
+    assert 1 <= reports <= spent / rep.min_interval_s + 2, (reports, len(payloads), spent)
+
+
+async def until(predicate, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
