@@ -34,12 +34,13 @@ _MASK64 = (1 << 64) - 1
 
 # The media names engines publish -> Prewarm's tiers (vLLM: GPU, CPU, STORAGE; SGLang: GPU,
 # CPU_PINNED, DISK, EXTERNAL: a shared remote pool, the slowest tier there is).
+# vLLM's GPU and CPU and SGLang's DISK are spelled as Prewarm's tiers are.
 TIER_OF = {
-    "GPU": wire.TIER_GPU,
-    "CPU": wire.TIER_CPU,
+    wire.TIER_GPU: wire.TIER_GPU,
+    wire.TIER_CPU: wire.TIER_CPU,
     "CPU_PINNED": wire.TIER_CPU,
     "STORAGE": wire.TIER_DISK,
-    "DISK": wire.TIER_DISK,
+    wire.TIER_DISK: wire.TIER_DISK,
     "EXTERNAL": wire.TIER_DISK,
 }
 

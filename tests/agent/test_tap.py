@@ -182,3 +182,34 @@ async def test_record_spool_keeps_what_the_control_plane_did_not_take(tmp_path):
     assert await again.flush() is True  # ... and a restarted agent sends it
     assert plane.got == [[{"time": 1764540009}]] and again.posted == 1
     await again.aclose()
+
+
+def test_tap_options_from_env_toml_and_flags(tmp_path):
+    from nodeagent.config import ConfigError, load_config
+
+    base = {
+        "PREWARM_AGENT_CONTROL_PLANE_URL": "http://cp",
+        "PREWARM_AGENT_STATE_DIR": str(tmp_path),
+    }
+    engine = {
+        "engine_id": "vllm-0",
+        "kv_events": "tcp://127.0.0.1:5557",
+        "openai_url": "http://127.0.0.1:8000",
+        "tap_listen": "0.0.0.0:8100",
+    }
+    env = {
+        **base,
+        "PREWARM_AGENT_TAP_TENANT": "header:X-Tenant",
+        "PREWARM_AGENT_ENGINES": json.dumps([engine]),
+    }
+    cfg = load_config([], env)
+    assert cfg.tap_tenant == "header:X-Tenant" and cfg.engines[0].tap_listen == "0.0.0.0:8100"
+    toml = tmp_path / "agent.toml"
+    toml.write_text('tap_tenant = "api-key"\n')
+    assert load_config(["--config", str(toml)], base).tap_tenant == "api-key"
+    assert load_config(["--tap-tenant", "model"], env).tap_tenant == "model"
+    with pytest.raises(ConfigError, match="tap_tenant"):
+        load_config(["--tap-tenant", "cookie"], env)
+    no_upstream = {**engine, "openai_url": ""}
+    with pytest.raises(ConfigError, match="tap_listen needs openai_url"):
+        load_config([], {**env, "PREWARM_AGENT_ENGINES": json.dumps([no_upstream])})
