@@ -260,11 +260,11 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
 
 
 def start_agent(
-    engine: VllmEngine, data: Path, cp: str, enrolment: str, env: dict[str, str], tap: str
+    engine: VllmEngine, data: Path, cp: str, enrolment: str, env: dict[str, str], tap: str = ""
 ) -> subprocess.Popen:
     """A real ``prewarm-agent`` beside the engine: its state and log under ``data``; it sends
-    warm-ups to the engine's OpenAI server and serves the request tap in front of it at
-    ``tap`` (host:port)."""
+    warm-ups to the engine's OpenAI server and, given ``tap`` (host:port), serves the request
+    tap in front of it there."""
     state = data / f"agent-{engine.name}"
     state.mkdir(parents=True, exist_ok=True)
     cfg = agent_config(
@@ -275,7 +275,7 @@ def start_agent(
         state,
         openai_url=engine.url,
         served_model_name=MODEL_NAME,
-        tap_listen=tap,
+        **({"tap_listen": tap} if tap else {}),
     )
     with open(data / f"agent-{engine.name}.log", "ab") as log:
         return subprocess.Popen(
