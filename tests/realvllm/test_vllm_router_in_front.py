@@ -203,12 +203,13 @@ def test_vllm_router_sends_the_prefix_to_the_engine_prewarm_warmed(
         # ... and B serves it from the warmed cache.
         assert all(cached(r) >= len(PREFIX) for r in answers), [r["usage"] for r in answers]
 
-        # B's tap records them (serving engine, cached tokens): the replica's measured hits,
-        # all three (served_hits grows as the records are ingested, hits when next scored).
+        # B's tap records them (serving engine, cached tokens): the replica's measured hits, these
+        # three and any the router sent B while the job was confirmed (served_hits grows as the
+        # records are ingested, hits when the replica is next scored).
         def scored() -> dict | None:
             reps = api(cp, "GET", f"/api/speculative-replicas/?job={job['id']}").json()["results"]
             rep = next((r for r in reps if r["job"] == job["id"]), None)
-            done = rep and rep["hits"] == rep["served_hits"] == len(answers)
+            done = rep and rep["hits"] == rep["served_hits"] >= len(answers)
             return rep if done and rep["hits_basis"] == "measured" else None
 
         replica = wait_for(scored, 60, interval=0.5, what="the replica's hits from B's tap")
