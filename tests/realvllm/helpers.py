@@ -13,9 +13,10 @@ import msgpack
 import zmq
 
 from controlplane.core import blockhash
+from controlplane.harness import burst as azure_burst
 from controlplane.harness.live import LiveControlPlane
 from controlplane.harness.processes import Proc, wait_for
-from controlplane.harness.realvllm.engine import BLOCK_SIZE, VllmEngine
+from controlplane.harness.realvllm.engine import BLOCK_SIZE, MODEL_NAME, VllmEngine
 
 
 def user_token(cp: LiveControlPlane) -> str:
@@ -177,3 +178,29 @@ def settle(cp: LiveControlPlane, engine_id: str, want: int, timeout: float = 30.
 def stop_quietly(proc: Proc) -> str:
     proc.stop()
     return proc.tail(4000)
+
+
+def demand(end: float, tenant: str, prefix: list[int]) -> list[dict]:
+    """The recorded Azure burst of the workflow tests (real arrival times) as this tenant's
+    records: the prefix's token ids plus one block of its own each, ending just before the
+    current minute's bucket (demand history for the forecaster, posted as a gateway would)."""
+    arr = azure_burst.arrivals()
+    shift = (end // 60 * 60 - 1.0) - arr[-1][0]
+    return [
+        {
+            "time": t + shift,
+            "tenant": tenant,
+            "model": MODEL_NAME,
+            "block_size": BLOCK_SIZE,
+            "token_ids": prefix + [4 + (i + j) % 2000 for j in range(BLOCK_SIZE)],
+            "prompt_tokens": len(prefix) + BLOCK_SIZE,
+            "cached_tokens": len(prefix),
+        }
+        for i, (t, _) in enumerate(arr)
+    ]
+
+
+def job_states(cp: LiveControlPlane) -> list[dict]:
+    resp = api(cp, "GET", "/api/replication-jobs/?limit=50")
+    resp.raise_for_status()
+    return resp.json()["results"]

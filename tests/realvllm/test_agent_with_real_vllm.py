@@ -78,7 +78,9 @@ def test_a_lost_message_is_recovered_through_the_real_replay_socket(vllm_engines
     engine = vllm_engines["bind"]
     fresh(engine)
     res = EngineResidency(engine.name, BLOCK_SIZE)
-    sub = EngineSubscriber(res, engine.agent_engine()["kv_events"], engine.replay_endpoint, "kv")
+    sub = EngineSubscriber(
+        res, engine.agent_engine()["kv_events"], engine.replay_endpoint, engine.topic
+    )
     apply, dropped = sub.tracker.on_message, []
 
     def lossy(seq: int, payload: bytes) -> None:

@@ -41,6 +41,7 @@ def _fake(holders: dict[str, int], cached: int, posted: list, fail_posts: int = 
 
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/api/residency/lookup/":
+            state["lookups"] = state.get("lookups", 0) + 1
             return httpx.Response(
                 200,
                 json={
@@ -53,6 +54,7 @@ def _fake(holders: dict[str, int], cached: int, posted: list, fail_posts: int = 
             )
         if request.url.path == "/v1/completions":  # streamed, as the driver asks
             body = json.loads(request.content)
+            state.setdefault("tenants", []).append(request.headers.get("X-Prewarm-Tenant"))
             assert body["stream"] and body["stream_options"] == {"include_usage": True}
             usage = {
                 "prompt_tokens": len(body["prompt"]),
@@ -69,7 +71,9 @@ def _fake(holders: dict[str, int], cached: int, posted: list, fail_posts: int = 
             return httpx.Response(200, json={"accepted": 1})
         return httpx.Response(404)
 
-    return httpx.Client(transport=httpx.MockTransport(handle))
+    client = httpx.Client(transport=httpx.MockTransport(handle))
+    client.state = state  # type: ignore[attr-defined]
+    return client
 
 
 def test_routes_to_the_deepest_serving_holder_and_records_what_served_it():
@@ -99,6 +103,20 @@ def test_no_holder_goes_to_the_least_busy_and_a_failed_post_is_kept():
     assert sorted(served) == ["a", "a", "b", "b"]
     assert gw.flush() == 0 and gw.stats.post_failures == 1
     assert gw.flush() == 4 and len(posted) == 4
+
+
+def test_in_front_of_a_router_it_only_generates_load_and_names_the_tenant():
+    """With a router (and request taps) in front: every request goes to the router, each names
+    its tenant in the header the taps read, no residency lookup, no record posted."""
+    posted: list = []
+    client = _fake({"a": 3}, 64, posted)
+    gw = Gateway(
+        "http://cp", "", [Target("router", "http://router")], client=client, post_records=False
+    )
+    assert gw.send([5] * 40, tenant="t1")["cached_tokens"] == 64
+    assert gw.send([6] * 40, tenant="t2")["engine"] == "router"
+    assert gw.flush() == 0 and posted == [] and gw.summary()["routed_by_residency"] == 0
+    assert client.state["tenants"] == ["t1", "t2"] and "lookups" not in client.state
 
 
 def test_the_lifecycle_scheduler_takes_the_legal_path_and_tells_the_gateway():

@@ -27,9 +27,15 @@ from controlplane.harness.realvllm.engine import (
     KV_CAPACITY_BLOCKS,
     MODEL_NAME,
 )
-from tests.realvllm.helpers import api, engine_blocks, fresh, lookup_depth, start_agent
-from tests.realvllm.test_replication_into_real_vllm import demand, job_states
-from tests.realvllm.test_replication_into_real_vllm import worker_plane as worker_plane  # noqa: F401
+from tests.realvllm.helpers import (
+    api,
+    demand,
+    engine_blocks,
+    fresh,
+    job_states,
+    lookup_depth,
+    start_agent,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -109,7 +115,7 @@ def test_reactive_strategy_warms_a_hot_prefix_into_the_second_engine(
         )
         resp = httpx.post(
             f"{cp.url}/api/request-records/",
-            json={"records": demand(time.time(), PREFIX, TENANT)},
+            json={"records": demand(time.time(), TENANT, PREFIX)},
             headers={"Authorization": f"Bearer {cp.gateway}"},
             timeout=60,
         )

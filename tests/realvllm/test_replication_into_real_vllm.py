@@ -18,9 +18,7 @@ import httpx
 import pytest
 
 from controlplane.core import blockhash
-from controlplane.harness import burst
 from controlplane.harness.e2e.engines import EngineMetricsServer
-from controlplane.harness.live import LiveControlPlane
 from controlplane.harness.processes import wait_for
 from controlplane.harness.realvllm.driver import Gateway, Target
 from controlplane.harness.realvllm.engine import (
@@ -29,69 +27,21 @@ from controlplane.harness.realvllm.engine import (
     KV_CAPACITY_BLOCKS,
     MODEL_NAME,
 )
-from tests.realvllm.helpers import api, engine_blocks, fresh, lookup_depth, start_agent, user_token
+from tests.realvllm.helpers import (
+    api,
+    demand,
+    engine_blocks,
+    fresh,
+    job_states,
+    lookup_depth,
+    start_agent,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 TENANT = "real-tenant"
 PREFIX = [random.Random("real-tenant-prefix").randrange(4, 2048) for _ in range(40 * BLOCK_SIZE)]
 CHAIN = blockhash.chain_keys(PREFIX, BLOCK_SIZE)
-# The e2e harness's cadences: ticks every second, jobs retried after a second.
-FAST = {
-    "PREWARM_TICK_SECONDS": "1",
-    "PREWARM_SWEEP_SECONDS": "1",
-    "PREWARM_SCORE_SECONDS": "2",
-    "PREWARM_MARK_STALE_SECONDS": "2",
-    "PREWARM_JOB_REDELIVER_SECONDS": "3",
-    "PREWARM_JOB_BACKOFF_SECONDS": "1",
-    "PREWARM_JOB_ATTEMPT_SECONDS": "60",
-    "PREWARM_EMBEDDED_WORKER": "true",
-    "CELERY_TASK_ALWAYS_EAGER": "false",
-    "PREWARM_HOLDOUT_FRACTION": "0",  # the one item is copied, not held out
-}
-
-
-@pytest.fixture
-def worker_plane(tmp_path):
-    cp = LiveControlPlane(tmp_path, env=FAST)
-    cp.manage("migrate", "-v0")
-    cp.manage("ensure_user", "ops", "--password", "pw-123456789", "--role", "admin")
-    cp.start()
-    cp.token = user_token(cp)
-    cp.gateway = cp.manage(
-        "shell",
-        "--no-imports",
-        "-c",
-        "from controlplane.accounts.models import ApiToken; "
-        "print(ApiToken.issue('gateway', 'gw')[1])",
-    ).splitlines()[-1]
-    yield cp
-    cp.close()
-
-
-def demand(end: float, prefix: list[int] = PREFIX, tenant: str = TENANT) -> list[dict]:
-    """The recorded burst as this tenant's records: prefix token ids plus one block of its own,
-    ending just before the current minute's bucket."""
-    arr = burst.arrivals()
-    shift = (end // 60 * 60 - 1.0) - arr[-1][0]
-    return [
-        {
-            "time": t + shift,
-            "tenant": tenant,
-            "model": MODEL_NAME,
-            "block_size": BLOCK_SIZE,
-            "token_ids": prefix + [4 + (i + j) % 2000 for j in range(BLOCK_SIZE)],
-            "prompt_tokens": len(prefix) + BLOCK_SIZE,
-            "cached_tokens": len(prefix),
-        }
-        for i, (t, _) in enumerate(arr)
-    ]
-
-
-def job_states(cp) -> list[dict]:
-    resp = api(cp, "GET", "/api/replication-jobs/?limit=50")
-    resp.raise_for_status()
-    return resp.json()["results"]
 
 
 def test_approved_plan_warms_the_second_engine_and_its_events_confirm_it(
@@ -157,7 +107,7 @@ def test_approved_plan_warms_the_second_engine_and_its_events_confirm_it(
             time.sleep(61 - time.time() % 60)
         resp = httpx.post(
             f"{cp.url}/api/request-records/",
-            json={"records": demand(time.time())},
+            json={"records": demand(time.time(), TENANT, PREFIX)},
             headers={"Authorization": f"Bearer {cp.gateway}"},
             timeout=60,
         )

@@ -1,6 +1,13 @@
-"""`make demo PRESET=real`: two real vLLM engines on CPU, their agents, the control plane and a
-gateway-like request driver replaying a slice of the ServeGen trace (4 tenants, each with its own
-shared prefix) as token-id prompts (``driver.py``).
+"""`make demo PRESET=real`: two real vLLM engines on CPU, their agents with a request tap in front
+of each engine, vllm-router (``kv_aware``, routing on the engines' own KV events) in front of the
+taps, the control plane, and a load generator replaying a slice of the ServeGen trace (4 tenants,
+each with its own shared prefix) as token-id prompts through the router (``driver.py``). The
+taps post the request records; each request names its tenant in a header the taps read.
+
+The second engine joins as in a scale-out: announced warming, then serving; it is added to the
+router when it starts serving (the router is restarted with it: its KV-event sources are fixed
+at start), and the router then learns what Prewarm's warm-ups placed there from that engine's
+events, the earlier ones read from its replay socket once its next event arrives.
 
 Costs (measured on the 2-core machine): each engine holds about 2.9 GB and is ready about a
 minute after it starts (both start together, each pinned to its own core); the tiny model is built
@@ -24,6 +31,7 @@ from typing import Any
 from controlplane.core.protocol import TRANSPORT_WARMUP
 from controlplane.harness import launch
 from controlplane.harness.lifecycle import Lifecycles, Operator
+from controlplane.harness.realvllm.driver import TENANT_HEADER
 from controlplane.harness.realvllm.engine import (
     BYTES_PER_BLOCK,
     KV_CAPACITY_BLOCKS,
@@ -34,6 +42,7 @@ from controlplane.harness.realvllm.engine import (
     free_port,
     vllm_python,
 )
+from controlplane.harness.realvllm.router import RouterWorker, VllmRouter, router_available
 
 # Real seconds, not a compressed trace: a replica lives two minutes, plans every 10 s. Copies are
 # warm-ups: prefill-only requests the agent sends to the target engine's OpenAI server.
@@ -88,6 +97,7 @@ def agent_config(
         "engine_metrics_interval_s": 2.0,
         "jobs_transport": "websocket",
         "backoff_max_s": 5.0,
+        "tap_tenant": f"header:{TENANT_HEADER}",
     }
     eng = engine.agent_engine(
         bytes_per_block=BYTES_PER_BLOCK, kv_capacity_blocks=KV_CAPACITY_BLOCKS, **engine_extra
@@ -111,6 +121,7 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
     try:
         python = vllm_python()
         ensure_model(python=python)
+        router_available()
     except EngineUnavailable as exc:
         print(f"make demo PRESET=real: {exc}", file=sys.stderr)
         return 2
@@ -142,14 +153,19 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
     url = f"http://{host}:{port}/"
     cp = f"http://127.0.0.1:{port}" if host in ("0.0.0.0", "::") else url.rstrip("/")
 
+    # The publishers bind: the agents and the router both connect to them.
     engines = [
-        VllmEngine("vllm-a", data, events="connect", cpu_cores="0"),
+        VllmEngine("vllm-a", data, events="bind", cpu_cores="0"),
         VllmEngine(
-            "vllm-b", data, events="connect", cpu_cores="1" if (os.cpu_count() or 1) > 1 else "0"
+            "vllm-b", data, events="bind", cpu_cores="1" if (os.cpu_count() or 1) > 1 else "0"
         ),
     ]
+    taps = {e.name: f"127.0.0.1:{free_port()}" for e in engines}
+    workers = [RouterWorker.of(e, f"http://{taps[e.name]}") for e in engines]
+    router = VllmRouter(data, workers[:1])  # the joiner is added when it serves
 
     def stop_engines() -> None:
+        router.stop()
         for e in engines:
             e.stop()
 
@@ -173,11 +189,17 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
         flush=True,
     )
     for i, e in enumerate(engines):
-        children.add(start_agent(e, data, cp, creds["enrolment_tokens"][i], env))
+        children.add(start_agent(e, data, cp, creds["enrolment_tokens"][i], env, taps[e.name]))
     if not wait_for_engines(cp, creds["operator_token"], {e.name for e in engines}):
         print(
             "the agents have not reported both engines within a minute; going on", file=sys.stderr
         )
+    try:
+        router.start().wait_ready(60)
+    except EngineUnavailable as exc:
+        print(f"make demo PRESET=real: {exc}", file=sys.stderr)
+        children.stop()
+        return 1
     with open(data / "driver.log", "ab") as log:
         children.add(
             subprocess.Popen(
@@ -187,8 +209,8 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
                     "controlplane.harness.realvllm.driver",
                     "--control-plane",
                     cp,
-                    "--gateway-token",
-                    creds["gateway_token"],
+                    "--router",
+                    router.url,
                     "--trace",
                     "servegen",
                     "--rate",
@@ -197,7 +219,6 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
                     "--operator-token",
                     creds["operator_token"],
                     f"--join={engines[1].name}={JOIN[0]:g}:{JOIN[1]:g}",
-                    *[f"--engine=cpu-{e.name}/{e.name}={e.url}" for e in engines],
                 ],
                 cwd=launch.ROOT,
                 env=env,
@@ -205,21 +226,33 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
                 stderr=subprocess.STDOUT,
             )
         )
+    # When the joiner starts serving, the router is restarted with it (a second or two of
+    # refused requests, which the load generator counts as failed).
+    join = threading.Timer(JOIN[1], router.set_workers, args=(workers,))
+    join.daemon = True
+    join.start()
     print(
         f"\nPrewarm is running at {url}\n"
         f"  login: admin / {password}  (also operator, viewer)\n"
         f"  preset real: two vLLM engines on CPU ({', '.join(e.url for e in engines)}), "
-        f"their agents, 4 ServeGen tenants at ~{rate:g} request/s as token-id prompts;\n"
+        f"their agents with request taps ({', '.join(taps.values())}), vllm-router "
+        f"(kv_aware) at {router.url},\n"
+        f"  4 ServeGen tenants at ~{rate:g} request/s as token-id prompts through the router;\n"
         f"  {engines[1].name} joins: warming at {JOIN[0]:g} s (warm-up copies land on it), "
-        f"serving at {JOIN[1]:g} s\n"
+        f"serving (added to the router) at {JOIN[1]:g} s\n"
         f"  look at: {url} (cache map), {url}plans/, {url}jobs/, {url}scoreboard/\n"
-        f"  API docs: {url}api/docs/   logs: {data}/ (vllm-*.log, agent-*.log, driver.log)\n"
+        f"  API docs: {url}api/docs/   logs: {data}/ (vllm-*.log, vllm-router-*.log, "
+        "agent-*.log, driver.log)\n"
         "Ctrl-C stops everything.\n",
         flush=True,
     )
     children.watch(
         lambda: next(
-            (f"vLLM engine {e.name} exited: {e.last_error()}" for e in engines if not e.alive()),
+            (
+                f"{p.what} {p.name} exited: {p.last_error()}"
+                for p in (*engines, router)
+                if not p.alive() and not router.restarting
+            ),
             "",
         )
     )
@@ -227,10 +260,11 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
 
 
 def start_agent(
-    engine: VllmEngine, data: Path, cp: str, enrolment: str, env: dict[str, str]
+    engine: VllmEngine, data: Path, cp: str, enrolment: str, env: dict[str, str], tap: str = ""
 ) -> subprocess.Popen:
     """A real ``prewarm-agent`` beside the engine: its state and log under ``data``; it sends
-    warm-ups to the engine's OpenAI server."""
+    warm-ups to the engine's OpenAI server and, given ``tap`` (host:port), serves the request
+    tap in front of it there."""
     state = data / f"agent-{engine.name}"
     state.mkdir(parents=True, exist_ok=True)
     cfg = agent_config(
@@ -241,6 +275,7 @@ def start_agent(
         state,
         openai_url=engine.url,
         served_model_name=MODEL_NAME,
+        **({"tap_listen": tap} if tap else {}),
     )
     with open(data / f"agent-{engine.name}.log", "ab") as log:
         return subprocess.Popen(

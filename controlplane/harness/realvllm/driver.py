@@ -7,11 +7,16 @@ Mooncake block becomes one 32-token vLLM block whose token ids are drawn from it
 the trace's prefix sharing becomes vLLM's block sharing exactly; each request's own tail is
 divided by 16 too; prompts are capped to fit the 2048-token model.
 
-Each request is routed like a cache-aware gateway would: to the engine holding the longest
-prefix of the prompt according to the control plane's residency lookup, least busy first, and
-to the least busy engine when none holds any of it. The engine's answer gives the request record
-the driver posts to ``/api/request-records/`` (through the harness's one gateway client,
-``harness/gateway.py``): served engine, prompt tokens,
+With ``--router URL`` it is a load generator only: every request goes to that router (vllm-router
+in front of the agents' request taps, ``router.py``), which picks the engine, and the taps post
+the request records; each request names its tenant in the ``X-Prewarm-Tenant`` header, which the
+taps read (``tap_tenant = "header:X-Prewarm-Tenant"``).
+
+Without a router it is also the gateway: each request is routed like a cache-aware gateway
+would, to the engine holding the longest prefix of the prompt according to the control plane's
+residency lookup, least busy first, and to the least busy engine when none holds any of it. The
+engine's answer gives the request record the driver posts to ``/api/request-records/`` (through
+the harness's one gateway client, ``harness/gateway.py``): served engine, prompt tokens,
 ``usage.prompt_tokens_details.cached_tokens`` and the time to the first token it measured.
 Engines that join mid-run follow the harness's one lifecycle scheduler (``harness/lifecycle.py``).
 
@@ -52,6 +57,8 @@ log = logging.getLogger(__name__)
 
 # The request record field naming the engine that served it (docs/api.md).
 ENGINE_FIELD = "engine"
+# The header naming a request's tenant, for the request taps behind a router.
+TENANT_HEADER = "X-Prewarm-Tenant"
 
 
 @dataclass
@@ -92,7 +99,10 @@ class Gateway:
         tenant: str = TENANT,
         client: httpx.Client | None = None,
         keep_records: bool = False,
+        post_records: bool = True,
     ):
+        """``post_records=False``: a load generator in front of a router and request taps,
+        which post the records; nothing is posted from here."""
         if not targets:
             raise ValueError("at least one engine")
         self.cp = control_plane.rstrip("/")
@@ -101,7 +111,9 @@ class Gateway:
         self.http = client or httpx.Client(timeout=60)
         self.headers = {"Authorization": f"Bearer {gateway_token}"}
         self.lock = threading.Lock()
-        self.poster = RecordPoster(self.cp, gateway_token, client=self.http)
+        self.poster = (
+            RecordPoster(self.cp, gateway_token, client=self.http) if post_records else None
+        )
         self.stats = DriverStats()
         self.records: list[dict[str, Any]] | None = [] if keep_records else None  # for benches
 
@@ -127,7 +139,7 @@ class Gateway:
         return out
 
     def route(self, token_ids: list[int]) -> Target:
-        held = self.holders(token_ids)
+        held = self.holders(token_ids) if len(self.targets) > 1 else {}  # one: nothing to choose
         with self.lock:
             serving = {e: t for e, t in self.targets.items() if t.serving} or self.targets
             held = {e: d for e, d in held.items() if e in serving}
@@ -159,7 +171,9 @@ class Gateway:
                 target.in_flight += 1
         started = time.monotonic()
         try:
-            ttft, usage = self._complete(target, token_ids, max_tokens, started)
+            ttft, usage = self._complete(
+                target, token_ids, max_tokens, started, tenant or self.tenant
+            )
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             with self.lock:
                 target.in_flight -= 1
@@ -187,11 +201,12 @@ class Gateway:
             self.stats.sent += 1
             if self.records is not None:
                 self.records.append(record)
-        self.poster.add(record)
+        if self.poster is not None:
+            self.poster.add(record)
         return record
 
     def _complete(
-        self, target: Target, token_ids: list[int], max_tokens: int, started: float
+        self, target: Target, token_ids: list[int], max_tokens: int, started: float, tenant: str
     ) -> tuple[float, dict[str, Any]]:
         """A streamed completion: (seconds to the first token, the final usage)."""
         body = {
@@ -205,7 +220,11 @@ class Gateway:
         ttft: float | None = None
         usage: dict[str, Any] | None = None
         with self.http.stream(
-            "POST", f"{target.url}/v1/completions", json=body, timeout=120
+            "POST",
+            f"{target.url}/v1/completions",
+            json=body,
+            headers={TENANT_HEADER: tenant},
+            timeout=120,
         ) as resp:
             resp.raise_for_status()
             for line in resp.iter_lines():
@@ -223,6 +242,8 @@ class Gateway:
     def flush(self) -> int:
         """Post the records gathered since the last flush (kept for the next one on failure);
         how many the control plane took."""
+        if self.poster is None:
+            return 0
         before = self.poster.posted
         self.poster.flush()
         with self.lock:
@@ -230,14 +251,15 @@ class Gateway:
         return self.poster.posted - before
 
     def close(self) -> None:
-        self.poster.close()
+        if self.poster is not None:
+            self.poster.close()
 
     def summary(self) -> dict[str, Any]:
         with self.lock:
             return {
                 "sent": self.stats.sent,
                 "failed": self.stats.failed,
-                "posted": self.poster.posted,
+                "posted": self.poster.posted if self.poster else 0,
                 "routed_by_residency": self.stats.routed_by_residency,
                 "engines": {
                     t.engine_id: {
@@ -316,11 +338,17 @@ def main(argv: list[str] | None = None) -> int:
         "and post request records as a gateway."
     )
     p.add_argument("--control-plane", required=True)
-    p.add_argument("--gateway-token", required=True)
+    p.add_argument("--gateway-token", default="", help="without --router: posts the records")
+    p.add_argument(
+        "--router",
+        default="",
+        help="http://host:port of a router in front of the agents' request taps: every "
+        "request goes there and the taps post the records (a load generator only)",
+    )
     p.add_argument(
         "--engine",
         action="append",
-        required=True,
+        default=[],
         help="NODE/ENGINE_ID=http://127.0.0.1:PORT (repeat; the node as its agent's "
         "hostname, so that records name the engine that served them)",
     )
@@ -345,13 +373,18 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         help="ENGINE_ID=ANNOUNCE_S:SERVE_S: the engine serves only from SERVE_S, "
-        "announced warming at ANNOUNCE_S (needs --operator-token)",
+        "announced warming at ANNOUNCE_S (needs --operator-token; with --router the "
+        "announcements only: whoever runs the router adds the engine to it)",
     )
     p.add_argument("--operator-token", default="", help="an operator's user token (for --join)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s driver %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per request
-    targets = []
+    if args.router and args.engine:
+        p.error("--router routes every request: no --engine with it")
+    if not args.router and not (args.engine and args.gateway_token):
+        p.error("without --router: --engine (one or more) and --gateway-token")
+    targets = [Target("router", args.router)] if args.router else []
     for spec in args.engine:
         ref, sep, url = spec.partition("=")
         node, _, engine_id = ref.rpartition("/")
@@ -367,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"driver: {exc}", file=sys.stderr)
         return 2
-    gw = Gateway(args.control_plane, args.gateway_token, targets)
+    gw = Gateway(args.control_plane, args.gateway_token, targets, post_records=not args.router)
     stop = threading.Event()
     if args.join:
         if not args.operator_token:
@@ -379,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
                 announce, serve = (float(x) for x in times.split(":"))
             except ValueError:
                 p.error(f"--join {spec!r}: expected ENGINE_ID=ANNOUNCE_S:SERVE_S")
-            if engine_id not in gw.targets or not 0 <= announce <= serve:
+            if (engine_id not in gw.targets and not args.router) or not 0 <= announce <= serve:
                 p.error(f"--join {spec!r}: an --engine, and 0 <= ANNOUNCE_S <= SERVE_S")
             joins[engine_id] = (announce, serve)
         try:

@@ -7,7 +7,8 @@ block sizes must be multiples of 32 on CPU; the publisher *binds* only for ``*``
 ``ipc://`` and ``inproc://`` endpoints and *connects* to any other address (the subscriber must
 then bind there); the replay socket always binds; sequence numbers start at 0 with each process;
 ``AllBlocksCleared`` (``POST /reset_prefix_cache``, a dev-mode route) is published with the next
-scheduler step, not at once.
+scheduler step, not at once. The topic is vLLM's default, empty: vllm-router subscribes to that
+one only (a message under any other topic it drops without a word).
 
 The engine runs in its own process group so that ``stop()`` ends its engine-core and worker
 children too and leaves no port held.
@@ -90,13 +91,155 @@ def words(token_ids: list[int]) -> str:
     return " ".join(f"w{t}" for t in token_ids)
 
 
-class VllmEngine:
+class ServerProcess:
+    """A server started in its own process group, with its output in one log file: ``stop()``
+    ends the whole group (the children it started too) and leaves no port held. Subclasses give
+    its ``argv()``, ``env()`` and the ``health_url`` that answers 200 once it serves."""
+
+    what = "server"  # how messages name it
+
+    def __init__(self, name: str, log_path: Path):
+        self.name, self.log_path = name, log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.proc: subprocess.Popen | None = None
+        self.ready_s: float | None = None  # start-up time of the last start
+
+    @property
+    def health_url(self) -> str:
+        raise NotImplementedError
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def start(self) -> ServerProcess:
+        if self.alive():
+            return self
+        argv = self.argv()
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n== start {time.strftime('%H:%M:%S')}: {' '.join(argv)}\n".encode())
+            self.proc = subprocess.Popen(
+                argv,
+                env=self.env(),
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self._started = time.monotonic()
+        return self
+
+    def wait_ready(self, timeout_s: float = START_CEILING_S) -> float:
+        """Wait for ``/health``; raise EngineUnavailable at once if the process dies."""
+        assert self.proc is not None, "start() first"
+        deadline = self._started + timeout_s
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise EngineUnavailable(
+                    f"{self.what} {self.name} exited with code {code} while "
+                    f"starting: {self.last_error()}"
+                )
+            try:
+                if httpx.get(self.health_url, timeout=2).status_code == 200:
+                    self.ready_s = time.monotonic() - self._started
+                    return self.ready_s
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise EngineUnavailable(
+                    f"{self.what} {self.name} not healthy after {timeout_s:.0f} s: "
+                    f"{self.last_error()}"
+                )
+            time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """End the whole process group (API server, engine core, worker); never leaves a port."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            if self._group_gone(pgid, wait):
+                break
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.proc = None
+
+    @staticmethod
+    def _group_gone(pgid: int, wait_s: float) -> bool:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return True
+            try:  # reap our direct child so it is not a zombie in the group forever
+                os.waitpid(pgid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.2)
+        return False
+
+    def restart(self, timeout_s: float = START_CEILING_S) -> float:
+        self.stop()
+        self.start()
+        return self.wait_ready(timeout_s)
+
+    # -- what it holds ------------------------------------------------------------------------
+    def rss_bytes(self) -> int:
+        """Resident memory of the whole process group (for vLLM: API server, core, worker)."""
+        if not self.alive():
+            return 0
+        pgid, total = self.proc.pid, 0  # type: ignore[union-attr]
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2 :].split()
+                if int(fields[2]) == pgid:  # field 5: process group
+                    total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # field 24: rss pages
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
+
+    def last_error(self, lines: int = 3) -> str:
+        """The last lines of the engine's log, in one line."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                tail = [
+                    ln.strip()
+                    for ln in deque(f, 200)
+                    if ln.strip() and not ln.startswith("== start")
+                ]
+        except OSError:
+            return "(no log)"
+        errors = [ln for ln in tail if "Error" in ln or "error" in ln]
+        return " | ".join((errors or tail)[-lines:])[-600:] or "(empty log)"
+
+
+class VllmEngine(ServerProcess):
     """A vLLM API server process; ``events`` says which side binds the KV-event socket.
 
     ``events="bind"``: vLLM gets ``tcp://*:P`` and binds (on every interface: vLLM has no
     loopback-only bind for TCP); the agent connects to ``tcp://127.0.0.1:P``.
     ``events="connect"``: vLLM gets ``tcp://127.0.0.1:P`` and connects; the agent binds there.
     """
+
+    what = "vLLM engine"
 
     def __init__(
         self,
@@ -108,20 +251,17 @@ class VllmEngine:
         python: Path | None = None,
         cpu_cores: str = "",
         kv_cache_gib: int = 1,
-        topic: str = "kv",
+        topic: str = "",
     ):
         if events not in ("bind", "connect"):
             raise ValueError(f"events must be bind or connect, not {events!r}")
-        self.name, self.events, self.topic = name, events, topic
+        super().__init__(name, log_dir / f"vllm-{name}.log")
+        self.events, self.topic = events, topic
         self.model_dir, self.python = model_dir, python
         self.cpu_cores, self.kv_cache_gib = cpu_cores, kv_cache_gib
         self.port, self.events_port, self.replay_port = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.replay_endpoint = f"tcp://127.0.0.1:{self.replay_port}"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"vllm-{name}.log"
-        self.proc: subprocess.Popen | None = None
-        self.ready_s: float | None = None  # start-up time of the last start
 
     # -- the endpoints each side is given ----------------------------------------------------
     @property
@@ -187,6 +327,9 @@ class VllmEngine:
             "--enforce-eager",
             "--kv-events-config",
             json.dumps(events),
+            # The render routes (/v1/completions/render): a router in front (vllm-router)
+            # asks them for the token ids of a text prompt, to score its cached prefix.
+            "--enable-scale-out",
         ]
 
     def env(self) -> dict[str, str]:
@@ -201,122 +344,24 @@ class VllmEngine:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_cores
         return env
 
+    @property
+    def health_url(self) -> str:
+        return f"{self.url}/health"
+
     def start(self) -> VllmEngine:
-        if self.alive():
-            return self
         ensure_model(self.model_dir, self.python)
-        argv = self.argv()
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n== start {time.strftime('%H:%M:%S')}: {' '.join(argv)}\n".encode())
-            self.proc = subprocess.Popen(
-                argv,
-                env=self.env(),
-                cwd=REPO,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self._started = time.monotonic()
+        super().start()
         return self
 
-    def wait_ready(self, timeout_s: float = START_CEILING_S) -> float:
-        """Wait for ``/health``; raise EngineUnavailable at once if the process dies."""
-        assert self.proc is not None, "start() first"
-        deadline = self._started + timeout_s
-        while True:
-            code = self.proc.poll()
-            if code is not None:
-                raise EngineUnavailable(
-                    f"vLLM engine {self.name} exited with code {code} while "
-                    f"starting: {self.last_error()}"
-                )
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    self.ready_s = time.monotonic() - self._started
-                    return self.ready_s
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise EngineUnavailable(
-                    f"vLLM engine {self.name} not healthy after {timeout_s:.0f} s: "
-                    f"{self.last_error()}"
-                )
-            time.sleep(0.5)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """End the whole process group (API server, engine core, worker); never leaves a port."""
-        if self.proc is None:
+    def use_events(self, events: str, timeout_s: float = START_CEILING_S) -> None:
+        """Serve with the KV-event socket on this side (``bind`` or ``connect``): a running
+        engine started the other way is restarted (a minute), one already so is left alone."""
+        if events not in ("bind", "connect"):
+            raise ValueError(f"events must be bind or connect, not {events!r}")
+        if events == self.events and self.alive():
             return
-        pgid = self.proc.pid
-        for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            if self._group_gone(pgid, wait):
-                break
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-        self.proc = None
-
-    @staticmethod
-    def _group_gone(pgid: int, wait_s: float) -> bool:
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return True
-            try:  # reap our direct child so it is not a zombie in the group forever
-                os.waitpid(pgid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            time.sleep(0.2)
-        return False
-
-    def restart(self, timeout_s: float = START_CEILING_S) -> float:
-        self.stop()
-        self.start()
-        return self.wait_ready(timeout_s)
-
-    # -- what it holds ------------------------------------------------------------------------
-    def rss_bytes(self) -> int:
-        """Resident memory of the engine's whole process group (API server, core, worker)."""
-        if not self.alive():
-            return 0
-        pgid, total = self.proc.pid, 0  # type: ignore[union-attr]
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-                fields = stat[stat.rindex(")") + 2 :].split()
-                if int(fields[2]) == pgid:  # field 5: process group
-                    total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # field 24: rss pages
-            except (OSError, ValueError, IndexError):
-                continue
-        return total
-
-    def last_error(self, lines: int = 3) -> str:
-        """The last lines of the engine's log, in one line."""
-        try:
-            with open(self.log_path, errors="replace") as f:
-                tail = [
-                    ln.strip()
-                    for ln in deque(f, 200)
-                    if ln.strip() and not ln.startswith("== start")
-                ]
-        except OSError:
-            return "(no log)"
-        errors = [ln for ln in tail if "Error" in ln or "error" in ln]
-        return " | ".join((errors or tail)[-lines:])[-600:] or "(empty log)"
+        self.events = events
+        self.restart(timeout_s)
 
     # -- requests ------------------------------------------------------------------------------
     def complete(self, token_ids: list[int], max_tokens: int = 1, timeout_s: float = 60.0) -> dict:
