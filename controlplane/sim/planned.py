@@ -24,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from controlplane.core.demand import burst_probability, demand_for
-from controlplane.core.forecast import BurstTracker, forecast_counts
+from controlplane.core.forecast import BurstTracker
 from controlplane.core.planner import (
     BENEFIT_MARGIN,
     MAX_CLUSTER_QUEUE_S,
@@ -44,12 +44,15 @@ from controlplane.core.protocol import TIER_CPU, TIER_DISK
 from controlplane.sim import adapter
 from controlplane.sim.engine import WARMING
 from controlplane.sim.guarded import SimGuard, lead_of, serving_queues
+from controlplane.sim.planned_demand import (
+    DAY_BUCKETS,
+    MAX_CANDIDATES,
+    day_forecasts,
+    oracle_demand,
+)
 from controlplane.sim.policies import Reactive
 from controlplane.sim.workloads.base import BLOCK_TOKENS
 
-DAY_BUCKETS = 144  # 10-minute buckets in a day
-DAY_MODELS = ("last_value", "ewma", "seasonal_naive", "seasonal_blend")
-MAX_CANDIDATES = 256
 # ``predictive`` without the harm guard (``prewarm-sim seeds --policies ...``): the guard's
 # before/after on the same seeds in one run. Not among the default policies.
 UNGUARDED = "predictive-unguarded"
@@ -121,24 +124,7 @@ class PlannedPolicy(Reactive):
         self.day: dict[str, np.ndarray] = {}
         self.day_mase: dict[str, float | None] = {}
         if self.name == "predictive" and wl.history:
-            models = None if self.use_prophet else DAY_MODELS
-            horizon = int(math.ceil(wl.duration_s / wl.history_bucket_s)) + 1
-            for key, hist in wl.history.items():
-                if len(hist) < 2 * DAY_BUCKETS or hist.sum() <= 0:
-                    continue
-                try:
-                    res = forecast_counts(
-                        hist,
-                        start=0.0,
-                        bucket_seconds=int(wl.history_bucket_s),
-                        horizon=horizon,
-                        models=models,
-                        backtest_folds=2,
-                    )
-                except ValueError:
-                    continue  # no model accepts this history: no day-scale signal for it
-                self.day[key] = np.asarray(res.yhat)
-                self.day_mase[key] = res.backtest_mase
+            self.day, self.day_mase = day_forecasts(wl, use_prophet=self.use_prophet)
         self.t_idx = wl.t
         self.pid_arr = wl.pid
 
@@ -246,7 +232,7 @@ class PlannedPolicy(Reactive):
         """Plan and execute: every prefix at a tick, or ``only`` these (a burst's onset)."""
         H = self.budgets.horizon_s
         if self.name != "predictive":
-            demand = self._oracle_demand(sim, t, H, only)
+            demand = oracle_demand(sim, self.t_idx, self.pid_arr, t, H, only, self.forecast_log)
         else:
             demand = self._predicted(sim, t, H, only)
         lam = {
@@ -295,39 +281,6 @@ class PlannedPolicy(Reactive):
         self._round = ({e.engine_id: e for e in engines}, demand, serving_queues(engines))
         for it in items:
             self._execute(sim, it, t)
-
-    def _oracle_demand(self, sim, t, H, only=None) -> dict[int, Demand]:
-        lo, hi = np.searchsorted(self.t_idx, [t, t + H])
-        if hi <= lo:
-            return {}
-        pids = self.pid_arr[lo:hi]
-        times = self.t_idx[lo:hi]
-        if only is not None:
-            sel = np.isin(pids, np.asarray(only))
-            pids, times = pids[sel], times[sel]
-            if not len(pids):
-                return {}
-        counts = np.bincount(pids)
-        bucket = ((times - t) // 30.0).astype(np.int64)
-        pairs = pids.astype(np.int64) * 1_000 + bucket
-        uniq, pc = np.unique(pairs, return_counts=True)
-        peak: dict[int, int] = {}
-        for u, c in zip((uniq // 1_000).tolist(), pc.tolist(), strict=True):
-            peak[u] = max(peak.get(u, 0), c)
-        first: dict[int, float] = {}
-        for p, tt in zip(pids.tolist(), times.tolist(), strict=True):
-            if p not in first:
-                first[p] = tt - t
-        top = np.argsort(-counts)[:MAX_CANDIDATES]
-        out = {}
-        for p in top.tolist():
-            if counts[p] < 2:
-                break
-            out[p] = Demand(str(p), float(counts[p]), 1.0, peak[p] / 30.0, 1.0, first[p])
-            self.forecast_log.setdefault(sim.workload.prefix_wkey[p], []).append(
-                (t, float(counts[p]) / H)
-            )
-        return out
 
     def _predicted(self, sim, t, H, only: tuple[int, ...] | None = None) -> dict[int, Demand]:
         wl = sim.workload
