@@ -44,10 +44,11 @@ def _run(seed, reactive, predictive, everywhere):
 
 
 def test_the_grid_reports_gap_closed_against_everywhere():
-    # predictive gains 20% and 30% (mean 25%), everywhere 50% on both: half the gap.
+    # p99 reactive / predictive / everywhere: 1.0 / 0.8 / 0.5 and 2.0 / 1.4 / 1.0 s. Predictive
+    # takes 0.2 + 0.6 = 0.8 s off reactive, everywhere 0.5 + 1.0 = 1.5 s: 8/15 of the gap.
     s = grid.summarize([_run(0, 1.0, 0.8, 0.5), _run(1, 2.0, 1.4, 1.0)])
     assert s["everywhere_gain_p99"] == pytest.approx(0.5)
-    assert s["gap_closed_everywhere_p99"] == pytest.approx(0.5)
+    assert s["gap_closed_everywhere_p99"] == pytest.approx(8 / 15)
     assert s["worst_seed"]["seed"] == 0 and s["worst_seed"]["ratio"] == pytest.approx(0.8)
     row = grid.markdown(
         [
@@ -61,7 +62,7 @@ def test_the_grid_reports_gap_closed_against_everywhere():
             }
         ]
     )
-    assert "| 50% |" in row
+    assert "| 53% |" in row
 
 
 def test_a_predictive_run_reports_its_guards_rounds():
