@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -92,9 +93,9 @@ async def test_chat_is_keyed_by_the_engines_tokenizer(world):
     body = {"model": "tiny", "messages": [{"role": "user", "content": words}], "stream": True}
     resp = await client.post("/v1/chat/completions", json=body, headers={"X-Tenant": "acme"})
     assert resp.status_code == 200 and resp.text.endswith("data: [DONE]\n\n")
-    for _ in range(100):  # the record follows the answer (tokenized after it)
-        if records:
-            break
+    deadline = time.monotonic() + 30
+    while not records:  # the record follows the answer (tokenized after it)
+        assert time.monotonic() < deadline, "no record for the answered request"
         await asyncio.sleep(0.01)
     ids = stub._prompt_ids(body)
     assert records[0]["prompt_tokens"] == 70

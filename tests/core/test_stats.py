@@ -3,10 +3,9 @@
 import random
 
 import pytest
+import scipy.stats as scipy_stats
 
 from controlplane.core import stats
-
-scipy_stats = pytest.importorskip("scipy.stats")
 
 TOL = 1e-9
 
