@@ -65,6 +65,8 @@ class PrefixCache:
         "_spec_since",
         "busy_since",
         "pinned",
+        "watched",
+        "removed_at",
     )
 
     def __init__(self, capacity_blocks: int) -> None:
@@ -81,6 +83,22 @@ class PrefixCache:
         self._spec_since = 0.0
         self.busy_since = math.inf  # blocks used at or after this time are referenced
         self.pinned: dict[int, float] = {}  # key -> lease expiry (kept while others can go)
+        # Keys whose last removal time is kept (``watch``): what a miss's ``evicted`` reason
+        # needs (the engine removed the prefix's first block recently), as the residency index
+        # keeps engines' removals.
+        self.watched: frozenset[int] = frozenset()
+        self.removed_at: dict[int, float] = {}
+
+    def watch(self, keys: Container[int]) -> None:
+        """Keep the last removal time of each of ``keys`` in ``removed_at``."""
+        self.watched = frozenset(keys)
+
+    def _removed(self, keys: Sequence[int], now: float) -> None:
+        watched = self.watched
+        if watched:
+            for k in keys:
+                if k in watched:
+                    self.removed_at[k] = now
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -193,6 +211,7 @@ class PrefixCache:
                 if k in self.spec:
                     self._account(now)
                     del self.spec[k]
+        self._removed(out, now)
         return out
 
     def place(
@@ -261,6 +280,7 @@ class PrefixCache:
         return len(missing)
 
     def _drop_keys(self, keys: Sequence[int], now: float) -> None:
+        self._removed(keys, now)
         for k in keys:
             del self.blocks[k]
             if k in self.owner:
@@ -271,6 +291,7 @@ class PrefixCache:
 
     def _drop_spec_keys(self, keys: Sequence[int], now: float) -> None:
         self._account(now)
+        self._removed(keys, now)
         for k in keys:
             del self.spec[k]
             self.owner.pop(k, None)
@@ -299,6 +320,7 @@ class PrefixCache:
             del self.spec[k]
             self.owner.pop(k, None)
             del self.blocks[k]
+        self._removed(gone, now)
         return gone
 
     def expire(self, now: float) -> int:
@@ -308,6 +330,7 @@ class PrefixCache:
         gone = [k for k, t in self.spec.items() if t <= now]
         if gone:
             self._account(now)
+            self._removed(gone, now)
             for k in gone:
                 del self.spec[k]
                 self.owner.pop(k, None)

@@ -306,6 +306,14 @@ class Simulation:
         self.suffixes = suffixes
         route = policy.route
         before = policy.before_route
+        # A policy that watches misses (the harm guard's feed) is told of each request served
+        # with nothing of its prefix cached, before serving it changes the engine's cache; the
+        # engines then keep when they last removed each prefix's first block.
+        on_miss = getattr(policy, "on_miss", None)
+        if on_miss is not None:
+            roots = {p[0] for p in prefixes if p}
+            for x in self.engines:
+                x.cache.watch(roots)
         events = self.events
         tick = policy.tick_s
         next_tick = 0.0 if tick else math.inf
@@ -349,6 +357,8 @@ class Simulation:
             cached_tok[i] = cached
             input_tok[i] = total
             engine_of[i] = e.eid
+            if not cached and on_miss is not None:
+                on_miss(self, e, pid, keys, t)
             # Full suffix blocks are the request's own: unique keys, cached like any block.
             own = (suffixes[i]) // B
             chain = (

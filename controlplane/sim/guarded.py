@@ -2,10 +2,19 @@
 live control plane reads from its agents and records, taken from the simulated cluster.
 
 Each speculative copy ``predictive`` starts is watched: its target's queue when it was planned
-(the shared input rule's ``queue_s``; none for a joining engine), when it lands, how long it took
-and the forecast's lead (the first expected request, where the demand names one). At each round
-the copies landed since the last one are compared with their targets' queue now, and the guard's
-state steps (``guard.observe``); the planner's items are then cut to its allowances.
+(the shared input rule's ``queue_s``; none for a joining engine), when it lands and so how long it
+took from planning. Requests served with nothing of their prefix cached are classified by the
+miss reasons the control plane decides at ingest (``core.misses``: ``warming`` when a copy of the
+prefix to the serving engine is in flight, ``evicted`` when the engine removed the prefix's first
+block within the residency index's removal window, ``REMOVAL_WINDOW_S``). A ``warming`` miss on a
+watched copy's target is the first request it was for arriving before it landed: its lead (seconds
+from planning). ``evicted`` misses are counted per engine. At each round the copies landed since
+the last one are compared with their targets' queue now, the ``evicted`` misses since the last
+round on their targets are added, and the guard's state steps (``guard.observe``); the planner's
+items are then cut to its allowances.
+
+The simulator has no randomized holdout, so the guard's treated-vs-held-out TTFT signal is fed
+by the live control plane alone.
 """
 
 from __future__ import annotations
@@ -13,9 +22,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from controlplane.core import misses
 from controlplane.core.policy import guard
 from controlplane.core.policy.types import Budgets, EngineState
 from controlplane.core.protocol import ENGINE_SERVING
+from controlplane.core.residency import REMOVAL_WINDOW_S
 
 
 @dataclass
@@ -25,8 +36,10 @@ class Watched:
     group: str
     queue_before_s: float | None
     copy_s: float
-    lead_s: float
     queues_at_plan: dict[str, float]  # every serving engine's queue at planning (shared)
+    prefix: int
+    planned_at: float
+    lead_s: float = math.inf  # planning to the first ``warming`` miss on its target
 
 
 @dataclass
@@ -36,16 +49,19 @@ class SimGuard:
     rounds: int = 0
     harmful_rounds: int = 0
     min_allowed: float = 1.0
+    evicted: dict[str, int] = field(default_factory=dict)  # misses since the last round
+    late: int = 0  # copies a request they were for arrived before (a lead shorter than them)
+    evicted_seen: int = 0  # ``evicted`` misses fed to the guard (on targets of landed copies)
 
     def record(
         self,
         *,
         target: EngineState | None,
         group: str,
+        prefix: int,
         queues_at_plan: dict[str, float],
         planned_at: float,
         lands_at: float | None,
-        lead_s: float,
     ) -> None:
         if lands_at is None or target is None:
             return
@@ -57,18 +73,56 @@ class SimGuard:
                 group,
                 before,
                 lands_at - planned_at,
-                lead_s,
                 queues_at_plan,
+                prefix,
+                planned_at,
             )
         )
 
+    def miss(
+        self,
+        *,
+        engine: str,
+        prefix: int,
+        blocks: int,
+        t: float,
+        warming: bool,
+        removed_at: float | None,
+    ) -> str:
+        """A request of ``prefix`` (``blocks`` long) served on ``engine`` at ``t`` with nothing
+        of it cached: its reason (``core.misses``), counted where the guard watches it.
+        ``warming``: a copy of the prefix to the engine was in flight; ``removed_at``: when the
+        engine last removed the prefix's first block."""
+        facts = misses.Facts(
+            prefix_blocks=max(1, blocks),
+            cached_blocks=0,
+            warming=warming,
+            evicted=misses.removed_in_window(removed_at, t, REMOVAL_WINDOW_S, 0.0),
+        )
+        reason = misses.classify(facts)
+        if reason == misses.EVICTED:
+            self.evicted[engine] = self.evicted.get(engine, 0) + 1
+        elif reason == misses.WARMING:
+            for w in self.watched:
+                if (
+                    w.prefix == prefix
+                    and w.target == engine
+                    and w.planned_at <= t
+                    and math.isinf(w.lead_s)
+                ):
+                    w.lead_s = t - w.planned_at
+        return reason
+
     def stats(self) -> dict:
         """For the run's summary: rounds stepped, rounds that cut an allowance, the lowest
-        allowance reached."""
+        allowance reached, and the signals' counts (copies a request they were for arrived
+        before, ``evicted`` misses on engines while they took copies)."""
         return {
             "rounds": self.rounds,
             "harmful_rounds": self.harmful_rounds,
             "min_allowed": round(self.min_allowed, 4),
+            "late_copies": self.late,
+            "evicted_misses": self.evicted_seen,
         }
 
     def observe(self, t: float, engines: list[EngineState], budgets: Budgets) -> None:
@@ -92,9 +146,16 @@ class SimGuard:
                     )
                 )
         self.watched = left
+        self.late += sum(c.copy_s > c.lead_s for c in landed)
+        targets = {c.target for c in landed}
+        evicted = {k: n for k, n in self.evicted.items() if k in targets}
+        self.evicted = {}
+        self.evicted_seen += sum(evicted.values())
         before = self.state
         self.state = guard.observe(
-            before, guard.Signals(landed=landed), limit_s=guard.queue_limit_s(budgets)
+            before,
+            guard.Signals(landed=landed, evicted_misses=evicted),
+            limit_s=guard.queue_limit_s(budgets),
         )
         self.rounds += 1
         cut = any(self.state.engine(k) < before.engine(k) for k in self.state.engines) or any(
@@ -112,9 +173,3 @@ def peers_rise(then: dict[str, float], now: dict[str, float], target: str) -> fl
     """The mean queue rise from ``then`` to ``now`` of the serving engines but ``target``."""
     rises = [now[k] - q for k, q in then.items() if k != target and k in now]
     return sum(rises) / len(rises) if rises else 0.0
-
-
-def lead_of(first_arrival_s: float) -> float:
-    """The forecast's lead for a copy: seconds to the first expected request, where the demand
-    names one (``first_arrival_s`` > 0), else unknown (infinite)."""
-    return first_arrival_s if first_arrival_s > 0 else math.inf

@@ -43,7 +43,7 @@ from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders
 from controlplane.core.protocol import TIER_CPU, TIER_DISK
 from controlplane.sim import adapter
 from controlplane.sim.engine import WARMING
-from controlplane.sim.guarded import SimGuard, lead_of, serving_queues
+from controlplane.sim.guarded import SimGuard, serving_queues
 from controlplane.sim.planned_demand import (
     DAY_BUCKETS,
     MAX_CANDIDATES,
@@ -207,6 +207,25 @@ class PlannedPolicy(Reactive):
     @property
     def guard_stats(self) -> dict:
         return {} if self.guard is None else self.guard.stats()
+
+    @property
+    def on_miss(self):  # noqa: D401 - a hook the simulator calls on a request that missed
+        return None if self.guard is None else self._on_miss
+
+    def _on_miss(self, sim, e, pid: int, keys, t: float) -> None:
+        """The harm guard's miss reasons (``sim.guarded``): a copy of the prefix to ``e`` in
+        flight, or ``e`` removed the prefix's first block (neither: no reason it counts)."""
+        warming = (pid, e.eid) in sim.in_flight
+        removed_at = e.cache.removed_at.get(keys[0]) if keys else None
+        if warming or removed_at is not None:
+            self.guard.miss(
+                engine=e.name,
+                prefix=pid,
+                blocks=len(keys),
+                t=t,
+                warming=warming,
+                removed_at=removed_at,
+            )
 
     @property
     def before_route(self):  # noqa: D401 - a hook the simulator calls before routing
@@ -383,7 +402,7 @@ class PlannedPolicy(Reactive):
         pid = int(it.prefix_id)
         dst = sim.engines[int(it.target[1:])]
         ttl = self.budgets.ttl_s
-        states, demand, queues = self._round
+        states, _demand, queues = self._round
         self.plan_items += 1
         if len(self.reasons) < 50:
             self.reasons.append(f"t={t:.0f}s {it.prefix_id}->{it.target}: {it.reason}")
@@ -412,14 +431,13 @@ class PlannedPolicy(Reactive):
                 keep_s=self.budgets.horizon_s,
             )
             if self.guard is not None:
-                d = demand.get(pid)
                 self.guard.record(
                     target=states.get(it.target),
                     group=sim.workload.prefix_wkey[pid],
+                    prefix=pid,
                     queues_at_plan=queues,
                     planned_at=t,
                     lands_at=land,
-                    lead_s=lead_of(d.first_arrival_s if d is not None else 0.0),
                 )
 
         if it.start_in_s > 0:

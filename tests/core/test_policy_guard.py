@@ -69,7 +69,10 @@ def test_evicted_misses_late_copies_and_worse_treated_ttft_are_harm():
     s = guard.observe(guard.GuardState(), sig, limit_s=LIMIT)
     assert set(s.engines) == {"c"} and "evicted" in s.why["engine:c"]
     assert set(s.groups) == {"late", "slow"}
-    assert "forecast lead" in s.why["group:late"] and "held-out" in s.why["group:slow"]
+    assert (
+        "a request it was for came 5.0 s" in s.why["group:late"]
+        and "held-out" in s.why["group:slow"]
+    )
 
 
 def test_state_round_trips_through_json_and_bad_json_reads_as_full_budget():

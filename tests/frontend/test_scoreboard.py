@@ -55,7 +55,9 @@ def test_shape_and_figures_from_scored_evidence(board, settings):
         "holdout",
         "items",
         "recommendation",
+        "guard",
     }
+    assert board["guard"] is None  # no plan cycle ran: no plan carries the guard's state
     assert set(board["totals"]) == M_KEYS
     nbytes = BLOCKS * BYTES_PER_BLOCK
     t = board["totals"]

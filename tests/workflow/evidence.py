@@ -74,7 +74,14 @@ class Evidence:
         ]
         r = self.fleet.gateway.post("/api/request-records/", {"records": records}, format="json")
         assert r.status_code == 200, r.content
-        return WorkloadKey.objects.get(tenant=tenant, model=burst.MODEL)
+        # A tenant may send several prefixes: its key of this one is the one whose chain it is.
+        hexes = [blockhash.to_hex(k) for k in chain]
+        (key,) = (
+            k
+            for k in WorkloadKey.objects.filter(tenant=tenant, model=burst.MODEL)
+            if list(k.prefix_keys) == hexes
+        )
+        return key
 
     def plan(self, policy: Policy, moves: list[tuple[WorkloadKey, str]]) -> ReplicationPlan:
         """A proposed plan copying each key's prefix from node-a to the named node (the planner's

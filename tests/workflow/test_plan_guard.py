@@ -4,6 +4,9 @@ next plans' speculation, and the plan summary says how much is allowed and why."
 
 from __future__ import annotations
 
+from django.contrib.auth.models import User
+from django.test import Client
+
 from controlplane.harness import burst
 from controlplane.readmodels.metrics import StateCollector
 from controlplane.replication.models import ReplicationJob, ReplicationPlan, SpeculativeReplica
@@ -17,6 +20,15 @@ def gauge() -> float:
     (fam,) = (m for m in StateCollector().collect() if m.name == "prewarm_plan_guard_allowed")
     (sample,) = fam.samples
     return sample.value
+
+
+def scoreboard_guard(fleet) -> tuple[dict, str]:
+    """The guard as ``GET /api/scoreboard/`` and the scoreboard page show it."""
+    board = fleet.operator.get("/api/scoreboard/").json()
+    page = Client()
+    page.force_login(User.objects.get(username="op"))
+    html = page.get("/scoreboard/").content.decode()
+    return board["guard"], html
 
 
 def _copies_land_then_targets_report(fleet, waiting: int):
@@ -45,9 +57,19 @@ def test_copies_that_raise_their_targets_queue_cut_the_next_plans_budget(fleet):
     assert g["engines"] == {t: 0.5 for t in targets}
     assert "raised its queue from 0.00 s to" in g["why"] and "limit 2 s" in g["why"], g
     assert gauge() == 0.5
+    # The scoreboard says so too: how much is allowed now, what is cut, and why.
+    board, html = scoreboard_guard(fleet)
+    assert board["allowed"] == 0.5 and board["engines"] == g["engines"], board
+    assert board["why"] == g["why"] and board["policy"] == "p-auto", board
+    assert "Speculation allowed now: 50% of its budget" in html
+    assert "raised its queue from 0.00 s to" in html
+    assert all(f"engine #{t}" in html for t in targets), html
 
 
 def test_copies_whose_targets_stay_idle_leave_the_budget_whole(fleet):
     _, g = _copies_land_then_targets_report(fleet, waiting=0)
     assert g["allowed"] == 1.0 and not g["engines"] and "full budget" in g["why"], g
     assert gauge() == 1.0
+    board, html = scoreboard_guard(fleet)
+    assert board["allowed"] == 1.0 and not board["engines"] and board["why"] == g["why"]
+    assert "Speculation allowed now: 100% of its budget" in html

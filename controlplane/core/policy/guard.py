@@ -9,8 +9,9 @@ what the live system sees and the simulator reproduces the same way:
 - misses on a target for the ``evicted`` reason (``core.misses``) while it took speculative
   copies: the blocks the copies displaced were wanted;
 - the TTFT of treated against held-out requests of a prefix group, where both are measured;
-- a copy's time against the forecast's lead time (a copy landing after the first request it
-  was for served nobody in time).
+- a copy's time against its lead: from planning to the first request it was for, a request of
+  its prefix its target served while it was in flight (the ``warming`` miss reason): a copy
+  landing after that request came too late for it.
 
 A queue raised or blocks evicted are an engine's harm; a late copy or a worse treated TTFT a
 prefix group's. On harm the guard cuts the allowance of the engine or group multiplicatively
@@ -52,8 +53,10 @@ class Landed:
     # the mean queue rise, over the same time, of the serving engines that took no copy: the
     # control a target's own rise is compared with (a load that rises everywhere is no harm)
     peers_rise_s: float = 0.0
-    copy_s: float = 0.0  # seconds the copy took
-    lead_s: float = math.inf  # seconds from planning to the first request it was for
+    copy_s: float = 0.0  # seconds from planning to its landing
+    # seconds from planning to the first request it was for (a ``warming`` miss on its target);
+    # infinite where none came before it landed
+    lead_s: float = math.inf
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,7 +134,8 @@ def harms(signals: Signals, *, limit_s: float) -> tuple[dict[str, str], dict[str
         if c.copy_s > c.lead_s:
             groups.setdefault(
                 c.group,
-                f"a copy took {c.copy_s:.1f} s, after its forecast lead of {c.lead_s:.1f} s",
+                f"a copy took {c.copy_s:.1f} s to land; a request it was for came "
+                f"{c.lead_s:.1f} s after planning",
             )
     for eid, n in signals.evicted_misses.items():
         if n >= EVICTED_MISSES:

@@ -9,7 +9,14 @@ next state in its own plan. What it watches, since that plan:
   their target's queue now (the agents' last ``num_requests_waiting``, by the shared input rule)
   against the target's queue when the plan that made the copy was stored (its summary's
   ``queue_at_plan``), net of the mean rise of the other serving engines since;
-- misses for the ``evicted`` reason on those targets since (``MissBucket``).
+- each such copy's time (its plan's creation to its placement, when its job succeeded) against
+  its lead: planning to the first request of its prefix its target served while the copy was in
+  flight (the ``warming`` miss reason, ``MissBucket``; to its bucket's start, at most the bucket's
+  length early). No such request: the lead is unknown (infinite), the copy was in time;
+- misses for the ``evicted`` reason on those targets since (``MissBucket``);
+- per prefix group, the holdout's per-request mean TTFT of the treated and of the held-out
+  assignments (``scoreboard.holdout``, the same measure the scoreboard shows) whose windows
+  closed since, where both arms measured one: each assignment counts once, whole.
 
 A plan made at ingest uses the last state and does not step it (the cycle's cadence paces the
 guard). The gauge ``prewarm_plan_guard_allowed`` (``readmodels.metrics``) is the latest plan's
@@ -18,17 +25,20 @@ guard). The gauge ``prewarm_plan_guard_allowed`` (``readmodels.metrics``) is the
 
 from __future__ import annotations
 
-from datetime import datetime
+import math
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
-from django.db.models import Sum
+from django.db.models import Max, Sum
 from django.utils.dateparse import parse_datetime
 
 from controlplane.core.policy import guard
 from controlplane.core.policy.types import Budgets, PlannedMove
 from controlplane.core.protocol import ENGINE_SERVING
-from controlplane.demand.models import MissBucket
+from controlplane.demand.models import MissBucket, WorkloadKey
 
 from ..models import Policy, ReplicationPlan, SpeculativeReplica
+from ..scoreboard.holdout import closed_units, ttft_mean_s
 from .inputs import Inputs
 
 
@@ -45,17 +55,25 @@ def last_state(policy: Policy) -> tuple[guard.GuardState, datetime | None]:
     return guard.GuardState(), None
 
 
-def signals(policy: Policy, inputs: Inputs, since: datetime) -> guard.Signals:
-    """What the copies landed since ``since`` did (see the module doc)."""
+def signals(policy: Policy, inputs: Inputs, since: datetime, now: datetime) -> guard.Signals:
+    """What the copies landed since ``since`` did, and the holdout's assignments closed since
+    (see the module doc)."""
     queue = {e.engine_id: e.queue_s for e in inputs.engines if e.lifecycle == ENGINE_SERVING}
     rows = list(
         SpeculativeReplica.objects.filter(
             item__plan__policy=policy, shadow=False, held_out=False, placed_at__gte=since
-        ).values_list("engine_id", "workload_key_id", "item__plan__summary")
+        ).values_list(
+            "engine_id",
+            "workload_key_id",
+            "item__plan__summary",
+            "item__plan__created_at",
+            "placed_at",
+        )
     )
-    tenant = {key.pk: key.tenant for key in inputs.keys.values()}
+    group_of = _groups(inputs)
+    leads = _leads([(k, e, planned, placed) for e, k, _, planned, placed in rows])
     landed = []
-    for engine_id, key_id, plan_summary in rows:
+    for engine_id, key_id, plan_summary, planned, placed in rows:
         eid = str(engine_id)
         if eid not in queue:
             continue
@@ -65,10 +83,12 @@ def signals(policy: Policy, inputs: Inputs, since: datetime) -> guard.Signals:
         landed.append(
             guard.Landed(
                 target=eid,
-                group=str(tenant.get(key_id, key_id)),  # the candidates' prefix group
+                group=group_of(key_id),  # the candidates' prefix group
                 queue_before_s=float(before) if isinstance(before, int | float) else None,
                 queue_after_s=queue[eid],
                 peers_rise_s=sum(rises) / len(rises) if rises else 0.0,
+                copy_s=max(0.0, (placed - planned).total_seconds()),
+                lead_s=leads.get((key_id, engine_id), math.inf),
             )
         )
     targets = {int(c.target) for c in landed}
@@ -79,7 +99,72 @@ def signals(policy: Policy, inputs: Inputs, since: datetime) -> guard.Signals:
         .annotate(n=Sum("evicted"))
         .order_by()
     }
-    return guard.Signals(landed=landed, evicted_misses=evicted)
+    return guard.Signals(
+        landed=landed,
+        evicted_misses=evicted,
+        ttft=treated_vs_held_out(policy, since, now, group_of),
+    )
+
+
+def _groups(inputs: Inputs) -> Callable[[int | None], str]:
+    """A workload key's prefix group (the candidates' ``workload_key``: its tenant), for keys
+    the inputs name and, read once, for others."""
+    tenant = {key.pk: key.tenant for key in inputs.keys.values()}
+
+    def group_of(key_id: int | None) -> str:
+        if key_id not in tenant and key_id is not None:
+            found = WorkloadKey.objects.filter(pk=key_id).values_list("tenant", flat=True).first()
+            tenant[key_id] = found if found is not None else str(key_id)
+        return str(tenant.get(key_id, key_id))
+
+    return group_of
+
+
+def _leads(copies: list[tuple]) -> dict[tuple, float]:
+    """Per (key id, target id) of ``copies`` (key id, target id, planned at, placed at): seconds
+    from planning to the first ``warming`` miss of the key on the target while the copy was in
+    flight, from its bucket's start (at most its length early, not before planning)."""
+    copies = [c for c in copies if c[0] is not None]
+    if not copies:
+        return {}
+    longest = MissBucket.objects.aggregate(s=Max("seconds"))["s"] or 0
+    buckets = MissBucket.objects.filter(
+        key_id__in={c[0] for c in copies},
+        engine_id__in={c[1] for c in copies},
+        warming__gt=0,
+        start__lte=max(c[3] for c in copies),
+        start__gt=min(c[2] for c in copies) - timedelta(seconds=longest),
+    ).values_list("key_id", "engine_id", "start", "seconds")
+    by_pair: dict[tuple, list] = {}
+    for key, engine, start, seconds in buckets:
+        by_pair.setdefault((key, engine), []).append((start, seconds))
+    out = {}
+    for key, engine, planned, placed in copies:
+        starts = [
+            st
+            for st, sec in by_pair.get((key, engine), ())
+            if st <= placed and st + timedelta(seconds=sec) > planned
+        ]
+        if starts:
+            out[(key, engine)] = max(0.0, (min(starts) - planned).total_seconds())
+    return out
+
+
+def treated_vs_held_out(
+    policy: Policy, since: datetime, now: datetime, group_of: Callable[[int | None], str]
+) -> dict[str, tuple[float, float]]:
+    """Per prefix group: (treated, held-out) per-request mean TTFT of the holdout's assignments
+    of ``policy`` whose windows closed in (since, now], where both arms measured one."""
+    arms: dict[str, tuple[list, list]] = {}
+    for u in closed_units(policy.pk, since, now):
+        if u["key"] is not None:
+            arms.setdefault(group_of(u["key"]), ([], []))[bool(u["held_out"])].append(u)
+    out = {}
+    for group, (treated, held) in arms.items():
+        t, h = ttft_mean_s(treated), ttft_mean_s(held)
+        if t is not None and h is not None:
+            out[group] = (t, h)
+    return out
 
 
 def state_for(
@@ -92,7 +177,7 @@ def state_for(
         return state, at or now
     if at is not None:
         state = guard.observe(
-            state, signals(policy, inputs, at), limit_s=guard.queue_limit_s(budgets)
+            state, signals(policy, inputs, at, now), limit_s=guard.queue_limit_s(budgets)
         )
     return state, now
 

@@ -127,9 +127,33 @@ def compare(treated: list[dict], held: list[dict], samples: bool = False) -> dic
 
 
 def _units(since: datetime, until: datetime) -> list[dict]:
-    rows = list(
+    return _units_of(
         HoldoutDraw.objects.filter(at__gte=since, at__lt=until, window_start__isnull=False)
-        .values(
+    )
+
+
+def closed_units(policy_id: int, since: datetime, until: datetime) -> list[dict]:
+    """The assignments of ``policy_id`` whose windows closed in (since, until], measured as the
+    holdout measures them: each assignment's whole window counts once, when it closes (the harm
+    guard's treated-vs-held-out signal, ``replication.plans.guard``)."""
+    return _units_of(
+        HoldoutDraw.objects.filter(
+            policy_id=policy_id,
+            window_start__isnull=False,
+            window_end__gt=since,
+            window_end__lte=until,
+        )
+    )
+
+
+def ttft_mean_s(units: list[dict]) -> float | None:
+    """An arm's per-request mean TTFT (the estimand's mean; None: no TTFT measured)."""
+    return _arm(units)["ttft_mean_s"]
+
+
+def _units_of(draws) -> list[dict]:
+    rows = list(
+        draws.values(
             "pk",
             "held_out",
             "workload_key_id",
@@ -141,8 +165,7 @@ def _units(since: datetime, until: datetime) -> list[dict]:
             "ttft_s",
             "ttft_n",
             "ttft_samples",
-        )
-        .order_by("pk")
+        ).order_by("pk")
     )
     cost, confirmed = _costs([r["pk"] for r in rows if not r["held_out"]])
     return [
