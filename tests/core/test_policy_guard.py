@@ -64,7 +64,12 @@ def test_evicted_misses_late_copies_and_worse_treated_ttft_are_harm():
     sig = guard.Signals(
         landed=[landed(group="late", after=0.0, copy_s=12.0, lead_s=5.0)],
         evicted_misses={"c": guard.EVICTED_MISSES, "d": guard.EVICTED_MISSES - 1},
-        ttft={"slow": (1.5, 1.0), "fast": (0.8, 1.0)},
+        ttft={
+            "slow": guard.Compared(treated_s=1.5, held_out_s=1.0, diff_low_s=0.2),
+            "fast": guard.Compared(treated_s=0.8, held_out_s=1.0, diff_low_s=-0.4),
+            # slower by half, but within noise: not evidence of harm
+            "noisy": guard.Compared(treated_s=1.5, held_out_s=1.0, diff_low_s=-0.1),
+        },
     )
     s = guard.observe(guard.GuardState(), sig, limit_s=LIMIT)
     assert set(s.engines) == {"c"} and "evicted" in s.why["engine:c"]

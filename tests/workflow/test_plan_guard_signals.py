@@ -59,20 +59,24 @@ def test_a_copy_whose_prefix_stayed_on_its_holder_leaves_the_budget_whole(ev, fl
     assert g["allowed"] == 1.0 and not g["groups"] and "full budget" in g["why"], g
 
 
-def _arms_then_cycle(ev, fleet, monkeypatch, treated_s: float, held_s: float) -> dict:
-    """Two prefixes of one tenant (one prefix group): key 0 drawn treated, key 1 held out; their
-    requests' TTFT; the next cycle runs once both assignments' windows have closed."""
+def _arms_then_cycle(ev, fleet, monkeypatch, treated_s: tuple, held_s: tuple) -> dict:
+    """Four prefixes of one tenant (one prefix group): two drawn treated, two held out (the
+    draw's coins; which key gets which is the draw's order); each assignment's requests at the
+    TTFT given for its arm; the next cycle runs once every assignment's window has closed."""
+    ev.report("node-a", prefix(3))
     policy = fleet.policy("manual", holdout_fraction=0.5)
-    coins = iter([0.9, 0.1])
+    coins = iter([0.9, 0.9, 0.1, 0.1])
     monkeypatch.setattr(holdout, "_uniform", lambda: next(coins))
-    k0, k1 = ev.key(0, tenant="acme"), ev.key(1, tenant="acme")
+    keys = [ev.key(i, tenant="acme") for i in range(4)]
     assert _guard_after(policy)["allowed"] == 1.0
-    plan = ev.plan(policy, [(k0, "node-b"), (k1, "node-b")])
+    plan = ev.plan(policy, [(k, "node-b") for k in keys])
     assert ev.approve(plan)["refused"] == {}
     decisions = {i.workload_key_id: i.decision for i in plan.items.all()}
-    assert decisions == {k0.pk: ItemDecision.APPROVED, k1.pk: ItemDecision.HELD_OUT}
-    ev.served(k0, "node-a", 3, cached=TOKENS, ttft_s=treated_s)
-    ev.served(k1, "node-a", 3, cached=TOKENS, ttft_s=held_s)
+    treated = [k for k in keys if decisions[k.pk] == ItemDecision.APPROVED]
+    held = [k for k in keys if decisions[k.pk] == ItemDecision.HELD_OUT]
+    assert len(treated) == len(held) == 2, decisions
+    for key, ttft in zip([*treated, *held], (*treated_s, *held_s), strict=True):
+        ev.served(key, "node-a", 3, cached=TOKENS, ttft_s=ttft)
     assert set(HoldoutDraw.objects.values_list("ttft_n", flat=True)) == {3}
     closed = HoldoutDraw.objects.aggregate(end=Max("window_end"))["end"]
     # No window closed yet: nothing to compare, nothing cut.
@@ -81,11 +85,18 @@ def _arms_then_cycle(ev, fleet, monkeypatch, treated_s: float, held_s: float) ->
 
 
 def test_treated_prefixes_slower_than_held_out_ones_cut_their_group(ev, fleet, monkeypatch):
-    g = _arms_then_cycle(ev, fleet, monkeypatch, treated_s=1.5, held_s=1.0)
+    g = _arms_then_cycle(ev, fleet, monkeypatch, treated_s=(1.5, 1.6), held_s=(1.0, 1.1))
     assert g["allowed"] == 0.5 and g["groups"] == {"acme": 0.5}, g
-    assert "group:acme cut to 0.5: treated TTFT 1.500 s above held-out 1.000 s" in g["why"], g
+    assert "group:acme cut to 0.5: treated TTFT 1.550 s above held-out 1.050 s" in g["why"], g
+
+
+def test_treated_prefixes_slower_only_within_noise_cut_nothing(ev, fleet, monkeypatch):
+    # Treated's mean is 0.55 s above held-out's, but its two assignments differ by 1.2 s: the
+    # difference's interval reaches below zero.
+    g = _arms_then_cycle(ev, fleet, monkeypatch, treated_s=(1.0, 2.2), held_s=(1.0, 1.1))
+    assert g["allowed"] == 1.0 and not g["groups"], g
 
 
 def test_treated_prefixes_as_fast_as_held_out_ones_cut_nothing(ev, fleet, monkeypatch):
-    g = _arms_then_cycle(ev, fleet, monkeypatch, treated_s=0.9, held_s=1.0)
+    g = _arms_then_cycle(ev, fleet, monkeypatch, treated_s=(0.9, 1.0), held_s=(1.0, 1.1))
     assert g["allowed"] == 1.0 and not g["groups"], g

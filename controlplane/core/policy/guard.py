@@ -8,7 +8,8 @@ what the live system sees and the simulator reproduces the same way:
   more than the engines that took no copy rose meanwhile, took compute a served request needed);
 - misses on a target for the ``evicted`` reason (``core.misses``) while it took speculative
   copies: the blocks the copies displaced were wanted;
-- the TTFT of treated against held-out requests of a prefix group, where both are measured;
+- the TTFT of treated against held-out requests of a prefix group, where both arms measured
+  enough for an interval: harm only when treated is slower beyond noise (``Compared``);
 - a copy's time against its lead: from planning to the first request it was for, a request of
   its prefix its target served while it was in flight (the ``warming`` miss reason): a copy
   landing after that request came too late for it.
@@ -39,7 +40,7 @@ FLOOR = 1.0 / 16  # the allowance never falls below this (the guard keeps probin
 QUEUE_LIMIT_S = 1.0  # a target's queue beyond this after a copy (with no limit in the budgets)
 QUEUE_RISE_S = 0.25  # ... and higher than before by more than this: the copy took compute
 EVICTED_MISSES = 2  # ``evicted`` misses on a target that took copies this round: harm
-TTFT_MARGIN = 0.10  # treated TTFT above held-out's by this share: harm
+TTFT_MARGIN = 0.10  # treated TTFT above held-out's by this share, beyond noise: harm
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,11 +61,21 @@ class Landed:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Compared:
+    """A prefix group's treated against held-out TTFT: each arm's per-request mean and the low
+    end of the 95% interval of the difference (treated minus held out)."""
+
+    treated_s: float
+    held_out_s: float
+    diff_low_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class Signals:
     landed: Sequence[Landed] = ()
     evicted_misses: Mapping[str, int] = field(default_factory=dict)  # per target engine
-    # per prefix group: (treated mean TTFT, held-out mean TTFT), where both are measured
-    ttft: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # per prefix group, where both arms measured enough for an interval
+    ttft: Mapping[str, Compared] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -140,9 +151,15 @@ def harms(signals: Signals, *, limit_s: float) -> tuple[dict[str, str], dict[str
     for eid, n in signals.evicted_misses.items():
         if n >= EVICTED_MISSES:
             engines.setdefault(eid, f"{n} misses on blocks evicted while it took copies")
-    for key, (treated, held_out) in signals.ttft.items():
-        if held_out > 0 and treated > held_out * (1.0 + TTFT_MARGIN):
-            groups.setdefault(key, f"treated TTFT {treated:.3f} s above held-out {held_out:.3f} s")
+    for key, c in signals.ttft.items():
+        # Slower beyond noise (the interval's low end above zero) and by more than the margin:
+        # a few slow requests on one side are not evidence that the copies hurt.
+        if c.diff_low_s > 0 and c.held_out_s > 0 and c.treated_s > c.held_out_s * (1 + TTFT_MARGIN):
+            groups.setdefault(
+                key,
+                f"treated TTFT {c.treated_s:.3f} s above held-out {c.held_out_s:.3f} s "
+                f"(difference's 95% interval from +{c.diff_low_s:.3f} s)",
+            )
     return engines, groups
 
 

@@ -38,7 +38,7 @@ from controlplane.core.protocol import ENGINE_SERVING
 from controlplane.demand.models import MissBucket, WorkloadKey
 
 from ..models import Policy, ReplicationPlan, SpeculativeReplica
-from ..scoreboard.holdout import closed_units, ttft_mean_s
+from ..scoreboard.holdout import closed_units, ttft_difference, ttft_mean_s
 from .inputs import Inputs
 
 
@@ -152,18 +152,20 @@ def _leads(copies: list[tuple]) -> dict[tuple, float]:
 
 def treated_vs_held_out(
     policy: Policy, since: datetime, now: datetime, group_of: Callable[[int | None], str]
-) -> dict[str, tuple[float, float]]:
-    """Per prefix group: (treated, held-out) per-request mean TTFT of the holdout's assignments
-    of ``policy`` whose windows closed in (since, now], where both arms measured one."""
+) -> dict[str, guard.Compared]:
+    """Per prefix group: the holdout's treated against held-out per-request TTFT of the
+    assignments of ``policy`` whose windows closed in (since, now], with the 95% interval of
+    the difference (the holdout's own estimand); groups without an interval are left out."""
     arms: dict[str, tuple[list, list]] = {}
     for u in closed_units(policy.pk, since, now):
         if u["key"] is not None:
             arms.setdefault(group_of(u["key"]), ([], []))[bool(u["held_out"])].append(u)
     out = {}
     for group, (treated, held) in arms.items():
+        ci = ttft_difference(treated, held)
         t, h = ttft_mean_s(treated), ttft_mean_s(held)
-        if t is not None and h is not None:
-            out[group] = (t, h)
+        if ci is not None and t is not None and h is not None:
+            out[group] = guard.Compared(treated_s=t, held_out_s=h, diff_low_s=ci.low)
     return out
 
 

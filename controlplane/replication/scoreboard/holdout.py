@@ -80,6 +80,15 @@ def _arm(units: list[dict]) -> dict:
     }
 
 
+def ttft_difference(treated: list[dict], held: list[dict]) -> stats.Interval | None:
+    """Treated minus held-out per-request TTFT with its 95% t interval (None: an arm has fewer
+    than two assignments with a TTFT)."""
+    return stats.difference(
+        stats.ratio_mean([u["ttft_s"] for u in treated], [u["ttft_n"] for u in treated]),
+        stats.ratio_mean([u["ttft_s"] for u in held], [u["ttft_n"] for u in held]),
+    )
+
+
 def _more_needed(t: stats.Mean | None, h: stats.Mean | None, ci: stats.Interval | None):
     """Assignments a side an interval would need to exclude zero with 80% power if the true
     difference were the one measured (None where it already does, or cannot be said)."""
@@ -95,7 +104,7 @@ def compare(treated: list[dict], held: list[dict], samples: bool = False) -> dic
     mean difference (labelled), and how many more assignments would resolve the TTFT one."""
     t_ttft = stats.ratio_mean([u["ttft_s"] for u in treated], [u["ttft_n"] for u in treated])
     h_ttft = stats.ratio_mean([u["ttft_s"] for u in held], [u["ttft_n"] for u in held])
-    ci = stats.difference(t_ttft, h_ttft)
+    ci = ttft_difference(treated, held)
     hit = stats.difference(
         stats.ratio_mean([u["hits"] for u in treated], [u["requests"] for u in treated]),
         stats.ratio_mean([u["hits"] for u in held], [u["requests"] for u in held]),
