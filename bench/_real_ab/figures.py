@@ -166,6 +166,12 @@ def failures(runs: list[dict]) -> list[str]:
 def arm_notes(run: dict) -> list[str]:
     """What the table says beside an arm that did its job but had nothing to do."""
     if run["policy"] == "reactive" and not run["warmups"]:
+        waiting = (run.get("plan_figures") or {}).get("max_waiting_for_token_ids", 0)
+        if waiting:
+            return [
+                f"reactive planned up to {waiting} warm-up(s) that waited for their prefixes' "
+                "token ids; none went"
+            ]
         return ["reactive found no hot spot (it evaluated and copied nothing)"]
     return []
 

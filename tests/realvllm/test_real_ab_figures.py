@@ -115,6 +115,13 @@ def test_an_arm_that_does_not_do_what_it_names_fails_the_bench():
     assert "strategies" in real_ab.failures([_run("reactive", strategies=["predictive"])])[0]
 
 
+def test_the_bench_exits_1_saying_which_arm_failed(capsys):
+    ok = [_run("none", plans=0, strategies=[]), _run("predictive", sent=2, landed=1)]
+    assert real_ab.verdict(ok) == 0
+    assert real_ab.verdict([*ok, _run("predictive")]) == 1
+    assert "run 0 (predictive): predictive sent no warm-up" in capsys.readouterr().err
+
+
 def test_reactive_that_copied_nothing_says_so_in_the_table():
     from _real_ab.figures import arm_notes, report
     from _real_ab.output import markdown
@@ -123,6 +130,9 @@ def test_reactive_that_copied_nothing_says_so_in_the_table():
         "reactive found no hot spot (it evaluated and copied nothing)"
     ]
     assert arm_notes(_run("reactive", sent=1, landed=1)) == []
+    # ... and when what it planned waited for token ids that never came, it says that instead
+    (note,) = arm_notes(_run("reactive", waiting=5))
+    assert "planned up to 5 warm-up(s) that waited for their prefixes' token ids" in note
     runs = []
     for policy in ("none", "reactive"):
         r = real_ab.run_figures([_rec(1.0, "n/a", 0.1)], "n/b", None, [])
