@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from aiohttp import web
 
 from controlplane.harness.openai_stub import OpenAIStub, StubThread
 from controlplane.harness.realvllm.record_tee import RecordTee
@@ -38,10 +39,24 @@ def test_it_keeps_the_records_the_control_plane_took_and_passes_answers_back(ups
     assert models.status_code == 200 and models.json()["data"][0]["id"] == "tiny"
     missing = httpx.get(f"{tee.url}/api/nothing-here/", timeout=10)
     assert missing.status_code == 404
-    # A batch the control plane did not take is not kept.
-    refused = httpx.post(f"{tee.url}/api/request-records/", json={"rows": []}, timeout=10)
-    assert refused.status_code >= 400
-    assert len(tee.records()) == 2
+
+
+class Refusing(OpenAIStub):
+    async def records(self, request: web.Request) -> web.Response:
+        return web.json_response({"error": {"code": "invalid"}}, status=400)
+
+
+def test_a_batch_the_control_plane_refused_is_not_kept():
+    served = StubThread(Refusing())
+    t = RecordTee(served.start())
+    t.start()
+    try:
+        resp = httpx.post(f"{t.url}/api/request-records/", json={"records": [{}]}, timeout=10)
+        assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid"
+        assert t.records() == []
+    finally:
+        t.stop()
+        served.stop()
 
 
 def test_an_unreachable_control_plane_is_a_502_and_nothing_is_kept():
