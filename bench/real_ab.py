@@ -39,17 +39,19 @@ Reported per policy, from the taps' records: TTFT mean / p50 / p99 over all requ
 the requests the joining engine served in its first two minutes of serving; hit rate (requests
 with any cached token) and cached-token share; warm-ups sent (jobs) and landed (shown by the
 target engine's KV events), their prompt tokens, how many were already cached and their prefill
-time at this engine's measured cold cost; the client's TTFT through the router; per run, and the paired differences
-(run i of a policy against run i of ``none``) with 95% Student-t intervals. Writes ``--json``
+time at this engine's measured cold cost; the client's TTFT through the router; per run, and
+the paired differences (run i of a policy against run i of ``none``) with 95% Student-t
+intervals. Writes ``--json``
 and ``--html`` (a plotly chart of TTFT over time per policy).
 
     python bench/real_ab.py [--runs 5] [--json PATH] [--html PATH]
-    python bench/real_ab.py --quick      # one short run per policy: ~10 minutes, not one
+    python bench/real_ab.py --quick      # one short run per policy (warming 20-90 s, 130 s)
 
 ``--quick`` cannot finish in a minute: two engines take a minute or more to start and each run
 needs the joining engine's announce, warm-up and serving phases in real time (so ``make bench``
 leaves this bench out; ``make bench-real`` runs it). Needs ``.venv-vllm`` (``make vllm-env``),
-``vllm-router``, about 6 GB of memory and the shared data (``PREWARM_SHARED_DATA`` or ``../shared/data``).
+``vllm-router``, about 6 GB of memory and the shared data (``PREWARM_SHARED_DATA`` or
+``../shared/data``).
 """
 
 from __future__ import annotations
