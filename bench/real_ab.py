@@ -1,12 +1,15 @@
 """Speculation measured on real engines: an A/B bench on vLLM's CPU build (`make bench-real`).
 
 Two real vLLM engines (the tiny model the project builds under ``var/realvllm/``; each engine's
-compute threads pinned to its own core with ``VLLM_CPU_OMP_THREADS_BIND``) behind the project's
-request driver (``controlplane/harness/realvllm/driver.py``: cache-aware routing by the control
-plane's residency lookup, streamed completions, TTFT measured to the first token), the real
-control plane (daphne, the embedded Celery worker and beat), one real ``prewarm-agent`` per
-engine and its ``warmup`` executor (prefill-only requests into the target engine, confirmed by
-that engine's own KV events).
+compute threads pinned to its own core with ``VLLM_CPU_OMP_THREADS_BIND``) behind vllm-router
+(``kv_aware``: it routes on the engines' own KV events, ``RouterFront`` in
+``controlplane/harness/realvllm/router.py``) in front of the agents' request taps; the real
+control plane (daphne, the embedded Celery worker and beat); one real ``prewarm-agent`` per
+engine with its request tap and its ``warmup`` executor (prefill-only requests into the target
+engine, confirmed by that engine's own KV events). The request driver is a load generator only
+(streamed completions to the router); the taps post the request records, read as the control
+plane took them through a pass-through in front of it (``record_tee.py``; the agents take
+their jobs by long-poll through it), and every per-engine figure comes from those records.
 
 Every run replays the same slice of the shared ServeGen trace (the 4 busiest tenants of the
 steepest demand ramp, 10 trace seconds per wall second, as token-id prompts that start with the
@@ -21,27 +24,34 @@ as in a scale-out and serves from ``--serve-s``. The policies:
               and keeps the reactive fallback
 
 In every arm the joining engine is announced ``warming`` at ``--announce-s`` and serves from
-``--serve-s``, as an operator's scale-out would: the arms differ only in the policy's strategy.
+``--serve-s``, as an operator's scale-out would (it is added to the router then): the arms
+differ only in the policy's strategy. The bench exits 1 when an arm does not do what it names
+(``arm_problems``: ``none`` sent a warm-up or planned; an arm's plans name another strategy or
+there are none; ``predictive`` sent no warm-up; warm-ups sent and none landed); ``reactive``
+copying nothing is not a failure, and the table says "reactive found no hot spot".
 
 Runs alternate policy by policy (predictive, none, reactive, predictive, ...), ``--runs`` each. Every
 run starts from reset engines (``POST /reset_prefix_cache``, vLLM's dev-mode route; checked: a
 probe prompt sent before the reset is a miss after it) and a fresh control plane (a new SQLite
 database copied from a migrated template, new credentials, new agents with empty state).
 
-Reported per policy: TTFT mean / p50 / p99 over all requests and over the requests the joining
-engine served in its first two minutes of serving; hit rate (requests with any cached token)
-and cached-token share; warm-ups sent (jobs), their prompt tokens, how many were already cached
-and their prefill time at this engine's measured cold cost; per run, and the paired differences
-(run i of a policy against run i of ``none``) with 95% Student-t intervals. Writes ``--json``
+Reported per policy, from the taps' records: TTFT mean / p50 / p99 over all requests and over
+the requests the joining engine served in its first two minutes of serving; hit rate (requests
+with any cached token) and cached-token share; warm-ups sent (jobs) and landed (shown by the
+target engine's KV events), their prompt tokens, how many were already cached and their prefill
+time at this engine's measured cold cost; the client's TTFT through the router; per run, and
+the paired differences (run i of a policy against run i of ``none``) with 95% Student-t
+intervals. Writes ``--json``
 and ``--html`` (a plotly chart of TTFT over time per policy).
 
     python bench/real_ab.py [--runs 5] [--json PATH] [--html PATH]
-    python bench/real_ab.py --quick      # one short run per policy: ~10 minutes, not one
+    python bench/real_ab.py --quick      # one short run per policy (warming 20-90 s, 130 s)
 
 ``--quick`` cannot finish in a minute: two engines take a minute or more to start and each run
 needs the joining engine's announce, warm-up and serving phases in real time (so ``make bench``
 leaves this bench out; ``make bench-real`` runs it). Needs ``.venv-vllm`` (``make vllm-env``),
-about 6 GB of memory and the shared data (``PREWARM_SHARED_DATA`` or ``../shared/data``).
+``vllm-router``, about 6 GB of memory and the shared data (``PREWARM_SHARED_DATA`` or
+``../shared/data``).
 """
 
 from __future__ import annotations
@@ -50,7 +60,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import threading
@@ -59,61 +68,35 @@ from pathlib import Path
 from typing import Any
 
 from _common import REPO, parser, write_json
+from _real_ab.engines import cold_and_cached_s, reset_and_check
 from _real_ab.figures import (  # noqa: F401 - paired: re-exported for its tests
     JOINER_WINDOW_S,
     POLICIES,
+    arm_problems,
+    count_by,
+    failures,
     paired,
+    plan_figures,
     run_figures,
+    summarise,
+    timelines,
 )
 from _real_ab.output import build_doc, markdown, print_table, write_html
 
-from controlplane.core.protocol import ENGINE_SERVING
+from controlplane.core.protocol import ENGINE_SERVING, JOB_LANDED, JOB_LIVE
 from controlplane.harness import launch
 from controlplane.harness.lifecycle import Lifecycles, Operator
 from controlplane.harness.realvllm.demo import REAL_POLICY, start_agent, wait_for_engines
 from controlplane.harness.realvllm.driver import Gateway, Target, TraceRequest, servegen
 from controlplane.harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
 from controlplane.harness.realvllm.engine import vllm_python as find_vllm
+from controlplane.harness.realvllm.record_tee import RecordTee
+from controlplane.harness.realvllm.router import RouterFront, router_available
 
 ORDER = ("predictive", "none", "reactive")  # the order runs alternate in
 WORK = REPO / "var" / "bench" / "real_ab"
+UNSETTLED = (*JOB_LIVE, JOB_LANDED)  # jobs whose outcome is still to come
 TIME_SCALE = 10.0  # trace seconds per wall second (the driver's ServeGen replay)
-
-
-# -- the engines -----------------------------------------------------------------------------
-def cold_and_cached_s(
-    engine: VllmEngine, prompt: list[int], repeats: int = 5
-) -> tuple[float, float]:
-    """Median TTFT of a cold prefill (reset before each) and of the same prompt cached."""
-    gw = Gateway("http://127.0.0.1:9", "unused", [Target(engine.name, engine.url)])
-    cold, warm = [], []
-    try:
-        for _ in range(repeats):
-            engine.reset_prefix_cache()
-            rec = gw.send(prompt, 1, target=gw.targets[engine.name])
-            again = gw.send(prompt, 1, target=gw.targets[engine.name])
-            if rec is None or again is None:
-                raise EngineUnavailable(f"{engine.name} failed a probe request")
-            cold.append(rec["ttft_s"])
-            warm.append(again["ttft_s"])
-        engine.reset_prefix_cache()
-    finally:
-        gw.http.close()
-    return statistics.median(cold), statistics.median(warm)
-
-
-def reset_and_check(engines: list[VllmEngine], probe: list[int]) -> None:
-    """Empty each engine's prefix cache and show it is empty: the probe (cached before the
-    reset) must miss after it; then reset once more so the run starts with nothing."""
-    for e in engines:
-        e.complete(probe)
-        if e.cached_tokens(probe) == 0:
-            raise RuntimeError(f"{e.name}: the probe is not cached even before the reset")
-        if not e.reset_prefix_cache():
-            raise RuntimeError(f"{e.name}: /reset_prefix_cache did not succeed")
-        if (left := e.cached_tokens(probe)) != 0:
-            raise RuntimeError(f"{e.name}: {left} probe tokens still cached after the reset")
-        e.reset_prefix_cache()
 
 
 # -- one run ---------------------------------------------------------------------------------
@@ -174,22 +157,41 @@ def one_run(
     cp = f"http://127.0.0.1:{args.port}"
     children = launch.Children()
     operator = Operator(cp, creds["operator_token"])
+    joiner = engines[1]
+    # vllm-router in front of the agents' taps, the joiner added when it serves; the agents
+    # reach the control plane through the tee, which keeps the records their taps post.
+    front = RouterFront(run_dir, engines, serving=[engines[0].name])
+    tee = RecordTee(cp)
     try:
         launch.wait_for_port("127.0.0.1", args.port)
         children.web("127.0.0.1", args.port, env, run_dir / "web.log")
+        tee.start()
         for i, e in enumerate(engines):
-            children.add(start_agent(e, run_dir, cp, creds["enrolment_tokens"][i], env))
+            children.add(
+                start_agent(
+                    e,
+                    run_dir,
+                    tee.url,
+                    creds["enrolment_tokens"][i],
+                    env,
+                    front.taps[e.name],
+                    jobs_transport="long-poll",
+                )
+            )
         if not wait_for_engines(cp, creds["operator_token"], {e.name for e in engines}, 120):
             raise RuntimeError(f"the agents did not report both engines (logs in {run_dir})")
-        joiner = engines[1]
-        targets = [Target(e.name, e.url, node=f"cpu-{e.name}") for e in engines]
-        gw = Gateway(cp, creds["gateway_token"], targets, keep_records=True)
+        front.router.start().wait_ready(120)
+        # A load generator only: the router picks the engine, the taps post the records.
+        gw = Gateway(
+            cp, "", [Target("router", front.router.url)], keep_records=True, post_records=False
+        )
         serving_at: dict[str, float] = {}
 
         def changed(engine_id: str, lifecycle: str) -> None:
-            gw.set_serving(engine_id, lifecycle)
-            if lifecycle == ENGINE_SERVING:
-                serving_at.setdefault(engine_id, time.time())
+            if lifecycle == ENGINE_SERVING and engine_id not in serving_at:
+                serving_at[engine_id] = time.time()
+                if engine_id == joiner.name:
+                    front.join(joiner.name)  # a second or two of refused requests
 
         lc = Lifecycles(operator, "real A/B bench", on_change=changed)
         if not lc.find({joiner.name}):
@@ -208,27 +210,62 @@ def one_run(
         stop.set()
         timer.cancel()
         gw.close()
-        jobs = _jobs(operator, cp)
-        records = sorted(gw.records or [], key=lambda r: r["time"])
-        fig = run_figures(records, targets[1].ref, serving_at.get(joiner.name), jobs)
+        served = gw.stats.sent
+        records = _tap_records(tee, served)
+        jobs = _settled_jobs(operator, cp)
+        plans = _listed(operator, f"{cp}/api/plans/?limit=200")
+        fig = run_figures(
+            records, f"cpu-{joiner.name}/{joiner.name}", serving_at.get(joiner.name), jobs
+        )
+        client = [r["ttft_s"] for r in gw.records or []]
         fig.update(
             policy=policy,
             run=index,
             started_at=started,
             load_avg=os.getloadavg(),
-            posted=gw.poster.posted,
+            sent=served,
+            failed=gw.stats.failed,
+            tap_records=len(records),
+            client_ttft=summarise(client),
+            plan_figures=plan_figures(plans),
+            when=timelines(plans, jobs, started),
+            router_decisions=count_by(d.worker for d in front.router.decisions()),
             timeline=[(round(r["time"] - started, 3), r["ttft_s"], r["engine"]) for r in records],
             serving_at_s=(serving_at[joiner.name] - started) if joiner.name in serving_at else None,
         )
+        fig["problems"] = arm_problems(fig)
         return fig
     finally:
         operator.close()
+        front.router.stop()
         children.stop()
+        tee.stop()
 
 
-def _jobs(operator: Operator, cp: str) -> list[dict]:
+def _tap_records(tee: RecordTee, served: int, timeout_s: float = 30.0) -> list[dict]:
+    """The taps' records of the run, once they number what the router served (the agents post
+    every second; a deadline, then what came)."""
+    deadline = time.monotonic() + timeout_s
+    while len(tee.records()) < served and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return sorted(tee.records(), key=lambda r: r["time"])
+
+
+def _settled_jobs(operator: Operator, cp: str, timeout_s: float = 30.0) -> list[dict]:
+    """The run's jobs once none is still moving or waiting for the target engine's events to
+    show it (a deadline, then as they are): a warm-up sent near the end is counted as it ends."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        jobs = _listed(operator, f"{cp}/api/replication-jobs/?limit=500")
+        if time.monotonic() > deadline or not any(j["state"] in UNSETTLED for j in jobs):
+            return jobs
+        time.sleep(1.0)
+
+
+def _listed(operator: Operator, first: str) -> list[dict]:
+    """Every row of a paginated list endpoint."""
     out: list[dict] = []
-    url: str | None = f"{cp}/api/replication-jobs/?limit=500"
+    url: str | None = first
     while url:
         resp = operator.client.get(url)
         resp.raise_for_status()
@@ -280,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 0
     if args.quick:
-        args.runs, args.announce_s, args.serve_s, args.serving_s = 1, 20.0, 60.0, 40.0
+        # The warming window is the full runs' 60 s and more: the taps send a prefix's token
+        # ids once a minute, and a warm-up waits for them (a shorter window warms nothing).
+        args.runs, args.announce_s, args.serve_s, args.serving_s = 1, 20.0, 90.0, 40.0
     policies = [x for x in args.policies.split(",") if x]
     if not policies or any(x not in POLICIES for x in policies) or "none" not in policies:
         p.error(f"--policies: a subset of {','.join(POLICIES)} that includes none")
@@ -289,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         python = find_vllm()
         ensure_model(python=python)
+        router_available()
     except EngineUnavailable as exc:
         print(f"real_ab: {exc}", file=sys.stderr)
         return 2
@@ -309,10 +349,11 @@ def main(argv: list[str] | None = None) -> int:
         "PYTHONUNBUFFERED": "1",
         **launch.SETTINGS,
     }
+    # The publishers bind: vllm-router and the agents both connect to them.
     engines = [
-        VllmEngine("vllm-a", WORK, events="connect", cpu_cores="0"),
+        VllmEngine("vllm-a", WORK, events="bind", cpu_cores="0"),
         VllmEngine(
-            "vllm-b", WORK, events="connect", cpu_cores="1" if (os.cpu_count() or 1) > 1 else "0"
+            "vllm-b", WORK, events="bind", cpu_cores="1" if (os.cpu_count() or 1) > 1 else "0"
         ),
     ]
     load_before = os.getloadavg()
@@ -345,7 +386,9 @@ def main(argv: list[str] | None = None) -> int:
             kept = [
                 r
                 for r in json.loads(args.resume.read_text())["runs"]
-                if r["policy"] in policies and r["joiner_first_2min"]["n"] > 0
+                if r["policy"] in policies
+                and r["joiner_first_2min"]["n"] > 0
+                and "problems" in r  # measured behind vllm-router, with the arm's checks
             ]
         for n, pol in enumerate(order):
             old = next((r for r in kept if r["policy"] == pol), None)
@@ -364,9 +407,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"joiner first 2 min {1000 * fig['joiner_first_2min']['mean']:.1f} ms "
                 f"({fig['joiner_first_2min']['n']} requests), cached share "
                 f"{fig['cached_token_share']:.3f}, warm-ups {fig['warmups']} "
-                f"{fig['warmups_by_state']}, load {fig['load_avg'][0]:.1f}",
+                f"{fig['warmups_by_state']} ({fig['warmups_landed']} landed), tap records "
+                f"{fig['tap_records']} of {fig['sent']} served ({fig['failed']} failed), "
+                f"plans {fig['plan_figures']}, load {fig['load_avg'][0]:.1f}",
                 flush=True,
             )
+            for problem in fig["problems"]:
+                print(f"run {n + 1}/{len(order)} {pol}: FAILED CHECK: {problem}", flush=True)
     finally:
         for e in engines:
             e.stop()
@@ -383,6 +430,18 @@ def main(argv: list[str] | None = None) -> int:
         )
     uptime = doc["uptime_after"]
     print(f"uptime after: {uptime}")
+    return verdict(runs)
+
+
+def verdict(runs: list[dict]) -> int:
+    """The bench's exit status: 1, saying why, when an arm did not do what it names."""
+    if problems := failures(runs):
+        print(
+            "real_ab: an arm did not do what it names, so the table does not compare the "
+            "policies:\n  " + "\n  ".join(problems),
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

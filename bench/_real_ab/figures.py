@@ -4,15 +4,27 @@ policy, and the paired differences with their 95% intervals."""
 from __future__ import annotations
 
 import statistics
+from datetime import datetime
 from typing import Any
 
 from _common import percentile
 
 from controlplane.core import stats
-from controlplane.core.protocol import ROLE_TARGET, TRANSPORT_WARMUP
+from controlplane.core.protocol import (
+    JOB_CONFIRMED,
+    JOB_LOST,
+    JOB_PARTIAL,
+    ROLE_TARGET,
+    TRANSPORT_WARMUP,
+)
 from controlplane.harness.realvllm.driver import TraceRequest
 
 POLICIES = ("none", "reactive", "predictive")
+# The strategy each arm's policy runs (its plans name it).
+STRATEGY = {"none": "off", "reactive": "reactive", "predictive": "predictive"}
+# A warm-up landed when the target engine's own KV events showed it (confirmed; lost: shown,
+# then evicted before its hold ended; partial: part of the prefix shown).
+LANDED = (JOB_CONFIRMED, JOB_LOST, JOB_PARTIAL)
 JOINER_WINDOW_S = 120.0  # the joining engine's first two minutes of serving
 
 
@@ -67,13 +79,104 @@ def run_figures(
         "hit_rate": sum(1 for r in records if r["cached_tokens"] > 0) / max(1, len(records)),
         "cached_token_share": cached / max(1, prompt),
         "warmups": len(warm),
-        "warmups_by_state": _count(j["state"] for j in warm),
+        "warmups_landed": sum(1 for j in warm if j["state"] in LANDED),
+        "warmups_by_state": count_by(j["state"] for j in warm),
         "warmup_prompt_tokens": warm_tokens,
         "warmup_tokens_computed": warm_tokens - warm_cached,
     }
 
 
-def _count(items) -> dict[str, int]:
+def plan_figures(plans: list[dict]) -> dict[str, Any]:
+    """What the control plane's plan cycle and ingest did in a run: plans stored, the strategies
+    and triggers they name, items planned, and the most items one plan left waiting for their
+    prefixes' token ids."""
+    sm = [p.get("summary") or {} for p in plans]
+    return {
+        "plans": len(plans),
+        "strategies": sorted({str(x.get("strategy")) for x in sm if x.get("strategy")}),
+        "by_trigger": count_by(str(x.get("trigger") or "cycle") for x in sm),
+        "items": sum(int(x.get("items") or 0) for x in sm),
+        "max_waiting_for_token_ids": max(
+            (int(x.get("waiting_for_token_ids") or 0) for x in sm), default=0
+        ),
+    }
+
+
+def timelines(plans: list[dict], jobs: list[dict], started: float) -> dict[str, list]:
+    """When, from the run's start, each plan was stored (trigger, items, items waiting for token
+    ids) and each warm-up was created (its state, its target's engine id)."""
+
+    def at(row: dict) -> float:
+        return round(datetime.fromisoformat(row["created_at"]).timestamp() - started, 1)
+
+    return {
+        "plans": sorted(
+            (
+                at(p),
+                (p.get("summary") or {}).get("trigger", "cycle"),
+                int((p.get("summary") or {}).get("items") or 0),
+                int((p.get("summary") or {}).get("waiting_for_token_ids") or 0),
+            )
+            for p in plans
+        ),
+        "warmups": sorted(
+            (at(j), j["state"], str(j.get("target")))
+            for j in jobs
+            if j["transport"] == TRANSPORT_WARMUP
+        ),
+    }
+
+
+def arm_problems(run: dict) -> list[str]:
+    """Why a run's arm did not do what it names (empty: it did). ``none`` sends no warm-up and
+    plans nothing; ``reactive`` and ``predictive`` plan under their own strategy (every plan
+    names it); ``predictive`` sends warm-ups and at least one lands, shown by the target
+    engine's KV events; an arm that sends warm-ups has at least one land. ``reactive`` may
+    send none: a trace without a hot spot gives it nothing to copy (``arm_notes`` says so)."""
+    pol, out = run["policy"], []
+    sent, landed = run["warmups"], run["warmups_landed"]
+    plans = run.get("plan_figures") or {"plans": 0, "strategies": []}
+    if pol == "none":
+        if sent:
+            out.append(f"none sent {sent} warm-up(s): its strategy is off")
+        if plans["plans"]:
+            out.append(f"none stored {plans['plans']} plan(s): its strategy is off")
+        return out
+    if not plans["plans"]:
+        out.append(f"{pol} stored no plan: its policy was never evaluated")
+    elif plans["strategies"] != [STRATEGY[pol]]:
+        out.append(f"{pol}'s plans name the strategies {plans['strategies']}")
+    if pol == "predictive" and not sent:
+        waiting = plans.get("max_waiting_for_token_ids", 0)
+        why = f" ({waiting} item(s) waited for their prefixes' token ids)" if waiting else ""
+        out.append(f"predictive sent no warm-up{why}")
+    if sent and not landed:
+        out.append(
+            f"{pol} sent {sent} warm-up(s) and none landed "
+            f"(by state: {run.get('warmups_by_state')})"
+        )
+    return out
+
+
+def failures(runs: list[dict]) -> list[str]:
+    """Every arm's problems, run by run (``arm_problems``): the bench exits non-zero on any."""
+    return [f"run {r['run']} ({r['policy']}): {p}" for r in runs for p in arm_problems(r)]
+
+
+def arm_notes(run: dict) -> list[str]:
+    """What the table says beside an arm that did its job but had nothing to do."""
+    if run["policy"] == "reactive" and not run["warmups"]:
+        waiting = (run.get("plan_figures") or {}).get("max_waiting_for_token_ids", 0)
+        if waiting:
+            return [
+                f"reactive planned up to {waiting} warm-up(s) that waited for their prefixes' "
+                "token ids; none went"
+            ]
+        return ["reactive found no hot spot (it evaluated and copied nothing)"]
+    return []
+
+
+def count_by(items) -> dict[str, int]:
     out: dict[str, int] = {}
     for x in items:
         out[x] = out.get(x, 0) + 1
@@ -132,6 +235,11 @@ def report(runs: list[dict], cold_s: float, prompt_tokens: int) -> dict:
             "hit_rate": statistics.fmean(r["hit_rate"] for r in rs),
             "cached_token_share": statistics.fmean(r["cached_token_share"] for r in rs),
             "warmups": statistics.fmean(r["warmups"] for r in rs),
+            "warmups_landed": statistics.fmean(r.get("warmups_landed", 0) for r in rs),
+            "client_ttft_mean_s": _mean(r.get("client_ttft", {}).get("mean", _NAN) for r in rs),
+            "client_ttft_p99_s": _mean(r.get("client_ttft", {}).get("p99", _NAN) for r in rs),
+            "failed_requests": statistics.fmean(r.get("failed", 0) for r in rs),
+            "notes": sorted({n for r in rs for n in arm_notes(r)}),
             "warmup_tokens_computed": statistics.fmean(r["warmup_tokens_computed"] for r in rs),
             "warmup_cost_s": statistics.fmean(r["warmup_tokens_computed"] for r in rs) * per_token,
         }
@@ -156,6 +264,9 @@ def _get(run: dict, dotted: str) -> float:
     for part in dotted.split("."):
         v = v[part]
     return float(v)
+
+
+_NAN = float("nan")
 
 
 def _mean(xs) -> float:

@@ -28,6 +28,7 @@ def print_table(summary: dict) -> str:
                 f"{s['hit_rate']:.3f}",
                 f"{s['cached_token_share']:.3f}",
                 f"{s['warmups']:.1f}",
+                f"{s['warmups_landed']:.1f}",
                 f"{1000 * s['warmup_cost_s']:.0f}",
             )
         )
@@ -42,11 +43,18 @@ def print_table(summary: dict) -> str:
             "joiner 2min mean ms",
             "hit rate",
             "cached share",
-            "warm-ups",
+            "warm-ups sent",
+            "landed (KV events)",
             "warm-up cost ms",
         ),
     )
-    lines = [text, "", "paired differences vs none (policy - none; mean +- 95% CI half-width):"]
+    notes = [f"  {p}: {n}" for p, s in summary["policies"].items() for n in s.get("notes", [])]
+    lines = [
+        text,
+        *notes,
+        "",
+        "paired differences vs none (policy - none; mean +- 95% CI half-width):",
+    ]
     for p, ks in summary["paired_vs_none"].items():
         parts = []
         for k, d in ks.items():
@@ -64,8 +72,9 @@ def markdown(doc: dict) -> str:
     sm = doc["summary"]
     lines = [
         "| policy | runs | TTFT mean (ms) | p50 | p99 | joining engine, first 2 min: mean | "
-        "p99 | hit rate | cached-token share | warm-ups sent (failed) | warm-up prefill (ms) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "p99 | hit rate | cached-token share | warm-ups sent | landed | failed "
+        "| warm-up prefill (ms) | client TTFT mean (ms) | p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in POLICIES:
         s = sm["policies"].get(p)
@@ -77,9 +86,15 @@ def markdown(doc: dict) -> str:
             f"| {p} | {s['runs']} | {1000 * s['ttft_mean_s']:.1f} | {1000 * s['ttft_p50_s']:.1f} "
             f"| {1000 * s['ttft_p99_s']:.1f} | {1000 * s['joiner_first_2min_mean_s']:.1f} "
             f"| {1000 * s['joiner_first_2min_p99_s']:.1f} | {s['hit_rate']:.3f} "
-            f"| {s['cached_token_share']:.3f} | {s['warmups']:.1f} ({failed:.1f}) "
-            f"| {1000 * s['warmup_cost_s']:.0f} |"
+            f"| {s['cached_token_share']:.3f} | {s['warmups']:.1f} "
+            f"| {s.get('warmups_landed', float('nan')):.1f} | {failed:.1f} "
+            f"| {1000 * s['warmup_cost_s']:.0f} "
+            f"| {1000 * s.get('client_ttft_mean_s', float('nan')):.1f} "
+            f"| {1000 * s.get('client_ttft_p99_s', float('nan')):.1f} |"
         )
+    notes = [f"- {p}: {n}" for p in POLICIES for n in sm["policies"].get(p, {}).get("notes", [])]
+    if notes:
+        lines += ["", *notes]
     lines += [
         "",
         "| paired difference (run i vs run i) | TTFT mean (ms) | p50 | p99 | "

@@ -75,3 +75,91 @@ def test_the_arms_are_live_policies_that_differ_only_in_their_strategy(db):
         assert ser.is_valid(), ser.errors  # what ensure_policy will accept
         rest = {k: v for k, v in fields.items() if k != "strategy"}
         assert rest == {k: v for k, v in arms["none"].items() if k != "strategy"}
+
+
+def _run(policy, sent=0, landed=0, plans=1, strategies=None, waiting=0):
+    strategy = {"none": "off", "reactive": "reactive", "predictive": "predictive"}[policy]
+    return {
+        "policy": policy,
+        "run": 0,
+        "warmups": sent,
+        "warmups_landed": landed,
+        "warmups_by_state": {"confirmed": landed} if landed else {},
+        "plan_figures": {
+            "plans": plans,
+            "strategies": [strategy] if strategies is None else strategies,
+            "max_waiting_for_token_ids": waiting,
+        },
+    }
+
+
+def test_an_arm_that_does_not_do_what_it_names_fails_the_bench():
+    ok = [
+        _run("none", plans=0, strategies=[]),
+        _run("reactive"),  # evaluated, copied nothing: not a failure
+        _run("predictive", sent=3, landed=2),
+    ]
+    assert real_ab.failures(ok) == []
+    # predictive that sent nothing: the arm measured cache-aware routing, not speculation.
+    (msg,) = real_ab.failures([_run("predictive", waiting=4)])
+    assert "predictive sent no warm-up" in msg and "4 item(s) waited" in msg
+    # warm-ups sent, none shown by the target engine's events
+    (msg,) = real_ab.failures([_run("predictive", sent=3, landed=0)])
+    assert "none landed" in msg
+    assert "none landed" in real_ab.failures([_run("reactive", sent=1)])[0]
+    # none that copied or planned anything
+    assert "none sent 2 warm-up(s)" in real_ab.failures([_run("none", sent=2, plans=0)])[0]
+    assert "none stored 1 plan(s)" in real_ab.failures([_run("none", strategies=[])])[0]
+    # an arm never evaluated, or evaluated under another strategy
+    assert "never evaluated" in real_ab.failures([_run("reactive", plans=0, strategies=[])])[0]
+    assert "strategies" in real_ab.failures([_run("reactive", strategies=["predictive"])])[0]
+
+
+def test_the_bench_exits_1_saying_which_arm_failed(capsys):
+    ok = [_run("none", plans=0, strategies=[]), _run("predictive", sent=2, landed=1)]
+    assert real_ab.verdict(ok) == 0
+    assert real_ab.verdict([*ok, _run("predictive")]) == 1
+    assert "run 0 (predictive): predictive sent no warm-up" in capsys.readouterr().err
+
+
+def test_reactive_that_copied_nothing_says_so_in_the_table():
+    from _real_ab.figures import arm_notes, report
+    from _real_ab.output import markdown
+
+    assert arm_notes(_run("reactive")) == [
+        "reactive found no hot spot (it evaluated and copied nothing)"
+    ]
+    assert arm_notes(_run("reactive", sent=1, landed=1)) == []
+    # ... and when what it planned waited for token ids that never came, it says that instead
+    (note,) = arm_notes(_run("reactive", waiting=5))
+    assert "planned up to 5 warm-up(s) that waited for their prefixes' token ids" in note
+    runs = []
+    for policy in ("none", "reactive"):
+        r = real_ab.run_figures([_rec(1.0, "n/a", 0.1)], "n/b", None, [])
+        r.update(_run(policy), timeline=[(1.0, 0.1, "n/a")], client_ttft={"mean": 0.1, "p99": 0.1})
+        runs.append(r)
+    doc = {"summary": report(runs, 0.1, 100), "runs": runs}
+    assert "- reactive: reactive found no hot spot" in markdown(doc)
+
+
+def test_plan_figures_name_the_strategies_and_the_items_waiting_for_token_ids():
+    from _real_ab.figures import plan_figures
+
+    plans = [
+        {
+            "summary": {
+                "strategy": "predictive",
+                "trigger": "cycle",
+                "items": 0,
+                "waiting_for_token_ids": 3,
+            }
+        },
+        {"summary": {"strategy": "predictive", "trigger": "onset", "items": 2}},
+    ]
+    assert plan_figures(plans) == {
+        "plans": 2,
+        "strategies": ["predictive"],
+        "by_trigger": {"cycle": 1, "onset": 1},
+        "items": 2,
+        "max_waiting_for_token_ids": 3,
+    }

@@ -29,9 +29,8 @@ from controlplane.harness.realvllm.engine import (
     KV_CAPACITY_BLOCKS,
     MODEL_NAME,
     EngineUnavailable,
-    free_port,
 )
-from controlplane.harness.realvllm.router import RouterWorker, VllmRouter
+from controlplane.harness.realvllm.router import RouterFront
 from tests.realvllm.conftest import unavailable
 from tests.realvllm.helpers import (
     api,
@@ -68,8 +67,9 @@ def test_vllm_router_sends_the_prefix_to_the_engine_prewarm_warmed(
     fresh(a)
     fresh(b)
     busy = EngineMetricsServer(0.9)
-    taps = {a.name: f"127.0.0.1:{free_port()}", b.name: f"127.0.0.1:{free_port()}"}
-    tap_url = {name: f"http://{hp}" for name, hp in taps.items()}
+    front = RouterFront(tmp_path, [a, b])  # the router sends to both taps from the start
+    taps, router = front.taps, front.router
+    tap_url = {name: front.tap_url(name) for name in taps}
     extra = {
         "served_model_name": MODEL_NAME,
         "bytes_per_block": BYTES_PER_BLOCK,
@@ -90,10 +90,6 @@ def test_vllm_router_sends_the_prefix_to_the_engine_prewarm_warmed(
         "node-b",
         jobs="websocket",
         **{**extra, "openai_url": b.url, "tap_listen": taps[b.name]},
-    )
-    router = VllmRouter(
-        tmp_path,
-        [RouterWorker.of(a, tap_url[a.name]), RouterWorker.of(b, tap_url[b.name])],
     )
     try:
         wait_for(

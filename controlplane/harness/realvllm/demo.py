@@ -42,7 +42,7 @@ from controlplane.harness.realvllm.engine import (
     free_port,
     vllm_python,
 )
-from controlplane.harness.realvllm.router import RouterWorker, VllmRouter, router_available
+from controlplane.harness.realvllm.router import RouterFront, router_available
 
 # Real seconds, not a compressed trace: a replica lives two minutes, plans every 10 s. Copies are
 # warm-ups: prefill-only requests the agent sends to the target engine's OpenAI server.
@@ -82,9 +82,11 @@ def agent_config(
     enrolment: str,
     engine: VllmEngine,
     state_dir: Path,
+    jobs_transport: str = "websocket",
     **engine_extra: Any,
 ) -> Path:
-    """The agent's TOML: no GPUs (a CPU engine), jobs over the websocket, the engine's sockets."""
+    """The agent's TOML: no GPUs (a CPU engine), jobs over the websocket (or ``jobs_transport``),
+    the engine's sockets."""
     top = {
         "control_plane_url": control_plane,
         "enrolment_token": enrolment,
@@ -95,7 +97,7 @@ def agent_config(
         "report_interval_s": 1.0,
         "heartbeat_interval_s": 5.0,
         "engine_metrics_interval_s": 2.0,
-        "jobs_transport": "websocket",
+        "jobs_transport": jobs_transport,
         "backoff_max_s": 5.0,
         "tap_tenant": f"header:{TENANT_HEADER}",
     }
@@ -160,9 +162,8 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
             "vllm-b", data, events="bind", cpu_cores="1" if (os.cpu_count() or 1) > 1 else "0"
         ),
     ]
-    taps = {e.name: f"127.0.0.1:{free_port()}" for e in engines}
-    workers = [RouterWorker.of(e, f"http://{taps[e.name]}") for e in engines]
-    router = VllmRouter(data, workers[:1])  # the joiner is added when it serves
+    front = RouterFront(data, engines, serving=[engines[0].name])  # the joiner: when it serves
+    router, taps = front.router, front.taps
 
     def stop_engines() -> None:
         router.stop()
@@ -228,7 +229,7 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
         )
     # When the joiner starts serving, the router is restarted with it (a second or two of
     # refused requests, which the load generator counts as failed).
-    join = threading.Timer(JOIN[1], router.set_workers, args=(workers,))
+    join = threading.Timer(JOIN[1], front.join, args=(engines[1].name,))
     join.daemon = True
     join.start()
     print(
@@ -260,7 +261,13 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
 
 
 def start_agent(
-    engine: VllmEngine, data: Path, cp: str, enrolment: str, env: dict[str, str], tap: str = ""
+    engine: VllmEngine,
+    data: Path,
+    cp: str,
+    enrolment: str,
+    env: dict[str, str],
+    tap: str = "",
+    jobs_transport: str = "websocket",
 ) -> subprocess.Popen:
     """A real ``prewarm-agent`` beside the engine: its state and log under ``data``; it sends
     warm-ups to the engine's OpenAI server and, given ``tap`` (host:port), serves the request
@@ -273,6 +280,7 @@ def start_agent(
         enrolment,
         engine,
         state,
+        jobs_transport,
         openai_url=engine.url,
         served_model_name=MODEL_NAME,
         **({"tap_listen": tap} if tap else {}),

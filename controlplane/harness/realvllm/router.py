@@ -208,3 +208,35 @@ class VllmRouter(ServerProcess):
         )
         resp.raise_for_status()
         return resp.json()
+
+
+class RouterFront:
+    """vllm-router in front of the agents' request taps of ``engines``: one loopback tap address
+    per engine (its agent serves it, ``tap_listen``), the router sending to the taps and reading
+    each engine's own KV-event sockets (so every engine's publisher binds). The router starts
+    with the engines named in ``serving`` (all of them by default); an engine that joins as in a
+    scale-out is added by ``join()`` when it starts serving."""
+
+    def __init__(
+        self,
+        log_dir: Path,
+        engines: list[VllmEngine],
+        serving: list[str] | None = None,
+        name: str = "router",
+    ):
+        self.taps = {e.name: f"127.0.0.1:{free_port()}" for e in engines}
+        self.workers = {e.name: RouterWorker.of(e, f"http://{self.taps[e.name]}") for e in engines}
+        self.serving = [e.name for e in engines] if serving is None else list(serving)
+        if not self.serving or any(n not in self.workers for n in self.serving):
+            raise ValueError(f"serving: one or more of {', '.join(self.workers)}")
+        self.router = VllmRouter(log_dir, [self.workers[n] for n in self.serving], name=name)
+
+    def tap_url(self, engine: str) -> str:
+        return self.workers[engine].url
+
+    def join(self, engine: str, timeout_s: float = 120.0) -> None:
+        """Route to ``engine`` too from now on (the router restarts with it: ``set_workers``)."""
+        if engine in self.serving:
+            return
+        self.serving.append(engine)
+        self.router.set_workers([self.workers[n] for n in self.serving], timeout_s)
