@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="burst", help="burst, steady or headline")
     p.add_argument("--engines", type=int, default=None, help="override the preset's engine count")
+    p.add_argument("--tenants", type=int, default=None, help="override the preset's tenants")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--control-plane", default=os.environ.get("PREWARM_CONTROL_PLANE_URL", ""))
     p.add_argument("--gateway-token", default=os.environ.get("PREWARM_GATEWAY_TOKEN", ""))
@@ -117,7 +118,9 @@ def main_cluster(args) -> int:
     tokens = [t for t in args.enrolment_tokens.split(",") if t]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s vcluster %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per posted batch is noise
-    setup, preset = build_preset(args.preset, engines=args.engines, seed=args.seed)
+    setup, preset = build_preset(
+        args.preset, engines=args.engines, tenants=args.tenants, seed=args.seed
+    )
     workdir = Path(args.dir)
     vc = VirtualCluster(
         setup,

@@ -18,7 +18,7 @@ side on different ports (`PRESET=steady PORT=8001 make demo`).
 
 A measured run (`experiments/live_vs_sim/`) starts the same processes with `--once`: the
 workload is replayed once, every served request is written to `<data>/served.csv`, and the run
-stops when the replay ends; `--engines`, `--seed`, `--policy-fields` (JSON over the demo's
+stops when the replay ends; `--engines`, `--tenants`, `--seed`, `--policy-fields` (JSON over the demo's
 policy, e.g. `{"strategy": "reactive"}`) and `--data-dir` choose what it runs and where.
 """
 
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         help="virtual-cluster preset (burst or steady), or real: two real vLLM engines on CPU",
     )
     parser.add_argument("--engines", type=int, default=None, help="override the preset's fleet")
+    parser.add_argument("--tenants", type=int, default=None, help="override the preset's tenants")
     parser.add_argument("--seed", type=int, default=0, help="the workload's draw")
     parser.add_argument(
         "--policy-fields", default="{}", help="JSON fields over the demo's policy (launch.POLICY)"
@@ -74,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--policy-fields is not JSON: {exc}")
     if not isinstance(policy, dict):
         parser.error("--policy-fields must be a JSON object")
-    if args.engines is not None and args.engines < 1:
-        parser.error("--engines must be at least 1")
+    if (args.engines is not None and args.engines < 1) or (
+        args.tenants is not None and args.tenants < 1
+    ):
+        parser.error("--engines and --tenants must be at least 1")
     sys.path.insert(0, str(ROOT))
     if args.preset == "real":  # realvllm/demo.py
         from controlplane.harness.realvllm.demo import main as real_demo
@@ -143,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(engines),
                 "--seed",
                 str(args.seed),
+                *(["--tenants", str(args.tenants)] if args.tenants else []),
                 *(["--served-log", str(data / "served.csv")] if args.once else ["--loop"]),
             ],
             cwd=ROOT,

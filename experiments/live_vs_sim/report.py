@@ -69,7 +69,7 @@ def direction_rows(result: dict) -> list[str]:
 
 def markdown(result: dict) -> str:
     out = [
-        f"{result['engines']} engines, seeds {result['seeds']}, TTFT of requests after "
+        f"{result['engines']} engines, {result['tenants']} tenants, seeds {result['seeds']}, TTFT of requests after "
         f"{result['warmup_s']:g} trace s",
         "",
         *pass_rows(result),

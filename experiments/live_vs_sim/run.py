@@ -42,6 +42,7 @@ from experiments.live_vs_sim.report import markdown
 
 STRATEGIES = ("predictive", "reactive")
 PRESET = "headline"
+HEADLINE_ENGINES, HEADLINE_TENANTS = 16, 30
 
 
 def order_of(pair: int) -> tuple[str, str]:
@@ -50,15 +51,26 @@ def order_of(pair: int) -> tuple[str, str]:
     return STRATEGIES if pair % 2 == 0 else STRATEGIES[::-1]
 
 
-def joins_of(engines: int, seed: int) -> dict[int, float]:
+def tenants_for(engines: int) -> int:
+    """The headline's 30 tenants on 16 engines, scaled with the fleet (tenants per engine kept:
+    30 tenants' long prefixes on 4 engines overflow their KV and saturate them)."""
+    return max(1, round(HEADLINE_TENANTS * engines / HEADLINE_ENGINES))
+
+
+def setup_of(engines: int, tenants: int, seed: int):
     from controlplane.harness.virtual.presets import build_preset
 
-    setup, _ = build_preset(PRESET, engines=engines, seed=seed)
+    setup, _ = build_preset(PRESET, engines=engines, tenants=tenants, seed=seed)
+    return setup
+
+
+def joins_of(setup) -> dict[int, float]:
+    """Joining engine -> the trace second it starts serving."""
     return {ch.eid: ch.serve_s for ch in setup.config.changes}
 
 
 def run_pass(
-    seed: int, strategy: str, engines: int, root: Path, timeout_s: float, extra: dict
+    seed: int, strategy: str, engines: int, tenants: int, root: Path, timeout_s: float, extra: dict
 ) -> dict:
     data = root / f"seed{seed}-{strategy}"
     # Every approved item copied (no holdout arm: the simulator has none), no hot fanout.
@@ -71,6 +83,8 @@ def run_pass(
         PRESET,
         "--engines",
         str(engines),
+        "--tenants",
+        str(tenants),
         "--seed",
         str(seed),
         "--once",
@@ -96,13 +110,14 @@ def run_pass(
         "seed": seed,
         "strategy": strategy,
         "engines": engines,
+        "tenants": tenants,
         "policy_fields": extra,
         "figures": pass_figures(read_served(data / "served.csv")),
         "evidence": live_evidence(
             data / "prewarm.sqlite3",
             summary["started_at"],
             summary["time_scale"],
-            joins_of(engines, seed),
+            joins_of(setup_of(engines, tenants, seed)),
         ),
         "cluster": {
             k: summary[k]
@@ -122,13 +137,12 @@ def run_pass(
     }
 
 
-def run_sim(seed: int, engines: int) -> dict:
+def run_sim(seed: int, engines: int, tenants: int) -> dict:
     """Reactive and predictive in the simulator on the pass's set-up (figures + copies)."""
-    from controlplane.harness.virtual.presets import build_preset
     from controlplane.sim.runner import run_policies
 
-    setup, _ = build_preset(PRESET, engines=engines, seed=seed)
-    joins = {ch.eid: ch.serve_s for ch in setup.config.changes}
+    setup = setup_of(engines, tenants, seed)
+    joins = joins_of(setup)
     doc, results = run_policies(setup, list(STRATEGIES), seed=seed, warmup_s=WARMUP_S)
     return {
         name: {
@@ -155,14 +169,15 @@ VARIANTS = {
 }
 
 
-def sim_variant(seed: int, engines: int, history: bool = True, tick_s: float = 15.0) -> dict:
+def sim_variant(
+    seed: int, engines: int, tenants: int, history: bool = True, tick_s: float = 15.0
+) -> dict:
     """The simulator's predictive on the pass's set-up with the day history dropped and/or the
     plan tick changed; its figures."""
-    from controlplane.harness.virtual.presets import build_preset
     from controlplane.sim.runner import run_policies
     from controlplane.sim.scenarios import Setup
 
-    setup, _ = build_preset(PRESET, engines=engines, seed=seed)
+    setup = setup_of(engines, tenants, seed)
     wl = setup.workload if history else dataclasses.replace(setup.workload, history={})
     doc, _ = run_policies(
         Setup(setup.config, wl, setup.assumptions),
@@ -183,6 +198,9 @@ def _done(jsonl: Path | None) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--engines", type=int, default=4, help="the fleet (the headline's is 16)")
+    p.add_argument(
+        "--tenants", type=int, default=None, help="default: 30 x engines / 16, the headline's share"
+    )
     p.add_argument("--pairs", type=int, default=3, help="seeds 0..pairs-1, one pass per strategy")
     p.add_argument("--jsonl", type=Path, default=None, help="finished passes (resumable)")
     p.add_argument("--json", dest="json_path", type=Path, default=None)
@@ -212,12 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.live_only and args.jsonl is None:
         p.error("--live-only keeps its passes in --jsonl: name one")
     seeds = list(range(args.pairs))
+    tenants = args.tenants or tenants_for(args.engines)
     if not isinstance(args.policy_fields, dict):
         p.error("--policy-fields must be a JSON object")
     live = [
         r
         for r in _done(args.jsonl)
         if r["engines"] == args.engines
+        and r.get("tenants") == tenants
         and r["seed"] in seeds
         and r.get("policy_fields", {}) == args.policy_fields
     ]
@@ -228,7 +248,13 @@ def main(argv: list[str] | None = None) -> int:
                 if any(r["seed"] == seed and r["strategy"] == strategy for r in live):
                     continue
                 r = run_pass(
-                    seed, strategy, args.engines, args.dir / stamp, args.timeout, args.policy_fields
+                    seed,
+                    strategy,
+                    args.engines,
+                    tenants,
+                    args.dir / stamp,
+                    args.timeout,
+                    args.policy_fields,
                 )
                 r["order"] = len(live)
                 live.append(r)
@@ -238,11 +264,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps({k: r[k] for k in ("seed", "strategy", "figures")}), flush=True)
     if args.live_only:
         return 0
-    sim = {s: run_sim(s, args.engines) for s in seeds}
+    sim = {s: run_sim(s, args.engines, tenants) for s in seeds}
     sim_passes = [sim[s][name] for s in seeds for name in STRATEGIES]
     variants = {}
     for name, kw in VARIANTS.items():
-        figs = [sim_variant(s, args.engines, **kw) for s in seeds]
+        figs = [sim_variant(s, args.engines, tenants, **kw) for s in seeds]
         variants[name] = {
             "figures": figs,
             "p99": paired_gain(
@@ -252,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     result = {
         "engines": args.engines,
+        "tenants": tenants,
         "policy_fields": args.policy_fields,
         "seeds": seeds,
         "warmup_s": WARMUP_S,

@@ -21,7 +21,7 @@ from experiments.live_vs_sim.figures import (
     pass_figures,
     read_served,
 )
-from experiments.live_vs_sim.run import order_of
+from experiments.live_vs_sim.run import order_of, tenants_for
 
 
 def test_pass_figures_leave_out_the_warmup_and_take_numpys_p99():
@@ -99,6 +99,12 @@ def test_passes_alternate_which_strategy_goes_first():
     ]
 
 
+def test_a_scaled_fleet_keeps_the_headlines_tenants_per_engine():
+    assert tenants_for(16) == 30
+    assert tenants_for(4) == 8  # 7.5 rounded
+    assert tenants_for(8) == 15
+
+
 def test_copy_timing_counts_copies_on_joining_engines_before_they_serve():
     joins = {2: 500.0, 3: 700.0}
     landed = [(0, 50.0), (2, 450.0), (2, 520.0), (3, 690.0), (3, 800.0)]
@@ -164,7 +170,7 @@ def test_the_headline_preset_is_the_grids_scaleout_cell():
     from controlplane.sim.grid import settings_of
     from controlplane.sim.scenarios import build
 
-    setup, preset = build_preset("headline", engines=4, seed=3)
+    setup, preset = build_preset("headline", engines=4, tenants=8, seed=3)
     assert (preset.model, preset.scenario, preset.time_scale) == ("llama3-70b", "scaleout", 10.0)
     assert settings_of("servegen") == {}  # the grid's cell runs build's defaults below
     grid = build(
@@ -172,7 +178,7 @@ def test_the_headline_preset_is_the_grids_scaleout_cell():
         scenario="scaleout",
         model="llama3-70b",
         engines=4,
-        tenants=30,
+        tenants=8,
         duration=1200.0,
         load=0.55,
         seed=3,

@@ -15,7 +15,8 @@ replicas have little to win.
 servegen:llama3-70b:scaleout``): ServeGen m-large, 70B, 30 tenants, load 0.55 at the busiest 5
 minutes, 16 engines (half joining on the scenario's own schedule), a 1,200 s window from the
 steepest ramp; the same ``scenarios.build`` call as the grid's, so a seed replays the same
-requests. ``--engines`` scales the fleet (the load per engine stays 0.55).
+requests. ``--engines`` scales the fleet (the load per engine stays 0.55), ``--tenants`` the
+tenants (30 tenants on 4 engines saturate them: their prefixes do not fit 4 engines' KV).
 
 ``time_scale`` compresses the trace so that the ramp (and the engine joining in it) comes within
 the first two minutes; ``load`` sets the request rate (ServeGen's rates scaled to put that load
@@ -110,7 +111,9 @@ def flattest_start(duration_s: float) -> float:
     return best_t
 
 
-def build_preset(name: str, *, engines: int | None = None, seed: int = 0) -> tuple[Setup, Preset]:
+def build_preset(
+    name: str, *, engines: int | None = None, tenants: int | None = None, seed: int = 0
+) -> tuple[Setup, Preset]:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
     p = PRESETS[name]
@@ -123,7 +126,7 @@ def build_preset(name: str, *, engines: int | None = None, seed: int = 0) -> tup
         start=start,
         duration=p.duration_s,
         load=p.load,
-        tenants=p.tenants,
+        tenants=tenants or p.tenants,
         seed=seed,
     )
     if p.joins:
