@@ -44,8 +44,8 @@ def pass_figures(served: Iterable[tuple[float, float]], warmup_s: float = WARMUP
 
 
 def direction(interval: stats.Interval | None, diffs: Sequence[float]) -> str:
-    """What reactive - predictive differences say: ahead or behind when their 95% interval
-    excludes zero; with one pair (no interval) its sign, marked as one pair."""
+    """What per-pair gains of predictive over reactive say: ahead or behind when their 95%
+    interval excludes zero; with one pair (no interval) its sign, marked as one pair."""
     if interval is None:
         if len(diffs) != 1 or diffs[0] == 0:
             return UNRESOLVED
@@ -60,7 +60,8 @@ def direction(interval: stats.Interval | None, diffs: Sequence[float]) -> str:
 def paired_gain(reactive: Sequence[float], predictive: Sequence[float]) -> dict:
     """Per pair ``reactive - predictive`` (positive: predictive lower, i.e. better) and the
     relative gain ``(reactive - predictive) / reactive``; their means with 95% t intervals
-    (``core.stats``) and the direction the seconds show."""
+    (``core.stats``) and the direction the gains show (the headline's rule, ``sim.seeds.
+    gain_stats``: one seed's tail in seconds can be ten times another's)."""
     if len(reactive) != len(predictive) or not reactive:
         raise ValueError("need the same, non-zero number of passes per strategy")
     diffs = [r - p for r, p in zip(reactive, predictive, strict=True)]
@@ -75,7 +76,7 @@ def paired_gain(reactive: Sequence[float], predictive: Sequence[float]) -> dict:
         "gain": gains,
         "gain_mean": sum(gains) / len(gains),
         "gain_ci95": None if gi is None else [gi.low, gi.high],
-        "direction": direction(ci, diffs),
+        "direction": direction(gi, gains),
     }
 
 

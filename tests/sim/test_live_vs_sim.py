@@ -53,6 +53,10 @@ def test_paired_gain_direction_needs_the_interval_to_exclude_zero():
     assert ahead["gain_mean"] == pytest.approx((0.5 + 0.5 + 0.9 / 1.9) / 3)
     assert paired_gain([1.0, 1.1, 1.0], [2.0, 2.2, 1.9])["direction"] == BEHIND
     assert paired_gain([2.0, 1.0, 1.5], [1.0, 2.0, 1.4])["direction"] == UNRESOLVED
+    # One seed's tail ten times the others': the seconds' interval spans zero, the gains' not.
+    tail = paired_gain([10.0, 1.0, 1.0], [1.0, 0.5, 0.5])
+    assert tail["diff_ci95_s"][0] < 0 < tail["gain_ci95"][0]
+    assert tail["direction"] == AHEAD
     one = paired_gain([2.0], [1.0])
     assert one["diff_ci95_s"] is None and one["direction"] == AHEAD + " (one pair, no interval)"
     with pytest.raises(ValueError):
