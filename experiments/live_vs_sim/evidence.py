@@ -10,9 +10,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
+from controlplane.core.protocol import ACTION_REPLICATE, JOB_LANDED
 from experiments.live_vs_sim.figures import copy_timing
-
-LANDED = ("landed", "confirmed", "partial", "unconfirmed", "lost")  # the executor finished it
 
 
 def _epoch(text: str) -> float:
@@ -39,9 +38,10 @@ def live_evidence(db: Path, started_at: float, time_scale: float, joins: dict[in
         ).fetchall()
         jobs = con.execute(
             "SELECT j.state, e.engine_id, (SELECT MIN(t.at) FROM replication_jobtransition t"
-            " WHERE t.job_id = j.id AND t.to_state = 'landed')"
+            " WHERE t.job_id = j.id AND t.to_state = ?)"
             " FROM replication_replicationjob j LEFT JOIN fleet_engine e ON e.id = j.target_id"
-            " WHERE j.action = 'replicate'"
+            " WHERE j.action = ?",
+            (JOB_LANDED, ACTION_REPLICATE),
         ).fetchall()
     finally:
         con.close()
