@@ -60,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="burst", help="burst or steady")
+    p.add_argument("--preset", default="burst", help="burst, steady or headline")
     p.add_argument("--engines", type=int, default=None, help="override the preset's engine count")
+    p.add_argument("--tenants", type=int, default=None, help="override the preset's tenants")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--control-plane", default=os.environ.get("PREWARM_CONTROL_PLANE_URL", ""))
     p.add_argument("--gateway-token", default=os.environ.get("PREWARM_GATEWAY_TOKEN", ""))
@@ -96,6 +97,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--wait-for-agents", type=float, default=180.0, help="seconds")
     p.add_argument("--json", dest="json_path", help="write the run's summary here")
+    p.add_argument(
+        "--served-log",
+        help="write one CSV line per served request here (trace seconds, TTFT, engine, cached "
+        "and prompt tokens)",
+    )
 
 
 def main_cluster(args) -> int:
@@ -112,7 +118,9 @@ def main_cluster(args) -> int:
     tokens = [t for t in args.enrolment_tokens.split(",") if t]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s vcluster %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per posted batch is noise
-    setup, preset = build_preset(args.preset, engines=args.engines, seed=args.seed)
+    setup, preset = build_preset(
+        args.preset, engines=args.engines, tenants=args.tenants, seed=args.seed
+    )
     workdir = Path(args.dir)
     vc = VirtualCluster(
         setup,
@@ -131,6 +139,7 @@ def main_cluster(args) -> int:
             agent_advertise=args.agent_advertise,
             agent_base_port=args.agent_base_port,
             loop=args.loop,
+            served_log=Path(args.served_log) if args.served_log else None,
         ),
     )
     procs = []

@@ -135,8 +135,11 @@ def password() -> str:
     return path.read_text().strip()
 
 
-def setup_control_plane(engines: int, password: str, credentials: Path) -> None:
-    """Migrate, users, the policy and the virtual cluster's tokens, in this process."""
+def setup_control_plane(
+    engines: int, password: str, credentials: Path, policy: dict | None = None
+) -> None:
+    """Migrate, users, the policy (``POLICY``, with ``policy``'s fields over it) and the
+    virtual cluster's tokens, in this process."""
     import django
     from django.core.management import call_command
 
@@ -146,7 +149,8 @@ def setup_control_plane(engines: int, password: str, credentials: Path) -> None:
         call_command(
             "ensure_user", user, f"--password={password}", "--role", role, stdout=StringIO()
         )  # "=": a password may start with "-"
-    call_command("ensure_policy", "demo", "--fields", json.dumps(POLICY), stdout=StringIO())
+    fields = json.dumps({**POLICY, **(policy or {})})
+    call_command("ensure_policy", "demo", "--fields", fields, stdout=StringIO())
     call_command(
         "virtual_cluster_credentials",
         "--agents",

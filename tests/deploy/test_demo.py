@@ -56,3 +56,17 @@ def test_a_taken_port_is_waited_for_then_named():
         assert f"port {port} on 127.0.0.1 is in use" in str(refused.value)
         assert f"PORT={port + 1} make demo" in str(refused.value)
     demo.wait_for_port("127.0.0.1", port, timeout_s=5)  # free again: returns at once
+
+
+def test_a_measured_run_refuses_bad_policy_fields_and_a_folder_with_files(tmp_path, capsys):
+    from controlplane.harness.demo import main
+
+    for fields, said in (("{", "--policy-fields is not JSON"), ("[1]", "must be a JSON object")):
+        with pytest.raises(SystemExit) as refused:
+            main(["--policy-fields", fields])
+        assert refused.value.code == 2 and said in capsys.readouterr().err
+    (tmp_path / "keep.txt").write_text("not the demo's")
+    with pytest.raises(SystemExit):
+        main(["--preset", "headline", "--once", "--data-dir", str(tmp_path)])
+    assert "is not empty: name a new folder" in capsys.readouterr().err
+    assert (tmp_path / "keep.txt").exists()

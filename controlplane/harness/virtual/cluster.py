@@ -89,6 +89,9 @@ class Options:
     record_flush_s: float = 1.0
     loop: bool = False  # start the workload again when it ends
     node_prefix: str = "vc-node"
+    # One CSV line per served request (trace seconds, TTFT, engine, cached and prompt tokens):
+    # what a measured run reads its TTFTs from. None: not written (a looping demo runs for hours).
+    served_log: Path | None = None
 
 
 @dataclass
@@ -182,6 +185,7 @@ class VirtualCluster:
             self.sim, self.engines, self.book, self.model, self._warmed, self._forget
         )
         self._request_no = 0
+        self._served = None  # the open served log while ``run`` runs
         self.gauges.publish(self.sim_now)
 
     # -- layout -----------------------------------------------------------------------------
@@ -248,6 +252,8 @@ class VirtualCluster:
         st.prompt_tokens += total
         st.cached_tokens += cached
         st.ttft.append(wait + service)
+        if self._served is not None:
+            self._served.write(f"{t:.3f},{wait + service:.6f},{e.eid},{cached},{total}\n")
         self.gauges.queries[e.eid] += total
         self.gauges.hits[e.eid] += cached
         # What a gateway that routed the request knows: the engine that served it, the cached
@@ -321,6 +327,9 @@ class VirtualCluster:
         self._poster = RecordPoster(
             self.opt.control_plane_url, self.opt.gateway_token, self.opt.record_flush_s
         ).start()
+        if self.opt.served_log is not None:
+            self._served = open(self.opt.served_log, "w")  # noqa: SIM115 (closed below)
+            self._served.write("t_s,ttft_s,engine,cached_tokens,prompt_tokens\n")
         wl = self.workload
         times = wl.t.tolist()
         n = len(times)
@@ -361,6 +370,9 @@ class VirtualCluster:
                     self.stop_event.wait(min(delay, HOUSEKEEPING_S))
         finally:
             self._poster.close()
+            if self._served is not None:
+                self._served.close()
+                self._served = None
         return self.stats
 
     def stop(self) -> None:
@@ -373,6 +385,7 @@ class VirtualCluster:
             "engines": len(self.engines),
             "model": self.model,
             "time_scale": self.opt.time_scale,
+            "started_at": self.started_at,  # wall (epoch) seconds of trace second 0
             "requests": st.requests,
             "sim_seconds": round(self.sim_now, 1),
             "records_posted": self._poster.posted if self._poster else 0,

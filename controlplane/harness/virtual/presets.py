@@ -1,4 +1,5 @@
-"""Named virtual-cluster setups: ``burst`` (speculation pays) and ``steady`` (it does not).
+"""Named virtual-cluster setups: ``burst`` (speculation pays), ``steady`` (it does not) and
+``headline`` (the simulator's headline scale-out cell, for checking its direction live).
 
 ``burst``: a 70B-class model on 4 x H100 per engine, the busiest ServeGen tenants with long
 shared prefixes (8k-128k tokens), replayed from the window with the steepest demand ramp, on a
@@ -9,6 +10,13 @@ long prefix it is sent; a copy made before it serves saves seconds per request.
 ``steady``: an 8B model on one H100 per engine, shorter prefixes (2k-32k tokens), a window with
 flat demand and a fixed fleet: caches are warm and recomputing a short prefix is cheap, so
 replicas have little to win.
+
+``headline``: the simulator's headline scale-out cell (``prewarm-sim grid --cells
+servegen:llama3-70b:scaleout``): ServeGen m-large, 70B, 30 tenants, load 0.55 at the busiest 5
+minutes, 16 engines (half joining on the scenario's own schedule), a 1,200 s window from the
+steepest ramp; the same ``scenarios.build`` call as the grid's, so a seed replays the same
+requests. ``--engines`` scales the fleet (the load per engine stays 0.55), ``--tenants`` the
+tenants (30 tenants on 4 engines saturate them: their prefixes do not fit 4 engines' KV).
 
 ``time_scale`` compresses the trace so that the ramp (and the engine joining in it) comes within
 the first two minutes; ``load`` sets the request rate (ServeGen's rates scaled to put that load
@@ -70,6 +78,18 @@ PRESETS = {
         True,
         description="8B, short prefixes, flat demand, fixed fleet",
     ),
+    # The grid's cell: the scenario's own joins (``scenarios.scaleout_schedule``), not a preset's.
+    "headline": Preset(
+        "headline",
+        "scaleout",
+        "llama3-70b",
+        16,
+        30,
+        0.55,
+        1200.0,
+        10.0,
+        description="the headline scale-out cell: 70B, 30 tenants, load 0.55, half the fleet joining",
+    ),
 }
 
 
@@ -91,7 +111,9 @@ def flattest_start(duration_s: float) -> float:
     return best_t
 
 
-def build_preset(name: str, *, engines: int | None = None, seed: int = 0) -> tuple[Setup, Preset]:
+def build_preset(
+    name: str, *, engines: int | None = None, tenants: int | None = None, seed: int = 0
+) -> tuple[Setup, Preset]:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
     p = PRESETS[name]
@@ -104,7 +126,7 @@ def build_preset(name: str, *, engines: int | None = None, seed: int = 0) -> tup
         start=start,
         duration=p.duration_s,
         load=p.load,
-        tenants=p.tenants,
+        tenants=tenants or p.tenants,
         seed=seed,
     )
     if p.joins:
