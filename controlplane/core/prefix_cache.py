@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 
 ValueOf = Callable[[int], float]
 
@@ -89,7 +89,7 @@ class PrefixCache:
         self.watched: frozenset[int] = frozenset()
         self.removed_at: dict[int, float] = {}
 
-    def watch(self, keys: Container[int]) -> None:
+    def watch(self, keys: Iterable[int]) -> None:
         """Keep the last removal time of each of ``keys`` in ``removed_at``."""
         self.watched = frozenset(keys)
 

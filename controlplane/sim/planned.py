@@ -215,6 +215,7 @@ class PlannedPolicy(Reactive):
     def _on_miss(self, sim, e, pid: int, keys, t: float) -> None:
         """The harm guard's miss reasons (``sim.guarded``): a copy of the prefix to ``e`` in
         flight, or ``e`` removed the prefix's first block (neither: no reason it counts)."""
+        assert self.guard is not None  # the hook is set only with a guard (``on_miss``)
         warming = (pid, e.eid) in sim.in_flight
         removed_at = e.cache.removed_at.get(keys[0]) if keys else None
         if warming or removed_at is not None:

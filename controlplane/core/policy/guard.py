@@ -151,14 +151,15 @@ def harms(signals: Signals, *, limit_s: float) -> tuple[dict[str, str], dict[str
     for eid, n in signals.evicted_misses.items():
         if n >= EVICTED_MISSES:
             engines.setdefault(eid, f"{n} misses on blocks evicted while it took copies")
-    for key, c in signals.ttft.items():
+    for key, cmp in signals.ttft.items():
         # Slower beyond noise (the interval's low end above zero) and by more than the margin:
         # a few slow requests on one side are not evidence that the copies hurt.
-        if c.diff_low_s > 0 and c.held_out_s > 0 and c.treated_s > c.held_out_s * (1 + TTFT_MARGIN):
+        slower = cmp.treated_s > cmp.held_out_s * (1 + TTFT_MARGIN)
+        if cmp.diff_low_s > 0 and cmp.held_out_s > 0 and slower:
             groups.setdefault(
                 key,
-                f"treated TTFT {c.treated_s:.3f} s above held-out {c.held_out_s:.3f} s "
-                f"(difference's 95% interval from +{c.diff_low_s:.3f} s)",
+                f"treated TTFT {cmp.treated_s:.3f} s above held-out {cmp.held_out_s:.3f} s "
+                f"(difference's 95% interval from +{cmp.diff_low_s:.3f} s)",
             )
     return engines, groups
 

@@ -30,7 +30,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import zmq
@@ -185,7 +185,7 @@ class VirtualCluster:
             self.sim, self.engines, self.book, self.model, self._warmed, self._forget
         )
         self._request_no = 0
-        self._served = None  # the open served log while ``run`` runs
+        self._served: TextIO | None = None  # the open served log while ``run`` runs
         self.gauges.publish(self.sim_now)
 
     # -- layout -----------------------------------------------------------------------------
