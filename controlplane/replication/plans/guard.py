@@ -15,8 +15,9 @@ next state in its own plan. What it watches, since that plan:
   length early). No such request: the lead is unknown (infinite), the copy was in time;
 - misses for the ``evicted`` reason on those targets since (``MissBucket``);
 - per prefix group, the holdout's per-request mean TTFT of the treated and of the held-out
-  assignments (``scoreboard.holdout``, the same measure the scoreboard shows) whose windows
-  closed since, where both arms measured one: each assignment counts once, whole.
+  assignments whose windows closed since, and the 95% interval of their difference
+  (``plans.holdout_ttft``, the measure the scoreboard shows), where both arms measured enough
+  for one: each assignment counts once, whole.
 
 A plan made at ingest uses the last state and does not step it (the cycle's cadence paces the
 guard). The gauge ``prewarm_plan_guard_allowed`` (``readmodels.metrics``) is the latest plan's
@@ -32,13 +33,14 @@ from datetime import datetime, timedelta
 from django.db.models import Max, Sum
 from django.utils.dateparse import parse_datetime
 
+from controlplane.core import stats
 from controlplane.core.policy import guard
 from controlplane.core.policy.types import Budgets, PlannedMove
 from controlplane.core.protocol import ENGINE_SERVING
 from controlplane.demand.models import MissBucket, WorkloadKey
 
 from ..models import Policy, ReplicationPlan, SpeculativeReplica
-from ..scoreboard.holdout import closed_units, ttft_difference, ttft_mean_s
+from . import holdout_ttft
 from .inputs import Inputs
 
 
@@ -157,15 +159,17 @@ def treated_vs_held_out(
     assignments of ``policy`` whose windows closed in (since, now], with the 95% interval of
     the difference (the holdout's own estimand); groups without an interval are left out."""
     arms: dict[str, tuple[list, list]] = {}
-    for u in closed_units(policy.pk, since, now):
+    for u in holdout_ttft.closed(policy.pk, since, now):
         if u["key"] is not None:
             arms.setdefault(group_of(u["key"]), ([], []))[bool(u["held_out"])].append(u)
     out = {}
     for group, (treated, held) in arms.items():
-        ci = ttft_difference(treated, held)
-        t, h = ttft_mean_s(treated), ttft_mean_s(held)
-        if ci is not None and t is not None and h is not None:
-            out[group] = guard.Compared(treated_s=t, held_out_s=h, diff_low_s=ci.low)
+        t, h = holdout_ttft.arm_mean(treated), holdout_ttft.arm_mean(held)
+        ci = stats.difference(t, h)
+        if t is not None and h is not None and ci is not None:
+            out[group] = guard.Compared(
+                treated_s=t.estimate, held_out_s=h.estimate, diff_low_s=ci.low
+            )
     return out
 
 

@@ -27,6 +27,7 @@ from controlplane.core import stats
 
 from ..choices import ItemDecision
 from ..models import HoldoutDraw, PlanItem, SpeculativeReplica
+from ..plans import holdout_ttft
 
 ESTIMAND = (
     "per-request mean TTFT, treated minus held out (every request of the prefix in its "
@@ -80,15 +81,6 @@ def _arm(units: list[dict]) -> dict:
     }
 
 
-def ttft_difference(treated: list[dict], held: list[dict]) -> stats.Interval | None:
-    """Treated minus held-out per-request TTFT with its 95% t interval (None: an arm has fewer
-    than two assignments with a TTFT)."""
-    return stats.difference(
-        stats.ratio_mean([u["ttft_s"] for u in treated], [u["ttft_n"] for u in treated]),
-        stats.ratio_mean([u["ttft_s"] for u in held], [u["ttft_n"] for u in held]),
-    )
-
-
 def _more_needed(t: stats.Mean | None, h: stats.Mean | None, ci: stats.Interval | None):
     """Assignments a side an interval would need to exclude zero with 80% power if the true
     difference were the one measured (None where it already does, or cannot be said)."""
@@ -102,9 +94,8 @@ def compare(treated: list[dict], held: list[dict], samples: bool = False) -> dic
     """Treated vs held-out assignments: each arm's pooled figures, the per-request TTFT and hit
     rate differences (treated minus held out) with their 95% t intervals, the per-assignment
     mean difference (labelled), and how many more assignments would resolve the TTFT one."""
-    t_ttft = stats.ratio_mean([u["ttft_s"] for u in treated], [u["ttft_n"] for u in treated])
-    h_ttft = stats.ratio_mean([u["ttft_s"] for u in held], [u["ttft_n"] for u in held])
-    ci = ttft_difference(treated, held)
+    t_ttft, h_ttft = holdout_ttft.arm_mean(treated), holdout_ttft.arm_mean(held)
+    ci = stats.difference(t_ttft, h_ttft)
     hit = stats.difference(
         stats.ratio_mean([u["hits"] for u in treated], [u["requests"] for u in treated]),
         stats.ratio_mean([u["hits"] for u in held], [u["requests"] for u in held]),
@@ -139,25 +130,6 @@ def _units(since: datetime, until: datetime) -> list[dict]:
     return _units_of(
         HoldoutDraw.objects.filter(at__gte=since, at__lt=until, window_start__isnull=False)
     )
-
-
-def closed_units(policy_id: int, since: datetime, until: datetime) -> list[dict]:
-    """The assignments of ``policy_id`` whose windows closed in (since, until], measured as the
-    holdout measures them: each assignment's whole window counts once, when it closes (the harm
-    guard's treated-vs-held-out signal, ``replication.plans.guard``)."""
-    return _units_of(
-        HoldoutDraw.objects.filter(
-            policy_id=policy_id,
-            window_start__isnull=False,
-            window_end__gt=since,
-            window_end__lte=until,
-        )
-    )
-
-
-def ttft_mean_s(units: list[dict]) -> float | None:
-    """An arm's per-request mean TTFT (the estimand's mean; None: no TTFT measured)."""
-    return _arm(units)["ttft_mean_s"]
 
 
 def _units_of(draws) -> list[dict]:
