@@ -140,6 +140,7 @@ class Agent:
                 self.records.add,
                 e.block_size,
                 tenant_rule=cfg.tap_tenant,
+                token_ids_every_s=cfg.tap_token_ids_every_s,
             )
             for e in cfg.engines
             if e.tap_listen

@@ -124,6 +124,9 @@ class AgentConfig:
     # Where the request taps take a record's tenant: model (the request's model name), api-key
     # (a digest of its bearer key) or header:<Header-Name>.
     tap_tenant: str = "model"
+    # How often a tap sends a prefix's token ids instead of its keys (per tenant, model and
+    # prefix): a warm-up or LMCache copy waits for the next record that carries them.
+    tap_token_ids_every_s: float = 10.0
     # On SIGTERM: how long running jobs get to end and send their results before the agent exits.
     stop_timeout_s: float = 5.0
     engines: list[EngineConfig] = field(default_factory=list)
@@ -435,5 +438,7 @@ def validate(cfg: AgentConfig) -> None:
             raise ConfigError(f"{name} {url!r} must start with http(s)://")
     if why := tenant_rule_error(cfg.tap_tenant):
         raise ConfigError(why)
+    if cfg.tap_token_ids_every_s <= 0:
+        raise ConfigError("tap_token_ids_every_s must be positive")
     if cfg.lmcache_renew_s <= 0:
         raise ConfigError("lmcache_renew_s must be positive")

@@ -105,7 +105,7 @@ class RequestTap:
         block_size: int,
         tenant_rule: str = TENANT_MODEL,
         timeout_s: float = 3600.0,
-        token_ids_every_s: float = 60.0,
+        token_ids_every_s: float = 10.0,
     ):
         self.engine = engine  # as records name it: "node/engine_id"
         self.listen = listen
@@ -281,8 +281,8 @@ class RequestTap:
             and not salt  # the control plane keys token ids without a salt
             and self._send_token_ids(rec["tenant"], model, keys[0], obs.arrival)
         ):
-            # Token ids now and then (one record per prefix a minute): executors that address
-            # KV by tokens (warmup, lmcache) need them; keys otherwise (smaller).
+            # Token ids now and then (one record per prefix every ``token_ids_every_s``):
+            # executors that address KV by tokens (warmup, lmcache) need them; keys otherwise.
             rec["token_ids"] = tokens
         else:
             rec["keys"] = [blockhash.to_hex(k) for k in keys]

@@ -56,7 +56,7 @@ async def test_stream_is_the_engines_bytes_and_the_record_has_its_usage(world):
     assert rec["engine"] == "node-a/vllm-0" and rec["tenant"] == "tiny"
     assert rec["prompt_tokens"] == 100 and rec["cached_tokens"] == 96
     assert rec["keys"] == [blockhash.to_hex(k) for k in blockhash.chain_keys(PROMPT, 32)]
-    assert records[0]["token_ids"] == PROMPT  # once per prefix a minute: token ids
+    assert records[0]["token_ids"] == PROMPT  # once per prefix every 10 s: token ids
     assert 0 < rec["ttft_s"] < 5
 
 
@@ -214,3 +214,13 @@ def test_tap_options_from_env_toml_and_flags(tmp_path):
     no_upstream = {**engine, "openai_url": ""}
     with pytest.raises(ConfigError, match="tap_listen needs openai_url"):
         load_config([], {**env, "PREWARM_AGENT_ENGINES": json.dumps([no_upstream])})
+
+
+def test_a_prefix_gets_its_token_ids_again_once_its_interval_has_passed():
+    tap = RequestTap(
+        "node-a/vllm-0", "127.0.0.1:0", "http://x", lambda r: None, 32, token_ids_every_s=10
+    )
+    assert tap._send_token_ids("t", "m", 1, now=100.0)  # first sight
+    assert not tap._send_token_ids("t", "m", 1, now=109.0)  # within the interval: keys
+    assert tap._send_token_ids("t", "m", 2, now=109.0)  # another prefix: its own clock
+    assert tap._send_token_ids("t", "m", 1, now=110.5)  # interval passed: token ids again

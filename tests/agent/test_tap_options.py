@@ -30,3 +30,27 @@ def test_a_malformed_tap_tenant_is_refused(tenant):
 def test_a_malformed_tap_listen_is_refused():
     with pytest.raises(ConfigError, match="tap_listen"):
         load_config(BASE, env={"PREWARM_AGENT_ENGINES": ENGINE % "8100"})
+
+
+def test_token_ids_every_s_reaches_the_agents_taps(tmp_path):
+    from nodeagent.agent import Agent
+
+    env = {"PREWARM_AGENT_ENGINES": ENGINE % "127.0.0.1:0"}
+    args = [
+        "--control-plane-url",
+        "http://cp",
+        "--state-dir",
+        str(tmp_path),
+        "--metrics-listen",
+        "",
+    ]
+    assert load_config(args, env=env).tap_token_ids_every_s == 10.0  # the default
+    cfg = load_config([*args, "--tap-token-ids-every-s", "2.5"], env=env)
+    agent = Agent(cfg)
+    assert [t.token_ids_every_s for t in agent.taps] == [2.5]
+
+
+@pytest.mark.parametrize("every", ["0", "-1"])
+def test_a_token_ids_interval_that_is_not_positive_is_refused(every):
+    with pytest.raises(ConfigError, match="tap_token_ids_every_s"):
+        load_config(BASE + ["--tap-token-ids-every-s", every], env={})

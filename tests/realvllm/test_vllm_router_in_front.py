@@ -145,7 +145,7 @@ def test_vllm_router_sends_the_prefix_to_the_engine_prewarm_warmed(
             return plans
 
         # A warm-up needs the prefix's token ids, which the control plane keeps from the first
-        # record carrying them after a plan wanted the key (A's tap sends them once a minute
+        # record carrying them after a plan wanted the key (A's tap sends them every 10 s
         # per prefix): the tenant's live traffic starts once a plan waits for them.
         wait_for(
             lambda: any(p["summary"].get("waiting_for_token_ids") for p in plans_now()),
