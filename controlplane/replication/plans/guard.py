@@ -30,7 +30,8 @@ import math
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from django.db.models import Max, Sum
+from django.conf import settings
+from django.db.models import Sum
 from django.utils.dateparse import parse_datetime
 
 from controlplane.core import stats
@@ -129,7 +130,8 @@ def _leads(copies: list[tuple]) -> dict[tuple, float]:
     copies = [c for c in copies if c[0] is not None]
     if not copies:
         return {}
-    longest = MissBucket.objects.aggregate(s=Max("seconds"))["s"] or 0
+    # Copies since the last cycle fall in fine buckets (hourly roll-ups are days old).
+    longest = settings.PREWARM_DEMAND_BUCKET_SECONDS
     buckets = MissBucket.objects.filter(
         key_id__in={c[0] for c in copies},
         engine_id__in={c[1] for c in copies},
