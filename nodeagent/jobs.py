@@ -150,10 +150,22 @@ class JobRunner:
     async def _run(self, job: Job, send: Send) -> None:
         loop = asyncio.get_running_loop()
 
+        # A job's events reach the control plane in the order they happened: each progress send
+        # waits for the one before it, and the result waits for the last (a long-poll channel
+        # posts each on its own request, which can overtake the one before).
+        last: list[asyncio.Future[None]] = []
+
+        async def send_after(prev: asyncio.Future[None] | None, n: int) -> None:
+            if prev is not None:
+                await asyncio.gather(prev, return_exceptions=True)
+            await send(wire.job_progress(job.id, n))
+
+        def queue_progress(n: int) -> None:
+            prev = last[-1] if last else None
+            last[:] = [asyncio.ensure_future(send_after(prev, n))]
+
         def progress(n: int) -> None:
-            loop.call_soon_threadsafe(
-                lambda: asyncio.ensure_future(send(wire.job_progress(job.id, n)))
-            )
+            loop.call_soon_threadsafe(queue_progress, n)
 
         self.jobs[job.id] = job
         finished: asyncio.Future[TransferResult] = loop.create_future()
@@ -180,6 +192,8 @@ class JobRunner:
         finally:
             self.running.pop(job.id, None)
             self.jobs.pop(job.id, None)
+        if last:  # the progress queued before the result is settled goes first
+            await asyncio.gather(last[-1], return_exceptions=True)
         record = wire.job_result(
             job.id, result.ok, result.checksum, result.bytes, result.error, result.extra
         )

@@ -1,0 +1,57 @@
+"""A job's events reach the control plane in the order they happened, even over a channel whose
+sends can overtake each other (long-poll posts each event on its own request): every progress
+report in order, the result after the last of them."""
+
+import asyncio
+import time
+
+from controlplane.core import protocol as wire
+from nodeagent.blockstore import MemoryBlockStore
+from nodeagent.jobs import JobRunner, Journal
+from nodeagent.transfers.base import TransferResult
+from tests.agent.test_job_assign import full
+
+STEPS = 6
+
+
+class SteppedReceiver:
+    """A transport whose receive reports progress block by block, then succeeds."""
+
+    name = wire.TRANSPORT_TCP
+
+    def receive(self, job, store, progress):
+        for n in range(1, STEPS + 1):
+            progress(n)
+        return TransferResult(True, bytes=STEPS, checksum="c")
+
+    def send(self, job, store, progress):  # pragma: no cover - the target side only here
+        raise AssertionError("not the source")
+
+
+async def test_progress_in_order_and_result_last_when_sends_overtake(tmp_path):
+    runner = JobRunner(
+        Journal(tmp_path / "journal"), MemoryBlockStore(1), {wire.TRANSPORT_TCP: SteppedReceiver()}
+    )
+    arrived: list[dict] = []
+
+    async def send(msg):
+        # Earlier progress reports take longer to arrive, as concurrent posts can.
+        if msg["type"] == wire.MSG_JOB_PROGRESS:
+            await asyncio.sleep(0.02 * (STEPS - msg["bytes_done"]))
+        arrived.append(msg)
+
+    msg = full(
+        action=wire.ACTION_REPLICATE,
+        role=wire.ROLE_TARGET,
+        transport=wire.TRANSPORT_TCP,
+        deadline=time.time() + 60,
+    )
+    job_id = msg["job"]["id"]
+    await runner.handle(msg, send)
+    await asyncio.wait_for(runner.running[job_id], 30)
+    kinds = [m["type"] for m in arrived]
+    assert kinds[0] == wire.MSG_JOB_ACK and kinds[-1] == wire.MSG_JOB_RESULT
+    assert [m["bytes_done"] for m in arrived if m["type"] == wire.MSG_JOB_PROGRESS] == list(
+        range(1, STEPS + 1)
+    )
+    assert arrived[-1]["state"] == wire.JOB_SUCCEEDED
