@@ -21,6 +21,19 @@ from controlplane.sim.policy_factory import make_policy
 from experiments.speculation_tail.diag_setup import prefix_window_args
 
 kw, PID, T0, T1, POLICIES, setup = prefix_window_args(sys.argv)
+
+
+def cluster_queue(sim, t, pol):
+    """The serving engines' mean queue as the planner reads it (the shared input rules)."""
+    from controlplane.core.policy.backoff import cluster_queue_s
+    from controlplane.core.policy.decide import states_of
+    from controlplane.sim import adapter
+    from controlplane.sim.planned import COLD_VALUE_S
+
+    reports = adapter.engine_reports(sim, t, pol.value_fn(sim, t), cold_value_s=COLD_VALUE_S)
+    return cluster_queue_s(states_of(reports, horizon_s=pol.budgets.horizon_s))
+
+
 seed = kw.get("seed", 0)
 cfg, wl = setup.config, setup.workload
 
@@ -124,7 +137,7 @@ for name in POLICIES:
             out = orig_round(sim_, t, only=only)
             if only is None and T0 <= t < T1:
                 rounds.append(
-                    (round(t), round(pol._cluster_queue(sim_, t), 2), len(sim_.replicas) - n0)
+                    (round(t), round(cluster_queue(sim_, t, pol), 2), len(sim_.replicas) - n0)
                 )
             return out
 
