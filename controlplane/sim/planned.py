@@ -241,17 +241,6 @@ class PlannedPolicy(Reactive):
         lam = self._lam.get(pid)
         return lam if lam is not None else self.observed_rate(pid, t)
 
-    def fallback_value_fn(self, sim, t: float, target):
-        """``predictive``'s fallback is demand-driven: it weighs the room it would take in the
-        currency of its saving, measured demand (each cached prefix's observed rate shared among
-        its holders, times its recompute), as the live control plane values cached room
-        (``replication.plans.inputs.cached_values``: no recency rule). A forecast or a recent use
-        does not make a block priceless against requests queueing now on the prefix's holders
-        (experiments/unified-grid, "The fallback's room")."""
-        if self.name != "predictive":
-            return super().fallback_value_fn(sim, t, target)
-        return self.value_fn(sim, t, measured=True)
-
     # -- a planning round --------------------------------------------------------------------
     def on_tick(self, sim, t: float) -> None:
         for e in sim.engines:
