@@ -245,12 +245,23 @@ class PlannedPolicy(Reactive):
         """``predictive``'s fallback is demand-driven: it weighs the room it would take in the
         currency of its saving, measured demand (each cached prefix's observed rate shared among
         its holders, times its recompute), as the live control plane values cached room
-        (``replication.plans.inputs.cached_values``: no recency rule). A forecast or a recent use
-        does not make a block priceless against requests queueing now on the prefix's holders
+        (``replication.plans.inputs.cached_values``: no recency rule), so a recent use alone does
+        not make a block priceless against requests queueing now on the prefix's holders. What
+        the planner placed or leased for a forecast (unused speculative blocks, blocks under a
+        lease) keeps its forecast value: the fallback does not undo the plan before its burst
         (experiments/unified-grid, "The fallback's room")."""
         if self.name != "predictive":
             return super().fallback_value_fn(sim, t, target)
-        return self.value_fn(sim, t, measured=True)
+        measured = self.value_fn(sim, t, measured=True)
+        planned = self.value_fn(sim, t)
+        pinned, spec = target.cache.pinned, target.cache.spec
+
+        def value_of(k: int) -> float:
+            if k in spec or pinned.get(k, -math.inf) > t:
+                return planned(k)
+            return measured(k)
+
+        return value_of
 
     # -- a planning round --------------------------------------------------------------------
     def on_tick(self, sim, t: float) -> None:
