@@ -3,11 +3,10 @@
 demand, the currency of its saving (a recent use alone does not keep a block); planned replicas
 are leased for the horizon."""
 
-import pytest
-
 import math
 
 import numpy as np
+import pytest
 
 from controlplane.core.costmodel import CostModel
 from controlplane.core.policy.reactive import ReactiveRule
@@ -69,6 +68,20 @@ def test_predictive_fallback_takes_recent_room_no_measured_demand_holds():
         sim.policy._count(0, 10.0)
     _copy_at(sim, 10.0)
     assert len(sim.replicas) == 1 and b.cache.match(P) == len(P)  # Q, used 10 s ago, made room
+
+
+@pytest.mark.parametrize("placed", ["leased", "speculative"])
+def test_predictive_fallback_keeps_what_the_plan_placed_for_its_forecast(placed):
+    sim, a, b = _sim("predictive")
+    for _ in range(5):
+        sim.policy._count(0, 10.0)
+    sim.policy._lam = {1: 1.0}  # the last plan's forecast for Q: a request a second, none yet
+    if placed == "leased":
+        b.cache.pin(Q, 100.0)
+    else:
+        b.cache.spec.update(dict.fromkeys(Q, 1000.0))  # a planned replica not yet used
+    _copy_at(sim, 10.0)
+    assert not sim.replicas and b.cache.match(Q) == len(Q)
 
 
 @pytest.mark.parametrize("policy", ["reactive", "predictive"])
