@@ -241,6 +241,13 @@ class PlannedPolicy(Reactive):
         lam = self._lam.get(pid)
         return lam if lam is not None else self.observed_rate(pid, t)
 
+    def fallback_min_excess_s(self) -> float:
+        """``predictive``'s fallback copies only where the holder waits the rule's hot threshold
+        longer than the target: hot relative to where the prefix would go. In a fleet queueing
+        evenly a copy moves no wait and, taking room by measured demand (below), would displace
+        what another queue needs next (copy storms in near-saturated scale-outs)."""
+        return self.rule.threshold_s if self.name == "predictive" else 0.0
+
     def fallback_value_fn(self, sim, t: float, target):
         """``predictive``'s fallback is demand-driven: it weighs the room it would take in the
         currency of its saving, measured demand (each cached prefix's observed rate shared among

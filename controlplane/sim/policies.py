@@ -116,6 +116,11 @@ class Reactive(RoutingPolicy):
         """The demand rate a block's value is counted at (predictive: its forecast)."""
         return self.observed_rate(pid, t)
 
+    def fallback_min_excess_s(self) -> float:
+        """How much longer than the target the holder must wait for the rule to copy (the
+        reactive baseline: any shorter wait)."""
+        return 0.0
+
     def fallback_value_fn(self, sim, t: float, target):
         """What the rule's on-demand copy weighs the room it would take by: ``value_fn`` with
         the target's recency rule (reactive has no forecast)."""
@@ -183,7 +188,7 @@ class Reactive(RoutingPolicy):
             w = e.wait(t)
             if w < twait and e.cache.match(keys) < best_m:
                 target, twait = e, w
-        if target is None:
+        if target is None or hwait - twait <= self.fallback_min_excess_s():
             return
         chain = keys[:best_m]
         missing = best_m - target.cache.match(chain)
