@@ -70,6 +70,21 @@ def test_predictive_fallback_takes_recent_room_no_measured_demand_holds():
     assert len(sim.replicas) == 1 and b.cache.match(P) == len(P)  # Q, used 10 s ago, made room
 
 
+@pytest.mark.parametrize(
+    ("policy", "target_wait_s", "copies"),
+    [
+        ("reactive", 99.5, 1),  # any shorter wait: the baseline copies
+        ("predictive", 99.5, 0),  # half a second shorter than the holder's 100 s: no copy
+        ("predictive", 98.5, 1),  # the rule's threshold (1 s) shorter: a copy
+    ],
+)
+def test_predictive_fallback_copies_only_to_a_threshold_shorter_wait(policy, target_wait_s, copies):
+    sim, a, b = _sim(policy)
+    b.free_at = 200.0 + target_wait_s  # the holder and the third engine wait 100 s at t = 200
+    _copy_at(sim, 200.0)  # Q unused for 200 s: room for either rule
+    assert len(sim.replicas) == copies
+
+
 @pytest.mark.parametrize("placed", ["leased", "speculative"])
 def test_predictive_fallback_keeps_what_the_plan_placed_for_its_forecast(placed):
     sim, a, b = _sim("predictive")
