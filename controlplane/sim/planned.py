@@ -50,7 +50,7 @@ from controlplane.sim.planned_demand import (
     day_forecasts,
     oracle_demand,
 )
-from controlplane.sim.policies import Reactive
+from controlplane.sim.policies import VALUE_HORIZON_S, Reactive
 from controlplane.sim.workloads.base import BLOCK_TOKENS
 
 # ``predictive`` without the harm guard (``prewarm-sim seeds --policies ...``): the guard's
@@ -255,7 +255,9 @@ class PlannedPolicy(Reactive):
         (``replication.plans.inputs.cached_values``: no recency rule), so a recent use alone does
         not make a block priceless against requests queueing now on the prefix's holders. What
         the planner placed or leased for a forecast (unused speculative blocks, blocks under a
-        lease) keeps its forecast value: the fallback does not undo the plan before its burst
+        lease) keeps its forecast value: the fallback does not undo the plan before its burst.
+        A block the target used within the horizon is worth at least one more use (its
+        recompute shared among its holders): a tenant idle for a minute is not cold
         (experiments/unified-grid, "The fallback's room")."""
         if self.name != "predictive":
             return super().fallback_value_fn(sim, t, target)
@@ -263,10 +265,20 @@ class PlannedPolicy(Reactive):
         planned = self.value_fn(sim, t)
         pinned, spec = target.cache.pinned, target.cache.spec
 
+        blocks, recent = target.cache.blocks, t - VALUE_HORIZON_S
+        key_pid, serving, prefixes = self._key_pid, sim.serving, sim.workload.prefixes
+
         def value_of(k: int) -> float:
             if k in spec or pinned.get(k, -math.inf) > t:
                 return planned(k)
-            return measured(k)
+            v = measured(k)
+            if blocks.get(k, -math.inf) > recent:
+                pid = key_pid.get(k) if key_pid else None
+                if pid is not None:
+                    root = prefixes[pid][0]
+                    holders = sum(1 for e in serving if root in e.cache.blocks)
+                    v = max(v, self.recompute_per_block(sim, pid) / max(1, holders))
+            return v
 
         return value_of
 

@@ -85,6 +85,14 @@ def test_predictive_fallback_copies_only_to_a_threshold_shorter_wait(policy, tar
     assert len(sim.replicas) == copies
 
 
+def test_predictive_fallback_counts_a_recent_block_worth_one_more_use():
+    sim, a, b = _sim("predictive")  # Q used at t = 0 on b, its only holder; nobody counted
+    value_of = sim.policy.fallback_value_fn(sim, 100.0, b)
+    assert value_of(Q[0]) > 0  # used 100 s ago: one more use, its recompute on one holder
+    assert value_of(Q[0]) == pytest.approx(sim.policy.recompute_per_block(sim, 1))
+    assert sim.policy.fallback_value_fn(sim, 200.0, b)(Q[0]) == 0.0  # 200 s: cold
+
+
 @pytest.mark.parametrize("placed", ["leased", "speculative"])
 def test_predictive_fallback_keeps_what_the_plan_placed_for_its_forecast(placed):
     sim, a, b = _sim("predictive")
