@@ -50,7 +50,7 @@ from controlplane.sim.planned_demand import (
     day_forecasts,
     oracle_demand,
 )
-from controlplane.sim.policies import VALUE_HORIZON_S, Reactive
+from controlplane.sim.policies import Reactive
 from controlplane.sim.workloads.base import BLOCK_TOKENS
 
 # ``predictive`` without the harm guard (``prewarm-sim seeds --policies ...``): the guard's
@@ -240,47 +240,6 @@ class PlannedPolicy(Reactive):
     def rate_of(self, pid: int, t: float) -> float:
         lam = self._lam.get(pid)
         return lam if lam is not None else self.observed_rate(pid, t)
-
-    def fallback_min_excess_s(self) -> float:
-        """``predictive``'s fallback copies only where the holder waits the rule's hot threshold
-        longer than the target: hot relative to where the prefix would go. In a fleet queueing
-        evenly a copy moves no wait and, taking room by measured demand (below), would displace
-        what another queue needs next (copy storms in near-saturated scale-outs)."""
-        return self.rule.threshold_s if self.name == "predictive" else 0.0
-
-    def fallback_value_fn(self, sim, t: float, target):
-        """``predictive``'s fallback is demand-driven: it weighs the room it would take in the
-        currency of its saving, measured demand (each cached prefix's observed rate shared among
-        its holders, times its recompute), as the live control plane values cached room
-        (``replication.plans.inputs.cached_values``: no recency rule), so a recent use alone does
-        not make a block priceless against requests queueing now on the prefix's holders. What
-        the planner placed or leased for a forecast (unused speculative blocks, blocks under a
-        lease) keeps its forecast value: the fallback does not undo the plan before its burst.
-        A block the target used within the horizon is worth at least one more use (its
-        recompute shared among its holders): a tenant idle for a minute is not cold
-        (experiments/unified-grid, "The fallback's room")."""
-        if self.name != "predictive":
-            return super().fallback_value_fn(sim, t, target)
-        measured = self.value_fn(sim, t, measured=True)
-        planned = self.value_fn(sim, t)
-        pinned, spec = target.cache.pinned, target.cache.spec
-
-        blocks, recent = target.cache.blocks, t - VALUE_HORIZON_S
-        key_pid, serving, prefixes = self._key_pid, sim.serving, sim.workload.prefixes
-
-        def value_of(k: int) -> float:
-            if k in spec or pinned.get(k, -math.inf) > t:
-                return planned(k)
-            v = measured(k)
-            if blocks.get(k, -math.inf) > recent:
-                pid = key_pid.get(k) if key_pid else None
-                if pid is not None:
-                    root = prefixes[pid][0]
-                    holders = sum(1 for e in serving if root in e.cache.blocks)
-                    v = max(v, self.recompute_per_block(sim, pid) / max(1, holders))
-            return v
-
-        return value_of
 
     # -- a planning round --------------------------------------------------------------------
     def on_tick(self, sim, t: float) -> None:

@@ -116,22 +116,12 @@ class Reactive(RoutingPolicy):
         """The demand rate a block's value is counted at (predictive: its forecast)."""
         return self.observed_rate(pid, t)
 
-    def fallback_min_excess_s(self) -> float:
-        """How much longer than the target the holder must wait for the rule to copy (the
-        reactive baseline: any shorter wait)."""
-        return 0.0
-
-    def fallback_value_fn(self, sim, t: float, target):
-        """What the rule's on-demand copy weighs the room it would take by: ``value_fn`` with
-        the target's recency rule (reactive has no forecast)."""
-        return self.value_fn(sim, t, target)
-
-    def value_fn(self, sim, t: float, target=None, measured: bool = False):
+    def value_fn(self, sim, t: float, target=None):
         """Expected prefill seconds each cached block saves over the horizon on one holder:
         rate x horizon / holders x recompute per block (0 for a request's own blocks). With a
         ``target`` engine (the reactive rule, which has no forecast), blocks it used within the
         horizon are kept whatever their rate says (a bursty tenant idle for a minute is not
-        cold). ``measured``: at the observed rate, whatever ``rate_of`` says."""
+        cold)."""
         if self._key_pid is None:
             self._key_pid = {k: pid for pid, keys in enumerate(sim.workload.prefixes) for k in keys}
         key_pid = self._key_pid
@@ -153,7 +143,7 @@ class Reactive(RoutingPolicy):
                 root = prefixes[pid][0]
                 holders = sum(1 for e in serving if root in e.cache.blocks)
                 v = (
-                    (self.observed_rate(pid, t) if measured else self.rate_of(pid, t))
+                    self.rate_of(pid, t)
                     * VALUE_HORIZON_S
                     / max(1, holders)
                     * self.recompute_per_block(sim, pid)
@@ -188,7 +178,7 @@ class Reactive(RoutingPolicy):
             w = e.wait(t)
             if w < twait and e.cache.match(keys) < best_m:
                 target, twait = e, w
-        if target is None or hwait - twait <= self.fallback_min_excess_s():
+        if target is None:
             return
         chain = keys[:best_m]
         missing = best_m - target.cache.match(chain)
@@ -218,7 +208,7 @@ class Reactive(RoutingPolicy):
                 target,
                 t,
                 speculative=False,
-                value_of=self.fallback_value_fn(sim, t, target),
+                value_of=self.value_fn(sim, t, target),
                 budget=saving,
             )
 

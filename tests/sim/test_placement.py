@@ -1,12 +1,9 @@
 """Value-aware placement in the simulator: the fair reactive rule counts what its copy displaces
-(and so cannot storm), the naive one does not; predictive's fallback weighs that room by measured
-demand, the currency of its saving (a recent use alone does not keep a block); planned replicas
-are leased for the horizon."""
+(and so cannot storm), the naive one does not; planned replicas are leased for the horizon."""
 
 import math
 
 import numpy as np
-import pytest
 
 from controlplane.core.costmodel import CostModel
 from controlplane.core.policy.reactive import ReactiveRule
@@ -60,62 +57,6 @@ def test_naive_reactive_evicts_it():
     _copy_at(sim, 10.0)
     assert len(sim.replicas) == 1 and b.cache.match(P) == len(P)
     assert b.cache.match(Q) < len(Q)  # the other tenant's only copy lost blocks
-
-
-def test_predictive_fallback_takes_recent_room_no_measured_demand_holds():
-    sim, a, b = _sim("predictive")
-    for _ in range(5):  # P's arrivals the policy counted; Q's tenant has asked for nothing
-        sim.policy._count(0, 10.0)
-    _copy_at(sim, 10.0)
-    assert len(sim.replicas) == 1 and b.cache.match(P) == len(P)  # Q, used 10 s ago, made room
-
-
-@pytest.mark.parametrize(
-    ("policy", "target_wait_s", "copies"),
-    [
-        ("reactive", 99.5, 1),  # any shorter wait: the baseline copies
-        ("predictive", 99.5, 0),  # half a second shorter than the holder's 100 s: no copy
-        ("predictive", 98.5, 1),  # the rule's threshold (1 s) shorter: a copy
-    ],
-)
-def test_predictive_fallback_copies_only_to_a_threshold_shorter_wait(policy, target_wait_s, copies):
-    sim, a, b = _sim(policy)
-    b.free_at = 200.0 + target_wait_s  # the holder and the third engine wait 100 s at t = 200
-    _copy_at(sim, 200.0)  # Q unused for 200 s: room for either rule
-    assert len(sim.replicas) == copies
-
-
-def test_predictive_fallback_counts_a_recent_block_worth_one_more_use():
-    sim, a, b = _sim("predictive")  # Q used at t = 0 on b, its only holder; nobody counted
-    value_of = sim.policy.fallback_value_fn(sim, 100.0, b)
-    assert value_of(Q[0]) > 0  # used 100 s ago: one more use, its recompute on one holder
-    assert value_of(Q[0]) == pytest.approx(sim.policy.recompute_per_block(sim, 1))
-    assert sim.policy.fallback_value_fn(sim, 200.0, b)(Q[0]) == 0.0  # 200 s: cold
-
-
-@pytest.mark.parametrize("placed", ["leased", "speculative"])
-def test_predictive_fallback_keeps_what_the_plan_placed_for_its_forecast(placed):
-    sim, a, b = _sim("predictive")
-    for _ in range(5):
-        sim.policy._count(0, 10.0)
-    sim.policy._lam = {1: 1.0}  # the last plan's forecast for Q: a request a second, none yet
-    if placed == "leased":
-        b.cache.pin(Q, 100.0)
-    else:
-        b.cache.spec.update(dict.fromkeys(Q, 1000.0))  # a planned replica not yet used
-    _copy_at(sim, 10.0)
-    assert not sim.replicas and b.cache.match(Q) == len(Q)
-
-
-@pytest.mark.parametrize("policy", ["reactive", "predictive"])
-def test_no_fallback_displaces_room_measured_demand_holds(policy):
-    sim, a, b = _sim(policy)
-    for _ in range(5):
-        sim.policy._count(0, 10.0)
-    for _ in range(100):  # Q asked for 20x as often as P: its blocks outweigh the copy's saving
-        sim.policy._count(1, 10.0)
-    _copy_at(sim, 10.0)
-    assert not sim.replicas and b.cache.match(Q) == len(Q)
 
 
 def test_a_planned_replica_is_leased_for_the_horizon():
