@@ -28,6 +28,14 @@ class SteppedReceiver:
         raise AssertionError("not the source")
 
 
+async def next_turn() -> None:
+    """Resume on the event loop's next iteration (other ready tasks run first)."""
+    loop = asyncio.get_running_loop()
+    turn = loop.create_future()
+    loop.call_soon(turn.set_result, None)
+    await turn
+
+
 async def test_progress_in_order_and_result_last_when_sends_overtake(tmp_path):
     runner = JobRunner(
         Journal(tmp_path / "journal"), MemoryBlockStore(1), {wire.TRANSPORT_TCP: SteppedReceiver()}
@@ -35,9 +43,11 @@ async def test_progress_in_order_and_result_last_when_sends_overtake(tmp_path):
     arrived: list[dict] = []
 
     async def send(msg):
-        # Earlier progress reports take longer to arrive, as concurrent posts can.
+        # Earlier progress reports take longer to arrive, as concurrent posts can: each waits
+        # more turns of the event loop than the one after it (no wall-clock time involved).
         if msg["type"] == wire.MSG_JOB_PROGRESS:
-            await asyncio.sleep(0.02 * (STEPS - msg["bytes_done"]))
+            for _ in range(STEPS - msg["bytes_done"]):
+                await next_turn()
         arrived.append(msg)
 
     msg = full(

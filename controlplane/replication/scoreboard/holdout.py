@@ -127,12 +127,7 @@ def compare(treated: list[dict], held: list[dict], samples: bool = False) -> dic
 
 
 def _units(since: datetime, until: datetime) -> list[dict]:
-    return _units_of(
-        HoldoutDraw.objects.filter(at__gte=since, at__lt=until, window_start__isnull=False)
-    )
-
-
-def _units_of(draws) -> list[dict]:
+    draws = HoldoutDraw.objects.filter(at__gte=since, at__lt=until, window_start__isnull=False)
     rows = list(
         draws.values(
             "pk",
