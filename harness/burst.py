@@ -14,7 +14,7 @@ import csv
 from datetime import datetime
 from pathlib import Path
 
-from controlplane.core import blockhash
+from wire import blockhash
 
 FIXTURE = Path(__file__).parent / "data" / "azure_code_burst.csv"
 BLOCK = 16

@@ -105,9 +105,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_cluster(args) -> int:
-    from controlplane.harness.virtual.agents import spawn_agents, stop_agents
-    from controlplane.harness.virtual.cluster import Options, VirtualCluster
-    from controlplane.harness.virtual.presets import build_preset
+    from harness.virtual.agents import spawn_agents, stop_agents
+    from harness.virtual.cluster import Options, VirtualCluster
+    from harness.virtual.presets import build_preset
 
     if args.credentials:
         _read_credentials(args)

@@ -7,7 +7,7 @@ replays the ServeGen multi-tenant workload in scaled real time. Every process is
 one; Ctrl-C stops them all.
 
 `--preset real` runs two real vLLM engines on CPU instead of the virtual cluster
-(`controlplane/harness/realvllm/demo.py`). What both share is in `launch.py`.
+(`harness/realvllm/demo.py`). What both share is in `launch.py`.
 
 Each run starts from an empty database under `var/demo/<preset>/` so that the scoreboard is about
 this run's preset; the demo password is kept in `var/demo/password`. A run holds
@@ -34,7 +34,8 @@ from pathlib import Path
 
 from django.core.management.base import CommandError
 
-from controlplane.harness.launch import (
+from controlplane.sim.scenarios import link_bytes_per_s
+from harness.launch import (
     DEMO_DIR,
     ROOT,
     SETTINGS,
@@ -44,7 +45,6 @@ from controlplane.harness.launch import (
     setup_control_plane,
     wait_for_port,
 )
-from controlplane.sim.scenarios import link_bytes_per_s
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,10 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--engines and --tenants must be at least 1")
     sys.path.insert(0, str(ROOT))
     if args.preset == "real":  # realvllm/demo.py
-        from controlplane.harness.realvllm.demo import main as real_demo
+        from harness.realvllm.demo import main as real_demo
 
         return real_demo(args.host, args.port)
-    from controlplane.harness.virtual.presets import PRESETS
+    from harness.virtual.presets import PRESETS
 
     if args.preset not in PRESETS:
         parser.error(f"unknown preset {args.preset!r}; known: {', '.join(PRESETS)}")
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             [
                 sys.executable,
                 "-m",
-                "controlplane.harness.cli",
+                "harness.cli",
                 "cluster",
                 "--preset",
                 preset.name,

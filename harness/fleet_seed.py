@@ -11,11 +11,11 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from controlplane.accounts.models import EnrolmentToken
-from controlplane.core import blockhash
-from controlplane.core.protocol import TIER_GPU
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.fleet import services
 from controlplane.fleet.models import Node
+from wire import blockhash
+from wire.protocol import TIER_GPU
 
 GIB = 1024**3
 BYTES_PER_BLOCK = 2 * 1024**2

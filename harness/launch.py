@@ -24,9 +24,9 @@ from pathlib import Path
 
 import httpx
 
-from controlplane.core.protocol import SOCKET_MESSAGE_MAX_BYTES, TRANSPORT_WARMUP
+from wire.protocol import SOCKET_MESSAGE_MAX_BYTES, TRANSPORT_WARMUP
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DEMO_DIR = ROOT / "var" / "demo"
 
 # The policy each preset runs: auto approval, cadences fit for a time-compressed trace (the

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from controlplane.core.protocol import ENGINE_DRAINING, ENGINE_SERVING, ENGINE_WARMING
+from wire.protocol import ENGINE_DRAINING, ENGINE_SERVING, ENGINE_WARMING
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from controlplane.harness.processes import Proc, free_port, manage, pg_admin
+from harness.processes import Proc, free_port, manage, pg_admin
 
 
 class LiveControlPlane:

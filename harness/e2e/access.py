@@ -8,9 +8,9 @@ import time
 
 import httpx
 
-from controlplane.harness import burst
-from controlplane.harness.e2e.settings import PASSWORD
-from controlplane.harness.processes import manage
+from harness import burst
+from harness.e2e.settings import PASSWORD
+from harness.processes import manage
 
 
 class ControlPlaneAccess:

@@ -26,15 +26,15 @@ from pathlib import Path
 
 import httpx
 
-from controlplane.core import blockhash
-from controlplane.core.protocol import SOCKET_MESSAGE_MAX_BYTES
-from controlplane.harness import burst
-from controlplane.harness.e2e.access import ControlPlaneAccess
-from controlplane.harness.e2e.engines import CopyLoader, EngineMetricsServer, Node
-from controlplane.harness.e2e.settings import BYTES_PER_BLOCK, PASSWORD, PG_URL, QUEUES, SECRET
-from controlplane.harness.event_publisher import TestPublisher
-from controlplane.harness.processes import Proc, free_port, pg_admin, wait_for
+from harness import burst
+from harness.e2e.access import ControlPlaneAccess
+from harness.e2e.engines import CopyLoader, EngineMetricsServer, Node
+from harness.e2e.settings import BYTES_PER_BLOCK, PASSWORD, PG_URL, QUEUES, SECRET
+from harness.event_publisher import TestPublisher
+from harness.processes import Proc, free_port, pg_admin, wait_for
 from nodeagent.blockstore import FileBlockStore
+from wire import blockhash
+from wire.protocol import SOCKET_MESSAGE_MAX_BYTES
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll drowns a failure
 

@@ -9,7 +9,7 @@ import time
 
 import websockets
 
-from controlplane.harness.e2e.cluster import Cluster
+from harness.e2e.cluster import Cluster
 
 
 class DashboardClient:

@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 import msgpack
 
-from controlplane.core import blockhash
-from controlplane.core.protocol import TIER_GPU
-from controlplane.harness import burst
-from controlplane.harness.event_publisher import TestPublisher
-from controlplane.harness.processes import Proc
+from harness import burst
+from harness.event_publisher import TestPublisher
+from harness.processes import Proc
 from nodeagent.blockstore import FileBlockStore
+from wire import blockhash
+from wire.protocol import TIER_GPU
 
 
 class EngineMetricsServer:

@@ -28,11 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controlplane.core.protocol import TRANSPORT_WARMUP
-from controlplane.harness import launch
-from controlplane.harness.lifecycle import Lifecycles, Operator
-from controlplane.harness.realvllm.driver import TENANT_HEADER
-from controlplane.harness.realvllm.engine import (
+from harness import launch
+from harness.lifecycle import Lifecycles, Operator
+from harness.realvllm.driver import TENANT_HEADER
+from harness.realvllm.engine import (
     BYTES_PER_BLOCK,
     KV_CAPACITY_BLOCKS,
     MODEL_NAME,
@@ -42,7 +41,8 @@ from controlplane.harness.realvllm.engine import (
     free_port,
     vllm_python,
 )
-from controlplane.harness.realvllm.router import RouterFront, router_available
+from harness.realvllm.router import RouterFront, router_available
+from wire.protocol import TRANSPORT_WARMUP
 
 # Real seconds, not a compressed trace: a replica lives two minutes, plans every 10 s. Copies are
 # warm-ups: prefill-only requests the agent sends to the target engine's OpenAI server.
@@ -207,7 +207,7 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
                 [
                     sys.executable,
                     "-m",
-                    "controlplane.harness.realvllm.driver",
+                    "harness.realvllm.driver",
                     "--control-plane",
                     cp,
                     "--router",

@@ -20,7 +20,7 @@ the harness's one gateway client, ``harness/gateway.py``): served engine, prompt
 ``usage.prompt_tokens_details.cached_tokens`` and the time to the first token it measured.
 Engines that join mid-run follow the harness's one lifecycle scheduler (``harness/lifecycle.py``).
 
-Pure Python (httpx), no Django: ``python -m controlplane.harness.realvllm.driver --help``.
+Pure Python (httpx), no Django: ``python -m harness.realvllm.driver --help``.
 """
 
 from __future__ import annotations
@@ -33,15 +33,15 @@ import threading
 
 import httpx
 
-from controlplane.harness.lifecycle import Lifecycles, Operator
-from controlplane.harness.realvllm.replay_gateway import (  # noqa: F401 - re-exported
+from harness.lifecycle import Lifecycles, Operator
+from harness.realvllm.replay_gateway import (  # noqa: F401 - re-exported
     ENGINE_FIELD,
     TENANT_HEADER,
     DriverStats,
     Gateway,
     Target,
 )
-from controlplane.harness.realvllm.traces import (  # noqa: F401 - the driver's workloads, re-exported
+from harness.realvllm.traces import (  # noqa: F401 - the driver's workloads, re-exported
     BLOCK,
     MAX_PROMPT,
     TENANT,

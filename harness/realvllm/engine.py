@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 DEFAULT_MODEL_DIR = REPO / "var" / "realvllm" / "tiny-llama"
 MODEL_SCRIPT = Path(__file__).with_name("model.py")

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from controlplane.core.protocol import ENGINE_SERVING
-from controlplane.harness.gateway import RecordPoster
-from controlplane.harness.realvllm.traces import BLOCK, TENANT, TraceRequest
+from harness.gateway import RecordPoster
+from harness.realvllm.traces import BLOCK, TENANT, TraceRequest
+from wire.protocol import ENGINE_SERVING
 
 log = logging.getLogger(__name__)
 

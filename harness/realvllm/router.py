@@ -36,7 +36,7 @@ from pathlib import Path
 
 import httpx
 
-from controlplane.harness.realvllm.engine import (
+from harness.realvllm.engine import (
     BLOCK_SIZE,
     DEFAULT_MODEL_DIR,
     MODEL_NAME,

@@ -19,10 +19,10 @@ import os
 from hashlib import blake2b
 from pathlib import Path
 
-from controlplane.core.blockhash import ROOT_PARENT
-from controlplane.harness.virtual.publisher import KvEventPublisher, block_removed, block_stored
-from controlplane.harness.virtual.tokens import TokenBook
 from controlplane.sim.engine import Engine
+from harness.virtual.publisher import KvEventPublisher, block_removed, block_stored
+from harness.virtual.tokens import TokenBook
+from wire.blockhash import ROOT_PARENT
 
 log = logging.getLogger(__name__)
 _MASK = (1 << 64) - 1

@@ -15,8 +15,8 @@ from controlplane.sim.engine import PLANNED, SERVING
 
 if TYPE_CHECKING:
     from controlplane.core.costmodel import CostModel
-    from controlplane.harness.virtual.endpoints import Endpoints
-    from controlplane.harness.virtual.engine import VirtualEngine
+    from harness.virtual.endpoints import Endpoints
+    from harness.virtual.engine import VirtualEngine
 
 UTIL_WINDOW_S = 30.0  # sim seconds over which engine utilisation (kv_usage) is averaged
 

@@ -32,7 +32,7 @@ from typing import Any
 import msgpack
 import zmq
 
-from controlplane.core.protocol import TIER_GPU
+from wire.protocol import TIER_GPU
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 REPLAY_BUFFER_BYTES = 16 << 20  # per engine: ~45 s of the burst demo's busiest engine

@@ -1,7 +1,7 @@
 """Token ids behind the simulator's canonical keys, so virtual engines can publish them.
 
 vLLM's ``BlockStored`` carries each block's token ids; the agent derives canonical keys from them
-(``controlplane.core.blockhash``). The simulator's bundled workloads build their shared prefixes
+(``wire.blockhash``). The simulator's bundled workloads build their shared prefixes
 from deterministic synthetic token ids (``workloads.azure.synthetic_prefix``: namespace ``ns``,
 token ``i`` = ``(ns * 1_000_003 + i) % 2**31``), so the ids of any prefix block can be rebuilt.
 A request's own blocks (after its prefix) get ids from a namespace of their own, per request.
@@ -11,8 +11,8 @@ built this way (Mooncake's hash ids) is refused with a clear error.
 
 from __future__ import annotations
 
-from controlplane.core.blockhash import ROOT_PARENT, block_key, chain_keys
 from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
+from wire.blockhash import ROOT_PARENT, block_key, chain_keys
 
 _MOD = 2**31
 _MUL = 1_000_003

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controlplane.core.blockhash import chain_keys
 from controlplane.sim.engine import GONE, PLANNED
 from controlplane.sim.workloads.base import BLOCK_TOKENS
+from wire.blockhash import chain_keys
 
 if TYPE_CHECKING:
-    from controlplane.harness.virtual.engine import VirtualEngine
-    from controlplane.harness.virtual.tokens import TokenBook
     from controlplane.sim.cluster import Simulation
+    from harness.virtual.engine import VirtualEngine
+    from harness.virtual.tokens import TokenBook
 
 WARMUP_WAIT_S = 120.0  # wall seconds a warm-up request waits for its prefill before a 400
 
