@@ -2,7 +2,7 @@
 
 Programmatic use::
 
-    from controlplane.harness.virtual import Options, VirtualCluster, build_preset
+    from harness.virtual import Options, VirtualCluster, build_preset
 
     setup, preset = build_preset("burst")
     vc = VirtualCluster(setup, Options(control_plane_url=url, gateway_token=gw,
@@ -16,7 +16,9 @@ Programmatic use::
 CLI: ``prewarm-sim cluster --preset burst --control-plane URL ...`` (``docs/simulator.md``).
 """
 
-from controlplane.harness.virtual.cluster import Options, Stats, VirtualCluster
-from controlplane.harness.virtual.presets import PRESETS, build_preset
+from harness.virtual.cluster import VirtualCluster
+from harness.virtual.options import Options
+from harness.virtual.presets import PRESETS, build_preset
+from harness.virtual.stats import Stats
 
 __all__ = ["Options", "PRESETS", "Stats", "VirtualCluster", "build_preset"]

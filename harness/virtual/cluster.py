@@ -27,30 +27,30 @@ import logging
 import math
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 import zmq
 
-from controlplane.core.blockhash import ROOT_PARENT, to_hex
-from controlplane.core.protocol import ENGINE_DRAINING, ENGINE_SERVING, ENGINE_WARMING
-from controlplane.harness.gateway import RecordPoster
-from controlplane.harness.lifecycle import Lifecycles, Operator
-from controlplane.harness.virtual.configs import write_agent_configs
-from controlplane.harness.virtual.copies import Copies
-from controlplane.harness.virtual.endpoints import Endpoints
-from controlplane.harness.virtual.engine import VirtualEngine
-from controlplane.harness.virtual.gauges import Gauges
-from controlplane.harness.virtual.publisher import KvEventPublisher
-from controlplane.harness.virtual.tokens import TokenBook
-from controlplane.harness.virtual.warmups import Warmup, Warmups
 from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING
 from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.scenarios import Setup
 from controlplane.sim.workloads.base import BLOCK_TOKENS
+from harness.gateway import RecordPoster
+from harness.lifecycle import Lifecycles, Operator
+from harness.virtual.configs import write_agent_configs
+from harness.virtual.copies import Copies
+from harness.virtual.endpoints import Endpoints
+from harness.virtual.engine import VirtualEngine
+from harness.virtual.gauges import Gauges
+from harness.virtual.options import Options
+from harness.virtual.publisher import KvEventPublisher
+from harness.virtual.stats import Stats
+from harness.virtual.tokens import TokenBook
+from harness.virtual.warmups import Warmup, Warmups
+from wire.blockhash import ROOT_PARENT, to_hex
+from wire.protocol import ENGINE_DRAINING, ENGINE_SERVING, ENGINE_WARMING
 
 log = logging.getLogger(__name__)
 LIFECYCLE_OF = {
@@ -68,47 +68,6 @@ HOUSEKEEPING_S = 0.5
 # A gateway record with the prompt's token ids (what warm-ups need) per tenant at most this
 # often (wall seconds), and at most one such record per second overall: they are large.
 TOKEN_RECORD_EVERY_S = 10.0
-TTFT_KEPT = 100_000
-
-
-@dataclass
-class Options:
-    control_plane_url: str
-    gateway_token: str
-    workdir: Path
-    operator_token: str = ""  # needed when engines join (lifecycle changes) and to wait for agents
-    time_scale: float = 1.0  # sim seconds per wall second
-    payload_bytes: int = 64 * 1024  # bytes a block file really holds (see engine.py)
-    bind_host: str = "127.0.0.1"  # where the publishers and HTTP endpoints listen
-    advertise_host: str = "127.0.0.1"  # how agents reach them
-    base_port: int = 0  # publishers on base_port + 2i, + 2i + 1; 0 picks free ports
-    http_port: int = 0
-    agent_listen_host: str = "127.0.0.1"
-    agent_advertise: str = "127.0.0.1"  # host agents advertise for transfers; "{node}" allowed
-    agent_base_port: int = 0  # agent transfer ports; 0 picks free ports
-    record_flush_s: float = 1.0
-    loop: bool = False  # start the workload again when it ends
-    node_prefix: str = "vc-node"
-    # One CSV line per served request (trace seconds, TTFT, engine, cached and prompt tokens):
-    # what a measured run reads its TTFTs from. None: not written (a looping demo runs for hours).
-    served_log: Path | None = None
-
-
-@dataclass
-class Stats:
-    requests: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    # The newest requests' TTFTs (the summary's mean and p99): a looping demo serves ~6,500
-    # requests a minute for as long as it is left running.
-    ttft: deque[float] = field(default_factory=lambda: deque(maxlen=TTFT_KEPT))
-    copies_in_blocks: int = 0
-    copies_in_bytes: int = 0
-    copies_rejected: int = 0
-    replicas_placed: int = 0
-    warmups: int = 0
-    lifecycle_changes: list[tuple[str, str]] = field(default_factory=list)
-    rejoins: int = 0  # engines taken out and joining again on a looped pass
 
 
 class VirtualCluster:
@@ -160,7 +119,7 @@ class VirtualCluster:
                     eid,
                     self.model,
                     self.book,
-                    self.node_dir(e.eid) / "blocks",
+                    options.node_dir(e.eid) / "blocks",
                     options.payload_bytes,
                     pub,
                 )
@@ -178,7 +137,7 @@ class VirtualCluster:
             else None
         )
         self.gauges = Gauges(
-            self.engines, self.http, cfg.cost, self.block_bytes, self.model, self.node_name
+            self.engines, self.http, cfg.cost, self.block_bytes, self.model, options.node_name
         )
         self.copies = Copies(self.engines, self.book, self.stats)
         self.warmups = Warmups(
@@ -188,19 +147,17 @@ class VirtualCluster:
         self._served: TextIO | None = None  # the open served log while ``run`` runs
         self.gauges.publish(self.sim_now)
 
-    # -- layout -----------------------------------------------------------------------------
-    def node_name(self, i: int) -> str:
-        return f"{self.opt.node_prefix}-{i}"
-
-    def node_dir(self, i: int) -> Path:
-        return self.workdir / self.node_name(i)
-
-    def advertised(self, endpoint: str) -> str:
-        return endpoint.replace(f"//{self.opt.bind_host}:", f"//{self.opt.advertise_host}:")
-
     def agent_configs(self, enrolment_tokens: list[str] | None = None) -> list[Path]:
         """One agent TOML per node (``configs.py``)."""
-        return write_agent_configs(self, enrolment_tokens)
+        return write_agent_configs(
+            self.opt,
+            self.engines,
+            self.http.port,
+            self.setup.config,
+            self.model,
+            self.block_bytes,
+            enrolment_tokens,
+        )
 
     # -- control plane ----------------------------------------------------------------------
     def wait_for_agents(self, timeout_s: float = 120.0) -> bool:
@@ -208,7 +165,7 @@ class VirtualCluster:
         reported). Needs the operator token; without it, returns True at once."""
         if self.lifecycles is None:
             return True
-        want = {(self.node_name(ve.sim.eid), ve.engine_id) for ve in self.engines}
+        want = {(self.opt.node_name(ve.sim.eid), ve.engine_id) for ve in self.engines}
         return self.lifecycles.wait_for(want, timeout_s, self.stop_event)
 
     def _sync_lifecycles(self) -> None:
@@ -267,7 +224,7 @@ class VirtualCluster:
             "prompt_tokens": total,
             "cached_tokens": cached,
             "predicted_cached_tokens": m * BLOCK_TOKENS,  # what the router matched on its pick
-            "engine": f"{self.node_name(e.eid)}/{ve.engine_id}",
+            "engine": f"{self.opt.node_name(e.eid)}/{ve.engine_id}",
             "ttft_s": round(wait + service, 6),
         }
         wall = time.monotonic()

@@ -11,21 +11,29 @@ from typing import TYPE_CHECKING
 from controlplane.sim.workloads.base import BLOCK_TOKENS
 
 if TYPE_CHECKING:
-    from controlplane.harness.virtual.cluster import VirtualCluster
+    from controlplane.sim.config import ClusterConfig
+    from harness.virtual.engine import VirtualEngine
+    from harness.virtual.options import Options
 
 
 def write_agent_configs(
-    vc: VirtualCluster, enrolment_tokens: list[str] | None = None
+    opt: Options,
+    engines: list[VirtualEngine],
+    http_port: int,
+    config: ClusterConfig,
+    model: str,
+    block_bytes: int,
+    enrolment_tokens: list[str] | None = None,
 ) -> list[Path]:
-    """Write one agent TOML per node and return their paths. With ``enrolment_tokens`` each
-    file carries its node's token (mode 0600); otherwise the agent's environment must."""
-    opt = vc.opt
+    """Write one agent TOML per node (each engine's, its endpoints on the cluster's HTTP server
+    at ``http_port``) and return their paths. With ``enrolment_tokens`` each file carries its
+    node's token (mode 0600); otherwise the agent's environment must."""
     paths = []
-    http = f"http://{opt.advertise_host}:{vc.http.port}"
-    cost = vc.setup.config.cost
-    for ve in vc.engines:
+    http = f"http://{opt.advertise_host}:{http_port}"
+    cost = config.cost
+    for ve in engines:
         i = ve.sim.eid
-        node = vc.node_name(i)
+        node = opt.node_name(i)
         if opt.agent_base_port:
             port = opt.agent_base_port + i
         else:
@@ -43,7 +51,7 @@ def write_agent_configs(
                     if enrolment_tokens and i < len(enrolment_tokens)
                     else []
                 ),
-                f'state_dir = "{vc.node_dir(i) / "state"}"',
+                f'state_dir = "{opt.node_dir(i) / "state"}"',
                 'labels = { virtual = "true" }',
                 "report_interval_s = 1.0",
                 "engine_metrics_interval_s = 2.0",
@@ -59,20 +67,20 @@ def write_agent_configs(
                 "",
                 "[[engines]]",
                 f'engine_id = "{ve.engine_id}"',
-                f'kv_events = "{vc.advertised(ve.publisher.endpoint)}"',
-                f'replay = "{vc.advertised(ve.publisher.replay_endpoint)}"',
+                f'kv_events = "{opt.advertised(ve.publisher.endpoint)}"',
+                f'replay = "{opt.advertised(ve.publisher.replay_endpoint)}"',
                 'topic = "kv"',
                 f'metrics_url = "{http}/engines/{ve.engine_id}/metrics"',
                 f'openai_url = "{http}/engines/{ve.engine_id}"',
-                f'model = "{vc.model}"',
+                f'model = "{model}"',
                 f"block_size = {BLOCK_TOKENS}",
-                f"bytes_per_block = {vc.block_bytes}",
-                f"kv_capacity_blocks = {vc.setup.config.kv_capacity_blocks}",
+                f"bytes_per_block = {block_bytes}",
+                f"kv_capacity_blocks = {config.kv_capacity_blocks}",
                 f"gpu_uuids = [{', '.join(repr(u).replace(chr(39), chr(34)) for u in uuids)}]",
                 "",
             ]
         )
-        path = vc.node_dir(i) / "agent.toml"
+        path = opt.node_dir(i) / "agent.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(mode=0o600)
         path.write_text(text)

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from controlplane.sim.engine import GONE
 
 if TYPE_CHECKING:
-    from controlplane.harness.virtual.cluster import Stats
-    from controlplane.harness.virtual.engine import VirtualEngine
-    from controlplane.harness.virtual.tokens import TokenBook
+    from harness.virtual.engine import VirtualEngine
+    from harness.virtual.stats import Stats
+    from harness.virtual.tokens import TokenBook
 
 REPLICA_IDS_FROM = 1 << 40  # replica ids for placements; the simulator's own count from 0
 
