@@ -106,7 +106,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main_cluster(args) -> int:
     from harness.virtual.agents import spawn_agents, stop_agents
-    from harness.virtual.cluster import Options, VirtualCluster
+    from harness.virtual.cluster import VirtualCluster
+    from harness.virtual.options import Options
     from harness.virtual.presets import build_preset
 
     if args.credentials:
