@@ -22,9 +22,9 @@ import msgpack
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from controlplane.accounts.authentication import AgentAuthFailed
-from controlplane.core import protocol as wire
 from controlplane.metrics import AGENT_SOCKETS
 from controlplane.realtime import groups
+from wire import protocol
 
 from .jobs import agent_token, apply, pending, token_live
 
@@ -97,17 +97,17 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
 
     async def send_job(self, msg: dict) -> None:
         """Send one job message, unless it is larger than a socket message may be
-        (``wire.SOCKET_MESSAGE_MAX_BYTES``, the agents' and daphne's limit): the server would
+        (``protocol.SOCKET_MESSAGE_MAX_BYTES``, the agents' and daphne's limit): the server would
         refuse to send it and close the socket, and the agent, reconnecting, be sent it again
         forever. It is left out, said in the log; the job's attempt fails by its deadline."""
         text = await self.encode_json(msg)
-        if len(text) > wire.SOCKET_MESSAGE_MAX_BYTES:  # JSON is ASCII: characters are bytes
+        if len(text) > protocol.SOCKET_MESSAGE_MAX_BYTES:  # JSON is ASCII: characters are bytes
             log.warning(
                 "job %s for node %s not sent on its socket: %d bytes, over the %d-byte limit",
                 (msg.get("job") or {}).get("id") or msg.get("job_id"),
                 self.node_id,
                 len(text),
-                wire.SOCKET_MESSAGE_MAX_BYTES,
+                protocol.SOCKET_MESSAGE_MAX_BYTES,
             )
             return
         if not await self._still_authorised():
@@ -131,13 +131,13 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         try:
             content = decode_frame(text_data, bytes_data)
         except ValueError as exc:
-            await self.send_json({"type": wire.MSG_ERROR, "detail": str(exc)})
+            await self.send_json({"type": protocol.MSG_ERROR, "detail": str(exc)})
             return
         await self.receive_json(content)
 
     async def receive_json(self, content, **kwargs):
         if not isinstance(content, dict):
-            await self.send_json({"type": wire.MSG_ERROR, "detail": "expected a JSON object"})
+            await self.send_json({"type": protocol.MSG_ERROR, "detail": "expected a JSON object"})
             return
         if not await self._still_authorised():
             return
@@ -146,7 +146,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
             job_id = content.get("job_id")
             await self.send_json(
                 {
-                    "type": wire.MSG_ERROR,
+                    "type": protocol.MSG_ERROR,
                     "job_id": job_id if isinstance(job_id, str) and len(job_id) <= 64 else None,
                     "detail": error,
                 }
@@ -157,7 +157,7 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         await self.send_job(message["payload"])
 
     async def job_cancel(self, message):
-        await self.send_job(wire.job_cancel(message["payload"]["job_id"]))
+        await self.send_job(protocol.job_cancel(message["payload"]["job_id"]))
 
     async def agent_revoked(self, message):
         # accounts.services.close_agent_channels: tokens of this node stopped working.

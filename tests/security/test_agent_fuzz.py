@@ -141,7 +141,7 @@ async def test_the_socket_answers_an_error_and_stays_open(settings):
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     from channels.db import database_sync_to_async
 
-    from controlplane.harness.fleet_seed import enrol
+    from harness.fleet_seed import enrol
 
     _node, token = await database_sync_to_async(enrol)("node-s")
     comm = WebsocketCommunicator(

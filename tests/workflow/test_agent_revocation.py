@@ -17,12 +17,12 @@ from controlplane.accounts import services as account_services
 from controlplane.asgi import application
 from controlplane.fleet.models import Engine, Node
 from controlplane.fleet.services import rotate_agent_token
-from controlplane.harness import burst
 from controlplane.realtime import groups
 from controlplane.realtime.publish import send_now
 from controlplane.replication.jobs.messages import TARGET, assign_message
 from controlplane.replication.models import SpeculativeReplica
 from controlplane.replication.tasks import score_replicas, sweep_jobs
+from harness import burst
 from tests.workflow.test_agent_socket import IN_MEMORY_LAYER, approved_job, connect
 from tests.workflow.test_workflow import finish, run_cycle
 
