@@ -6,6 +6,13 @@ real views."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+from asgiref.sync import sync_to_async
 from rest_framework.test import APIClient
 
 from controlplane.accounts.models import ApiToken, EnrolmentToken
@@ -14,6 +21,9 @@ from controlplane.audit.models import AuditEvent
 from controlplane.demand.models import DemandBucket
 from controlplane.fleet.choices import TENANTS_LABEL
 from controlplane.fleet.models import Engine, Gpu, Node
+from controlplane.fleet.services import rotate_agent_token
+from harness.fleet_seed import gpu_doc
+from nodeagent.reporter import Reporter
 from tests.api.conftest import bearer
 from tests.api.helpers import report
 
@@ -189,3 +199,86 @@ def test_request_records_are_plausible_and_an_agent_speaks_for_its_tenants(enrol
     resp = agent.post("/api/request-records/", {"records": [own] * 3}, format="json")
     assert resp.status_code == 429 and resp.json()["error"] == "records_rate_limited"
     assert DemandBucket.objects.get().requests == before
+
+
+def _agent(state_dir, enrolment_token: str, transport) -> Reporter:
+    """The node agent's reporter for node-r, talking to the real views in-process."""
+    return Reporter(
+        "http://testserver",
+        state_dir,
+        {},
+        lambda: [gpu_doc("GPU-r-0", 0)],
+        lambda: [],
+        enrolment_token=enrolment_token,
+        hostname="node-r",
+        backoff_initial_s=0.01,
+        backoff_max_s=0.05,
+        transport=transport,
+    )
+
+
+async def _flush_until_applied(rep: Reporter) -> None:
+    """Flush (as the agent's loop does, after each backoff) until the spool is applied."""
+    deadline = time.monotonic() + 30  # a ceiling for a loaded machine; it takes a few flushes
+    while not await rep.flush():
+        assert time.monotonic() < deadline, "the agent never got its reports applied"
+        await asyncio.sleep(max(0.0, rep.retry_at - time.monotonic()))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_reinstalled_agent_that_kept_its_state_re_enrols_on_its_own(tmp_path):
+    """The agent keeps the node's enrolment secret in state.json and presents it when it enrols
+    again: a reinstall with a fresh enrolment token whose old agent token was revoked gets its
+    own node back without an operator; an agent without that state is refused the name."""
+    from controlplane.asgi import application
+
+    transport = httpx.ASGITransport(app=application)
+    state = tmp_path / "state"
+    state.mkdir()
+    first = _agent(state, await sync_to_async(fleet_token)(), transport)
+    first.build_report()
+    await _flush_until_applied(first)
+    await first.aclose()
+    kept = json.loads((state / "state.json").read_text())
+    assert kept["node_secret"] and kept["agent_token"]
+    node = await Node.objects.aget(name="node-r")
+    # Meanwhile an admin rotated every token of the node (manage.py rotate_agent_token): the
+    # token in the kept state is revoked. The host is reinstalled with a fresh enrolment token.
+    await sync_to_async(rotate_agent_token)(node, None)
+    again = _agent(state, await sync_to_async(fleet_token)(), transport)
+    again.build_report()
+    await _flush_until_applied(again)  # 401, enrol with the secret, report
+    await again.aclose()
+    assert again.state.node_id == node.pk and again.state.agent_token != kept["agent_token"]
+    assert again.state.node_secret not in ("", kept["node_secret"])  # renewed, and kept
+    usable = await sync_to_async(
+        lambda: [t.prefix for t in ApiToken.objects.filter(node=node) if t.usable]
+    )()
+    assert usable == [again.state.agent_token[: len(usable[0])]]
+    assert await Node.objects.acount() == 1
+    gpu = await Gpu.objects.select_related("node").aget(uuid="GPU-r-0")
+    assert gpu.node_id == node.pk and gpu.claimed_by_id is None  # its GPU is still its own
+    enrolled = AuditEvent.objects.filter(action="node.enrolled", object_id=str(node.pk))
+    assert [e.reason.rsplit("; ", 1)[1] async for e in enrolled.order_by("pk")] == [
+        "new node",
+        "its enrolment secret",
+    ]
+    # Without the kept state (a new host, or someone else's pod with the same fleet token):
+    # refused, 403 node_name_taken, and the agent that has the name keeps it.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    stranger = _agent(fresh, await sync_to_async(fleet_token)(), transport)
+    assert not await stranger.enrol()
+    assert not stranger.state.agent_token
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as anon:
+        body = {"enrolment_token": stranger.enrolment_token, "hostname": "node-r"}
+        refused = await anon.post("/api/agents/enrol/", json=body)
+        assert refused.status_code == 403 and refused.json()["error"] == "node_name_taken"
+        heartbeat = await anon.post(
+            "/api/agents/heartbeat/",
+            json={},
+            headers={"Authorization": f"Bearer {again.state.agent_token}"},
+        )
+        assert heartbeat.status_code == 200, heartbeat.text
+    await stranger.aclose()
+    assert await AuditEvent.objects.filter(action="node.enrol_refused").acount() == 2
