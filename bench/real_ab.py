@@ -106,7 +106,7 @@ from controlplane.harness.realvllm.demo import REAL_POLICY, start_agent, wait_fo
 from controlplane.harness.realvllm.driver import Gateway, Target, TraceRequest
 from controlplane.harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
 from controlplane.harness.realvllm.engine import vllm_python as find_vllm
-from controlplane.harness.realvllm.presets import REAL_PRESETS, RealPreset
+from controlplane.harness.realvllm.presets import REAL_PRESETS, RealPreset, add_preset_argument
 from controlplane.harness.realvllm.record_tee import RecordTee
 from controlplane.harness.realvllm.router import RouterFront, router_available
 
@@ -338,11 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=5, help="rounds: runs per policy (default 5)")
     p.add_argument("--policies", default=",".join(POLICIES))
-    p.add_argument(
-        "--preset",
-        choices=sorted(REAL_PRESETS),
-        default="real-heavy",
-        help="the engines' model and prompts (controlplane/harness/realvllm/presets.py)",
+    add_preset_argument(
+        p, "real-heavy", "the engines' model and prompts (controlplane/harness/realvllm/presets.py)"
     )
     p.add_argument(
         "--holdout-fraction",

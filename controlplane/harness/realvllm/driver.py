@@ -34,7 +34,7 @@ import threading
 import httpx
 
 from controlplane.harness.lifecycle import Lifecycles, Operator
-from controlplane.harness.realvllm.presets import REAL_PRESETS
+from controlplane.harness.realvllm.presets import REAL_PRESETS, add_preset_argument
 from controlplane.harness.realvllm.replay_gateway import (  # noqa: F401 - re-exported
     ENGINE_FIELD,
     TENANT_HEADER,
@@ -78,11 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         "hostname, so that records name the engine that served them)",
     )
     p.add_argument("--trace", choices=("servegen", "mooncake"), default="servegen")
-    p.add_argument(
-        "--preset",
-        choices=sorted(REAL_PRESETS),
-        default="real",
-        help="the engines' model and, for servegen, the prompts' shape (presets.py)",
+    add_preset_argument(
+        p, "real", "the engines' model and, for servegen, the prompts' shape (presets.py)"
     )
     p.add_argument(
         "--rate",

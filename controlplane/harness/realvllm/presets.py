@@ -17,6 +17,7 @@ Both use vLLM's CPU block size (32, the smallest it takes), the same block size 
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,3 +75,8 @@ REAL_PRESETS = {
         ),
     )
 }
+
+
+def add_preset_argument(parser: argparse.ArgumentParser, default: str, what: str) -> None:
+    """``--preset NAME``, one of ``REAL_PRESETS``."""
+    parser.add_argument("--preset", choices=sorted(REAL_PRESETS), default=default, help=what)
