@@ -406,7 +406,7 @@ class VllmEngine(ServerProcess):
         self.restart(timeout_s)
 
     # -- requests ------------------------------------------------------------------------------
-    def complete(self, token_ids: list[int], max_tokens: int = 1, timeout_s: float = 60.0) -> dict:
+    def complete(self, token_ids: list[int], max_tokens: int = 1, timeout_s: float = 300.0) -> dict:
         """A completion for a prompt given as token ids; the response's JSON."""
         resp = httpx.post(
             f"{self.url}/v1/completions",
