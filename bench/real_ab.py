@@ -39,7 +39,9 @@ out are listed with why, and the bench exits 1 when any run was left out:
   copying nothing is not a failure: the table says "reactive found no hot spot");
 - ``cost_problems``: from the taps' records, the median TTFT of the requests served with nothing
   cached (a prefix miss) is under ``MIN_MISS_OVER_HIT`` (10) times that of those served with
-  their prefix cached (a hit), or the run had no miss or no hit. Each run prints both.
+  their prefix cached (a hit), or the run had no miss or no hit. Each run prints both;
+- ``served_problems``: more than a tenth of the requests sent failed (a machine too busy for
+  the engines to keep up).
 
 Runs go in rounds, one run of each policy a round, the order alternating (none, reactive,
 predictive; then predictive, reactive, none; ...), ``--runs`` rounds. Every run starts from reset
@@ -518,7 +520,7 @@ def _x(ratio: float | None) -> str:
 
 def verdict(runs: list[dict]) -> int:
     """The bench's exit status: 1, saying why, when any run does not count (its arm did not do
-    what it names, or a prefix miss cost too little against a hit)."""
+    what it names, a prefix miss cost too little against a hit, or most requests failed)."""
     if problems := failures(runs):
         print(
             "real_ab: these runs do not count (the summary leaves them out):\n  "

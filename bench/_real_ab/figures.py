@@ -33,6 +33,9 @@ JOINER_WINDOW_S = 120.0  # the joining engine's first two minutes of serving
 # to its first token as one that found its prefix cached (medians, from the taps' records): below
 # it a warm replica has little to save and no arm can differ by much.
 MIN_MISS_OVER_HIT = 10.0
+# ... and only where at most this share of the requests sent failed (the router's restart as the
+# joining engine is added refuses a second or two of them).
+MAX_FAILED_SHARE = 0.1
 PREFIX_GROUP_TOKENS = 1024  # a prefix group's length (docs/api.md): every tenant prefix is longer
 # The figures paired run by run (round by round).
 PAIRED = (
@@ -115,10 +118,20 @@ def cost_problems(run: dict, floor: float = MIN_MISS_OVER_HIT) -> list[str]:
     return []
 
 
+def served_problems(run: dict, most: float = MAX_FAILED_SHARE) -> list[str]:
+    """Why a run's figures are not the workload's: more than ``most`` of the requests sent
+    failed (the engines or the router did not keep up: a busy machine)."""
+    sent, failed = run.get("sent"), run.get("failed", 0)
+    if sent is None or failed <= most * (sent + failed):
+        return []
+    return [f"{failed} of {sent + failed} requests failed: the engines did not keep up"]
+
+
 def problems(run: dict) -> list[str]:
-    """Everything that keeps a run from counting: its arm did not act (``arm_problems``) or a
-    miss cost too little against a hit (``cost_problems``)."""
-    return arm_problems(run) + cost_problems(run)
+    """Everything that keeps a run from counting: its arm did not act (``arm_problems``), a
+    miss cost too little against a hit (``cost_problems``) or most requests failed
+    (``served_problems``)."""
+    return arm_problems(run) + cost_problems(run) + served_problems(run)
 
 
 def run_figures(

@@ -344,3 +344,12 @@ def test_the_scoreboard_holdout_is_recorded_beside_the_benchs_paired_result():
     )
     assert "verdict insufficient_data" in markdown({"summary": sm, "runs": runs})
     assert "DISAGREES" in markdown({"summary": sm, "runs": runs})
+
+
+def test_a_run_where_most_requests_failed_does_not_count():
+    # a busy machine: the router refused or dropped 136 of 139 requests
+    run = _full_run("none", 0, 0.9)
+    run.update(sent=3, failed=136)
+    assert real_ab.problems(run) == ["136 of 139 requests failed: the engines did not keep up"]
+    run.update(sent=170, failed=9)  # the router's restart as the joiner is added: a few
+    assert real_ab.problems(run) == []
