@@ -26,7 +26,7 @@ from nodeagent.reporter import Backoff, Reporter
 from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
 from nodeagent.tap import RequestTap, TapThread
-from nodeagent.transfers.base import Executor
+from nodeagent.transfers.base import Background, Executor
 from nodeagent.transfers.lmcache import LmcacheTransport
 from nodeagent.transfers.lmcache_mp import LmcacheMpTransport
 from nodeagent.transfers.nccl import NcclTransport
@@ -100,7 +100,7 @@ class Agent:
                 {e.engine_id: e for e in cfg.engines}, cfg.lmcache_coordinator_url
             ),
         }
-        transports = {n: available[n]() for n in self.enabled_transports}
+        self.transports = {n: available[n]() for n in self.enabled_transports}
         self.reporter = Reporter(
             cfg.control_plane_url,
             state,
@@ -114,6 +114,7 @@ class Agent:
             min_interval_s=cfg.report_min_interval_s,
             heartbeat_s=cfg.heartbeat_interval_s,
             timeout_s=cfg.request_timeout_s,
+            transports=list(self.transports),
             backoff_initial_s=cfg.backoff_initial_s,
             backoff_max_s=cfg.backoff_max_s,
             spool_max_bytes=cfg.spool_max_bytes,
@@ -149,12 +150,10 @@ class Agent:
         self.runner = JobRunner(
             Journal(state / "jobs.journal"),
             self.store,
-            transports,
+            self.transports,
             self.metrics,
             cut_report=self.reporter.cut,
         )
-        self.lmcache_leases = transports[wire.TRANSPORT_LMCACHE].leases  # type: ignore[attr-defined]
-        self.lmcache_leases.on_reading = self.runner.notify
         self.channel = JobChannel(
             cfg.control_plane_url,
             lambda: self.reporter.state.agent_token,
@@ -260,8 +259,11 @@ class Agent:
                 "transfer server on %s (advertised %s)", self.server.address, self.transfer_address
             )
         self.runner.loop = asyncio.get_running_loop()
-        if self.cfg.lmcache_controller_url:
-            self.lmcache_leases.start()
+        # Executors with work of their own (the lmcache executor's lease renewals) start with
+        # the agent; an agent without that transport has none of it.
+        for executor in self.transports.values():
+            if isinstance(executor, Background):
+                executor.start(self.runner.notify)
         tasks = [asyncio.create_task(self.reporter.run()), asyncio.create_task(self._scrape_loop())]
         if self.tap_thread:
             self.tap_thread.start()
@@ -281,7 +283,9 @@ class Agent:
             self.tap_thread.stop()  # first: what the taps saw reaches the record spool
         await self.reporter.aclose()
         await self.records.aclose()
-        self.lmcache_leases.stop()
+        for executor in self.transports.values():
+            if isinstance(executor, Background):
+                executor.stop()
         for sub in self.subscribers:
             sub.stop()
         if self.server:

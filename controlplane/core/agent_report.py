@@ -36,6 +36,8 @@ class Report:
     seq: int
     boot_id: str
     sent_at: float | None
+    # The transports the agent's executors run; None from an agent too old to say.
+    transports: list[str] | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)
     engines: list[dict[str, Any]] = field(default_factory=list)
     residency: list[ResidencyEntry] = field(default_factory=list)
@@ -168,6 +170,11 @@ def parse_report(raw: Any, max_deltas: int = 200_000) -> Report:
     )
     report.gpus = [
         _gpu(g, f"gpus[{i}]") for i, g in enumerate(_list(body.get("gpus", []), "gpus", 64))
+    if body.get("transports") is not None:
+        report.transports = [
+            _str(t, f"transports[{i}]", 32)
+            for i, t in enumerate(_list(body["transports"], "transports", 16))
+        ]
     ]
     report.engines = [
         _engine(e, f"engines[{i}]")
