@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ import httpx
 import zmq
 
 from controlplane.core import protocol as wire
+from controlplane.core.blockhash import to_hex
+from controlplane.core.protocol import KEY_MAX
 from nodeagent.blockstore import BlockStore, FileBlockStore, MemoryBlockStore
 from nodeagent.config import NEEDS_LISTEN, AgentConfig, enabled_transports, listens_everywhere
 from nodeagent.config import transport_names as configured_transports
@@ -57,6 +60,7 @@ class Agent:
             e.engine_id: EngineResidency(e.engine_id, e.block_size) for e in cfg.engines
         }
         self.engine_metrics: dict[str, dict[str, Any]] = {}
+        self.engine_config: dict[str, dict[str, str]] = {}  # vLLM's cache_config_info labels
         self.zmq = zmq.Context()
         self.subscribers = [
             EngineSubscriber(
@@ -110,11 +114,11 @@ class Agent:
             enrolment_token=cfg.enrolment_token,
             hostname=cfg.hostname,
             labels=cfg.labels,
+            transports=list(self.transports),
             interval_s=cfg.report_interval_s,
             min_interval_s=cfg.report_min_interval_s,
             heartbeat_s=cfg.heartbeat_interval_s,
             timeout_s=cfg.request_timeout_s,
-            transports=list(self.transports),
             backoff_initial_s=cfg.backoff_initial_s,
             backoff_max_s=cfg.backoff_max_s,
             spool_max_bytes=cfg.spool_max_bytes,
@@ -142,11 +146,13 @@ class Agent:
                 e.block_size,
                 tenant_rule=cfg.tap_tenant,
                 token_ids_every_s=cfg.tap_token_ids_every_s,
+                predict=self.residencies[e.engine_id].cached_depth,
             )
             for e in cfg.engines
             if e.tap_listen
         ]
         self.tap_thread = TapThread(self.taps) if self.taps else None
+        self.taps_by_engine = {t.engine.rpartition("/")[2]: t for t in self.taps}
         self.runner = JobRunner(
             Journal(state / "jobs.journal"),
             self.store,
@@ -217,9 +223,25 @@ class Agent:
                         "lmcache_coordinator": self.cfg.lmcache_coordinator_url,
                     },
                     "metrics": self.engine_metrics.get(e.engine_id, {}),
+                    "doctor": self._doctor(e.engine_id, sub, res),
                 }
             )
         return out
+
+    def _doctor(self, engine_id: str, sub: EngineSubscriber, res: EngineResidency) -> dict:
+        """What the fleet doctor needs to know of one engine that only this agent sees."""
+        tap = self.taps_by_engine.get(engine_id)
+        return {
+            "cache_config": self.engine_config.get(engine_id, {}),
+            "topic": sub.topic_seen,
+            "subscribed_topic": sub.topic,
+            # to 10 s: a report rewrites the engine's row only when something it says changed
+            "last_event_at": round(res.last_event_at, -1) or None,
+            "replay_answered": None if sub.replay is None else sub.replay.answered,
+            "event_block_size": res.event_block_size or None,
+            "roots": {to_hex(k): to_hex(h & KEY_MAX) for k, h in list(res.roots.items())},
+            "tap": tap.window.counts(time.time()) if tap else None,
+        }
 
     async def _scrape_loop(self) -> None:
         targets = [(e.engine_id, e.metrics_url) for e in self.cfg.engines if e.metrics_url]
@@ -230,6 +252,7 @@ class Agent:
                 for engine_id, url in targets:
                     got = await scrape(client, url)
                     if got is not None:
+                        self.engine_config[engine_id] = got.pop("cache_config", {})
                         self.engine_metrics[engine_id] = got
                 await asyncio.sleep(self.cfg.engine_metrics_interval_s)
 

@@ -88,6 +88,12 @@ class Engine(models.Model):
     gpus = models.ManyToManyField(Gpu, blank=True, related_name="engines")
     endpoints = models.JSONField(default=dict, blank=True)
     metrics = models.JSONField(default=dict, blank=True)
+    doctor = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="what its agent learnt of the engine for the fleet doctor (settings, event "
+        "stream, request tap)",
+    )
     lifecycle = models.CharField(
         max_length=16, choices=EngineLifecycle.CHOICES, default=EngineLifecycle.SERVING
     )

@@ -51,6 +51,7 @@ ENGINE_FIELDS = (
     "kv_capacity_blocks",
     "endpoints",
     "metrics",
+    "doctor",
 )
 
 
