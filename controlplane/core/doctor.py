@@ -153,14 +153,19 @@ def _per_model(engines: list[EngineView]) -> list[Finding]:
         for e in group:
             for key, h in (e.doctor.get("roots") or {}).items():
                 hashes[key][e.name] = h
-        split = sorted({n for per in hashes.values() if len(set(per.values())) > 1 for n in per})
+        split = next((per for _, per in sorted(hashes.items()) if len(set(per.values())) > 1), None)
         if split:
+            sides: dict[str, list[str]] = defaultdict(list)
+            for name, h in sorted(split.items()):
+                sides[h].append(name)
+            seen = "; ".join(f"{', '.join(names)} hash it {h}" for h, names in sides.items())
             out.append(
                 Finding(
                     HASH_SEED_MISMATCH,
                     model,
-                    f"engines {', '.join(split)} publish different block hashes for the same "
-                    "tokens: a router matching engine hashes sees no shared prefix",
+                    f"engines of {model!r} publish different block hashes for the same first "
+                    f"block of a prompt ({seen}): a router matching engine hashes sees no shared "
+                    "prefix",
                     "set the same PYTHONHASHSEED on every engine of the model (with "
                     "--prefix-caching-hash-algo xxhash it is random per process unless set), "
                     "and the same --prefix-caching-hash-algo",

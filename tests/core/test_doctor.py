@@ -67,6 +67,7 @@ def test_hash_algorithm_and_seed_that_differ_across_engines():
     assert found == [d.HASH_ALGO_MISMATCH, d.HASH_SEED_MISMATCH]
     seed = d.examine([engine(), other], NOW, LIMITS)[1]
     assert "PYTHONHASHSEED" in seed.setting
+    assert "n1/vllm-0 hash it 1111111111111111; n2/vllm-0 hash it 2222222222222222" in seed.detail
 
 
 def test_different_prompts_are_no_hash_disagreement():
