@@ -1,9 +1,9 @@
 """What an agent learns of its engine for the fleet doctor, from the engine's own events and
 /metrics: the blocks a prompt would hit, its first-block hashes, its cache settings."""
 
-from controlplane.core import blockhash
 from nodeagent.engine_metrics import parse_vllm_metrics
 from nodeagent.residency import EngineResidency
+from wire import blockhash
 
 TOKENS = list(range(100, 164))  # two 32-token blocks
 

@@ -5,8 +5,8 @@ import pytest
 from django.core.management import call_command
 
 from controlplane.core import doctor as d
-from controlplane.harness import fleet_seed as cluster
 from controlplane.replication.models import Policy
+from harness import fleet_seed as cluster
 
 
 def facts(topic="", block_size=32):

@@ -11,31 +11,34 @@ import sys
 import httpx
 import pytest
 
-from controlplane.core import protocol as wire
-from controlplane.harness.live import LiveControlPlane
-from controlplane.harness.processes import Proc, free_port, wait_for
+from harness.live import LiveControlPlane
+from harness.processes import Proc, free_port, wait_for
 from tests.realvllm.helpers import user_token
+from wire import protocol
 
 pytestmark = pytest.mark.slow
 
 FULL = ",".join(
     (
-        wire.TRANSPORT_TCP,
-        wire.TRANSPORT_NCCL,
-        wire.TRANSPORT_LMCACHE,
-        wire.TRANSPORT_WARMUP,
-        wire.TRANSPORT_LMCACHE_MP,
+        protocol.TRANSPORT_TCP,
+        protocol.TRANSPORT_NCCL,
+        protocol.TRANSPORT_LMCACHE,
+        protocol.TRANSPORT_WARMUP,
+        protocol.TRANSPORT_LMCACHE_MP,
     )
 )
 # transports setting -> (a transport it has: its evict job runs; one it lacks: refused, or None)
 SETS = {
-    wire.TRANSPORT_TCP: (wire.TRANSPORT_TCP, wire.TRANSPORT_WARMUP),
-    wire.TRANSPORT_WARMUP: (wire.TRANSPORT_WARMUP, wire.TRANSPORT_TCP),
-    f"{wire.TRANSPORT_TCP},{wire.TRANSPORT_WARMUP}": (wire.TRANSPORT_TCP, wire.TRANSPORT_LMCACHE),
-    wire.TRANSPORT_LMCACHE: (wire.TRANSPORT_LMCACHE, wire.TRANSPORT_TCP),
-    FULL: (wire.TRANSPORT_WARMUP, None),
+    protocol.TRANSPORT_TCP: (protocol.TRANSPORT_TCP, protocol.TRANSPORT_WARMUP),
+    protocol.TRANSPORT_WARMUP: (protocol.TRANSPORT_WARMUP, protocol.TRANSPORT_TCP),
+    f"{protocol.TRANSPORT_TCP},{protocol.TRANSPORT_WARMUP}": (
+        protocol.TRANSPORT_TCP,
+        protocol.TRANSPORT_LMCACHE,
+    ),
+    protocol.TRANSPORT_LMCACHE: (protocol.TRANSPORT_LMCACHE, protocol.TRANSPORT_TCP),
+    FULL: (protocol.TRANSPORT_WARMUP, None),
 }
-NEEDS_LISTEN = (wire.TRANSPORT_TCP, wire.TRANSPORT_NCCL)
+NEEDS_LISTEN = (protocol.TRANSPORT_TCP, protocol.TRANSPORT_NCCL)
 
 # Run in the control plane (manage.py shell): one evict job per (node, transport) on the node's
 # engine, approved and dispatched as the dispatch task would; prints {"node/transport": job id}.
@@ -135,7 +138,7 @@ def test_an_agent_runs_with_any_set_of_transports(tmp_path):
             ran = done[f"{node}/{has}"]
             # It reached the executor: an LMCache evict without a controller says so itself.
             assert "is not enabled on this agent" not in ran["error"], (node, ran)
-            if has != wire.TRANSPORT_LMCACHE:
+            if has != protocol.TRANSPORT_LMCACHE:
                 assert ran["state"] == "succeeded", (node, ran)
             else:
                 assert ran["state"] == "failed" and "lmcache" in ran["error"], (node, ran)

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from controlplane.core import doctor as d
-from controlplane.harness.processes import Proc, free_port, wait_for
-from controlplane.harness.realvllm.engine import BLOCK_SIZE, vllm_python
+from harness.processes import Proc, free_port, wait_for
+from harness.realvllm.engine import BLOCK_SIZE, vllm_python
 from tests.realvllm.helpers import api, fresh, prompts, start_agent, stop_quietly
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
