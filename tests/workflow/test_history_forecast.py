@@ -98,3 +98,50 @@ def test_imported_history_gives_day_scale_models_and_prophet_in_the_first_hour(f
     assert third.scores["prophet"] == pytest.approx(fit.backtest_mase)
     assert third.model in DAY_SCALE
     assert (third.model == "prophet") == fit.chosen
+
+
+@pytest.mark.slow  # the ServeGen set-up takes seconds
+def test_the_virtual_cluster_history_lands_on_the_keys_its_replay_makes(settings):
+    """The demo's history rows (the trace's windows before the replay, counts x time scale)
+    make the workload keys the replay's records then count under, with their shared prefix."""
+    from types import SimpleNamespace
+
+    from controlplane.harness.virtual.history import history_rows
+    from controlplane.sim.scenarios import build
+    from controlplane.sim.workloads.base import BLOCK_TOKENS
+
+    settings.PREWARM_DEMAND_BUCKET_SECONDS = 60
+    setup = build(
+        workload="servegen",
+        scenario="steady",
+        engines=2,
+        model="llama3-8b",
+        duration=120.0,
+        load=0.3,
+        tenants=3,
+        prefix_tokens=(1024, 4096),
+        seed=1,
+    )
+    wl = setup.workload
+    vc = SimpleNamespace(workload=wl, opt=SimpleNamespace(time_scale=10.0), model="m8b")
+    now = time.time()
+    rows = history_rows(vc, 1.0, now)
+    assert rows and max(r["time"] + r["seconds"] for r in rows) == pytest.approx(now, abs=1)
+    want = sum(round(float(c) * 10) for c in (h[-144:] for h in wl.history.values()) for c in c)
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    imp, _ = import_history(io.BytesIO(text))
+    assert imp.requests == want and imp.workload_keys == len(wl.history) == 3
+    records = [
+        {
+            "time": now + 1,
+            "model": "m8b",
+            "tenant": wl.prefix_wkey[pid],
+            "keys": [blockhash.to_hex(k) for k in (*wl.prefixes[pid], 987654321 + pid)],
+            "block_size": BLOCK_TOKENS,
+        }
+        for pid in range(len(wl.prefixes))
+    ]
+    assert ingest_records(records)["workload_keys_created"] == 0
+    for wk in WorkloadKey.objects.all():
+        pid = wl.prefix_wkey.index(wk.tenant)
+        assert wk.prefix_keys == [blockhash.to_hex(k) for k in wl.prefixes[pid]]

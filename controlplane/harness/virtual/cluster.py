@@ -92,6 +92,9 @@ class Options:
     # One CSV line per served request (trace seconds, TTFT, engine, cached and prompt tokens):
     # what a measured run reads its TTFTs from. None: not written (a looping demo runs for hours).
     served_log: Path | None = None
+    # Days of the trace before the replayed window imported as request history before the
+    # replay starts (``history.py``; needs the operator token); 0: none.
+    history_days: float = 0.0
 
 
 @dataclass
@@ -186,6 +189,7 @@ class VirtualCluster:
         )
         self._request_no = 0
         self._served: TextIO | None = None  # the open served log while ``run`` runs
+        self.history: dict[str, Any] | None = None  # the history import's summary
         self.gauges.publish(self.sim_now)
 
     # -- layout -----------------------------------------------------------------------------
@@ -324,6 +328,10 @@ class VirtualCluster:
         or ``stop()``); with ``options.loop`` the workload starts again when it ends."""
         if not self.wait_for_agents(wait_for_agents_s):
             raise TimeoutError("the agents' engines did not appear in the control plane")
+        if self.opt.history_days > 0 and self.opt.operator_token:
+            from controlplane.harness.virtual.history import import_trace_history
+
+            self.history = import_trace_history(self, self.opt.history_days)
         self._poster = RecordPoster(
             self.opt.control_plane_url, self.opt.gateway_token, self.opt.record_flush_s
         ).start()
@@ -402,6 +410,7 @@ class VirtualCluster:
             "replicas_used": self.copies.replicas_used(),
             "lifecycle_changes": st.lifecycle_changes,
             "rejoins": st.rejoins,
+            "history": self.history,
         }
 
     def close(self) -> None:
