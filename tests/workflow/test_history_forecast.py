@@ -111,18 +111,7 @@ def test_the_virtual_cluster_history_lands_on_the_keys_its_replay_makes(settings
     from controlplane.sim.workloads.base import BLOCK_TOKENS
 
     settings.PREWARM_DEMAND_BUCKET_SECONDS = 60
-    setup = build(
-        workload="servegen",
-        scenario="steady",
-        engines=2,
-        model="llama3-8b",
-        duration=120.0,
-        load=0.3,
-        tenants=3,
-        prefix_tokens=(1024, 4096),
-        seed=1,
-    )
-    wl = setup.workload
+    wl = build(workload="servegen", scenario="steady", engines=2, duration=60.0, tenants=3).workload
     vc = SimpleNamespace(workload=wl, opt=SimpleNamespace(time_scale=10.0), model="m8b")
     now = time.time()
     rows = history_rows(vc, 1.0, now)
