@@ -35,10 +35,10 @@ def fresh_install(settings):
     services.reset_windows()
 
 
-def daily(n: int, end_bucket: int) -> np.ndarray:
-    """Requests per 10-minute window with a daily cycle (Poisson around 40 +- 35)."""
-    t = np.arange(end_bucket - n, end_bucket)
-    return np.random.default_rng(7).poisson(40 + 35 * np.sin(2 * np.pi * t / 144))
+def daily(bucket: int) -> int:
+    """The tenant's requests in 10-minute window ``bucket`` (unix time // 600): a daily cycle,
+    the same every day, as the simulator's expected counts are."""
+    return int(round(40 + 35 * np.sin(2 * np.pi * bucket / 144)))
 
 
 def latest(key_id: int) -> Forecast:
@@ -47,11 +47,13 @@ def latest(key_id: int) -> Forecast:
 
 def test_imported_history_gives_day_scale_models_and_prophet_in_the_first_hour(fresh_install):
     now = time.time()
-    # The install went live 40 minutes ago: its gateway has posted a few records since.
-    live_from = (now - 2400) // BUCKET_S * BUCKET_S
+    # The install went live 40 minutes ago: its gateway has posted the tenant's requests since.
+    live_from = int((now - 2400) // BUCKET_S)
     live = [
         {"time": t, "model": "m", "tenant": "acme", "keys": KEYS, "block_size": 512}
-        for t in np.arange(live_from, now - 60, 30.0)
+        for b in range(live_from, int(now // BUCKET_S) + 1)
+        for t in b * BUCKET_S + np.arange(daily(b)) * BUCKET_S / daily(b)
+        if t < now - 1
     ]
     ingest_records(live)
     wk = WorkloadKey.objects.get()
@@ -64,18 +66,17 @@ def test_imported_history_gives_day_scale_models_and_prophet_in_the_first_hour(f
     # Two days and an hour of the tenant's history, in 10-minute counts, up to its first
     # live record.
     n = int((2 * 86400 + 3600) // BUCKET_S)
-    end_bucket = int(live_from // BUCKET_S)
     rows = [
         {
-            "time": (end_bucket - n + i) * BUCKET_S,
+            "time": b * BUCKET_S,
             "seconds": BUCKET_S,
-            "requests": int(c),
-            "prompt_tokens": int(c) * 2000,
+            "requests": daily(b),
+            "prompt_tokens": daily(b) * 2000,
             "tenant": "acme",
             "model": "m",
             "prefix_group": KEYS[1],
         }
-        for i, c in enumerate(daily(n, end_bucket))
+        for b in range(live_from - n, live_from)
     ]
     text = "".join(json.dumps(r) + "\n" for r in rows).encode()
     imp, _ = import_history(io.BytesIO(text))
