@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 
-from controlplane.core import blockhash
+from wire import blockhash
 
 FORMATS = ("jsonl", "csv", "vllm-log", "vllm-router-log")
 FIELDS = (

@@ -11,10 +11,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from controlplane.audit.models import AuditEvent
-from controlplane.core import blockhash
 from controlplane.demand import history
 from controlplane.demand.models import DemandBucket, HistoryImport, WorkloadKey
 from controlplane.demand.services import ingest_records
+from wire import blockhash
 
 from .test_request_records import mooncake_records
 

@@ -11,12 +11,12 @@ import time
 import numpy as np
 import pytest
 
-from controlplane.core import blockhash
 from controlplane.demand.history import import_history
 from controlplane.demand.models import WorkloadKey
 from controlplane.demand.services import ingest_records
 from controlplane.forecasting import services
 from controlplane.forecasting.models import FittedModel, Forecast
+from wire import blockhash
 
 BUCKET_S = 600
 HORIZON_S = 3600.0
@@ -105,17 +105,14 @@ def test_imported_history_gives_day_scale_models_and_prophet_in_the_first_hour(f
 def test_the_virtual_cluster_history_lands_on_the_keys_its_replay_makes(settings):
     """The demo's history rows (the trace's windows before the replay, counts x time scale)
     make the workload keys the replay's records then count under, with their shared prefix."""
-    from types import SimpleNamespace
-
-    from controlplane.harness.virtual.history import history_rows
     from controlplane.sim.scenarios import build
     from controlplane.sim.workloads.base import BLOCK_TOKENS
+    from harness.virtual.history import history_rows
 
     settings.PREWARM_DEMAND_BUCKET_SECONDS = 60
     wl = build(workload="servegen", scenario="steady", engines=2, duration=60.0, tenants=3).workload
-    vc = SimpleNamespace(workload=wl, opt=SimpleNamespace(time_scale=10.0), model="m8b")
     now = time.time()
-    rows = history_rows(vc, 1.0, now)
+    rows = history_rows(wl, "m8b", 10.0, 1.0, now)
     assert rows and max(r["time"] + r["seconds"] for r in rows) == pytest.approx(now, abs=1)
     want = sum(round(float(c) * 10) for c in (h[-144:] for h in wl.history.values()) for c in c)
     text = "".join(json.dumps(r) + "\n" for r in rows).encode()
