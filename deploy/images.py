@@ -174,11 +174,7 @@ def ensure_wheels(log=print) -> str:
     with tempfile.TemporaryDirectory(prefix="prewarm-wheels-") as tmp:
         wheels = Path(tmp) / "wheels"
         for lock in LOCKS.values():
-            subprocess.run(
-                [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-r", str(lock)]
-                + ["-w", str(wheels)],
-                check=True,
-            )
+            _pip("wheel", "--no-deps", "-r", str(lock), "-w", str(wheels))
         tar = Path(tmp) / "wheels.tar"
         with tarfile.open(tar, "w") as t:
             t.add(wheels, arcname="wheels")
@@ -241,21 +237,52 @@ def pins() -> dict[str, list[str]]:
 
 HEADER = (
     "# Every dependency of the {name} image, pinned: pyproject.toml's pins and all they need,\n"
-    "# resolved by pip for Linux x86_64 and Python 3.11 (`python -m deploy.images lock` writes this\n"
-    "# file). docker/{dockerfile} installs exactly these, offline from the wheelhouse.\n"
+    "# resolved by pip for Linux x86_64 and Python 3.11.0 and up (`python -m deploy.images lock`\n"
+    "# writes this file). docker/{dockerfile} installs exactly these, offline from the wheelhouse.\n"
 )
+
+
+def _pip(*args: str) -> None:
+    """This machine's pip (its index, find-links and CA bundle); its output only on failure."""
+    out = subprocess.run([sys.executable, "-m", "pip", "-q", *args], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"pip {args[0]} failed: {out.stderr[-3000:]}")
+
+
+def _resolve(reqs: list[str]) -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        _pip("install", "--dry-run", "--ignore-installed", "--report", str(report), *reqs)
+        return json.loads(report.read_text())["install"]
+
+
+def _needed_elsewhere(items: list[dict]) -> list[str]:
+    """Requirements of the resolved packages that this interpreter's markers drop but another
+    Python 3.11 keeps (Debian's 3.11.2 needs async-timeout for redis, 3.11.7 does not): pip
+    resolves for the Python it runs on, the images run any 3.11 from 3.11.0 to this one."""
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    have = {canonical(i["metadata"]["name"]) for i in items}
+    envs = [default_environment(), {**default_environment(), "python_full_version": "3.11.0"}]
+    out = []
+    for item in items:
+        for text in item["metadata"].get("requires_dist", []):
+            req = Requirement(text)
+            if canonical(req.name) in have or not req.marker:
+                continue
+            if any(req.marker.evaluate({**env, "extra": ""}) for env in envs):
+                req.marker = None
+                out.append(str(req))
+    return out
 
 
 def lock() -> None:
     for name, reqs in pins().items():
-        with tempfile.TemporaryDirectory() as tmp:
-            report = Path(tmp) / "report.json"
-            subprocess.run(
-                [sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed"]
-                + ["--report", str(report), *reqs],
-                check=True,
-            )
-            items = json.loads(report.read_text())["install"]
+        items = _resolve(reqs)
+        more = _needed_elsewhere(items)
+        if more:
+            items = _resolve(reqs + more)
         lines = sorted(
             f"{canonical(i['metadata']['name'])}=={i['metadata']['version']}" for i in items
         )
