@@ -41,9 +41,10 @@ CHART = ROOT / "deploy" / "helm" / "prewarm"
 # containers.conf's empty default_ulimits (a machine may refuse setrlimit in containers).
 PODMAN = ("podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs")
 CONTAINERS_CONF = DOCKER / "containers.conf"
-# What the base holds beyond Debian's essential packages: its Python with venv and pip, and the
-# CA bundle (the public python image has the same).
-BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "ca-certificates")
+# What the base holds beyond Debian's essential packages: its Python with venv and pip, and
+# what the public python image adds too: the CA bundle, the time zone database (Django's and
+# Celery's zoneinfo read it: without it a worker dies at import) and /etc/services.
+BASE_PACKAGES = ("python3", "python3-venv", "python3-pip", "ca-certificates", "tzdata", "netbase")
 BASE_REPO, WHEELS_REPO = "localhost/prewarm-base", "localhost/prewarm-wheels"
 
 

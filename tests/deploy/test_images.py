@@ -107,8 +107,10 @@ def security_flags(pod: dict, container: dict) -> list[str]:
             f"volume {volume} has no translation to podman"
         )
         assert set(mount) == {"name", "mountPath"}, f"mount {mount} has no translation"
-        # An emptyDir: an empty, writable (0777) directory of the pod's own.
-        flags += ["--tmpfs", f"{mount['mountPath']}:rw,exec,nosuid,nodev,mode=0777"]
+        # An emptyDir: an empty directory of the pod's own that its user can write (0777 in
+        # Kubernetes). podman 4.3 ignores a tmpfs's mode= where the image has the directory
+        # (root, 0755): U gives it to the container's user instead.
+        flags += ["--tmpfs", f"{mount['mountPath']}:rw,exec,nosuid,nodev,U"]
     return flags
 
 
