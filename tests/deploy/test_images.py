@@ -37,11 +37,9 @@ import msgpack
 import pytest
 import redis
 
-from controlplane.core import blockhash
-from controlplane.core.protocol import TIER_GPU
-from controlplane.harness.event_publisher import TestPublisher
-from controlplane.harness.processes import free_port, pg_admin, wait_for
 from deploy import images
+from harness.event_publisher import TestPublisher
+from harness.processes import free_port, pg_admin, wait_for
 from tests.deploy.test_helm import (
     CHART,
     RELEASE,
@@ -51,6 +49,8 @@ from tests.deploy.test_helm import (
     render_chart,
     resolve_env,
 )
+from wire import blockhash
+from wire.protocol import TIER_GPU
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/prewarm")
