@@ -4,7 +4,7 @@ Two real vLLM engines (the ``--preset``'s model, built under ``var/realvllm/``: 
 ``real-heavy``, the prefill-heavy model whose prefix miss costs many times a hit; each engine's
 compute threads pinned to its own core with ``VLLM_CPU_OMP_THREADS_BIND``) behind vllm-router
 (``kv_aware``: it routes on the engines' own KV events, ``RouterFront`` in
-``controlplane/harness/realvllm/router.py``) in front of the agents' request taps; the real
+``harness/realvllm/router.py``) in front of the agents' request taps; the real
 control plane (daphne, the embedded Celery worker and beat); one real ``prewarm-agent`` per
 engine with its request tap and its ``warmup`` executor (prefill-only requests into the target
 engine, confirmed by that engine's own KV events). The request driver is a load generator only
@@ -101,16 +101,16 @@ from _real_ab.figures import (  # noqa: F401 - paired, problems: re-exported for
 )
 from _real_ab.output import build_doc, markdown, print_table, write_html
 
-from controlplane.core.protocol import ENGINE_SERVING, JOB_LANDED, JOB_LIVE
-from controlplane.harness import launch
-from controlplane.harness.lifecycle import Lifecycles, Operator
-from controlplane.harness.realvllm.demo import REAL_POLICY, start_agent, wait_for_engines
-from controlplane.harness.realvllm.driver import Gateway, Target, TraceRequest
-from controlplane.harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
-from controlplane.harness.realvllm.engine import vllm_python as find_vllm
-from controlplane.harness.realvllm.presets import REAL_PRESETS, RealPreset, add_preset_argument
-from controlplane.harness.realvllm.record_tee import RecordTee
-from controlplane.harness.realvllm.router import RouterFront, router_available
+from harness import launch
+from harness.lifecycle import Lifecycles, Operator
+from harness.realvllm.demo import REAL_POLICY, start_agent, wait_for_engines
+from harness.realvllm.driver import Gateway, Target, TraceRequest
+from harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
+from harness.realvllm.engine import vllm_python as find_vllm
+from harness.realvllm.presets import REAL_PRESETS, RealPreset, add_preset_argument
+from harness.realvllm.record_tee import RecordTee
+from harness.realvllm.router import RouterFront, router_available
+from wire.protocol import ENGINE_SERVING, JOB_LANDED, JOB_LIVE
 
 WORK = REPO / "var" / "bench" / "real_ab"
 UNSETTLED = (*JOB_LIVE, JOB_LANDED)  # jobs whose outcome is still to come
@@ -175,8 +175,8 @@ def one_run(
     _manage(
         env,
         "import json, sys; import django; django.setup(); "
-        "from pathlib import Path; from controlplane.harness import launch; "
-        "from controlplane.harness.realvllm.demo import set_policy; "
+        "from pathlib import Path; from harness import launch; "
+        "from harness.realvllm.demo import set_policy; "
         f"launch.setup_control_plane(2, 'bench-only', Path({str(creds_path)!r})); "
         "set_policy(json.loads("
         f"{json.dumps(json.dumps(policy_fields(policy, args.holdout_fraction)))}))",
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=5, help="rounds: runs per policy (default 5)")
     p.add_argument("--policies", default=",".join(POLICIES))
     add_preset_argument(
-        p, "real-heavy", "the engines' model and prompts (controlplane/harness/realvllm/presets.py)"
+        p, "real-heavy", "the engines' model and prompts (harness/realvllm/presets.py)"
     )
     p.add_argument(
         "--holdout-fraction",

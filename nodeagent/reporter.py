@@ -29,14 +29,14 @@ from typing import Any
 import httpx
 import msgpack
 
-from controlplane.core.protocol import (
+from nodeagent.residency import EngineResidency
+from nodeagent.spool import Spool
+from wire.protocol import (
     CONTENT_JSON,
     CONTENT_MSGPACK,
     ENCODING_JSON,
     ENCODING_MSGPACK,
 )
-from nodeagent.residency import EngineResidency
-from nodeagent.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,7 @@ class Reporter:
         enrolment_token: str = "",
         hostname: str = "",
         labels: dict[str, str] | None = None,
+        transports: list[str] | None = None,
         interval_s: float = 1.0,
         min_interval_s: float = 0.1,
         heartbeat_s: float = 15.0,
@@ -118,6 +119,7 @@ class Reporter:
         self.enrolment_token = enrolment_token
         self.hostname = hostname
         self.labels = labels or {}
+        self.transports = list(transports or [])  # what this agent's executors can run
         self.interval_s = interval_s
         self.min_interval_s = min_interval_s
         self.heartbeat_s = heartbeat_s
@@ -188,6 +190,7 @@ class Reporter:
             "seq": seq,
             "boot_id": self.boot_id,
             "sent_at": time.time(),
+            "transports": self.transports,
             "gpus": gpus,
             "engines": engines,
             "residency": residency,
@@ -417,7 +420,7 @@ class Reporter:
 
 
 def encode_report(report: dict[str, Any], encoding: str = ENCODING_MSGPACK) -> bytes:
-    """A report body as sent (its residency rows from ``controlplane.core.protocol``'s encoder)."""
+    """A report body as sent (its residency rows from ``wire.protocol``'s encoder)."""
     if encoding == ENCODING_MSGPACK:
         return msgpack.packb(report, use_bin_type=True)
     return json.dumps(report, separators=(",", ":")).encode()

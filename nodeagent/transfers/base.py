@@ -6,11 +6,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from controlplane.core import protocol as wire
-from controlplane.core.blockhash import from_hex
 from nodeagent.blockstore import BlockStore
+from wire import protocol
+from wire.blockhash import from_hex
 
 Progress = Callable[[int], None]  # bytes done so far
 
@@ -57,16 +57,16 @@ class Job:
             keys = [from_hex(k) for k in msg.get("keys") or []]
             job = cls(
                 id=str(msg["id"]),
-                action=msg.get("action", wire.ACTION_REPLICATE),
+                action=msg.get("action", protocol.ACTION_REPLICATE),
                 role=msg["role"],
-                transport=msg.get("transport", wire.TRANSPORT_TCP),
+                transport=msg.get("transport", protocol.TRANSPORT_TCP),
                 keys=keys,
                 bytes=int(msg.get("bytes") or 0),
                 bytes_per_block=int(msg.get("bytes_per_block") or 0),
-                source=msg.get(wire.ROLE_SOURCE) or {},
-                target=msg.get(wire.ROLE_TARGET) or {},
+                source=msg.get(protocol.ROLE_SOURCE) or {},
+                target=msg.get(protocol.ROLE_TARGET) or {},
                 rendezvous=msg.get("rendezvous") or {},
-                lmcache=msg.get(wire.FIELD_LMCACHE) or {},
+                lmcache=msg.get(protocol.FIELD_LMCACHE) or {},
                 secret=str(msg.get("secret") or ""),
                 deadline=float(msg.get("deadline") or time.time() + 300),
                 attempt=int(msg.get("attempt") or 1),
@@ -76,10 +76,10 @@ class Job:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise JobError(f"malformed job: {exc}") from None
-        if job.role not in wire.ROLES:
-            raise JobError(f"job {job.id}: role must be {' or '.join(wire.ROLES)}")
-        if job.action not in wire.ACTIONS:
-            raise JobError(f"job {job.id}: action must be {' or '.join(wire.ACTIONS)}")
+        if job.role not in protocol.ROLES:
+            raise JobError(f"job {job.id}: role must be {' or '.join(protocol.ROLES)}")
+        if job.action not in protocol.ACTIONS:
+            raise JobError(f"job {job.id}: action must be {' or '.join(protocol.ACTIONS)}")
         return job
 
     def seconds_left(self) -> float:
@@ -133,6 +133,17 @@ class TransferResult:
     def failed(cls, executor: str, why: str) -> TransferResult:
         """An executor's refusal or failure, named for the job.result."""
         return cls(False, error=why, extra={"executor": executor})
+
+
+@runtime_checkable
+class Background(Protocol):
+    """An executor with work of its own beside its jobs (the lmcache executor renews leases):
+    the agent starts it, handing it the runner's ``notify`` for events not tied to a message,
+    and stops it on the way out."""
+
+    def start(self, notify: Callable[[dict[str, Any]], None]) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class Executor(Protocol):

@@ -55,15 +55,15 @@ from typing import Any
 
 import httpx
 
-from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
 from nodeagent.transfers.http import JsonService, ServiceError
+from wire import protocol
 
 log = logging.getLogger(__name__)
-NAME = wire.TRANSPORT_LMCACHE
-PIN = wire.CONFIRM_LMCACHE_PIN
+NAME = protocol.TRANSPORT_LMCACHE
+PIN = protocol.CONFIRM_LMCACHE_PIN
 
 
 class LmcacheError(ServiceError):
@@ -183,7 +183,7 @@ class LeaseKeeper:
                 self._save()
         for lease in due:
             msg: dict[str, Any] = {
-                "type": wire.MSG_JOB_CONFIRM,
+                "type": protocol.MSG_JOB_CONFIRM,
                 "job_id": lease.job_id,
                 "by": PIN,
                 "copied": lease.expected,
@@ -255,6 +255,16 @@ class LmcacheTransport:
             LmcacheController(controller_url, transport=transport) if controller_url else None
         )
         self.leases = LeaseKeeper(self.controller, renew_s, lease_path)
+
+    def start(self, notify: Reading) -> None:
+        """Renew the held replicas' leases (only with a controller to renew them at); each
+        reading goes to ``notify`` as a ``job.confirm``."""
+        self.leases.on_reading = notify
+        if self.controller is not None:
+            self.leases.start()
+
+    def stop(self) -> None:
+        self.leases.stop()
 
     def send(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
         return TransferResult(True, extra={"executor": NAME})  # the controller moves the chunks

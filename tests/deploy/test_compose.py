@@ -72,7 +72,7 @@ def check_command(argv: list[str]) -> None:
         assert path and _defines(path, attr), f"daphne target {target} does not exist"
         # The agents' socket carries messages up to the protocol's limit (a warm-up job holds its
         # prefix's token ids): daphne's own default (1 MiB) would refuse the larger ones.
-        from controlplane.core.protocol import SOCKET_MESSAGE_MAX_BYTES
+        from wire.protocol import SOCKET_MESSAGE_MAX_BYTES
 
         assert "--websocket-max-message-size" in args, "daphne without the agents' message limit"
         limit = args[args.index("--websocket-max-message-size") + 1]
@@ -109,7 +109,7 @@ def check_command(argv: list[str]) -> None:
         path = _module_file(module)
         assert path and _defines(path, func), f"console script {prog} -> {scripts[prog]} missing"
         if prog == "prewarm-sim":
-            from controlplane.harness.cli import parse_args
+            from harness.cli import parse_args
 
             parse_args(args)
         if prog == "prewarm-agent":
@@ -181,9 +181,30 @@ def test_a_worker_for_every_queue_and_exactly_one_beat():
     assert beats == 1
 
 
-def test_agent_image_pins_the_agent_extra():
-    pins = set(re.findall(r'"([a-z0-9_.-]+==[^"]+)"', (DOCKER / "Dockerfile.agent").read_text()))
-    assert pins == set(PYPROJECT["project"]["optional-dependencies"]["agent"])
+def test_the_images_pin_every_dependency_of_pyproject():
+    """requirements/{controlplane,agent}.txt (what the Dockerfiles install) hold pyproject.toml's
+    pins and the build backend, each name once and exactly pinned. That they hold everything
+    those need too is what the image build checks: pip installs them from a wheelhouse of these
+    files alone, with no index (tests/deploy/test_images.py)."""
+    from packaging.requirements import Requirement
+
+    from deploy import images
+
+    for name, reqs in images.pins().items():
+        locked: dict[str, str] = {}
+        for line in images.LOCKS[name].read_text().splitlines():
+            if line and not line.startswith("#"):
+                m = re.fullmatch(r"([a-z0-9-]+)==(\S+)", line)
+                assert m, f"{name}: {line!r} is not an exact pin"
+                assert m.group(1) not in locked, f"{name}: {m.group(1)} twice"
+                locked[m.group(1)] = m.group(2)
+        for req in map(Requirement, reqs):
+            pkg = images.canonical(req.name)
+            assert pkg in locked, f"{name}: {req} is not locked"
+            assert req.specifier.contains(locked[pkg]), f"{name}: {pkg}=={locked[pkg]}, not {req}"
+    dockerfiles = {n: (DOCKER / f).read_text() for n, f in images.DOCKERFILES.items()}
+    for name, text in dockerfiles.items():
+        assert f"requirements/{name}.txt" in text, f"{images.DOCKERFILES[name]} installs no lock"
 
 
 def test_the_agents_of_the_virtual_cluster_match_its_engine_count():
@@ -210,3 +231,52 @@ def test_deploy_doc_covers_every_service():
         assert name in doc or base in doc, f"docs/deploy.md does not mention {name}"
     for topic in ("DaemonSet", "--kv-events-config", "TLS", "PostgreSQL", "Redis", "NVML"):
         assert topic in doc
+
+
+def _stages(name: str) -> dict[str, set[str]]:
+    """Each stage of a Dockerfile (by its ``AS`` name; the last one also as ``""``, what a build
+    without a target makes) -> the top-level paths it copies, its base stage's included."""
+    stages: dict[str, set[str]] = {}
+    current: set[str] = set()
+    for line in (DOCKER / name).read_text().replace("\\\n", " ").splitlines():
+        if m := re.match(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line.strip(), re.I):
+            current = set(stages.get(m.group(1), set()))
+            stages[m.group(2) or ""] = current
+        elif m := re.match(r"^COPY\s+(.+?)\s+\S+$", line.strip()):
+            current |= {p.split("/")[0] for p in m.group(1).split()}
+    stages.setdefault("", current)
+    return stages
+
+
+def _runs_package(argv: list[str]) -> str | None:
+    """The top-level package of ours that ``argv`` imports first (None: none, or manage.py's)."""
+    prog, args = argv[0], argv[1:]
+    scripts = PYPROJECT["project"]["scripts"]
+    if prog == "daphne":
+        target = next(a for a in args if ":" in a and not a.startswith("-"))
+    elif prog == "celery":
+        target = args[args.index("-A") + 1]
+    elif prog == "python" and args[:1] == ["-m"]:
+        target = args[1]
+    elif prog in scripts:
+        target = scripts[prog]
+    else:
+        return None
+    return target.split(":")[0].split(".")[0]
+
+
+def test_each_image_ships_what_it_runs_and_only_the_virtual_cluster_the_harness():
+    """The control-plane image holds no demo and test harness (its vcluster target adds it) and
+    the agent image only the agent and the wire; every service's image holds what it runs."""
+    agent, controlplane = _stages("Dockerfile.agent"), _stages("Dockerfile.controlplane")
+    packages = {p for p in agent[""] if (ROOT / p / "__init__.py").exists()}
+    assert packages == {"wire", "nodeagent"}, f"the agent image ships {sorted(packages)}"
+    assert "harness" not in controlplane["controlplane"] | controlplane[""]
+    assert controlplane["vcluster"] == controlplane["controlplane"] | {"harness"}
+    for name, svc in _services().items():
+        stage = _stages(svc["build"]["dockerfile"].split("/")[-1])[svc["build"].get("target", "")]
+        argv = _argv(svc)
+        package = _runs_package(argv)
+        assert package is None or package in stage, f"{name} runs {argv[:3]}, not in its image"
+        if package == "harness" or "harness" in stage:
+            assert name == "vcluster", f"{name}'s image ships the harness"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.harness.realvllm.engine import HEAVY, TINY
-from controlplane.harness.realvllm.model import RECIPES
-from controlplane.harness.realvllm.presets import REAL_PRESETS
+from harness.realvllm.engine import HEAVY, TINY
+from harness.realvllm.model import RECIPES
+from harness.realvllm.presets import REAL_PRESETS
 
 
 def test_the_heavy_preset_sends_prompts_that_are_almost_all_shared_prefix():
@@ -49,8 +49,8 @@ def test_the_heavy_model_is_26m_parameters_and_its_block_size_fits_vllm_cpu():
 def test_the_demo_driver_and_bench_take_the_presets_by_name(tmp_path, monkeypatch, capsys):
     import sys
 
-    from controlplane.harness import demo
-    from controlplane.harness.realvllm import driver
+    from harness import demo
+    from harness.realvllm import driver
 
     with pytest.raises(SystemExit) as err:
         demo.main(["--preset", "no-such"])

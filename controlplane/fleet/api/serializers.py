@@ -1,7 +1,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.core import protocol as wire
+from wire import protocol
 
 from ..models import Engine, Gpu, GpuSample, Node
 from ..residency import get_index
@@ -19,9 +19,11 @@ class NodeSerializer(serializers.ModelSerializer):
             "last_seen",
             "last_seq",
             "reports_applied",
+            "transports",
             "created_at",
         ]
         read_only_fields = [
+            "transports",
             "state",
             "last_seen",
             "last_seq",
@@ -117,5 +119,5 @@ class LookupResponseSerializer(serializers.Serializer):
 
 
 class LifecycleSerializer(serializers.Serializer):
-    lifecycle = serializers.ChoiceField(choices=wire.ENGINE_LIFECYCLES)
+    lifecycle = serializers.ChoiceField(choices=protocol.ENGINE_LIFECYCLES)
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500)
