@@ -7,7 +7,8 @@ replays the ServeGen multi-tenant workload in scaled real time. Every process is
 one; Ctrl-C stops them all.
 
 `--preset real` runs two real vLLM engines on CPU instead of the virtual cluster
-(`harness/realvllm/demo.py`). What both share is in `launch.py`.
+(`harness/realvllm/demo.py`); `--preset real-heavy` the same with the prefill-heavy
+model, where a prefix miss costs many times a hit (`harness/realvllm/presets.py`). What both share is in `launch.py`.
 
 Each run starts from an empty database under `var/demo/<preset>/` so that the scoreboard is about
 this run's preset; the demo password is kept in `var/demo/password`. A run holds
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--preset",
         default="burst",
-        help="virtual-cluster preset (burst or steady), or real: two real vLLM engines on CPU",
+        help="virtual-cluster preset (burst or steady), or real / real-heavy: two real vLLM "
+        "engines on CPU (tiny or prefill-heavy model)",
     )
     parser.add_argument("--engines", type=int, default=None, help="override the preset's fleet")
     parser.add_argument("--tenants", type=int, default=None, help="override the preset's tenants")
@@ -80,14 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     ):
         parser.error("--engines and --tenants must be at least 1")
     sys.path.insert(0, str(ROOT))
-    if args.preset == "real":  # realvllm/demo.py
+    from harness.realvllm.presets import REAL_PRESETS
+
+    if args.preset in REAL_PRESETS:  # realvllm/demo.py
         from harness.realvllm.demo import main as real_demo
 
-        return real_demo(args.host, args.port)
+        return real_demo(args.host, args.port, REAL_PRESETS[args.preset])
     from harness.virtual.presets import PRESETS
 
     if args.preset not in PRESETS:
-        parser.error(f"unknown preset {args.preset!r}; known: {', '.join(PRESETS)}")
+        known = ", ".join([*PRESETS, *REAL_PRESETS])
+        parser.error(f"unknown preset {args.preset!r}; known: {known}")
     preset = PRESETS[args.preset]
     data = Path(args.data_dir).resolve() if args.data_dir else DEMO_DIR / args.preset
     if args.data_dir and data.exists() and any(data.iterdir()):
