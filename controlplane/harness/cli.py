@@ -105,6 +105,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_cluster(args) -> int:
+    from nodeagent import memtrace
+
+    memtrace.start_from_env("cluster")
     from controlplane.harness.virtual.agents import spawn_agents, stop_agents
     from controlplane.harness.virtual.cluster import Options, VirtualCluster
     from controlplane.harness.virtual.presets import build_preset
