@@ -56,13 +56,17 @@ def processes() -> dict[int, tuple[int, list[str]]]:
     return out
 
 
-def label(args: list[str], parent: list[str]) -> str | None:
+def label(args: list[str]) -> str | None:
     if "daphne" in args:
         return "web"
-    if "celery" in args and "worker" in args:
-        # A prefork pool's child runs the tasks; its parent only hands them out.
-        return "worker pool" if "worker" in parent and "celery" in parent else "worker"
-    if "celery" in args and "beat" in args:
+    # Celery retitles its processes ("[celeryd: celery@host:MainProcess] ... worker ...",
+    # "[celeryd: celery@host:ForkPoolWorker-1]", "[celery beat] ..."): read the whole line.
+    line = " ".join(args)
+    if "ForkPoolWorker" in line:
+        return "worker pool"  # a prefork pool's child runs the tasks
+    if "celery" in line and " worker" in line:
+        return "worker"
+    if "celery" in line and " beat" in line:
         return "beat"
     if "controlplane.harness.cli" in args:
         return "cluster"
@@ -97,8 +101,7 @@ def sample(root: int) -> dict[str, int]:
         pending.extend(kids.get(pid, []))
         if pid not in procs:
             continue
-        ppid, args = procs[pid]
-        name = label(args, procs.get(ppid, (0, []))[1])
+        name = label(procs[pid][1])
         rss = rss_kb(pid)
         if name and rss is not None:
             out[name if name not in out else f"{name} {pid}"] = rss
@@ -223,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         "--tracemalloc", type=Path, help="every process writes heap snapshots here (slow)"
     )
     args = ap.parse_args(argv)
+    # Stopped by a signal, still stop the demos: a background job starts with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.quick:
         args.modes, args.minutes, args.every = "embedded", 40 / 60, 10.0
     modes = [m for m in args.modes.split(",") if m]
