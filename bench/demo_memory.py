@@ -1,6 +1,6 @@
 """Benchmark: the memory (RSS) of every process of a long demo, and whether any keeps growing.
 
-Starts the demo (``python -m controlplane.harness.demo``, the preset given) once per mode, side
+Starts the demo (``python -m harness.demo``, the preset given) once per mode, side
 by side: ``embedded`` (daphne with the Celery worker and beat as threads of the web process, as
 ``make demo`` runs) and ``services`` (PostgreSQL and a Redis of its own: daphne, a Celery worker
 and beat each a process of their own, as a deployment runs them). Both run the virtual cluster,
@@ -68,12 +68,12 @@ def label(args: list[str]) -> str | None:
         return "worker"
     if "celery" in line and " beat" in line:
         return "beat"
-    if "controlplane.harness.cli" in args:
+    if "harness.cli" in args:
         return "cluster"
     if "nodeagent" in args:
         config = next((a for a in args if a.endswith("agent.toml")), "")
         return "agent " + Path(config).parent.name
-    if "controlplane.harness.demo" in args:
+    if "harness.demo" in args:
         return "demo"
     return None
 
@@ -152,7 +152,7 @@ class Run:
             self._services()
 
     def _services(self) -> None:
-        from controlplane.harness.processes import Proc, ensure_database, free_port, wait_for
+        from harness.processes import Proc, ensure_database, free_port, wait_for
 
         self.database = f"prewarm_memory_{uuid.uuid4().hex[:8]}"
         url = urlsplit(PG_URL)._replace(path=f"/{self.database}").geturl()
@@ -177,7 +177,7 @@ class Run:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "controlplane.harness.demo", "--port", str(self.port)]
+                [sys.executable, "-m", "harness.demo", "--port", str(self.port)]
                 + ["--preset", preset, "--data-dir", str(self.dir)],
                 cwd=REPO,
                 env=self.env,
@@ -205,7 +205,7 @@ class Run:
         if self.redis is not None:
             self.redis.stop()
         if self.database:
-            from controlplane.harness.processes import pg_admin
+            from harness.processes import pg_admin
 
             pg_admin(PG_URL, f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 

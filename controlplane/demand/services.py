@@ -12,10 +12,10 @@ from django.db.models import F, Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from controlplane.core import blockhash
 from controlplane.core.errors import Invalid
 from controlplane.core.prefix_groups import OTHER, group_of, shared_chain
 from controlplane.fleet.models import Engine
+from wire import blockhash
 
 from . import misses
 from .models import DemandBucket, MissBucket, WorkloadKey

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from controlplane.core import misses
 from controlplane.core.policy import guard
 from controlplane.core.policy.types import Budgets, EngineState
-from controlplane.core.protocol import ENGINE_SERVING
 from controlplane.core.residency import REMOVAL_WINDOW_S
+from wire.protocol import ENGINE_SERVING
 
 
 @dataclass

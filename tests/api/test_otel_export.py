@@ -6,9 +6,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from controlplane.core import blockhash
 from controlplane.demand import otel
 from controlplane.fleet.models import Engine
+from wire import blockhash
 
 from .helpers import report
 

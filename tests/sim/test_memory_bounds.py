@@ -2,8 +2,8 @@
 
 import httpx
 
-from controlplane.harness import gateway
-from controlplane.harness.gateway import MAX_BACKLOG_BYTES, RecordPoster, weight
+from harness import gateway
+from harness.gateway import MAX_BACKLOG_BYTES, RecordPoster, weight
 
 
 def poster(status: list[int]) -> RecordPoster:

@@ -9,10 +9,10 @@ import time
 import pytest
 
 from controlplane.forecasting.models import Forecast
-from controlplane.harness import burst
 from controlplane.replication.choices import JobState, OverrideKind
 from controlplane.replication.models import Override, ReplicationJob, ReplicationPlan
 from controlplane.replication.plans import react
+from harness import burst
 from tests.workflow.test_plan_queues import report_waiting
 
 

@@ -23,8 +23,8 @@ from django.utils import timezone
 
 from controlplane.core.policy import onset
 from controlplane.core.policy.reactive import HOT_WINDOW_S, ReactiveRule, hot_fanout
-from controlplane.core.protocol import TIER_GPU
 from controlplane.queues import Queue, task
+from wire.protocol import TIER_GPU
 
 from ..choices import PolicyStrategy
 from ..models import Policy, ReplicationPlan
