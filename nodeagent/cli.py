@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     from nodeagent.agent import run_agent  # after config: keeps --help and errors light
 
     try:
-        memtrace.start_from_env("agent")
+        memtrace.start_from_env(f"prewarm-agent {cfg.hostname}".replace(" ", "-"))
     except ValueError as exc:
         print(f"prewarm-agent: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ def tracing():
 
 
 def test_the_report_names_the_line_that_grew(tmp_path, tracing):
-    snapper = memtrace.Snapshotter(tmp_path, "agent", frames=2)
+    snapper = memtrace.Snapshotter(tmp_path, "node-a", frames=2)
     tracemalloc.start(2)
     snapper.snapshot()
     snapper.snapshot()
@@ -27,7 +27,7 @@ def test_the_report_names_the_line_that_grew(tmp_path, tracing):
     assert sorted(p.name for p in tmp_path.iterdir())[-1].endswith("-0002.snap")
     text = memtrace.report(tmp_path, top=3)
     lines = text.splitlines()
-    assert lines[0].startswith("== agent (pid ")
+    assert lines[0].startswith("== node-a (pid ")
     # The top grower is the list comprehension above (its line), about 3 MB.
     assert lines[1].endswith(f"tests/agent/test_memtrace.py:{line}"), lines[1]
     assert float(lines[1].split()[0]) > 2900  # KiB
@@ -35,9 +35,9 @@ def test_the_report_names_the_line_that_grew(tmp_path, tracing):
 
 
 def test_off_without_a_folder_and_a_bad_value_is_refused(tmp_path):
-    assert memtrace.start_from_env("agent", {}) is None
+    assert memtrace.start_from_env("node-a", {}) is None
     with pytest.raises(ValueError, match="PREWARM_TRACEMALLOC_EVERY_S"):
         memtrace.start_from_env(
-            "agent",
+            "node-a",
             {"PREWARM_TRACEMALLOC_DIR": str(tmp_path), "PREWARM_TRACEMALLOC_EVERY_S": "soon"},
         )
