@@ -17,6 +17,11 @@ exited: a second run of the same preset waits for the previous one to finish sto
 plainly that another one is running; so does a run whose port is taken. Two presets run side by
 side on different ports (`PRESET=steady PORT=8001 make demo`).
 
+With `DATABASE_URL` and `REDIS_URL` in the environment (and what production settings need:
+`SECRET_KEY`, `ALLOWED_HOSTS`, `PREWARM_SECURE=false` on loopback) it runs on those services, with
+a Celery worker and beat as processes of their own beside the web process, as a deployment does
+(`bench/demo_memory.py --services` measures each one's memory).
+
 A measured run (`experiments/live_vs_sim/`) starts the same processes with `--once`: the
 workload is replayed once, every served request is written to `<data>/served.csv`, and the run
 stops when the replay ends; `--engines`, `--tenants`, `--seed`, `--policy-fields` (JSON over the demo's
@@ -129,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     children = Children()
     children.exit_on_signals()
     children.web(args.host, args.port, env, data / "web.log", pass_fds=(lock,))
+    if env.get("DATABASE_URL") or env.get("REDIS_URL"):
+        children.celery(env, data, pass_fds=(lock,))
     children.add(
         subprocess.Popen(
             [
