@@ -220,8 +220,34 @@ class Children:
                     pass_fds=tuple(pass_fds),
                 )
             )
-        wait_healthy(f"http://{host}:{port}/", proc)
+        try:
+            wait_healthy(f"http://{host}:{port}/", proc)
+        except SystemExit:
+            self.stop()  # a web that never answered must not outlive the run (it holds the lock)
+            raise
         return proc
+
+    def celery(self, env: dict[str, str], data: Path, pass_fds=()) -> None:
+        """On production settings (``DATABASE_URL`` / ``REDIS_URL``) the web process runs no
+        worker: a Celery worker on every queue and beat, each a process of its own, as a
+        deployment runs them (docs/deploy.md)."""
+        from controlplane.queues import Queue
+
+        for name, args in (
+            ("worker", ["worker", "-Q", ",".join(q.value for q in Queue), "-c", "1"]),
+            ("beat", ["beat", "-s", str(data / "celerybeat-schedule")]),
+        ):
+            with open(data / f"{name}.log", "ab") as log:
+                self.add(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "celery", "-A", "controlplane.celery", *args],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        pass_fds=tuple(pass_fds),
+                    )
+                )
 
     def stop(self, timeout_s: float = 15.0) -> None:
         for p in reversed(self.procs):

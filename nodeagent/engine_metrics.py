@@ -1,4 +1,12 @@
-"""Scrape the few vLLM ``/metrics`` series the control plane shows (hit rate, load, KV use)."""
+"""Scrape the few vLLM ``/metrics`` series the control plane shows (hit rate, load, KV use).
+
+Each report field is the sum over labels of vLLM's own series, under the name vLLM 0.32 exports
+(first) or an older release's (after it). The report's field names drop the ``vllm:`` prefix and
+the counters' ``_total``: ``prefix_cache_queries`` is ``vllm:prefix_cache_queries_total`` (prompt
+tokens looked up in the engine's own prefix cache), ``prefix_cache_hits`` its hits,
+``prompt_tokens_cached`` is ``vllm:prompt_tokens_cached_total`` (prompt tokens served from any
+cache, local or through a KV connector: the sum of the ``cached_tokens`` it returns per request).
+"""
 
 from __future__ import annotations
 
@@ -17,22 +25,38 @@ SERIES = {
         "vllm:gpu_prefix_cache_queries_total",
     ),
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "prompt_tokens_cached": ("vllm:prompt_tokens_cached_total",),
     "running": ("vllm:num_requests_running",),
     "waiting": ("vllm:num_requests_waiting",),
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
 }
 
 
+# vLLM's start-up cache settings, an info gauge whose labels are the values
+# (``vllm/v1/metrics/loggers.py``, ``log_metrics_info``): the ones KV-aware routing depends on.
+CACHE_CONFIG = "vllm:cache_config_info"
+CACHE_SETTINGS = ("block_size", "prefix_caching_hash_algo", "enable_prefix_caching")
+
+
 def parse_vllm_metrics(text: str) -> dict[str, Any]:
-    """Sum each series over its labels (one engine may export several model/rank labels)."""
+    """Sum each series over its labels (one engine may export several model/rank labels); the
+    engine's cache settings, where it exports them, under ``cache_config``."""
     wanted = {name: field for field, names in SERIES.items() for name in names}
     out: dict[str, float] = {}
+    config: dict[str, str] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            if sample.name == CACHE_CONFIG:
+                config = {k: sample.labels[k] for k in CACHE_SETTINGS if k in sample.labels}
+                continue
             field = wanted.get(sample.name)
             if field is not None:
                 out[field] = out.get(field, 0.0) + sample.value
-    return {k: (int(v) if k != "kv_usage" else round(v, 4)) for k, v in out.items()}
+    got: dict[str, Any] = {k: (int(v) if k != "kv_usage" else round(v, 4)) for k, v in out.items()}
+    if config:
+        got["cache_config"] = config
+    return got
 
 
 async def scrape(client: httpx.AsyncClient, url: str) -> dict[str, Any] | None:

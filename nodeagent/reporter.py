@@ -110,6 +110,7 @@ class Reporter:
         enrolment_token: str = "",
         hostname: str = "",
         labels: dict[str, str] | None = None,
+        transports: list[str] | None = None,
         interval_s: float = 1.0,
         min_interval_s: float = 0.1,
         heartbeat_s: float = 15.0,
@@ -131,6 +132,7 @@ class Reporter:
         self.enrolment_token = enrolment_token
         self.hostname = hostname
         self.labels = labels or {}
+        self.transports = list(transports or [])  # what this agent's executors can run
         self.interval_s = interval_s
         self.min_interval_s = min_interval_s
         self.heartbeat_s = heartbeat_s
@@ -206,6 +208,7 @@ class Reporter:
             "seq": seq,
             "boot_id": self.boot_id,
             "sent_at": time.time(),
+            "transports": self.transports,
             "gpus": gpus,
             "engines": engines,
             "residency": residency,

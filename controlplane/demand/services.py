@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
@@ -20,6 +21,7 @@ from . import misses
 from .models import DemandBucket, MissBucket, WorkloadKey
 from .signals import records_ingested, requests_served
 
+log = logging.getLogger(__name__)
 MAX_GROUPS_PER_TENANT_MODEL = 64
 GROUP_TOKENS = 1024
 HOUR = 3600
@@ -66,6 +68,75 @@ def _serving_engines(records: list[dict]) -> dict[str, int]:
     return out
 
 
+def group_name(chain: list[int], block_size: int) -> str:
+    """The prefix group a request of this chain counts under (docs/api.md)."""
+    head = group_of(chain, block_size, GROUP_TOKENS)
+    return OTHER if head is None else blockhash.to_hex(head)
+
+
+class KeyResolver:
+    """Workload keys of (tenant, model, group) idents, created where missing, under the cap of
+    ``MAX_GROUPS_PER_TENANT_MODEL`` groups per tenant and model (a group past it counts under
+    "*"). Used inside the caller's transaction; ``created`` counts the keys it made."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[str, str, str], WorkloadKey] = {}
+        self.group_counts: dict[tuple[str, str], int] = {}
+        self.created = 0
+
+    def resolve(
+        self, idents: set[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], tuple[WorkloadKey, str]]:
+        """ident -> (its workload key, the group it counts under)."""
+        # Created where missing in sorted order: two web processes ingesting overlapping
+        # batches then take the unique index's locks in the same order and cannot deadlock
+        # (PostgreSQL's "deadlock detected ... workload_key_unique").
+        return {asked: self._one(asked) for asked in sorted(idents)}
+
+    def _one(self, asked: tuple[str, str, str]) -> tuple[WorkloadKey, str]:
+        ident, group = asked, asked[2]
+        wk = self.cache.get(ident)
+        if wk is None:
+            wk = WorkloadKey.objects.filter(
+                tenant=ident[0], model=ident[1], prefix_group=group
+            ).first()
+            if wk is None:
+                tm = ident[:2]
+                if tm not in self.group_counts:
+                    self.group_counts[tm] = WorkloadKey.objects.filter(
+                        tenant=tm[0], model=tm[1]
+                    ).count()
+                if group != OTHER and self.group_counts[tm] >= MAX_GROUPS_PER_TENANT_MODEL:
+                    group, ident = OTHER, (tm[0], tm[1], OTHER)
+                    wk = (
+                        self.cache.get(ident)
+                        or WorkloadKey.objects.filter(
+                            tenant=tm[0], model=tm[1], prefix_group=OTHER
+                        ).first()
+                    )
+                if wk is None:
+                    # get_or_create: another web process may create the same key at the same
+                    # moment (bench/load.py with 2 processes hit UniqueViolation -> 500 here).
+                    wk, made = WorkloadKey.objects.get_or_create(
+                        tenant=ident[0], model=ident[1], prefix_group=group
+                    )
+                    self.group_counts[tm] = self.group_counts.get(tm, 0) + made
+                    self.created += made
+            self.cache[ident] = wk
+        return wk, group
+
+
+def narrow_prefix(wk: WorkloadKey, chain: list[int], block_size: int) -> None:
+    """The key's shared chain becomes what it and one more request of it share (saved by the
+    caller when ``wk._dirty``)."""
+    current = [int(k, 16) for k in wk.prefix_keys] if wk.prefix_keys else None
+    common = shared_chain(current, chain)
+    if current is None or len(common) != len(current):
+        wk.prefix_keys = [blockhash.to_hex(k) for k in common]
+        wk.prefix_tokens = len(common) * block_size
+        wk._dirty = True
+
+
 @transaction.atomic
 def ingest_records(records: list[dict], *, from_gateway: bool = True) -> dict:
     """Roll a batch of validated request records into buckets, all or nothing.
@@ -85,62 +156,26 @@ def ingest_records(records: list[dict], *, from_gateway: bool = True) -> dict:
     served: list[tuple[int, int, float, int, float | None, bool]] = []
     reasons = settings.PREWARM_MISS_REASONS
     served_chains: list[tuple[WorkloadKey, str, list[int], dict]] = []
-    keys_cache: dict[tuple[str, str, str], WorkloadKey] = {}
     counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
-    created = 0
-    group_counts: dict[tuple[str, str], int] = {}
     keep_tokens = settings.PREWARM_KEEP_PREFIX_TOKEN_IDS
-    # Every record's workload key first, created where missing in sorted order: two web
-    # processes ingesting overlapping batches then take the unique index's locks in the same
-    # order and cannot deadlock (PostgreSQL's "deadlock detected ... workload_key_unique").
     parsed = []
     for rec in records:
         chain = _keys_of(rec)
-        head = group_of(chain, rec["block_size"], GROUP_TOKENS)
-        group = OTHER if head is None else blockhash.to_hex(head)
-        parsed.append((rec, chain, (rec["tenant"], rec["model"], group)))
-    resolved: dict[tuple[str, str, str], tuple[WorkloadKey, str]] = {}
-    for asked in sorted({ident for _, _, ident in parsed}):
-        ident, group = asked, asked[2]
-        wk = keys_cache.get(ident)
-        if wk is None:
-            wk = WorkloadKey.objects.filter(
-                tenant=ident[0], model=ident[1], prefix_group=group
-            ).first()
-            if wk is None:
-                tm = ident[:2]
-                if tm not in group_counts:
-                    group_counts[tm] = WorkloadKey.objects.filter(tenant=tm[0], model=tm[1]).count()
-                if group != OTHER and group_counts[tm] >= MAX_GROUPS_PER_TENANT_MODEL:
-                    group, ident = OTHER, (tm[0], tm[1], OTHER)
-                    wk = (
-                        keys_cache.get(ident)
-                        or WorkloadKey.objects.filter(
-                            tenant=tm[0], model=tm[1], prefix_group=OTHER
-                        ).first()
-                    )
-                if wk is None:
-                    # get_or_create: another web process may create the same key at the same
-                    # moment (bench/load.py with 2 processes hit UniqueViolation -> 500 here).
-                    wk, made = WorkloadKey.objects.get_or_create(
-                        tenant=ident[0], model=ident[1], prefix_group=group
-                    )
-                    group_counts[tm] = group_counts.get(tm, 0) + made
-                    created += made
-            keys_cache[ident] = wk
-        resolved[asked] = (wk, group)
+        parsed.append(
+            (rec, chain, (rec["tenant"], rec["model"], group_name(chain, rec["block_size"])))
+        )
+    keys = KeyResolver()
+    resolved = keys.resolve({ident for _, _, ident in parsed})
+    created = keys.created
     arrivals: dict[int, list[float]] = defaultdict(list)
+    first: dict[int, float] = {}  # each key's earliest record of the batch
     for rec, chain, ident in parsed:
         wk, group = resolved[ident]
+        first[wk.pk] = min(first.get(wk.pk, rec["time"]), rec["time"])
         if group != OTHER:
             arrivals[wk.pk].append(float(rec["time"]))
         if group != OTHER:
-            current = [int(k, 16) for k in wk.prefix_keys] if wk.prefix_keys else None
-            common = shared_chain(current, chain)
-            if current is None or len(common) != len(current):
-                wk.prefix_keys = [blockhash.to_hex(k) for k in common]
-                wk.prefix_tokens = len(common) * rec["block_size"]
-                wk._dirty = True
+            narrow_prefix(wk, chain, rec["block_size"])
         if (
             keep_tokens
             and "token_ids" in rec
@@ -171,9 +206,12 @@ def ingest_records(records: list[dict], *, from_gateway: bool = True) -> dict:
             )
             if reasons:
                 served_chains.append((wk, group, chain, rec))
-    for wk in sorted(keys_cache.values(), key=lambda w: w.pk):  # row locks in one order
+    for wk in sorted(keys.cache.values(), key=lambda w: w.pk):  # row locks in one order
         fields = ["last_seen"]
         wk.last_seen = now
+        if wk.live_since is None:  # its first live records (history imports stop there)
+            wk.live_since = datetime.fromtimestamp(first[wk.pk], tz=UTC)
+            fields.append("live_since")
         if getattr(wk, "_dirty", False):
             fields += ["prefix_keys", "prefix_tokens"]
         if getattr(wk, "_tokens_dirty", False):
@@ -210,11 +248,28 @@ def ingest_records(records: list[dict], *, from_gateway: bool = True) -> dict:
     requests_served.send(sender=ingest_records, served=served)
     # ... and reacts to a hot spot or a burst's onset within seconds (replication.plans.react).
     records_ingested.send(sender=ingest_records, arrivals=dict(arrivals))
+    if settings.PREWARM_OTEL_EXPORT and engines:
+        transaction.on_commit(lambda: _export_spans(records, engines))
     return {
         "accepted": len(records),
         "buckets_touched": len(counts),
         "workload_keys_created": created,
     }
+
+
+def _export_spans(records: list[dict], engines: dict[str, int]) -> None:
+    """The batch's served records as OpenTelemetry GenAI spans (``otel.py``), after commit."""
+    from . import otel
+
+    rows = Engine.objects.filter(pk__in=set(engines.values())).values(
+        "pk", "kind", "model", "endpoints"
+    )
+    by_pk = {row["pk"]: row for row in rows}
+    served = {ref: {**by_pk[pk], "ref": ref} for ref, pk in engines.items() if pk in by_pk}
+    try:
+        otel.export(records, served)
+    except Exception:  # an exporter's fault never fails ingestion, which has committed
+        log.exception("OpenTelemetry export of %d request records failed", len(records))
 
 
 def _served_rows(

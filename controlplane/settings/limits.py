@@ -17,6 +17,11 @@ PREWARM_AGENT_RECORDS_PER_MINUTE = get_from_env(
 PREWARM_RECORD_MAX_TTFT_SECONDS = get_from_env(
     "PREWARM_RECORD_MAX_TTFT_SECONDS", 600.0, type_cast=float
 )
+# Largest history file the API takes (POST /api/history-imports/); `manage.py import_history`
+# reads files of any size.
+PREWARM_HISTORY_MAX_BYTES = get_from_env(
+    "PREWARM_HISTORY_MAX_BYTES", 256 * 1024 * 1024, type_cast=int
+)
 # A node that has not reported for this long is stale: it leaves plans and its jobs expire.
 PREWARM_NODE_STALE_SECONDS = get_from_env("PREWARM_NODE_STALE_SECONDS", 30.0, type_cast=float)
 PREWARM_ENROLMENT_TOKEN_TTL_SECONDS = get_from_env(
@@ -28,6 +33,9 @@ PREWARM_DEMAND_BUCKET_SECONDS = get_from_env("PREWARM_DEMAND_BUCKET_SECONDS", 60
 # index keeps each engine's removed blocks this long, at most this many per engine (``evicted``);
 # a removal or copy up to the lag after a request's time still counts for it (report delay).
 PREWARM_MISS_REASONS = get_from_env("PREWARM_MISS_REASONS", True, type_cast=str_to_bool)
+# Served request records as OpenTelemetry GenAI spans over OTLP (controlplane/demand/otel.py;
+# the SDK's OTEL_EXPORTER_OTLP_* variables say where). Needs the `otel` extra.
+PREWARM_OTEL_EXPORT = get_from_env("PREWARM_OTEL_EXPORT", False, type_cast=str_to_bool)
 PREWARM_REMOVALS_KEEP_SECONDS = get_from_env(
     "PREWARM_REMOVALS_KEEP_SECONDS", 900.0, type_cast=float
 )
@@ -132,3 +140,14 @@ PREWARM_JOB_KEEP_DAYS = get_from_env("PREWARM_JOB_KEEP_DAYS", 30.0, type_cast=fl
 PREWARM_AUDIT_KEEP_DAYS = get_from_env("PREWARM_AUDIT_KEEP_DAYS", 365.0, type_cast=float)
 # The scoreboard gives no verdict before this many speculative replicas have been scored.
 PREWARM_SCOREBOARD_MIN_REPLICAS = get_from_env("PREWARM_SCOREBOARD_MIN_REPLICAS", 20, type_cast=int)
+# The fleet doctor (controlplane/core/doctor.py, docs/deploy.md "Troubleshooting KV-aware
+# routing"): the topic the router takes ("" for vllm-router; "*" for routers that take any), how
+# long an engine may store new blocks without an event, the fewest requests a share is judged
+# on, and the shares of short prompts and of predicted hits served cold that are findings.
+PREWARM_DOCTOR_ROUTER_TOPIC = get_from_env("PREWARM_DOCTOR_ROUTER_TOPIC", "")
+PREWARM_DOCTOR_EVENTS_SILENT_SECONDS = get_from_env(
+    "PREWARM_DOCTOR_EVENTS_SILENT_SECONDS", 30.0, type_cast=float
+)
+PREWARM_DOCTOR_MIN_REQUESTS = get_from_env("PREWARM_DOCTOR_MIN_REQUESTS", 3, type_cast=int)
+PREWARM_DOCTOR_SHORT_SHARE = get_from_env("PREWARM_DOCTOR_SHORT_SHARE", 0.2, type_cast=float)
+PREWARM_DOCTOR_COLD_SHARE = get_from_env("PREWARM_DOCTOR_COLD_SHARE", 0.3, type_cast=float)

@@ -19,10 +19,12 @@ class NodeSerializer(serializers.ModelSerializer):
             "last_seen",
             "last_seq",
             "reports_applied",
+            "transports",
             "reenrol_allowed_until",
             "created_at",
         ]
         read_only_fields = [
+            "transports",
             "reenrol_allowed_until",
             "last_seen",
             "last_seq",

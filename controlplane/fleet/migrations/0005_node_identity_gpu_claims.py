@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0002_engine_scoped'),
+        ('fleet', '0004_engine_doctor'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('demand', '0003_miss_buckets'),
+        ('demand', '0004_history_imports'),
     ]
 
     operations = [
