@@ -21,7 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from _common import REPO
+
+from harness.processes import Proc
 
 
 def children() -> dict[int, list[int]]:
@@ -94,19 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     args.log.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.log, "wb") as log:
-        demo = subprocess.Popen(
-            [sys.executable, "-m", "harness.demo"]
-            + ["--port", str(args.port), "--preset", args.preset],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    args.log.unlink(missing_ok=True)  # the wait below reads this run's log only
+    argv = [sys.executable, "-m", "harness.demo", "--port", str(args.port), "--preset", args.preset]
+    demo = Proc("demo", argv, log_path=args.log, stop_timeout_s=90).start()
     samples: list[tuple[float, dict[str, int]]] = []
     try:
         while b"Prewarm is running" not in args.log.read_bytes():
-            if demo.poll() is not None:
+            if not demo.alive():
                 raise SystemExit(f"the demo exited ({demo.returncode}); see {args.log}")
             time.sleep(1.0)
         t0 = time.monotonic()
@@ -119,13 +115,12 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     finally:
-        if demo.poll() is None:
-            demo.send_signal(signal.SIGINT)
+        if demo.alive():  # as Ctrl-C does: the demo stops its children
+            demo.send(signal.SIGINT, group=False)
             try:
                 demo.wait(90)
             except subprocess.TimeoutExpired:
-                os.killpg(demo.pid, signal.SIGKILL)
-                demo.wait()
+                demo.kill()
     names = sorted({k for _, s in samples for k in s})
     print("\nRSS in MB, one column a sample (" + f"every {args.every:.0f} s)")
     for name in names:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.processes import free_port
 from harness.realvllm.engine import (
     BLOCK_SIZE,
     DEFAULT_MODEL_DIR,
@@ -44,7 +45,6 @@ from harness.realvllm.engine import (
     EngineUnavailable,
     ServerProcess,
     VllmEngine,
-    free_port,
 )
 
 POLICY = "kv_aware"  # routes on the engines' KV events; cache_aware learns from its own routing
