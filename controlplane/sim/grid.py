@@ -1,4 +1,4 @@
-"""``prewarm-sim grid``: the do-no-harm robustness grid (issue 20), resumable.
+"""``prewarm-sim grid``: the do-no-harm robustness grid, resumable.
 
 A *setting* is a workload and its knobs: ``servegen`` (ServeGen m-large, load 0.55 at the
 busiest 5 minutes, 30 tenants, 16 engines), one axis changed at a time (``servegen-load0.35``,
