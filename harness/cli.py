@@ -76,6 +76,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="replay the workload again when it ends (and its scale-out: joined engines leave "
         "with their KV and join again)",
     )
+    p.add_argument(
+        "--history-days",
+        type=float,
+        default=2.0,
+        help="days of the trace before the replayed window imported as request history first "
+        "(0: none)",
+    )
     p.add_argument("--payload-bytes", type=int, default=64 * 1024, help="real bytes per block file")
     p.add_argument("--bind-host", default="127.0.0.1")
     p.add_argument("--advertise-host", default="127.0.0.1", help="how agents reach this process")
@@ -141,6 +148,7 @@ def main_cluster(args) -> int:
             agent_base_port=args.agent_base_port,
             loop=args.loop,
             served_log=Path(args.served_log) if args.served_log else None,
+            history_days=args.history_days,
         ),
     )
     procs = []

@@ -145,6 +145,7 @@ class VirtualCluster:
         )
         self._request_no = 0
         self._served: TextIO | None = None  # the open served log while ``run`` runs
+        self.history: dict[str, Any] | None = None  # the history import's summary
         self.gauges.publish(self.sim_now)
 
     def agent_configs(self, enrolment_tokens: list[str] | None = None) -> list[Path]:
@@ -281,6 +282,18 @@ class VirtualCluster:
         or ``stop()``); with ``options.loop`` the workload starts again when it ends."""
         if not self.wait_for_agents(wait_for_agents_s):
             raise TimeoutError("the agents' engines did not appear in the control plane")
+        if self.opt.history_days > 0 and self.opt.operator_token:
+            from harness.virtual.history import import_trace_history
+
+            o = self.opt
+            self.history = import_trace_history(
+                self.workload,
+                self.model,
+                o.control_plane_url,
+                o.operator_token,
+                o.time_scale,
+                o.history_days,
+            )
         self._poster = RecordPoster(
             self.opt.control_plane_url, self.opt.gateway_token, self.opt.record_flush_s
         ).start()
@@ -359,6 +372,7 @@ class VirtualCluster:
             "replicas_used": self.copies.replicas_used(),
             "lifecycle_changes": st.lifecycle_changes,
             "rejoins": st.rejoins,
+            "history": self.history,
         }
 
     def close(self) -> None:

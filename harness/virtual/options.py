@@ -29,6 +29,9 @@ class Options:
     # One CSV line per served request (trace seconds, TTFT, engine, cached and prompt tokens):
     # what a measured run reads its TTFTs from. None: not written (a looping demo runs for hours).
     served_log: Path | None = None
+    # Days of the trace before the replayed window imported as request history before the
+    # replay starts (``history.py``; needs the operator token); 0: none.
+    history_days: float = 0.0
 
     def node_name(self, i: int) -> str:
         return f"{self.node_prefix}-{i}"
