@@ -130,8 +130,10 @@ bench-real: install vllm-env data
 
 # The simulator's speculation map, the scoreboard's prior (controlplane/sim/data/): the sweep of
 # copy time x load, 3 seeds, 10-minute windows, recording the policy version it was made with
-# (tests/sim/test_speculation_map_version.py fails on a map older than the policy). 90 runs of
-# the simulator: ~6.5 minutes with SIM_WORKERS=1 on a quiet 2-core machine.
+# (tests/sim/test_speculation_map_version.py fails on a map older than the policy). 30 simulator
+# jobs (5 prefix/link cells x 2 loads x 3 seeds, reactive, predictive and everywhere in each) of
+# ~25 CPU seconds each: ~12 CPU minutes, so ~12 minutes of wall time with SIM_WORKERS=1 on an idle
+# core, about half that with SIM_WORKERS=2 on two.
 SIM_WORKERS ?= 1
 speculation-map: install data
 	$(PY) -m harness.cli sweep --duration 600 --seeds 0,1,2 --workers $(SIM_WORKERS) --json controlplane/sim/data/speculation_map.json
