@@ -72,7 +72,7 @@ $(LMCACHE_STAMP): requirements/lmcache-env.txt
 
 lmcache-env: $(LMCACHE_STAMP)
 
-demo: install $(if $(filter real,$(PRESET)),vllm-env)
+demo: install $(if $(filter real real-heavy,$(PRESET)),vllm-env)
 	$(PY) -m harness.demo --host $(HOST) --port $(PORT) --preset $(PRESET)
 
 # PostgreSQL and Redis answering (started when installed but stopped); one line if missing.
@@ -122,8 +122,10 @@ test-services: $(filter-out chromium vllm-env lmcache-env,$(TEST_PREREQS))
 bench: install
 	@for b in $$(ls bench/[a-z]*.py | grep -v -e gpu_check -e real_ab -e demo_memory); do echo "== $$b"; $(PY) $$b --quick --json var/bench/$$(basename $$b .py).json || exit 1; done
 
-# Speculation on real engines: none / reactive / predictive on two vLLM CPU engines, RUNS each
-# (default 5; ~4 minutes a run). Figures and the TTFT chart: experiments/real_engine_ab/.
+# Speculation on real engines: none / reactive / predictive on two vLLM CPU engines serving the
+# prefill-heavy model (bench/real_ab.py --preset real-heavy), RUNS rounds of one run each in
+# alternating order (default 5; ~4 minutes a run on a quiet machine). Figures and the TTFT
+# chart: experiments/real_engine_ab/.
 RUNS ?= 5
 bench-real: install vllm-env data
 	$(PY) bench/real_ab.py --runs $(RUNS) --json var/bench/real_ab.json --html var/bench/real-ab.html

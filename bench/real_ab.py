@@ -1,6 +1,7 @@
 """Speculation measured on real engines: an A/B bench on vLLM's CPU build (`make bench-real`).
 
-Two real vLLM engines (the tiny model the project builds under ``var/realvllm/``; each engine's
+Two real vLLM engines (the ``--preset``'s model, built under ``var/realvllm/``: by default
+``real-heavy``, the prefill-heavy model whose prefix miss costs many times a hit; each engine's
 compute threads pinned to its own core with ``VLLM_CPU_OMP_THREADS_BIND``) behind vllm-router
 (``kv_aware``: it routes on the engines' own KV events, ``RouterFront`` in
 ``harness/realvllm/router.py``) in front of the agents' request taps; the real
@@ -11,9 +12,10 @@ engine, confirmed by that engine's own KV events). The request driver is a load 
 plane took them through a pass-through in front of it (``record_tee.py``; the agents take
 their jobs by long-poll through it), and every per-engine figure comes from those records.
 
-Every run replays the same slice of the shared ServeGen trace (the 4 busiest tenants of the
+Every run replays the same slice of the shared ServeGen trace (the busiest tenants of the
 steepest demand ramp, 10 trace seconds per wall second, as token-id prompts that start with the
-tenant's shared prefix of 1,056-1,600 tokens). ``vllm-a`` serves from the start; ``vllm-b`` joins
+tenant's shared prefix of 1,056-1,600 tokens; ``real-heavy`` adds at most 32 tokens of each
+request's own). ``vllm-a`` serves from the start; ``vllm-b`` joins
 as in a scale-out and serves from ``--serve-s``. The policies:
 
   none        cache-aware routing only: the policy's strategy is ``off``, nothing is copied
@@ -25,27 +27,43 @@ as in a scale-out and serves from ``--serve-s``. The policies:
 
 In every arm the joining engine is announced ``warming`` at ``--announce-s`` and serves from
 ``--serve-s``, as an operator's scale-out would (it is added to the router then): the arms
-differ only in the policy's strategy. The bench exits 1 when an arm does not do what it names
-(``arm_problems``: ``none`` sent a warm-up or planned; an arm's plans name another strategy or
-there are none; ``predictive`` sent no warm-up; warm-ups sent and none landed); ``reactive``
-copying nothing is not a failure, and the table says "reactive found no hot spot".
+differ only in the policy's strategy (all hold out ``--holdout-fraction`` of their prefixes, so
+that each run's scoreboard has a holdout to read).
 
-Runs alternate policy by policy (predictive, none, reactive, predictive, ...), ``--runs`` each. Every
-run starts from reset engines (``POST /reset_prefix_cache``, vLLM's dev-mode route; checked: a
+A run counts only when its arm did what it names and a miss cost what the comparison needs
+(``problems``); the summary and the paired differences are over counted runs only, the runs left
+out are listed with why, and the bench exits 1 when any run was left out:
+
+- ``arm_problems``: ``none`` sent a warm-up or planned; an arm's plans name another strategy or
+  there are none; ``predictive`` sent no warm-up; warm-ups sent and none landed (``reactive``
+  copying nothing is not a failure: the table says "reactive found no hot spot");
+- ``cost_problems``: from the taps' records, the median TTFT of the requests served with nothing
+  cached (a prefix miss) is under ``MIN_MISS_OVER_HIT`` (10) times that of those served with
+  their prefix cached (a hit), or the run had no miss or no hit. Each run prints both;
+- ``served_problems``: more than a tenth of the requests sent failed (a machine too busy for
+  the engines to keep up).
+
+Runs go in rounds, one run of each policy a round, the order alternating (none, reactive,
+predictive; then predictive, reactive, none; ...), ``--runs`` rounds. Every run starts from reset
+engines (``POST /reset_prefix_cache``, vLLM's dev-mode route; checked: a
 probe prompt sent before the reset is a miss after it) and a fresh control plane (a new SQLite
 database copied from a migrated template, new credentials, new agents with empty state).
 
 Reported per policy, from the taps' records: TTFT mean / p50 / p99 over all requests and over
-the requests the joining engine served in its first two minutes of serving; hit rate (requests
-with any cached token) and cached-token share; warm-ups sent (jobs) and landed (shown by the
-target engine's KV events), their prompt tokens, how many were already cached and their prefill
-time at this engine's measured cold cost; the client's TTFT through the router; per run, and
-the paired differences (run i of a policy against run i of ``none``) with 95% Student-t
-intervals. Writes ``--json``
-and ``--html`` (a plotly chart of TTFT over time per policy).
+the requests the joining engine served in its first two minutes of serving; the prefix miss's
+and hit's median TTFT; hit rate (requests with any cached token) and cached-token share;
+warm-ups sent (jobs) and landed (shown by the target engine's KV events), their prompt tokens,
+how many were already cached and their prefill time at this engine's measured cold cost; the
+client's TTFT through the router; per run, and the paired differences round by round
+(reactive - none, predictive - none, predictive - reactive) with 95% Student-t intervals and
+their degrees of freedom, and, where an interval does not exclude zero, how many pairs would
+(``core.stats.pairs_needed``). At the end of each run the scoreboard (``GET /api/scoreboard/``)
+is read: each predictive run's holdout verdict and interval are printed beside the bench's own
+paired result, with whether their directions agree. Writes ``--json`` and ``--html`` (a plotly
+chart of TTFT over time per policy).
 
-    python bench/real_ab.py [--runs 5] [--json PATH] [--html PATH]
-    python bench/real_ab.py --quick      # one short run per policy (warming 20-90 s, 130 s)
+    python bench/real_ab.py [--runs 5] [--preset real-heavy] [--json PATH] [--html PATH]
+    python bench/real_ab.py --quick      # one short round (warming 20-90 s, 130 s a run)
 
 ``--quick`` cannot finish in a minute: two engines take a minute or more to start and each run
 needs the joining engine's announce, warm-up and serving phases in real time (so ``make bench``
@@ -69,14 +87,14 @@ from typing import Any
 
 from _common import REPO, parser, write_json
 from _real_ab.engines import cold_and_cached_s, reset_and_check
-from _real_ab.figures import (  # noqa: F401 - paired: re-exported for its tests
+from _real_ab.figures import (  # noqa: F401 - paired, problems: re-exported for their tests
     JOINER_WINDOW_S,
     POLICIES,
-    arm_problems,
     count_by,
     failures,
     paired,
     plan_figures,
+    problems,
     run_figures,
     summarise,
     timelines,
@@ -86,14 +104,14 @@ from _real_ab.output import build_doc, markdown, print_table, write_html
 from harness import launch
 from harness.lifecycle import Lifecycles, Operator
 from harness.realvllm.demo import REAL_POLICY, start_agent, wait_for_engines
-from harness.realvllm.driver import Gateway, Target, TraceRequest, servegen
+from harness.realvllm.driver import Gateway, Target, TraceRequest
 from harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
 from harness.realvllm.engine import vllm_python as find_vllm
+from harness.realvllm.presets import REAL_PRESETS, RealPreset, add_preset_argument
 from harness.realvllm.record_tee import RecordTee
 from harness.realvllm.router import RouterFront, router_available
 from wire.protocol import ENGINE_SERVING, JOB_LANDED, JOB_LIVE
 
-ORDER = ("predictive", "none", "reactive")  # the order runs alternate in
 WORK = REPO / "var" / "bench" / "real_ab"
 UNSETTLED = (*JOB_LIVE, JOB_LANDED)  # jobs whose outcome is still to come
 TIME_SCALE = 10.0  # trace seconds per wall second (the driver's ServeGen replay)
@@ -122,16 +140,26 @@ def _manage(env: dict[str, str], code: str) -> None:
         raise RuntimeError(f"control-plane set-up failed: {out.stderr.strip()[-800:]}")
 
 
-def policy_fields(policy: str) -> dict[str, Any]:
-    # The A/B's arms are whole runs: nothing is held out within one (the demo's policy holds
-    # out half its prefixes).
+def policy_fields(policy: str, holdout_fraction: float = 0.5) -> dict[str, Any]:
+    """The arm's live policy: the real demo's, with its strategy and the holdout fraction every
+    arm shares (``none`` copies nothing either way)."""
     strategy = {"none": "off", "reactive": "reactive", "predictive": "predictive"}[policy]
-    return {**REAL_POLICY, "holdout_fraction": 0.0, "strategy": strategy}
+    return {**REAL_POLICY, "holdout_fraction": holdout_fraction, "strategy": strategy}
+
+
+def run_order(policies: list[str], rounds: int) -> list[tuple[int, str]]:
+    """(round, policy) in the order the runs go: one run of each policy a round, the order
+    reversed every other round (A B C, C B A, A B C, ...), so that no arm always runs first
+    after the engines start or last when the machine has been busiest."""
+    ordered = [p for p in POLICIES if p in policies]
+    return [(r, p) for r in range(rounds) for p in (ordered if r % 2 == 0 else ordered[::-1])]
 
 
 def one_run(
     policy: str,
     index: int,
+    round_: int,
+    preset: RealPreset,
     engines: list[VllmEngine],
     template: Path,
     requests: list[TraceRequest],
@@ -150,7 +178,8 @@ def one_run(
         "from pathlib import Path; from harness import launch; "
         "from harness.realvllm.demo import set_policy; "
         f"launch.setup_control_plane(2, 'bench-only', Path({str(creds_path)!r})); "
-        f"set_policy(json.loads({json.dumps(json.dumps(policy_fields(policy)))}))",
+        "set_policy(json.loads("
+        f"{json.dumps(json.dumps(policy_fields(policy, args.holdout_fraction)))}))",
     )
     creds = json.loads(creds_path.read_text())
     reset_and_check(engines, probe)
@@ -183,7 +212,11 @@ def one_run(
         front.router.start().wait_ready(120)
         # A load generator only: the router picks the engine, the taps post the records.
         gw = Gateway(
-            cp, "", [Target("router", front.router.url)], keep_records=True, post_records=False
+            cp,
+            "",
+            [Target("router", front.router.url, model=preset.model.served_name)],
+            keep_records=True,
+            post_records=False,
         )
         serving_at: dict[str, float] = {}
 
@@ -214,13 +247,21 @@ def one_run(
         records = _tap_records(tee, served)
         jobs = _settled_jobs(operator, cp)
         plans = _listed(operator, f"{cp}/api/plans/?limit=200")
+        block = preset.model.block_size
         fig = run_figures(
-            records, f"cpu-{joiner.name}/{joiner.name}", serving_at.get(joiner.name), jobs
+            records,
+            f"cpu-{joiner.name}/{joiner.name}",
+            serving_at.get(joiner.name),
+            jobs,
+            prefix_floor=preset.prefix_tokens[0] // block * block,
         )
         client = [r["ttft_s"] for r in gw.records or []]
         fig.update(
             policy=policy,
             run=index,
+            round=round_,
+            preset=preset.name,
+            scoreboard=read_scoreboard(operator, cp),
             started_at=started,
             load_avg=os.getloadavg(),
             sent=served,
@@ -233,13 +274,32 @@ def one_run(
             timeline=[(round(r["time"] - started, 3), r["ttft_s"], r["engine"]) for r in records],
             serving_at_s=(serving_at[joiner.name] - started) if joiner.name in serving_at else None,
         )
-        fig["problems"] = arm_problems(fig)
+        fig["problems"] = problems(fig)
         return fig
     finally:
         operator.close()
         front.router.stop()
         children.stop()
         tee.stop()
+
+
+def read_scoreboard(operator: Operator, cp: str) -> dict[str, Any]:
+    """The scoreboard's verdict and holdout at the end of a run (its database is the run's
+    own): verdict, whether firm, its basis, the holdout's per-request TTFT difference treated
+    minus held out with its t interval, and the verdict's text."""
+    resp = operator.client.get(f"{cp}/api/scoreboard/")
+    resp.raise_for_status()
+    doc = resp.json()
+    rec, ho = doc["recommendation"], doc["holdout"]
+    return {
+        "verdict": rec["verdict"],
+        "firm": rec["firm"],
+        "basis": rec.get("basis"),
+        "holdout_assignments": rec.get("holdout_assignments"),
+        "ttft_diff_s": ho.get("ttft_diff_s"),
+        "more_assignments_needed": ho.get("more_assignments_needed"),
+        "text": rec.get("text"),
+    }
 
 
 def _tap_records(tee: RecordTee, served: int, timeout_s: float = 30.0) -> list[dict]:
@@ -278,15 +338,26 @@ def _listed(operator: Operator, first: str) -> list[dict]:
 # -- main ------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.split("\n")[0])
-    p.add_argument("--runs", type=int, default=5, help="runs per policy (default 5)")
+    p.add_argument("--runs", type=int, default=5, help="rounds: runs per policy (default 5)")
     p.add_argument("--policies", default=",".join(POLICIES))
+    add_preset_argument(
+        p, "real-heavy", "the engines' model and prompts (harness/realvllm/presets.py)"
+    )
+    p.add_argument(
+        "--holdout-fraction",
+        type=float,
+        default=0.5,
+        help="the share of prefixes every arm's policy holds out (the scoreboard's holdout)",
+    )
     p.add_argument("--announce-s", type=float, default=30.0, help="the joiner is warming from")
     p.add_argument("--serve-s", type=float, default=90.0, help="the joining engine serves from")
     p.add_argument("--tenants", type=int, default=8, help="ServeGen tenants (the busiest)")
     p.add_argument(
         "--serving-s", type=float, default=JOINER_WINDOW_S, help="run on after it serves"
     )
-    p.add_argument("--rate", type=float, default=1.0, help="mean requests per wall second")
+    p.add_argument(
+        "--rate", type=float, default=None, help="mean requests per wall second (the preset's)"
+    )
     p.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8104")))
     p.add_argument("--html", type=Path, help="write the TTFT-over-time chart here")
     p.add_argument(
@@ -308,11 +379,11 @@ def main(argv: list[str] | None = None) -> int:
         doc = json.loads(args.from_json.read_text())
         print(markdown(doc))
         if args.html:
-            n = max(doc["summary"]["policies"][x]["runs"] for x in doc["summary"]["policies"])
+            n = max((s["runs"] for s in doc["summary"]["policies"].values()), default=0)
             write_html(
                 args.html,
                 doc["runs"],
-                f"Real vLLM A/B (CPU, tiny model): TTFT per request, {n} run(s) per policy",
+                chart_title(doc.get("preset", "real"), n),
                 cdn=args.html_cdn,
             )
         return 0
@@ -325,9 +396,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--policies: a subset of {','.join(POLICIES)} that includes none")
     if not 0 <= args.announce_s <= args.serve_s or args.runs < 1:
         p.error("need 0 <= --announce-s <= --serve-s and --runs >= 1")
+    if not 0.0 <= args.holdout_fraction < 1.0:
+        p.error("--holdout-fraction: from 0 to under 1")
+    preset = REAL_PRESETS[args.preset]
+    if args.rate is None:
+        args.rate = preset.rate
     try:
         python = find_vllm()
-        ensure_model(python=python)
+        ensure_model(preset.model, python=python)
         router_available()
     except EngineUnavailable as exc:
         print(f"real_ab: {exc}", file=sys.stderr)
@@ -338,10 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt  # the run's clean-up stops its agents, web and engines
 
     signal.signal(signal.SIGTERM, interrupted)
-    requests = servegen(
+    requests = preset.requests(
         tenants=args.tenants,
         duration_s=(args.serve_s + args.serving_s) * TIME_SCALE,
-        wall_rate=args.rate,
+        rate=args.rate,
     )
     env0 = {
         **os.environ,
@@ -350,12 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         **launch.SETTINGS,
     }
     # The publishers bind: vllm-router and the agents both connect to them.
-    engines = [
-        VllmEngine("vllm-a", WORK, events="bind", cpu_cores="0"),
-        VllmEngine(
-            "vllm-b", WORK, events="bind", cpu_cores="1" if (os.cpu_count() or 1) > 1 else "0"
-        ),
-    ]
+    engines = preset.engines(WORK)
     load_before = os.getloadavg()
     t0 = time.monotonic()
     runs: list[dict] = []
@@ -379,8 +450,10 @@ def main(argv: list[str] | None = None) -> int:
             f"cached {1000 * cached_s:.1f} ms ({cold_s / cached_s:.2f}x)",
             flush=True,
         )
-        probe = requests[0].token_ids
-        order = [pol for _ in range(args.runs) for pol in ORDER if pol in policies]
+        # The reset check's probe: three blocks of a prompt (a miss of the whole prompt on the
+        # heavy model is tens of seconds on a busy machine; three blocks show the reset as well).
+        probe = requests[0].token_ids[: 3 * preset.model.block_size]
+        order = run_order(policies, args.runs)
         kept: list[dict] = []
         if args.resume:
             kept = [
@@ -388,19 +461,20 @@ def main(argv: list[str] | None = None) -> int:
                 for r in json.loads(args.resume.read_text())["runs"]
                 if r["policy"] in policies
                 and r["joiner_first_2min"]["n"] > 0
-                and "problems" in r  # measured behind vllm-router, with the arm's checks
+                and r.get("preset") == preset.name  # measured on this preset, with its checks
             ]
-        for n, pol in enumerate(order):
-            old = next((r for r in kept if r["policy"] == pol), None)
+        for n, (rnd, pol) in enumerate(order):
+            old = next((r for r in kept if r["policy"] == pol and r["round"] == rnd), None)
             if old is not None:
                 kept.remove(old)
                 runs.append(old)
                 print(f"run {n + 1}/{len(order)} {pol}: kept from {args.resume}", flush=True)
                 continue
-            fig = one_run(pol, n, engines, template, requests, args, env0, probe)
+            fig = one_run(pol, n, rnd, preset, engines, template, requests, args, env0, probe)
             runs.append(fig)
             # Written after every run: a bench cut short keeps what it measured.
             write_json(args.json, build_doc(runs, args, requests, probe_figures, load_before, t0))
+            costs = fig["prefix_costs"]
             print(
                 f"run {n + 1}/{len(order)} {pol}: {fig['requests']} requests, TTFT mean "
                 f"{1000 * fig['ttft']['mean']:.1f} ms p99 {1000 * fig['ttft']['p99']:.1f} ms, "
@@ -409,7 +483,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{fig['cached_token_share']:.3f}, warm-ups {fig['warmups']} "
                 f"{fig['warmups_by_state']} ({fig['warmups_landed']} landed), tap records "
                 f"{fig['tap_records']} of {fig['sent']} served ({fig['failed']} failed), "
-                f"plans {fig['plan_figures']}, load {fig['load_avg'][0]:.1f}",
+                f"plans {fig['plan_figures']}, load {fig['load_avg'][0]:.1f}; from the taps' "
+                f"records a prefix miss {_ms(costs['miss'])} and a hit {_ms(costs['hit'])}: "
+                f"{_x(costs['miss_over_hit'])}; scoreboard {fig['scoreboard']['verdict']} "
+                f"({fig['scoreboard']['basis']})",
                 flush=True,
             )
             for problem in fig["problems"]:
@@ -422,23 +499,32 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(doc))
     write_json(args.json, doc)
     if args.html:
-        write_html(
-            args.html,
-            runs,
-            f"Real vLLM A/B (CPU, tiny model): TTFT per request, {args.runs} run(s) per policy",
-            cdn=args.html_cdn,
-        )
+        write_html(args.html, runs, chart_title(preset.name, args.runs), cdn=args.html_cdn)
     uptime = doc["uptime_after"]
     print(f"uptime after: {uptime}")
     return verdict(runs)
 
 
+def chart_title(preset: str, runs: int) -> str:
+    model = REAL_PRESETS[preset].model.recipe if preset in REAL_PRESETS else preset
+    return f"Real vLLM A/B (CPU, {model} model): TTFT per request, {runs} run(s) per policy"
+
+
+def _ms(s: dict) -> str:
+    return f"{1000 * s['p50']:.1f} ms (median of {s['n']})" if s["n"] else "(none)"
+
+
+def _x(ratio: float | None) -> str:
+    return f"{ratio:.1f}x" if ratio is not None else "no ratio"
+
+
 def verdict(runs: list[dict]) -> int:
-    """The bench's exit status: 1, saying why, when an arm did not do what it names."""
+    """The bench's exit status: 1, saying why, when any run does not count (its arm did not do
+    what it names, a prefix miss cost too little against a hit, or most requests failed)."""
     if problems := failures(runs):
         print(
-            "real_ab: an arm did not do what it names, so the table does not compare the "
-            "policies:\n  " + "\n  ".join(problems),
+            "real_ab: these runs do not count (the summary leaves them out):\n  "
+            + "\n  ".join(problems),
             file=sys.stderr,
         )
         return 1

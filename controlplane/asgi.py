@@ -7,7 +7,11 @@ their bearer token in the consumer.
 
 import os
 
-from django.core.asgi import get_asgi_application
+from nodeagent import memtrace
+
+memtrace.start_from_env("web")  # before Django loads: its own growth counts too
+
+from django.core.asgi import get_asgi_application  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 django_asgi_app = get_asgi_application()

@@ -19,12 +19,17 @@ seconds, so a policy change takes effect without restarting beat.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 from celery import Celery
 
 from controlplane.queues import Queue, route
+from nodeagent import memtrace
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+if "celery" in Path(sys.argv[0]).parts:  # a celery command, not a script that imports the app
+    memtrace.start_from_env("beat" if "beat" in sys.argv else "worker")
 
 __all__ = ["Queue", "app"]
 

@@ -227,12 +227,16 @@ def build(log=print) -> dict[str, float]:
 
 
 def pins() -> dict[str, list[str]]:
-    """name -> pyproject.toml's requirements of that image (the control plane's with the build
-    backend, which installs the project itself)."""
+    """name -> pyproject.toml's requirements of that image (the control plane's with its
+    OpenTelemetry export, off until a setting turns it on, and the build backend, which installs
+    the project itself)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extras = project["project"]["optional-dependencies"]
     return {
-        "controlplane": project["project"]["dependencies"] + project["build-system"]["requires"],
-        "agent": project["project"]["optional-dependencies"]["agent"],
+        "controlplane": project["project"]["dependencies"]
+        + extras["otel"]
+        + project["build-system"]["requires"],
+        "agent": extras["agent"],
     }
 
 

@@ -112,6 +112,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main_cluster(args) -> int:
+    from nodeagent import memtrace
+
+    memtrace.start_from_env("cluster")
     from harness.virtual.agents import spawn_agents, stop_agents
     from harness.virtual.cluster import VirtualCluster
     from harness.virtual.options import Options

@@ -7,7 +7,8 @@ replays the ServeGen multi-tenant workload in scaled real time. Every process is
 one; Ctrl-C stops them all.
 
 `--preset real` runs two real vLLM engines on CPU instead of the virtual cluster
-(`harness/realvllm/demo.py`). What both share is in `launch.py`.
+(`harness/realvllm/demo.py`); `--preset real-heavy` the same with the prefill-heavy
+model, where a prefix miss costs many times a hit (`harness/realvllm/presets.py`). What both share is in `launch.py`.
 
 Each run starts from an empty database under `var/demo/<preset>/` so that the scoreboard is about
 this run's preset; the demo password is kept in `var/demo/password`. A run holds
@@ -15,6 +16,11 @@ this run's preset; the demo password is kept in `var/demo/password`. A run holds
 exited: a second run of the same preset waits for the previous one to finish stopping, or says
 plainly that another one is running; so does a run whose port is taken. Two presets run side by
 side on different ports (`PRESET=steady PORT=8001 make demo`).
+
+With `DATABASE_URL` and `REDIS_URL` in the environment (and what production settings need:
+`SECRET_KEY`, `ALLOWED_HOSTS`, `PREWARM_SECURE=false` on loopback) it runs on those services, with
+a Celery worker and beat as processes of their own beside the web process, as a deployment does
+(`bench/demo_memory.py --services` measures each one's memory).
 
 A measured run (`experiments/live_vs_sim/`) starts the same processes with `--once`: the
 workload is replayed once, every served request is written to `<data>/served.csv`, and the run
@@ -54,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--preset",
         default="burst",
-        help="virtual-cluster preset (burst or steady), or real: two real vLLM engines on CPU",
+        help="virtual-cluster preset (burst or steady), or real / real-heavy: two real vLLM "
+        "engines on CPU (tiny or prefill-heavy model)",
     )
     parser.add_argument("--engines", type=int, default=None, help="override the preset's fleet")
     parser.add_argument("--tenants", type=int, default=None, help="override the preset's tenants")
@@ -80,14 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     ):
         parser.error("--engines and --tenants must be at least 1")
     sys.path.insert(0, str(ROOT))
-    if args.preset == "real":  # realvllm/demo.py
+    from harness.realvllm.presets import REAL_PRESETS
+
+    if args.preset in REAL_PRESETS:  # realvllm/demo.py
         from harness.realvllm.demo import main as real_demo
 
-        return real_demo(args.host, args.port)
+        return real_demo(args.host, args.port, REAL_PRESETS[args.preset])
     from harness.virtual.presets import PRESETS
 
     if args.preset not in PRESETS:
-        parser.error(f"unknown preset {args.preset!r}; known: {', '.join(PRESETS)}")
+        known = ", ".join([*PRESETS, *REAL_PRESETS])
+        parser.error(f"unknown preset {args.preset!r}; known: {known}")
     preset = PRESETS[args.preset]
     data = Path(args.data_dir).resolve() if args.data_dir else DEMO_DIR / args.preset
     if args.data_dir and data.exists() and any(data.iterdir()):
@@ -124,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     children = Children()
     children.exit_on_signals()
     children.web(args.host, args.port, env, data, pass_fds=(lock,))
+    if env.get("DATABASE_URL") or env.get("REDIS_URL"):
+        children.celery(env, data, pass_fds=(lock,))
     children.add(
         Proc(
             "cluster",

@@ -3,7 +3,10 @@
 ``RecordPoster`` posts request records (``POST /api/request-records/`` with a gateway token) in
 batches, from a background thread (``start()``) or when asked (``flush()``); a batch the control
 plane did not take for a passing reason (no answer, 5xx, 429) is kept and sent again, bounded; one
-it refused as written (another 4xx) is dropped and counted. The virtual cluster and the real
+it refused as written (another 4xx) is dropped and counted. What waits is bounded in records
+(``MAX_BACKLOG``) and in memory (``MAX_BACKLOG_BYTES``, estimated from each record's keys and
+token ids): a control plane that falls behind for an hour costs the oldest records, not the
+poster's process all its memory. The virtual cluster and the real
 engines' request driver both post through it.
 """
 
@@ -20,6 +23,16 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 5000  # below the server's PREWARM_MAX_RECORDS_PER_BATCH default (20,000)
 MAX_BATCH_BYTES = 4 << 20  # half the server's body limit (PREWARM_MAX_BODY_BYTES, 8 MiB)
 MAX_BACKLOG = 200_000
+# A record of a 110k-token prompt carries ~6,900 keys (~0.5 MB of Python strings), or its token
+# ids (~4 MB of Python ints): 200,000 of those would be tens of GB.
+MAX_BACKLOG_BYTES = 64 << 20
+_RECORD_BYTES, _KEY_BYTES, _TOKEN_BYTES = 600, 73, 40  # dict; a 16-hex str + slot; an int + slot
+
+
+def weight(record: dict[str, Any]) -> int:
+    """About the memory ``record`` holds in this process (CPython, 64-bit)."""
+    keys, tokens = record.get("keys") or (), record.get("token_ids") or ()
+    return _RECORD_BYTES + _KEY_BYTES * len(keys) + _TOKEN_BYTES * len(tokens)
 
 
 class RecordPoster:
@@ -39,6 +52,7 @@ class RecordPoster:
         self.client = client or httpx.Client(timeout=timeout_s)
         self._own_client = client is None
         self._pending: list[dict[str, Any]] = []
+        self.pending_bytes = 0  # weight() of what is pending
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.posted = 0
@@ -54,10 +68,22 @@ class RecordPoster:
     def add(self, record: dict[str, Any]) -> None:
         with self._lock:
             self._pending.append(record)
-            if len(self._pending) > MAX_BACKLOG:
-                drop = len(self._pending) - MAX_BACKLOG
-                del self._pending[:drop]
+            self.pending_bytes += weight(record)
+            drop = max(0, len(self._pending) - MAX_BACKLOG)
+            over = self.pending_bytes - MAX_BACKLOG_BYTES
+            for rec in self._pending[drop:]:  # the oldest go first, until it fits
+                if over <= 0 or rec is record:
+                    break
+                over -= weight(rec)
+                drop += 1
+            if drop:
+                self._take(drop)
                 self.dropped += drop
+
+    def _take(self, n: int) -> None:
+        """Forget the ``n`` oldest pending records (the lock held)."""
+        self.pending_bytes -= sum(weight(r) for r in self._pending[:n])
+        del self._pending[:n]
 
     @property
     def pending(self) -> int:
@@ -80,13 +106,13 @@ class RecordPoster:
                 return False
             if resp.status_code == 200:
                 with self._lock:
-                    del self._pending[: len(batch)]
+                    self._take(len(batch))
                     self.posted += len(batch)
                 continue
             if 400 <= resp.status_code < 500 and resp.status_code != 429:
                 # The server refused the batch as written: resending it cannot help.
                 with self._lock:
-                    del self._pending[: len(batch)]
+                    self._take(len(batch))
                     self.dropped += len(batch)
             self._failed(f"HTTP {resp.status_code}: {resp.text[:300]}")
             return False

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
 
-from harness.processes import Proc, daphne_argv, wait_healthy
+from harness.processes import Proc, celery_beat_argv, celery_worker_argv, daphne_argv, wait_healthy
 from wire.protocol import TRANSPORT_WARMUP
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,11 +190,25 @@ class Children:
         )
         try:
             wait_healthy(f"http://{host}:{port}/healthz", proc, timeout_s=60.0)
-        except RuntimeError:
-            raise SystemExit(f"the control plane exited with code {proc.returncode}") from None
-        except TimeoutError:
+        except (RuntimeError, TimeoutError) as why:
+            self.stop()  # a web that never answered must not outlive the run (it holds the lock)
+            if isinstance(why, RuntimeError):
+                raise SystemExit(f"the control plane exited with code {proc.returncode}") from None
             raise SystemExit("the control plane did not answer /healthz within a minute") from None
         return proc
+
+    def celery(self, env: dict[str, str], data: Path, pass_fds=()) -> None:
+        """On production settings (``DATABASE_URL`` / ``REDIS_URL``) the web process runs no
+        worker: a Celery worker on every queue and beat, each a process of its own, as a
+        deployment runs them (docs/deploy.md)."""
+        from controlplane.queues import Queue
+
+        queues = ",".join(q.value for q in Queue)
+        for name, argv in (
+            ("worker", celery_worker_argv(queues, 1)),
+            ("beat", celery_beat_argv(data / "celerybeat-schedule")),
+        ):
+            self.add(Proc(name, argv, env, data, session=False, pass_fds=tuple(pass_fds)))
 
     def stop(self, timeout_s: float = 15.0) -> None:
         for p in reversed(self.procs):

@@ -29,6 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     if logging.getLogger().level > logging.DEBUG:
         # httpx logs every request at INFO: a line per report, poll and progress event, forever.
         logging.getLogger("httpx").setLevel(logging.WARNING)
+    from nodeagent import memtrace
     from nodeagent.agent import run_agent  # after config: keeps --help and errors light
+
+    try:
+        memtrace.start_from_env(f"prewarm-agent {cfg.hostname}".replace(" ", "-"))
+    except ValueError as exc:
+        print(f"prewarm-agent: configuration error: {exc}", file=sys.stderr)
+        return 2
 
     return run_agent(cfg)

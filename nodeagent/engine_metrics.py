@@ -1,4 +1,12 @@
-"""Scrape the few vLLM ``/metrics`` series the control plane shows (hit rate, load, KV use)."""
+"""Scrape the few vLLM ``/metrics`` series the control plane shows (hit rate, load, KV use).
+
+Each report field is the sum over labels of vLLM's own series, under the name vLLM 0.32 exports
+(first) or an older release's (after it). The report's field names drop the ``vllm:`` prefix and
+the counters' ``_total``: ``prefix_cache_queries`` is ``vllm:prefix_cache_queries_total`` (prompt
+tokens looked up in the engine's own prefix cache), ``prefix_cache_hits`` its hits,
+``prompt_tokens_cached`` is ``vllm:prompt_tokens_cached_total`` (prompt tokens served from any
+cache, local or through a KV connector: the sum of the ``cached_tokens`` it returns per request).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +25,8 @@ SERIES = {
         "vllm:gpu_prefix_cache_queries_total",
     ),
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "prompt_tokens_cached": ("vllm:prompt_tokens_cached_total",),
     "running": ("vllm:num_requests_running",),
     "waiting": ("vllm:num_requests_waiting",),
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),

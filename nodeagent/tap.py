@@ -277,6 +277,7 @@ class RequestTap:
             "model": model,
             "tenant": obs.tenant or model or "default",
             "engine": self.engine,
+            "operation": "chat" if obs.path == CHAT else "text_completion",
             "ttft_s": round(obs.ttft_s or 0.0, 6),
             "block_size": self.block_size,
         }

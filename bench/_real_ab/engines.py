@@ -13,7 +13,11 @@ def cold_and_cached_s(
     engine: VllmEngine, prompt: list[int], repeats: int = 5
 ) -> tuple[float, float]:
     """Median TTFT of a cold prefill (reset before each) and of the same prompt cached."""
-    gw = Gateway("http://127.0.0.1:9", "unused", [Target(engine.name, engine.url)])
+    gw = Gateway(
+        "http://127.0.0.1:9",
+        "unused",
+        [Target(engine.name, engine.url, model=engine.model.served_name)],
+    )
     cold, warm = [], []
     try:
         for _ in range(repeats):

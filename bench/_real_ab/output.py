@@ -10,7 +10,7 @@ from pathlib import Path
 
 from _common import table
 
-from _real_ab.figures import POLICIES, gpu_ratio, report
+from _real_ab.figures import PAIRED, POLICIES, gpu_ratio, problems, report
 from wire.protocol import JOB_FAILED
 
 
@@ -30,6 +30,7 @@ def print_table(summary: dict) -> str:
                 f"{s['warmups']:.1f}",
                 f"{s['warmups_landed']:.1f}",
                 f"{1000 * s['warmup_cost_s']:.0f}",
+                f"{1000 * s['miss_ttft_p50_s']:.0f} / {1000 * s['hit_ttft_p50_s']:.0f}",
             )
         )
     text = table(
@@ -46,46 +47,104 @@ def print_table(summary: dict) -> str:
             "warm-ups sent",
             "landed (KV events)",
             "warm-up cost ms",
+            "miss / hit p50 ms",
         ),
     )
     notes = [f"  {p}: {n}" for p, s in summary["policies"].items() for n in s.get("notes", [])]
-    lines = [
-        text,
-        *notes,
-        "",
-        "paired differences vs none (policy - none; mean +- 95% CI half-width):",
-    ]
-    for p, ks in summary["paired_vs_none"].items():
-        parts = []
-        for k, d in ks.items():
-            if d["mean"] is None:
-                continue
-            scale = 1 if k == "hit_rate" else 1000
-            ci = f" +- {scale * d['ci95']:.2f}" if d["ci95"] is not None else ""
-            parts.append(f"{k} {scale * d['mean']:+.2f}{ci}")
-        lines.append(f"  {p}: " + "; ".join(parts) + " (ms; hit rate as a fraction)")
+    lines = [text, *notes, ""]
+    left = summary.get("left_out") or []
+    if left:
+        lines.append(f"{len(left)} run(s) left out (they do not count):")
+        lines += [f"  run {x['run']} ({x['policy']}): {'; '.join(x['problems'])}" for x in left]
+        lines.append("")
+    lines.append(
+        "paired differences round by round (ms; hit rate as a fraction): mean [95% t "
+        "interval], degrees of freedom; unresolved: the pairs a difference this size needs"
+    )
+    for name, ks in _comparisons(summary):
+        lines.append(f"  {name}:")
+        for k in PAIRED:
+            d = ks.get(k)
+            if d and d["mean"] is not None:
+                lines.append(f"    {k}: {_paired_text(k, d)}")
+    lines += holdout_lines(summary)
     return "\n".join(lines)
+
+
+def _comparisons(summary: dict) -> list[tuple[str, dict]]:
+    rows = [(f"{p} - none", d) for p, d in summary.get("paired_vs_none", {}).items()]
+    if summary.get("paired_predictive_vs_reactive"):
+        rows.append(("predictive - reactive", summary["paired_predictive_vs_reactive"]))
+    return rows
+
+
+def _paired_text(key: str, d: dict) -> str:
+    """``mean [low, high] (t, df n-1, n pairs)``, and what an unresolved interval would need."""
+    scale, fmt = (1, ".3f") if key == "hit_rate" else (1000, ".1f")
+    out = f"{scale * d['mean']:+{fmt}}"
+    if d.get("low") is None:
+        return out + f" (n = {d['n']}: no interval)"
+    out += f" [{scale * d['low']:+{fmt}}, {scale * d['high']:+{fmt}}] (t, df {d['df']:g}, n = {d['n']})"
+    if not d.get("resolved"):
+        need = d.get("pairs_needed")
+        out += (
+            f", unresolved: ~{need} pairs would resolve it (80% power)"
+            if need is not None
+            else ", unresolved: no difference to resolve"
+        )
+    return out
+
+
+def holdout_lines(summary: dict) -> list[str]:
+    """Each counted predictive run's scoreboard holdout beside the bench's paired result."""
+    hb = summary.get("holdout_beside_bench") or {}
+    if not hb.get("runs"):
+        return []
+    lines = [
+        "",
+        f"scoreboard holdout beside the bench (bench predictive - none TTFT mean: "
+        f"{hb['bench_direction']}):",
+    ]
+    for row in hb["runs"]:
+        diff = row["holdout_ttft_diff_s"]
+        ci = (
+            f"{1000 * diff['diff']:+.1f} ms [{1000 * diff['low']:+.1f}, {1000 * diff['high']:+.1f}]"
+            f" (df {diff['df']:.1f})"
+            if diff and diff.get("low") is not None
+            else "no interval"
+        )
+        own = row["bench_round_ttft_mean_diff_s"]
+        own_text = f"{1000 * own:+.1f} ms" if own is not None else "no pair"
+        lines.append(
+            f"  run {row['run']} (round {row['round']}): verdict {row['verdict']} "
+            f"({row['basis']}, {row['holdout_assignments']} assignments a side); holdout "
+            f"treated - held out {ci}: {row['holdout_direction']}; this round's predictive - "
+            f"none {own_text}; {'agrees' if row['agrees'] else 'DISAGREES'}"
+        )
+    return lines
 
 
 def markdown(doc: dict) -> str:
     """The docs table: per policy, and the paired differences with their 95% intervals."""
     sm = doc["summary"]
     lines = [
-        "| policy | runs | TTFT mean (ms) | p50 | p99 | joining engine, first 2 min: mean | "
-        "p99 | hit rate | cached-token share | warm-ups sent | landed | failed "
-        "| warm-up prefill (ms) | client TTFT mean (ms) | p99 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| policy | runs counted | TTFT mean (ms) | p50 | p99 | joining engine, first 2 min: "
+        "mean | p99 | prefix miss / hit p50 (ms) | hit rate | cached-token share | warm-ups sent "
+        "| landed | failed | warm-up prefill (ms) | client TTFT mean (ms) | p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in POLICIES:
         s = sm["policies"].get(p)
         if not s:
             continue
-        rs = [r for r in doc["runs"] if r["policy"] == p]
+        rs = [r for r in doc["runs"] if r["policy"] == p and not problems(r)]
         failed = statistics.fmean(r["warmups_by_state"].get(JOB_FAILED, 0) for r in rs)
         lines.append(
             f"| {p} | {s['runs']} | {1000 * s['ttft_mean_s']:.1f} | {1000 * s['ttft_p50_s']:.1f} "
             f"| {1000 * s['ttft_p99_s']:.1f} | {1000 * s['joiner_first_2min_mean_s']:.1f} "
-            f"| {1000 * s['joiner_first_2min_p99_s']:.1f} | {s['hit_rate']:.3f} "
+            f"| {1000 * s['joiner_first_2min_p99_s']:.1f} "
+            f"| {1000 * s['miss_ttft_p50_s']:.0f} / {1000 * s['hit_ttft_p50_s']:.0f} "
+            f"| {s['hit_rate']:.3f} "
             f"| {s['cached_token_share']:.3f} | {s['warmups']:.1f} "
             f"| {s.get('warmups_landed', float('nan')):.1f} | {failed:.1f} "
             f"| {1000 * s['warmup_cost_s']:.0f} "
@@ -95,27 +154,24 @@ def markdown(doc: dict) -> str:
     notes = [f"- {p}: {n}" for p in POLICIES for n in sm["policies"].get(p, {}).get("notes", [])]
     if notes:
         lines += ["", *notes]
+    left = sm.get("left_out") or []
+    if left:
+        lines += ["", f"Runs left out ({len(left)}):"]
+        lines += [f"- run {x['run']} ({x['policy']}): {'; '.join(x['problems'])}" for x in left]
     lines += [
         "",
-        "| paired difference (run i vs run i) | TTFT mean (ms) | p50 | p99 | "
-        "joining engine, first 2 min mean | hit rate |",
-        "|---|---|---|---|---|---|",
+        "| paired difference (round by round): mean [95% t interval] (df, pairs) | "
+        "TTFT mean (ms) | p50 | p99 | joining engine, first 2 min mean | its p50 | hit rate |",
+        "|---|---|---|---|---|---|---|",
     ]
-    pairs = dict(sm.get("paired_vs_none", {}))
-    rows = [(f"{p} - none", d) for p, d in pairs.items()]
-    if sm.get("paired_predictive_vs_reactive"):
-        rows.append(("predictive - reactive", sm["paired_predictive_vs_reactive"]))
-    for name, d in rows:
-        cells = []
-        for k in ("ttft.mean", "ttft.p50", "ttft.p99", "joiner_first_2min.mean", "hit_rate"):
-            x = d.get(k)
-            if not x or x["mean"] is None:
-                cells.append("")
-                continue
-            scale, fmt = (1, ".3f") if k == "hit_rate" else (1000, ".1f")
-            ci = f" ± {scale * x['ci95']:{fmt}}" if x["ci95"] is not None else ""
-            cells.append(f"{scale * x['mean']:+{fmt}}{ci}")
+    for name, d in _comparisons(sm):
+        cells = [
+            _paired_text(k, d[k]) if d.get(k) and d[k]["mean"] is not None else "" for k in PAIRED
+        ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    extra = holdout_lines(sm)
+    if extra:
+        lines += ["", *[ln.strip() for ln in extra if ln.strip()]]
     return "\n".join(lines)
 
 
@@ -186,9 +242,19 @@ def build_doc(runs, args, requests, probe_figures, load_before, t0) -> dict:
     return {
         "bench": "real_ab",
         "quick": args.quick,
+        "preset": args.preset,
         "settings": {
             k: getattr(args, k)
-            for k in ("runs", "announce_s", "serve_s", "serving_s", "rate", "tenants")
+            for k in (
+                "runs",
+                "preset",
+                "announce_s",
+                "serve_s",
+                "serving_s",
+                "rate",
+                "tenants",
+                "holdout_fraction",
+            )
         },
         "runs_done": len(runs),
         "requests_per_run_replayed": len(requests),

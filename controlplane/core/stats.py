@@ -281,3 +281,13 @@ def required_n(
         else:
             lo = mid + 1
     return hi
+
+
+def pairs_needed(diffs: Sequence[float], level: float = LEVEL, target: float = POWER) -> int | None:
+    """Pairs a paired t interval would need to exclude zero with probability ``target`` if the
+    true mean difference and the spread of the differences were those measured in ``diffs``
+    (``required_n`` with the differences as one arm: their own standard deviation, on
+    pairs - 1 degrees of freedom); None below two pairs or with no difference to resolve."""
+    if len(diffs) < 2:
+        return None
+    return required_n(statistics.fmean(diffs), statistics.stdev(diffs), 0.0, level, target)

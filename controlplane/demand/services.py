@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
@@ -20,6 +21,7 @@ from . import misses
 from .models import DemandBucket, MissBucket, WorkloadKey
 from .signals import records_ingested, requests_served
 
+log = logging.getLogger(__name__)
 MAX_GROUPS_PER_TENANT_MODEL = 64
 GROUP_TOKENS = 1024
 HOUR = 3600
@@ -234,11 +236,28 @@ def ingest_records(records: list[dict]) -> dict:
     requests_served.send(sender=ingest_records, served=served)
     # ... and reacts to a hot spot or a burst's onset within seconds (replication.plans.react).
     records_ingested.send(sender=ingest_records, arrivals=dict(arrivals))
+    if settings.PREWARM_OTEL_EXPORT and engines:
+        transaction.on_commit(lambda: _export_spans(records, engines))
     return {
         "accepted": len(records),
         "buckets_touched": len(counts),
         "workload_keys_created": created,
     }
+
+
+def _export_spans(records: list[dict], engines: dict[str, int]) -> None:
+    """The batch's served records as OpenTelemetry GenAI spans (``otel.py``), after commit."""
+    from . import otel
+
+    rows = Engine.objects.filter(pk__in=set(engines.values())).values(
+        "pk", "kind", "model", "endpoints"
+    )
+    by_pk = {row["pk"]: row for row in rows}
+    served = {ref: {**by_pk[pk], "ref": ref} for ref, pk in engines.items() if pk in by_pk}
+    try:
+        otel.export(records, served)
+    except Exception:  # an exporter's fault never fails ingestion, which has committed
+        log.exception("OpenTelemetry export of %d request records failed", len(records))
 
 
 def _served_rows(

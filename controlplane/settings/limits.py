@@ -24,6 +24,9 @@ PREWARM_DEMAND_BUCKET_SECONDS = get_from_env("PREWARM_DEMAND_BUCKET_SECONDS", 60
 # index keeps each engine's removed blocks this long, at most this many per engine (``evicted``);
 # a removal or copy up to the lag after a request's time still counts for it (report delay).
 PREWARM_MISS_REASONS = get_from_env("PREWARM_MISS_REASONS", True, type_cast=str_to_bool)
+# Served request records as OpenTelemetry GenAI spans over OTLP (controlplane/demand/otel.py;
+# the SDK's OTEL_EXPORTER_OTLP_* variables say where). Needs the `otel` extra.
+PREWARM_OTEL_EXPORT = get_from_env("PREWARM_OTEL_EXPORT", False, type_cast=str_to_bool)
 PREWARM_REMOVALS_KEEP_SECONDS = get_from_env(
     "PREWARM_REMOVALS_KEEP_SECONDS", 900.0, type_cast=float
 )

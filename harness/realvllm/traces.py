@@ -1,4 +1,4 @@
-"""The driver's workloads as token-id prompts for the tiny model: a slice of the Mooncake
+"""The driver's workloads as token-id prompts for the project's models (one word vocabulary): a slice of the Mooncake
 conversation trace (each 512-token hash id becomes one 32-token vLLM block whose token ids are
 drawn from the id, so the trace's prefix sharing becomes vLLM's block sharing exactly) or ServeGen
 tenants, each with its own shared prefix."""
@@ -15,7 +15,7 @@ from controlplane.sim.workloads.mooncake import load_mooncake
 
 TRACE_BLOCK = 512  # tokens per Mooncake hash id
 BLOCK = 32  # tokens per vLLM block on CPU
-VOCAB = (4, 2048)  # the tiny model's word ids
+VOCAB = (4, 2048)  # the models' word ids
 MAX_PROMPT = 2016  # 63 blocks: leaves room for the answer in a 2048-token model
 TENANT = "mooncake"
 
@@ -75,6 +75,7 @@ def servegen(
     wall_rate: float = 1.0,
     prefix_tokens: tuple[int, int] = (1056, 1600),
     seed: int = 0,
+    max_tail_tokens: int = MAX_PROMPT,
 ) -> list[TraceRequest]:
     """The busiest ServeGen tenants over the window with the steepest demand ramp (the virtual
     cluster's ``burst`` choice, read by the simulator's loader), ``time_scale`` trace seconds per
@@ -83,8 +84,8 @@ def servegen(
     Each tenant (a ServeGen client, named as in the trace) has one shared prefix of 1,056-1,600
     tokens (drawn per tenant, seeded: a system prompt, tools, documents) so that every request
     of a tenant falls in one prefix group (groups end at 1,024 tokens, docs/api.md); each
-    request adds its own prompt (the loader's length divided by 4, at most what the model
-    fits) and asks for at most 8 tokens."""
+    request adds its own prompt (the loader's length divided by 4, at most ``max_tail_tokens``
+    and what the model fits) and asks for at most 8 tokens."""
     from controlplane.sim.workloads import servegen as sg
 
     path = shared_data_dir() / "traces" / "servegen-m-large"
@@ -112,7 +113,7 @@ def servegen(
     for i in range(len(w)):
         prefix = prefixes[int(w.pid[i])]
         rng = random.Random(i * 7919 + seed)
-        own = max(1, min(int(w.suffix_tokens[i]) // 4, MAX_PROMPT - len(prefix)))
+        own = max(1, min(int(w.suffix_tokens[i]) // 4, max_tail_tokens, MAX_PROMPT - len(prefix)))
         out.append(
             TraceRequest(
                 float(w.t[i]) / time_scale,

@@ -63,6 +63,27 @@ def test_paired_gain_direction_needs_the_interval_to_exclude_zero():
         paired_gain([1.0, 2.0], [1.0])
 
 
+def test_the_live_vs_sim_interval_is_t_on_pairs_minus_one_degrees_of_freedom():
+    import statistics
+
+    from experiments.live_vs_sim.report import direction_rows
+
+    # The TCP condition's two live pairs (p99 reactive / predictive, seeds 0 and 1): the gain
+    # +55.9% with a t interval on 1 degree of freedom (t = 12.71, not the normal 1.96).
+    two = paired_gain([2.496, 2.308], [1.082, 1.035])
+    se = statistics.stdev(two["gain"]) / 2**0.5
+    assert two["pairs"] == 2 and two["df"] == 1
+    assert two["gain_ci95"][1] - two["gain_mean"] == pytest.approx(12.706 * se, rel=1e-3)
+    assert two["gain_ci95"] == pytest.approx([0.465, 0.653], abs=1e-3)
+    five = paired_gain([2.5, 2.3, 2.6, 2.0, 2.4], [1.1, 1.0, 1.9, 1.5, 2.5])
+    se = statistics.stdev(five["gain"]) / 5**0.5
+    assert five["df"] == 4
+    assert five["gain_ci95"][1] - five["gain_mean"] == pytest.approx(2.776 * se, rel=1e-3)
+    # the table prints the pairs and the degrees of freedom beside every interval
+    (row,) = [r for r in direction_rows({"live": {"ttft_p99_s": two}}) if "| live |" in r]
+    assert row.startswith("| p99 TTFT | live | 2 | 1 | +1.343 [+0.448, +2.239] | +55.9% [+46.4%")
+
+
 def _pass(seed, strategy, p99):
     return {"seed": seed, "strategy": strategy, "figures": {"ttft_p99_s": p99}}
 

@@ -49,3 +49,34 @@ def test_a_sent_task_is_routed_to_its_queue():
         t = tasks[name]
         route = app.amqp.router.route(dict(t._get_exec_options()), t.name)
         assert route["queue"].name == queue.value, name
+
+
+def test_a_periodic_run_not_started_within_its_period_is_dropped():
+    """Beat's entries carry ``expires`` = their period: a worker that reaches a run later than
+    that (it was busy) drops it instead of running it, so runs cannot pile up in the broker."""
+    from datetime import timedelta
+
+    from celery.contrib.testing.mocks import TaskMessage
+    from celery.worker.request import Request
+
+    tasks = _ours()
+    for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
+        period = float(entry["schedule"])
+        sent_at = app.now() - timedelta(seconds=period + 1)  # queued one period and more ago
+        expires = sent_at + timedelta(seconds=entry.get("options", {}).get("expires", 1e9))
+        late = Request(
+            TaskMessage(entry["task"], id=f"late-{name}", expires=expires.isoformat()),
+            app=app,
+            task=tasks[entry["task"]],
+        )
+        assert late.revoked(), f"{name}: a run one period late would still run"
+        on_time = Request(
+            TaskMessage(
+                entry["task"],
+                id=f"now-{name}",
+                expires=(app.now() + timedelta(seconds=period)).isoformat(),
+            ),
+            app=app,
+            task=tasks[entry["task"]],
+        )
+        assert not on_time.revoked(), name

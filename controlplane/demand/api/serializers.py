@@ -4,6 +4,7 @@ from controlplane.core import history
 
 from ..misses import MISS_COUNTERS
 from ..models import DemandBucket, HistoryImport, MissBucket, WorkloadKey
+from ..otel import OPERATIONS
 
 
 class RequestRecordSerializer(serializers.Serializer):
@@ -39,6 +40,12 @@ class RequestRecordSerializer(serializers.Serializer):
         max_length=200,
         help_text="the engine that served it: its id in Prewarm (as the residency lookup names it) "
         "or 'node/engine_id'",
+    )
+    operation = serializers.ChoiceField(
+        choices=OPERATIONS,
+        required=False,
+        help_text="what the client called: chat (/v1/chat/completions) or text_completion "
+        "(/v1/completions), as OpenTelemetry's GenAI conventions name them",
     )
     ttft_s = serializers.FloatField(
         required=False,

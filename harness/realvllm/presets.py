@@ -1,0 +1,82 @@
+"""The real-engine presets: which model two vLLM engines serve and the workload sent to them, one
+choice for the demo (``make demo PRESET=real`` / ``PRESET=real-heavy``), the request driver
+(``--preset``) and the benches (``bench/real_ab.py --preset``).
+
+- ``real``: the tiny model (2 layers of width 128). A prefill costs next to nothing (TTFT
+  30-40 ms whatever the cache holds): it shows the mechanism, not what a warm replica saves.
+- ``real-heavy``: the prefill-heavy model (8 layers of width 512, about 26M parameters) and
+  prompts that are almost all shared prefix: each tenant's prefix of 1,056-1,600 tokens, then
+  at most 32 tokens of the request's own. A request that finds its prefix cached prefills its
+  own few tokens; one that misses prefills the whole prefix, many times longer (as a large
+  model's long prefix does on a GPU). ``bench/real_ab.py`` measures that ratio from the taps'
+  records in every run and counts only runs where it is at least ``MIN_MISS_OVER_HIT``.
+
+Both use vLLM's CPU block size (32, the smallest it takes), the same block size for the router's
+``--kv-event-block-size`` and the agents' keys, and two engines each pinned to its own core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.realvllm.engine import HEAVY, TINY, ModelSpec, VllmEngine
+from harness.realvllm.traces import MAX_PROMPT, TraceRequest, servegen
+
+
+@dataclass(frozen=True)
+class RealPreset:
+    name: str
+    description: str
+    model: ModelSpec
+    prefix_tokens: tuple[int, int] = (1056, 1600)  # each tenant's shared prefix, drawn in
+    max_tail_tokens: int = MAX_PROMPT  # each request's own tokens after its prefix, at most
+    rate: float = 1.0  # mean requests per wall second
+
+    def requests(
+        self, tenants: int = 4, duration_s: float = 1800.0, rate: float | None = None
+    ) -> list[TraceRequest]:
+        """The ServeGen slice as token-id prompts of this preset's shape (``traces.servegen``)."""
+        return servegen(
+            tenants=tenants,
+            duration_s=duration_s,
+            wall_rate=self.rate if rate is None else rate,
+            prefix_tokens=self.prefix_tokens,
+            max_tail_tokens=self.max_tail_tokens,
+        )
+
+    def engines(self, log_dir: Path) -> list[VllmEngine]:
+        """The two engines, ``vllm-a`` then the joining ``vllm-b``, each pinned to its own core
+        (one core: both on it), their KV-event publishers bound (vllm-router and the agents
+        connect to them)."""
+        second = "1" if (os.cpu_count() or 1) > 1 else "0"
+        return [
+            VllmEngine("vllm-a", log_dir, events="bind", cpu_cores="0", model=self.model),
+            VllmEngine("vllm-b", log_dir, events="bind", cpu_cores=second, model=self.model),
+        ]
+
+
+REAL_PRESETS = {
+    p.name: p
+    for p in (
+        RealPreset(
+            "real",
+            "two vLLM engines on CPU, tiny model (prefill almost free), ServeGen tenants",
+            TINY,
+        ),
+        RealPreset(
+            "real-heavy",
+            "two vLLM engines on CPU, prefill-heavy model (8 x 512), ServeGen tenants whose "
+            "prompts are a 1,056-1,600-token shared prefix and at most 32 tokens of their own",
+            HEAVY,
+            max_tail_tokens=32,
+        ),
+    )
+}
+
+
+def add_preset_argument(parser: argparse.ArgumentParser, default: str, what: str) -> None:
+    """``--preset NAME``, one of ``REAL_PRESETS``."""
+    parser.add_argument("--preset", choices=sorted(REAL_PRESETS), default=default, help=what)
