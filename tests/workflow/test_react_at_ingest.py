@@ -22,7 +22,7 @@ def at_ingest(fleet, settings):
 
 
 def ingest(fleet, mode: str, **policy):
-    react._last.clear()  # a fresh process: no key re-planned a moment ago
+    react.BOUND.reset()  # a fresh process: no key re-planned a moment ago
     p = fleet.policy(mode, **policy)
     fleet.post_burst(time.time())
     return p, ReplicationPlan.objects.filter(policy=p, summary__trigger="ingest").first()
@@ -39,7 +39,7 @@ def test_reactive_copies_a_hot_prefix_at_ingest_with_no_forecast(fleet):
     job = ReplicationJob.objects.get(item=item)
     assert job.state == JobState.DISPATCHED
     # The same burst again: the copy on its way counts as a holder, nothing is planned twice.
-    react._last.clear()
+    react.BOUND.reset()
     fleet.post_burst(time.time())
     again = ReplicationPlan.objects.filter(summary__trigger="ingest").exclude(pk=plan.pk)
     assert not ReplicationJob.objects.exclude(pk=job.pk).filter(target=job.target).exists()
@@ -79,13 +79,13 @@ def test_predictive_replans_a_bursts_onset_at_ingest(fleet):
 
 
 def test_predictive_falls_back_to_the_reactive_rule_at_ingest_where_a_holder_queues(fleet):
-    react._last.clear()
+    react.BOUND.reset()
     fleet.policy("auto", strategy="predictive")
     post_steady(fleet)  # steady demand, a holder with no queue: left to the forecasts
     assert not ReplicationPlan.objects.exists()
     # Its holder queues 40 requests: the guarded reactive fallback copies at ingest.
     report_waiting(fleet, {"node-a": 40}, seq=3)
-    react._last.clear()
+    react.BOUND.reset()
     post_steady(fleet)
     plan = ReplicationPlan.objects.filter(summary__trigger="ingest").first()
     assert plan is not None and plan.items.exists(), plan
