@@ -7,12 +7,16 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
 
 from controlplane.forecasting.models import Forecast
 from controlplane.harness import burst
 from controlplane.replication.choices import JobState, OverrideKind
 from controlplane.replication.models import Override, ReplicationJob, ReplicationPlan
 from controlplane.replication.plans import react
+from controlplane.replication.plans.cycle import run_cycle
 from tests.workflow.test_plan_queues import report_waiting
 
 
@@ -100,3 +104,31 @@ def test_hot_fanout_copies_a_hot_prefix_its_idle_holder_could_serve(fleet):
     assert plan is not None, ReplicationPlan.objects.values_list("summary", flat=True)
     # Mooncake's fanout: one more copy in HBM (two memory replicas), whatever the holder's load.
     assert plan.items.count() == 1 and plan.items.get().reason.startswith("hot fanout: ")
+
+
+def test_live_predictive_plans_measured_demand_with_no_forecast_and_shows_both_parts(
+    fleet, settings
+):
+    """Predictive is reactive plus foresight: with no forecast at all (a fresh install) its plan
+    cycle still copies what the last minute measured, and the summary, the API and the plan page
+    show each item's measured and forecast demand."""
+    settings.PREWARM_REACT_AT_INGEST = False  # the plan cycle alone
+    p = fleet.policy("manual", strategy="predictive")
+    now = timezone.now()
+    fleet.post_burst(now.timestamp())  # the cycle runs as of then: the burst's last minute
+    assert not Forecast.objects.exists()
+    plan = run_cycle(p.pk, now=now)
+    assert plan is not None and plan.items.exists(), plan and plan.summary
+    parts = plan.summary["demand"]
+    assert parts and all(
+        d["measured_per_s"] > 0
+        and d["forecast_per_s"] == 0
+        and d["planned_per_s"] >= d["measured_per_s"]
+        for d in parts.values()
+    )
+    item = fleet.operator.get(f"/api/plans/{plan.pk}/").json()["items"][0]
+    assert item["demand"] == parts[str(item["workload_key"])]
+    browser = Client()
+    browser.force_login(User.objects.get(username="op"))
+    page = browser.get(f"/plans/{plan.pk}/").content.decode()
+    assert f"{item['demand']['measured_per_s']:.2f}/s / –" in page
