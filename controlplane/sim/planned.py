@@ -533,10 +533,11 @@ class PlannedPolicy(Reactive):
         if self.guard is None or land is None:
             return
         queues = {e.name: queue_of(e, t) for e in sim.serving}
+        wkeys = sim.workload.prefix_wkey
         self.guard.record(
             target=dst.name,
             queue_before_s=queues.get(dst.name),
-            group=sim.workload.prefix_wkey[pid],
+            group=wkeys[pid] if 0 <= pid < len(wkeys) else str(pid),
             prefix=pid,
             queues_at_plan=queues,
             planned_at=t,

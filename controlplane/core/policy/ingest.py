@@ -84,7 +84,7 @@ class IngestBound:
         if self.enabled:
             last = self.copied.get(prefix)
             recent = last is not None and now - last[0] < MIN_INTERVAL_S
-            if in_flight or (recent and rate < HYSTERESIS * last[1]):
+            if in_flight or (last is not None and recent and rate < HYSTERESIS * last[1]):
                 self.held_back_replans += 1
                 return False
         self.replanned[prefix] = now
