@@ -244,7 +244,9 @@ def seeds_text(c: dict) -> str:
         x for x in c["seeds"] if x not in (c.get("saturated_seeds") or [])
     ]
     text = f"{len(used)} of {len(c['seeds'])} (df {max(0, len(used) - 1)})"
-    out = c.get("left_out") or [{"seed": x, "why": "saturated"} for x in c["saturated_seeds"]]
+    out = c.get("left_out") or [
+        {"seed": x, "why": "saturated"} for x in c.get("saturated_seeds") or []
+    ]
     if out:
         text += "; left out: " + "; ".join(f"seed {x['seed']} ({x['why']})" for x in out)
     return text
