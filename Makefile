@@ -73,7 +73,7 @@ $(LMCACHE_STAMP): requirements/lmcache-env.txt
 lmcache-env: $(LMCACHE_STAMP)
 
 demo: install $(if $(filter real,$(PRESET)),vllm-env)
-	$(PY) -m controlplane.harness.demo --host $(HOST) --port $(PORT) --preset $(PRESET)
+	$(PY) -m harness.demo --host $(HOST) --port $(PORT) --preset $(PRESET)
 
 # PostgreSQL and Redis answering (started when installed but stopped); one line if missing.
 services: install

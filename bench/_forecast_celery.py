@@ -30,7 +30,7 @@ BUCKET_S = 600
 def _env(data_dir: str) -> dict[str, str]:
     """The environment of a run on PREWARM_BENCH_PG_URL's database, created there when missing
     (``DatabaseUnavailable``, one line, when the server does not answer)."""
-    from controlplane.harness.processes import ensure_database
+    from harness.processes import ensure_database
 
     ensure_database(PG_URL)
     return {

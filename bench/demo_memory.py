@@ -1,6 +1,6 @@
 """Benchmark: the memory (RSS) of every process of `make demo`, sampled each minute.
 
-Starts the demo (``python -m controlplane.harness.demo``, the preset and port given), waits for
+Starts the demo (``python -m harness.demo``, the preset and port given), waits for
 it to say it is running, then reads the resident set size of each process of its tree from
 ``/proc`` every ``--every`` seconds for ``--minutes``; then stops it with SIGINT (as Ctrl-C does)
 and prints one row per process (web = daphne with the embedded worker, cluster = the virtual
@@ -55,12 +55,12 @@ def label(pid: int) -> str | None:
     args = [a.decode(errors="replace") for a in argv if a]
     if "daphne" in args:
         return "web"
-    if "controlplane.harness.cli" in args:
+    if "harness.cli" in args:
         return "cluster"
     if "nodeagent" in args:
         config = next((a for a in args if a.endswith("agent.toml")), "")
         return "agent " + (Path(config).parent.name or str(pid))
-    if "controlplane.harness.demo" in args:
+    if "harness.demo" in args:
         return "demo"
     return None
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args.log.parent.mkdir(parents=True, exist_ok=True)
     with open(args.log, "wb") as log:
         demo = subprocess.Popen(
-            [sys.executable, "-m", "controlplane.harness.demo"]
+            [sys.executable, "-m", "harness.demo"]
             + ["--port", str(args.port), "--preset", args.preset],
             cwd=REPO,
             stdout=log,

@@ -2,7 +2,7 @@
 plan -> approval -> job -> engine-confirmed copy, p50/p99, on the embedded default and on
 PostgreSQL + Redis.
 
-Each setup is a ``controlplane.harness.e2e.cluster.Cluster``: daphne, the Celery worker and beat (embedded: the
+Each setup is a ``harness.e2e.cluster.Cluster``: daphne, the Celery worker and beat (embedded: the
 in-process worker), one real ``python -m nodeagent`` process per engine with a simulated GPU, a
 file block store and a vLLM-format ZMQ KV-event publisher, and a dashboard websocket client. Per
 iteration, engine 0 stores a new 4-block chain (its bytes in its block store, a ``BlockStored``
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from _common import REPO, parser, percentile, table, write_json
 
-from controlplane.core import protocol as wire
+from wire import protocol
 
 TICK_ONLY = "PREWARM_AGENT_REPORT_MIN_INTERVAL_S"
 STAGES = (
@@ -81,8 +81,8 @@ def _configure_django(env: dict[str, str]) -> None:
 
 
 def _wait(pred, timeout: float, what: str, interval: float = 0.01):
-    # controlplane/harness/processes.py's poller, at a finer interval: the waits here are the measured latencies.
-    from controlplane.harness.processes import wait_for
+    # harness/processes.py's poller, at a finer interval: the waits here are the measured latencies.
+    from harness.processes import wait_for
 
     return wait_for(pred, timeout, interval=interval, what=what)
 
@@ -108,8 +108,8 @@ def _dashboard_delta_at(dash, engine_pk: int, since: float) -> float | None:
 
 
 def _one_plan(policy_id: int, source: int, target: int, hexes: list[str], nbytes: int) -> int:
-    from controlplane.core import protocol as wire
     from controlplane.replication.models import PlanItem, ReplicationPlan
+    from wire import protocol
 
     plan = ReplicationPlan.objects.create(
         policy_id=policy_id, mode="manual", state="proposed", summary={"items": 1, "bench": "e2e"}
@@ -120,7 +120,7 @@ def _one_plan(policy_id: int, source: int, target: int, hexes: list[str], nbytes
         prefix_tokens=BLOCKS * 16,
         source_id=source,
         target_id=target,
-        tier=wire.TIER_GPU,
+        tier=protocol.TIER_GPU,
         bytes=nbytes,
         expected_ttft_saved_s=1.0,
         cost_s=0.01,
@@ -132,17 +132,17 @@ def _one_plan(policy_id: int, source: int, target: int, hexes: list[str], nbytes
 
 def _ack_and_landed(plan_id: int) -> tuple[int, float, float] | None:
     """(job id, running at, landed at) once the plan's job has landed."""
-    from controlplane.core import protocol as wire
     from controlplane.replication.models import JobTransition
+    from wire import protocol
 
     rows = {
         state: (job, at)
         for job, state, at in JobTransition.objects.filter(
-            job__item__plan_id=plan_id, to_state__in=[wire.JOB_RUNNING, wire.JOB_LANDED]
+            job__item__plan_id=plan_id, to_state__in=[protocol.JOB_RUNNING, protocol.JOB_LANDED]
         ).values_list("job_id", "to_state", "at")
     }
-    if wire.JOB_RUNNING in rows and wire.JOB_LANDED in rows:
-        run, landed = rows[wire.JOB_RUNNING], rows[wire.JOB_LANDED]
+    if protocol.JOB_RUNNING in rows and protocol.JOB_LANDED in rows:
+        run, landed = rows[protocol.JOB_RUNNING], rows[protocol.JOB_LANDED]
         return landed[0], run[1].timestamp(), landed[1].timestamp()
     return None
 
@@ -156,9 +156,9 @@ def _one_round(
     cluster, dash, policy_id: int, source_node, source: dict, target_node, target: dict, i: int
 ) -> dict:
     """Engine 0 stores a new chain; a one-item plan copies it to ``target``. Stage times in ms."""
-    from controlplane.core import blockhash
-    from controlplane.harness.e2e.settings import BYTES_PER_BLOCK
+    from harness.e2e.settings import BYTES_PER_BLOCK
     from nodeagent.blockstore import FileBlockStore
+    from wire import blockhash
 
     out = {}
     tokens = [(104_729 * (i + 1) + 31 * t) % 32000 for t in range(BLOCKS * 16)]
@@ -184,7 +184,7 @@ def _one_round(
     # The target engine loads the copied KV: its own event is what confirms the copy.
     t2 = time.time()
     target_node.publish_stored(tokens, 16)
-    _wait(lambda: _job_state(cluster, job_id) == wire.JOB_CONFIRMED, 30, "the job confirmed")
+    _wait(lambda: _job_state(cluster, job_id) == protocol.JOB_CONFIRMED, 30, "the job confirmed")
     _wait(lambda: _holds(cluster, target["id"], hexes), 30, "the replica in residency")
     out["event_to_confirmed"] = (time.time() - t2) * 1e3
     out["approve_to_confirmed"] = (time.time() - t1) * 1e3
@@ -193,8 +193,8 @@ def _one_round(
 
 def run_setup(setup: str, engines: int, iterations: int) -> dict:
     """One cluster, ``iterations`` report and copy rounds; per-stage samples in ms."""
-    from controlplane.harness.e2e.cluster import Cluster
-    from controlplane.harness.e2e.dashboard import DashboardClient
+    from harness.e2e.cluster import Cluster
+    from harness.e2e.dashboard import DashboardClient
 
     t_start = time.time()
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:

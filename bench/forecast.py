@@ -56,7 +56,7 @@ from controlplane.core.forecast.arrays import (  # noqa: E402
 )
 from controlplane.core.forecast.series import mase_scale  # noqa: E402
 from controlplane.core.traces import load_servegen_windows  # noqa: E402
-from controlplane.harness.processes import DatabaseUnavailable  # noqa: E402
+from harness.processes import DatabaseUnavailable  # noqa: E402
 
 BUCKET_S = 600
 HORIZON = 72  # 12 h

@@ -1,6 +1,6 @@
 """Residency ingest through the real agent report endpoint (daphne), in-process and Redis index.
 
-Reports are built with the agent's own encoder (``controlplane.core.protocol`` rows,
+Reports are built with the agent's own encoder (``wire.protocol`` rows,
 ``nodeagent.reporter.encode_report``): msgpack with integer keys, stored rows chained to their
 parents, as ``nodeagent`` sends them.
 
@@ -28,8 +28,8 @@ import httpx
 import msgpack
 from _common import parser, percentile, table, write_json
 
-from controlplane.core import protocol as wire
 from nodeagent.reporter import encode_report
+from wire import protocol
 
 PG_URL = os.environ.get("PREWARM_BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/prewarm_bench")
 REDIS_URL = os.environ.get("PREWARM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -41,18 +41,18 @@ def body(
     boot: str,
     n_deltas: int,
     rng: random.Random,
-    mode: str = wire.MODE_DELTA,
-    encoding: str = wire.ENCODING_MSGPACK,
+    mode: str = protocol.MODE_DELTA,
+    encoding: str = protocol.ENCODING_MSGPACK,
 ) -> bytes:
     """One report as the agent builds it: 3/4 stored (chains of 8 blocks), 1/4 removed."""
     stored: list[tuple[int, int | None, str, int]] = []
     parent = None
     for i in range(n_deltas * 3 // 4):
         key = rng.getrandbits(64)
-        stored.append((key, parent, wire.TIER_GPU, 0))
+        stored.append((key, parent, protocol.TIER_GPU, 0))
         parent = None if i % 8 == 7 else key
-    removed = [(rng.getrandbits(64), wire.TIER_GPU) for _ in range(n_deltas - len(stored))]
-    hex_keys = encoding == wire.ENCODING_JSON
+    removed = [(rng.getrandbits(64), protocol.TIER_GPU) for _ in range(n_deltas - len(stored))]
+    hex_keys = encoding == protocol.ENCODING_JSON
     return encode_report(
         {
             "seq": seq,
@@ -77,11 +77,11 @@ def body(
                 }
             ],
             "residency": [
-                wire.residency_entry(
+                protocol.residency_entry(
                     "e0",
                     mode,
-                    wire.encode_stored(stored, hex_keys),
-                    wire.encode_removed(removed, hex_keys),
+                    protocol.encode_stored(stored, hex_keys),
+                    protocol.encode_removed(removed, hex_keys),
                     False,
                 )
             ],
@@ -101,7 +101,7 @@ class Agent:
             self.boot,
             n,
             self.rng,
-            wire.MODE_SNAPSHOT if self.seq == 1 else wire.MODE_DELTA,
+            protocol.MODE_SNAPSHOT if self.seq == 1 else protocol.MODE_DELTA,
         )
 
 
@@ -110,7 +110,10 @@ async def post(client: httpx.AsyncClient, agent: Agent, payload: bytes) -> float
     resp = await client.post(
         "/api/agents/report/",
         content=payload,
-        headers={"Authorization": f"Bearer {agent.token}", "Content-Type": wire.CONTENT_MSGPACK},
+        headers={
+            "Authorization": f"Bearer {agent.token}",
+            "Content-Type": protocol.CONTENT_MSGPACK,
+        },
     )
     if resp.status_code != 200:
         raise RuntimeError(f"report refused: {resp.status_code} {resp.text[:200]}")
@@ -186,7 +189,7 @@ def components(n_reports: int, n: int) -> dict:
     rng = random.Random(2)
     ints = [body(i + 2, "b", n, rng) for i in range(n_reports)]
     hexes = [
-        msgpack.packb(json.loads(body(i + 2, "b", n, rng, encoding=wire.ENCODING_JSON)))
+        msgpack.packb(json.loads(body(i + 2, "b", n, rng, encoding=protocol.ENCODING_JSON)))
         for i in range(n_reports)
     ]
     out = {}
@@ -234,7 +237,7 @@ def components(n_reports: int, n: int) -> dict:
 def run_backend(name: str, env: dict[str, str], quick: bool, profile: Path | None = None) -> dict:
     import sys
 
-    from controlplane.harness.live import LiveControlPlane
+    from harness.live import LiveControlPlane
 
     daphne = None
     if profile:  # daphne under cProfile: <profile>/<backend>.loop.prof and .views.prof
@@ -313,7 +316,7 @@ def main() -> None:
 
         import redis
 
-        from controlplane.harness.processes import ensure_database
+        from harness.processes import ensure_database
 
         redis.Redis.from_url(REDIS_URL).ping()
         ensure_database(PG_URL)

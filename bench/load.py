@@ -73,7 +73,7 @@ def reports_applied(names: list[str]) -> int:
 def run_backend(
     name: str, quick: bool, web: int, steps: list[int] | None = None, keep_going: bool = False
 ) -> dict:
-    from controlplane.harness.live import LiveControlPlane
+    from harness.live import LiveControlPlane
 
     steps = steps or ([8, 16] if quick else [16, 32, 64, 96, 128, 192])
     seconds = 4.0 if quick else 10.0

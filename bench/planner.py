@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from controlplane.core.planner import Budgets, Candidate, Demand, EngineState, Holding, plan
+from controlplane.core.policy.planner import plan
+from controlplane.core.policy.types import Budgets, Candidate, Demand, EngineState, Holding
 
 TARGET_S = 1.0
 FLEET_TARGET_S = 2.0

@@ -3,7 +3,7 @@
 Two real vLLM engines (the tiny model the project builds under ``var/realvllm/``; each engine's
 compute threads pinned to its own core with ``VLLM_CPU_OMP_THREADS_BIND``) behind vllm-router
 (``kv_aware``: it routes on the engines' own KV events, ``RouterFront`` in
-``controlplane/harness/realvllm/router.py``) in front of the agents' request taps; the real
+``harness/realvllm/router.py``) in front of the agents' request taps; the real
 control plane (daphne, the embedded Celery worker and beat); one real ``prewarm-agent`` per
 engine with its request tap and its ``warmup`` executor (prefill-only requests into the target
 engine, confirmed by that engine's own KV events). The request driver is a load generator only
@@ -83,15 +83,15 @@ from _real_ab.figures import (  # noqa: F401 - paired: re-exported for its tests
 )
 from _real_ab.output import build_doc, markdown, print_table, write_html
 
-from controlplane.core.protocol import ENGINE_SERVING, JOB_LANDED, JOB_LIVE
-from controlplane.harness import launch
-from controlplane.harness.lifecycle import Lifecycles, Operator
-from controlplane.harness.realvllm.demo import REAL_POLICY, start_agent, wait_for_engines
-from controlplane.harness.realvllm.driver import Gateway, Target, TraceRequest, servegen
-from controlplane.harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
-from controlplane.harness.realvllm.engine import vllm_python as find_vllm
-from controlplane.harness.realvllm.record_tee import RecordTee
-from controlplane.harness.realvllm.router import RouterFront, router_available
+from harness import launch
+from harness.lifecycle import Lifecycles, Operator
+from harness.realvllm.demo import REAL_POLICY, start_agent, wait_for_engines
+from harness.realvllm.driver import Gateway, Target, TraceRequest, servegen
+from harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
+from harness.realvllm.engine import vllm_python as find_vllm
+from harness.realvllm.record_tee import RecordTee
+from harness.realvllm.router import RouterFront, router_available
+from wire.protocol import ENGINE_SERVING, JOB_LANDED, JOB_LIVE
 
 ORDER = ("predictive", "none", "reactive")  # the order runs alternate in
 WORK = REPO / "var" / "bench" / "real_ab"
@@ -147,8 +147,8 @@ def one_run(
     _manage(
         env,
         "import json, sys; import django; django.setup(); "
-        "from pathlib import Path; from controlplane.harness import launch; "
-        "from controlplane.harness.realvllm.demo import set_policy; "
+        "from pathlib import Path; from harness import launch; "
+        "from harness.realvllm.demo import set_policy; "
         f"launch.setup_control_plane(2, 'bench-only', Path({str(creds_path)!r})); "
         f"set_policy(json.loads({json.dumps(json.dumps(policy_fields(policy)))}))",
     )

@@ -23,7 +23,7 @@ from tempfile import TemporaryDirectory
 
 from _common import parser, table, write_json
 
-from controlplane.core.protocol import TIER_GPU
+from wire.protocol import TIER_GPU
 
 ENGINES = 16
 TENANTS = 200

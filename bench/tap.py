@@ -1,7 +1,7 @@
 """The request tap's overhead: the same requests sent straight to the engine and through the
 tap, in alternating rounds of the same run, at a fixed open-loop rate.
 
-Default: a stand-in engine (``controlplane.harness.openai_stub``, its own process; 20 ms before
+Default: a stand-in engine (``harness.openai_stub``, its own process; 20 ms before
 the first byte, three streamed tokens), because a CPU vLLM engine cannot serve 200 requests/s;
 the tap in its own process (``bench/_tap_proc.py``: ``RequestTap`` on its thread, the record
 spool posting every second to the stub's records endpoint, as in the agent); requests sent at
@@ -148,13 +148,13 @@ def main() -> None:
     engine = None
     try:
         if args.vllm:
-            from controlplane.harness.realvllm.engine import MODEL_NAME, VllmEngine
+            from harness.realvllm.engine import MODEL_NAME, VllmEngine
 
             engine = VllmEngine("bench", Path(tempfile.mkdtemp()), cpu_cores="0")
             engine.start().wait_ready()
             upstream, model, max_tokens, what = engine.url, MODEL_NAME, 1, "vLLM CPU (tiny model)"
             stub_proc, records_url = spawn(
-                [py, "-m", "controlplane.harness.openai_stub", "--port", str(free_port())]
+                [py, "-m", "harness.openai_stub", "--port", str(free_port())]
             )
             procs.append(stub_proc)
         else:
@@ -162,7 +162,7 @@ def main() -> None:
                 [
                     py,
                     "-m",
-                    "controlplane.harness.openai_stub",
+                    "harness.openai_stub",
                     "--port",
                     str(free_port()),
                     "--delay-s",

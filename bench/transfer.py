@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from controlplane.core import protocol as wire  # noqa: E402
 from nodeagent.blockstore import MemoryBlockStore  # noqa: E402
 from nodeagent.transfers.base import Job  # noqa: E402
 from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport  # noqa: E402
+from wire import protocol  # noqa: E402
 
 BLOCK = 4 << 20
 
@@ -70,9 +70,9 @@ def run(n_blocks: int, repeats: int) -> dict:
     for jid in ids:
         job = Job(
             jid,
-            wire.ACTION_REPLICATE,
-            wire.ROLE_SOURCE,
-            wire.TRANSPORT_TCP,
+            protocol.ACTION_REPLICATE,
+            protocol.ROLE_SOURCE,
+            protocol.TRANSPORT_TCP,
             keys,
             target={"transfer": addr},
             secret=f"secret-{jid}",  # both sides hold the job's secret (transfers/auth.py)

@@ -44,7 +44,7 @@ def seed(env: dict) -> dict:
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.sessions.backends.db import SessionStore
 
-    from controlplane.harness import fleet_seed as cluster
+    from harness import fleet_seed as cluster
 
     user = cluster.make_user("viewer", "bench")
     chains = [cluster.chain(i + 1, 8) for i in range(SEEDED_PREFIXES)]
@@ -100,7 +100,7 @@ async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float)
     import httpx
     import websockets
 
-    from controlplane.harness import fleet_seed as cluster
+    from harness import fleet_seed as cluster
 
     chains, agents = data["chains"], data["agents"]
     cookies = {"sessionid": data["session"]}

@@ -45,14 +45,13 @@ def setup(tmp: str):
 def populate(engines: int, prefixes: int, seed: int = 7):
     from datetime import UTC, datetime
 
-    from controlplane.core import blockhash
-    from controlplane.core import protocol as wire
     from controlplane.core.residency import Delta
     from controlplane.demand.models import WorkloadKey
     from controlplane.fleet.models import Engine, Node
     from controlplane.fleet.residency import get_index
     from controlplane.forecasting.models import Forecast
     from controlplane.replication.models import Policy
+    from wire import blockhash, protocol
 
     rng = random.Random(seed)
     nodes = Node.objects.bulk_create([Node(name=f"n{i}") for i in range(engines // 4)])
@@ -87,7 +86,7 @@ def populate(engines: int, prefixes: int, seed: int = 7):
         )
         for e in rng.sample(eng, rng.randint(1, 2)):
             deltas.setdefault(e.pk, []).extend(
-                (k, chain[i - 1] if i else None, wire.TIER_GPU) for i, k in enumerate(chain)
+                (k, chain[i - 1] if i else None, protocol.TIER_GPU) for i, k in enumerate(chain)
             )
     WorkloadKey.objects.bulk_create(keys, batch_size=5000)
     get_index().apply([Delta(e, stored=s) for e, s in deltas.items()])
@@ -171,7 +170,8 @@ def main(argv=None) -> int:
     engines, prefixes = (32, 10_000) if args.quick else (256, 100_000)
     with tempfile.TemporaryDirectory() as tmp:
         setup(tmp)
-        from controlplane.core import planner
+        from controlplane.core.policy import planner
+        from controlplane.core.policy.types import Budgets
         from controlplane.replication.plans import cycle as planning
 
         t0 = time.perf_counter()
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
             inputs.demand,
             inputs.holdings,
             inputs.engines,
-            planner.Budgets(max_spec_vram_fraction=0.1, min_confidence=0.4, horizon_s=600),
+            Budgets(max_spec_vram_fraction=0.1, min_confidence=0.4, horizon_s=600),
             inputs.overrides,
         )
         planner_s = time.perf_counter() - t0

@@ -13,7 +13,6 @@ from typing import Any
 import httpx
 import zmq
 
-from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore, FileBlockStore, MemoryBlockStore
 from nodeagent.config import NEEDS_LISTEN, AgentConfig, enabled_transports, listens_everywhere
 from nodeagent.config import transport_names as configured_transports
@@ -32,6 +31,7 @@ from nodeagent.transfers.lmcache_mp import LmcacheMpTransport
 from nodeagent.transfers.nccl import NcclTransport
 from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport
 from nodeagent.transfers.warmup import WarmupTransport
+from wire import protocol
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Agent:
         self.enabled_transports = enabled_transports(t)
         # The transfer server runs only for tcp, on the address the operator named.
         self.server: TcpTransferServer | None = None
-        if wire.TRANSPORT_TCP in self.enabled_transports:
+        if protocol.TRANSPORT_TCP in self.enabled_transports:
             self.server = TcpTransferServer(t.listen, self.store, t.hash_threads)
         self.transfer_address = ""
         if any(n in NEEDS_LISTEN for n in self.enabled_transports):
@@ -85,18 +85,20 @@ class Agent:
                 f"{socket.gethostname()}:{port}" if listens_everywhere(t) else f"{host}:{port}"
             )
         available: dict[str, Callable[[], Executor]] = {
-            wire.TRANSPORT_TCP: lambda: TcpTransport(
+            protocol.TRANSPORT_TCP: lambda: TcpTransport(
                 self.server, t.rate_limit_bytes_per_s, t.chunk_bytes, t.connect_timeout_s, t.retries
             ),
-            wire.TRANSPORT_NCCL: NcclTransport,
-            wire.TRANSPORT_LMCACHE: lambda: LmcacheTransport(
+            protocol.TRANSPORT_NCCL: NcclTransport,
+            protocol.TRANSPORT_LMCACHE: lambda: LmcacheTransport(
                 {e.engine_id: e for e in cfg.engines},
                 cfg.lmcache_controller_url,
                 cfg.lmcache_renew_s,
                 state / "lmcache-leases.json",
             ),
-            wire.TRANSPORT_WARMUP: lambda: WarmupTransport({e.engine_id: e for e in cfg.engines}),
-            wire.TRANSPORT_LMCACHE_MP: lambda: LmcacheMpTransport(
+            protocol.TRANSPORT_WARMUP: lambda: WarmupTransport(
+                {e.engine_id: e for e in cfg.engines}
+            ),
+            protocol.TRANSPORT_LMCACHE_MP: lambda: LmcacheMpTransport(
                 {e.engine_id: e for e in cfg.engines}, cfg.lmcache_coordinator_url
             ),
         }
@@ -153,7 +155,7 @@ class Agent:
             self.metrics,
             cut_report=self.reporter.cut,
         )
-        self.lmcache_leases = transports[wire.TRANSPORT_LMCACHE].leases  # type: ignore[attr-defined]
+        self.lmcache_leases = transports[protocol.TRANSPORT_LMCACHE].leases  # type: ignore[attr-defined]
         self.lmcache_leases.on_reading = self.runner.notify
         self.channel = JobChannel(
             cfg.control_plane_url,

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from controlplane.core import protocol as wire
 from nodeagent.tap import tenant_rule_error
+from wire import protocol
 
 ENV_PREFIX = "PREWARM_AGENT_"
 _ENGINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
@@ -315,16 +315,16 @@ def load_config(argv: list[str] | None = None, env: Mapping[str, str] | None = N
 
 
 TRANSPORTS = (
-    wire.TRANSPORT_TCP,
-    wire.TRANSPORT_NCCL,
-    wire.TRANSPORT_LMCACHE,
-    wire.TRANSPORT_WARMUP,
-    wire.TRANSPORT_LMCACHE_MP,
+    protocol.TRANSPORT_TCP,
+    protocol.TRANSPORT_NCCL,
+    protocol.TRANSPORT_LMCACHE,
+    protocol.TRANSPORT_WARMUP,
+    protocol.TRANSPORT_LMCACHE_MP,
 )
 # agent to agent: a peer connects to an address of this agent
 NEEDS_LISTEN = (
-    wire.TRANSPORT_TCP,
-    wire.TRANSPORT_NCCL,
+    protocol.TRANSPORT_TCP,
+    protocol.TRANSPORT_NCCL,
 )  # agent to agent: a peer connects to an address of this agent
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]", "*")
 

@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 import websockets
 
-from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.reporter import Backoff
 from nodeagent.transfers.base import Executor, Job, JobError, TransferResult
+from wire import protocol
 
 log = logging.getLogger(__name__)
 # Executors bound their own work by the deadline (the nccl group's timeout, the tcp sender's
@@ -110,14 +110,14 @@ class JobRunner:
     async def handle(self, msg: dict[str, Any], send: Send) -> None:
         self._send = send
         kind = msg.get("type")
-        if kind == wire.MSG_JOB_ASSIGN:
+        if kind == protocol.MSG_JOB_ASSIGN:
             await self._assign(msg.get("job") or {}, send)
-        elif kind == wire.MSG_JOB_CANCEL:
+        elif kind == protocol.MSG_JOB_CANCEL:
             job_id = str(msg.get("job_id"))
             task = self.running.get(job_id)
             if task:
                 task.cancel()  # reports it cancelled now; _run aborts the executor's work
-        elif kind == wire.MSG_ERROR:
+        elif kind == protocol.MSG_ERROR:
             log.warning(
                 "control plane could not apply job %s: %s", msg.get("job_id"), msg.get("detail")
             )
@@ -133,14 +133,16 @@ class JobRunner:
             job_id = str(raw.get("id", ""))
             log.error("%s", exc)
             if job_id:
-                await send(wire.job_result(job_id, False, None, 0, str(exc)))
+                await send(protocol.job_result(job_id, False, None, 0, str(exc)))
             return
         cut = None
-        if self.cut_report is not None and job.role == wire.ROLE_TARGET:
+        if self.cut_report is not None and job.role == protocol.ROLE_TARGET:
             cut = self.cut_report()
-        await send(wire.job_ack(job.id, cut))
+        await send(protocol.job_ack(job.id, cut))
         done = self.journal.get(job.id)
-        if done and (done["state"] == wire.JOB_SUCCEEDED or done.get("attempt", 1) >= job.attempt):
+        if done and (
+            done["state"] == protocol.JOB_SUCCEEDED or done.get("attempt", 1) >= job.attempt
+        ):
             await send({k: v for k, v in done.items() if k != "attempt"})
             return
         if job.id in self.running:
@@ -158,7 +160,7 @@ class JobRunner:
         async def send_after(prev: asyncio.Future[None] | None, n: int) -> None:
             if prev is not None:
                 await asyncio.gather(prev, return_exceptions=True)
-            await send(wire.job_progress(job.id, n))
+            await send(protocol.job_progress(job.id, n))
 
         def queue_progress(n: int) -> None:
             prev = last[-1] if last else None
@@ -188,13 +190,13 @@ class JobRunner:
             result = TransferResult(False, error="deadline passed before the job ended")
         except asyncio.CancelledError:
             job.abort()
-            result = TransferResult(False, error=wire.JOB_CANCELLED)
+            result = TransferResult(False, error=protocol.JOB_CANCELLED)
         finally:
             self.running.pop(job.id, None)
             self.jobs.pop(job.id, None)
         if last:  # the progress queued before the result is settled goes first
             await asyncio.gather(last[-1], return_exceptions=True)
-        record = wire.job_result(
+        record = protocol.job_result(
             job.id, result.ok, result.checksum, result.bytes, result.error, result.extra
         )
         state = record["state"]
@@ -222,8 +224,8 @@ class JobRunner:
             await asyncio.wait(pending, timeout=1.0)
 
     def _execute(self, job: Job, progress: Any) -> TransferResult:
-        if job.action == wire.ACTION_EVICT:
-            if job.role != wire.ROLE_TARGET:
+        if job.action == protocol.ACTION_EVICT:
+            if job.role != protocol.ROLE_TARGET:
                 return TransferResult(True)
             executor = self.transports.get(job.transport)
             evict = getattr(executor, "evict", None)  # not-vocabulary: the method's name
@@ -239,7 +241,7 @@ class JobRunner:
                 error=f"transport {job.transport!r} is not enabled on this agent "
                 "(transfer.transports, and transfer.listen for tcp and nccl)",
             )
-        if job.role == wire.ROLE_SOURCE:
+        if job.role == protocol.ROLE_SOURCE:
             return transport.send(job, self.store, progress)
         return transport.receive(job, self.store, progress)
 
@@ -294,7 +296,7 @@ class JobChannel:
     async def _websocket(self) -> None:
         url = self.base_url.replace("http", "ws", 1) + "/ws/agent/"
         async with websockets.connect(
-            url, additional_headers=self._headers(), max_size=wire.SOCKET_MESSAGE_MAX_BYTES
+            url, additional_headers=self._headers(), max_size=protocol.SOCKET_MESSAGE_MAX_BYTES
         ) as ws:
             self.backoff.reset()
             lock = asyncio.Lock()

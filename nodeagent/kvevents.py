@@ -22,13 +22,13 @@ from typing import Any
 import msgpack
 import msgspec
 
-from controlplane.core import protocol as wire
-from controlplane.core.blockhash import extra_for
+from wire import protocol
+from wire.blockhash import extra_for
 
 STORED = "BlockStored"
 REMOVED = "BlockRemoved"
 CLEARED = "AllBlocksCleared"
-DEFAULT_MEDIUM = wire.TIER_GPU
+DEFAULT_MEDIUM = protocol.TIER_GPU
 _MASK64 = (1 << 64) - 1
 
 
@@ -36,12 +36,12 @@ _MASK64 = (1 << 64) - 1
 # CPU_PINNED, DISK, EXTERNAL: a shared remote pool, the slowest tier there is).
 # vLLM's GPU and CPU and SGLang's DISK are spelled as Prewarm's tiers are.
 TIER_OF = {
-    wire.TIER_GPU: wire.TIER_GPU,
-    wire.TIER_CPU: wire.TIER_CPU,
-    "CPU_PINNED": wire.TIER_CPU,
-    "STORAGE": wire.TIER_DISK,
-    wire.TIER_DISK: wire.TIER_DISK,
-    "EXTERNAL": wire.TIER_DISK,
+    protocol.TIER_GPU: protocol.TIER_GPU,
+    protocol.TIER_CPU: protocol.TIER_CPU,
+    "CPU_PINNED": protocol.TIER_CPU,
+    "STORAGE": protocol.TIER_DISK,
+    protocol.TIER_DISK: protocol.TIER_DISK,
+    "EXTERNAL": protocol.TIER_DISK,
 }
 
 

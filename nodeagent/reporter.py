@@ -29,14 +29,14 @@ from typing import Any
 import httpx
 import msgpack
 
-from controlplane.core.protocol import (
+from nodeagent.residency import EngineResidency
+from nodeagent.spool import Spool
+from wire.protocol import (
     CONTENT_JSON,
     CONTENT_MSGPACK,
     ENCODING_JSON,
     ENCODING_MSGPACK,
 )
-from nodeagent.residency import EngineResidency
-from nodeagent.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -417,7 +417,7 @@ class Reporter:
 
 
 def encode_report(report: dict[str, Any], encoding: str = ENCODING_MSGPACK) -> bytes:
-    """A report body as sent (its residency rows from ``controlplane.core.protocol``'s encoder)."""
+    """A report body as sent (its residency rows from ``wire.protocol``'s encoder)."""
     if encoding == ENCODING_MSGPACK:
         return msgpack.packb(report, use_bin_type=True)
     return json.dumps(report, separators=(",", ":")).encode()

@@ -1,7 +1,7 @@
 """Per-engine KV-block residency, keyed by canonical block keys, with deltas for reports.
 
 vLLM names blocks by per-process hashes; the control plane joins on canonical keys
-(``controlplane.core.blockhash``). A ``BlockStored`` event carries the token ids of every block
+(``wire.blockhash``). A ``BlockStored`` event carries the token ids of every block
 it stores (concatenated, ``block_size`` per block) and the engine hash of the first block's
 parent, so the canonical key of each block is ``block_key(canonical parent, its tokens, extra)``.
 The engine-hash -> canonical-key map outlives removals (a child may be stored after its parent
@@ -21,19 +21,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.core.blockhash import (
-    ROOT_PARENT,
-    block_key,
-    engine_scoped_key,
-)
-from controlplane.core.protocol import (
-    FLAG_ENGINE_SCOPED,
-    MODE_DELTA,
-    MODE_SNAPSHOT,
-    encode_removed,
-    encode_stored,
-    residency_entry,
-)
 from nodeagent.kvevents import (
     TIER_OF,
     AllBlocksCleared,
@@ -43,6 +30,19 @@ from nodeagent.kvevents import (
     block_extra,
     engine_hash,
     normalise,
+)
+from wire.blockhash import (
+    ROOT_PARENT,
+    block_key,
+    engine_scoped_key,
+)
+from wire.protocol import (
+    FLAG_ENGINE_SCOPED,
+    MODE_DELTA,
+    MODE_SNAPSHOT,
+    encode_removed,
+    encode_stored,
+    residency_entry,
 )
 
 __all__ = ["FLAG_ENGINE_SCOPED", "EngineResidency", "EventStats"]

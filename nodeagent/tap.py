@@ -34,7 +34,6 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from controlplane.core import blockhash
 from nodeagent.tap_records import (
     CHAT,
     COMPLETIONS,
@@ -54,6 +53,7 @@ from nodeagent.tap_records import (
     tokenize,
     with_fingerprint,
 )
+from wire import blockhash
 
 __all__ = [
     "CHAT",

@@ -1,18 +1,18 @@
-"""``make lint``'s vocabulary check: ``controlplane/core/protocol.py`` spells the wire vocabulary
+"""``make lint``'s vocabulary check: ``wire/protocol.py`` spells the wire vocabulary
 once, and no other module of the product quotes it.
 
 The rule, precisely:
 
 - A *hit* is a Python string literal whose whole value is one of ``CHECKED`` (``ast.Constant``,
   so a word inside a sentence, an f-string's text or a docstring is not one), in a ``.py`` file
-  under ``controlplane/``, ``nodeagent/`` or ``bench/``.
+  under ``controlplane/``, ``nodeagent/``, ``wire/``, ``harness/`` or ``bench/``.
 - ``CHECKED`` is every value protocol.py gives the tiers (``TIER_*``), actions, transports, job
   states, engine lifecycle, confirmation sources, token kinds, realtime event names and message
   types, except ``AMBIGUOUS``: words this tree also uses for something else, each named below.
   Roles (``source``/``target``), report modes (``delta``/``snapshot``), encodings and content
   types are not checked at all: they are also field names, dashboard message types and MIME
   types all over the tree.
-- Exempt files: ``controlplane/core/protocol.py`` (the definitions), ``*/migrations/*`` (frozen
+- Exempt files: ``wire/protocol.py`` (the definitions), ``*/migrations/*`` (frozen
   history: a migration keeps the literal it was generated with, and rewriting one changes
   nothing in the database) and ``tests/`` (a test spells the wire by hand on purpose, so that a
   changed spelling in protocol.py fails it).
@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from controlplane.core import protocol  # noqa: E402  (the repository on the path first)
+from wire import protocol  # noqa: E402  (the repository on the path first)
 
 CHECKED_PREFIXES = ("TIER_", "ACTION_", "TRANSPORT_", "JOB_", "ENGINE_", "CONFIRM_", "TOKEN_")
 CHECKED_PREFIXES += ("EVENT_", "MSG_")
@@ -47,8 +47,8 @@ AMBIGUOUS = {
     "lost": "a GPU's lost flag (NVML lost the device)",
     "error": "the key of every error body",
 }
-SCANNED = ("controlplane", "nodeagent", "bench")
-EXEMPT_FILES = ("controlplane/core/protocol.py",)
+SCANNED = ("controlplane", "nodeagent", "wire", "harness", "bench")
+EXEMPT_FILES = ("wire/protocol.py",)
 PRAGMA = re.compile(r"#\s*not-vocabulary:\s*\S")
 
 

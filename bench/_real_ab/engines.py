@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import statistics
 
-from controlplane.harness.realvllm.driver import Gateway, Target
-from controlplane.harness.realvllm.engine import EngineUnavailable, VllmEngine
+from harness.realvllm.driver import Gateway, Target
+from harness.realvllm.engine import EngineUnavailable, VllmEngine
 
 
 def cold_and_cached_s(

@@ -10,14 +10,14 @@ from typing import Any
 from _common import percentile
 
 from controlplane.core import stats
-from controlplane.core.protocol import (
+from harness.realvllm.driver import TraceRequest
+from wire.protocol import (
     JOB_CONFIRMED,
     JOB_LOST,
     JOB_PARTIAL,
     ROLE_TARGET,
     TRANSPORT_WARMUP,
 )
-from controlplane.harness.realvllm.driver import TraceRequest
 
 POLICIES = ("none", "reactive", "predictive")
 # The strategy each arm's policy runs (its plans name it).

@@ -11,7 +11,7 @@ from pathlib import Path
 from _common import table
 
 from _real_ab.figures import POLICIES, gpu_ratio, report
-from controlplane.core.protocol import JOB_FAILED
+from wire.protocol import JOB_FAILED
 
 
 def print_table(summary: dict) -> str:

@@ -1,7 +1,7 @@
-"""Roles and token kinds (the kinds' values from ``controlplane.core.protocol``)."""
+"""Roles and token kinds (the kinds' values from ``wire.protocol``)."""
 
 from controlplane.choiceset import ChoiceSet
-from controlplane.core import protocol as wire
+from wire import protocol
 
 
 class Role:
@@ -13,7 +13,7 @@ class Role:
 
 
 class TokenKind(ChoiceSet):
-    USER = wire.TOKEN_USER, "User (automation, acts as its user)"
-    GATEWAY = wire.TOKEN_GATEWAY, "Gateway (request records only)"
-    AGENT = wire.TOKEN_AGENT, "Agent (its own node only)"
+    USER = protocol.TOKEN_USER, "User (automation, acts as its user)"
+    GATEWAY = protocol.TOKEN_GATEWAY, "Gateway (request records only)"
+    AGENT = protocol.TOKEN_AGENT, "Agent (its own node only)"
     PREFIX = {USER: "pwu_", GATEWAY: "pwg_", AGENT: "pwa_"}

@@ -14,9 +14,9 @@ import logging
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from controlplane.accounts.authentication import AgentAuthFailed
-from controlplane.core import protocol as wire
 from controlplane.metrics import AGENT_SOCKETS
 from controlplane.realtime import groups
+from wire import protocol
 
 from .jobs import agent_node, apply, pending
 
@@ -70,29 +70,29 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
 
     async def send_job(self, msg: dict) -> None:
         """Send one job message, unless it is larger than a socket message may be
-        (``wire.SOCKET_MESSAGE_MAX_BYTES``, the agents' and daphne's limit): the server would
+        (``protocol.SOCKET_MESSAGE_MAX_BYTES``, the agents' and daphne's limit): the server would
         refuse to send it and close the socket, and the agent, reconnecting, be sent it again
         forever. It is left out, said in the log; the job's attempt fails by its deadline."""
         text = await self.encode_json(msg)
-        if len(text) > wire.SOCKET_MESSAGE_MAX_BYTES:  # JSON is ASCII: characters are bytes
+        if len(text) > protocol.SOCKET_MESSAGE_MAX_BYTES:  # JSON is ASCII: characters are bytes
             log.warning(
                 "job %s for node %s not sent on its socket: %d bytes, over the %d-byte limit",
                 (msg.get("job") or {}).get("id") or msg.get("job_id"),
                 self.node_id,
                 len(text),
-                wire.SOCKET_MESSAGE_MAX_BYTES,
+                protocol.SOCKET_MESSAGE_MAX_BYTES,
             )
             return
         await self.send(text_data=text)
 
     async def receive_json(self, content, **kwargs):
         if not isinstance(content, dict):
-            await self.send_json({"type": wire.MSG_ERROR, "detail": "expected a JSON object"})
+            await self.send_json({"type": protocol.MSG_ERROR, "detail": "expected a JSON object"})
             return
         error = await apply(self.node_id, content)
         if error:
             await self.send_json(
-                {"type": wire.MSG_ERROR, "job_id": content.get("job_id"), "detail": error}
+                {"type": protocol.MSG_ERROR, "job_id": content.get("job_id"), "detail": error}
             )
 
     # Group messages from controlplane.replication.jobs.delivery (published on commit).
@@ -100,4 +100,4 @@ class AgentConsumer(AsyncJsonWebsocketConsumer):
         await self.send_job(message["payload"])
 
     async def job_cancel(self, message):
-        await self.send_job(wire.job_cancel(message["payload"]["job_id"]))
+        await self.send_job(protocol.job_cancel(message["payload"]["job_id"]))

@@ -4,7 +4,7 @@ import msgpack
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 
-from controlplane.core.protocol import CONTENT_MSGPACK
+from wire.protocol import CONTENT_MSGPACK
 
 
 class MsgpackParser(BaseParser):

@@ -10,7 +10,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .protocol import MODE_DELTA, MODE_SNAPSHOT, MODES, ProtocolError, decode_removed, decode_stored
+from wire.protocol import (
+    MODE_DELTA,
+    MODE_SNAPSHOT,
+    MODES,
+    ProtocolError,
+    decode_removed,
+    decode_stored,
+)
 
 MAX_ID_LEN = 100
 _MAX_BYTES = 2**63 - 1  # a signed 64-bit database column

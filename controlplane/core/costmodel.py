@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from controlplane.core.protocol import TIER_CPU, TIER_DISK
+from wire.protocol import TIER_CPU, TIER_DISK
 
 
 @dataclass(frozen=True)

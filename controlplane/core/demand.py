@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from controlplane.core.forecast import burst_risk
 from controlplane.core.forecast.burst import BURST_FACTOR
-from controlplane.core.planner import Demand
+from controlplane.core.policy.types import Demand
 
 UNSCORED_CONFIDENCE = 0.5
 

@@ -5,7 +5,7 @@ offload tier beside it). It is distinct from the control plane's cluster-wide re
 (``controlplane/core/residency.py``: block -> engines, longest-prefix lookup across the fleet),
 which is built from KV events; the simulator uses this class to play the engines themselves.
 
-Keys are canonical chained keys (``controlplane/core/blockhash.py``), so a key already implies
+Keys are canonical chained keys (``wire/blockhash.py``), so a key already implies
 its whole prefix: the radix structure is implicit in the chain, and a prefix match is the number
 of leading keys of a request that are present. Touching a chain refreshes it leaf first, so the
 root ends up most recent and eviction takes leaves before the blocks they hang from (a cached

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Protocol
 
-from .protocol import TIER_RANK, TIERS
+from wire.protocol import TIER_RANK, TIERS
 
 MEDIA = TIERS
 # Lower rank = faster tier (TIER_RANK); a block held in several tiers of one engine counts at its

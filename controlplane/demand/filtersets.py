@@ -4,7 +4,7 @@ from django_filters import rest_framework as filters
 
 from controlplane.api.filters import BoundedIsoDateTimeFilter
 
-from .models import MissBucket, WorkloadKey
+from .models import HistoryImport, MissBucket, WorkloadKey
 
 
 class WorkloadKeyFilterSet(filters.FilterSet):
@@ -25,3 +25,9 @@ class MissBucketFilterSet(filters.FilterSet):
     class Meta:
         model = MissBucket
         fields = ["tenant", "model", "prefix_group", "engine", "key", "since", "until"]
+
+
+class HistoryImportFilterSet(filters.FilterSet):
+    class Meta:
+        model = HistoryImport
+        fields = ["source", "format", "sha256"]

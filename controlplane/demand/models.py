@@ -27,6 +27,11 @@ class WorkloadKey(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField(null=True, blank=True)
+    live_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="time of its first live request record: imported history stops there",
+    )
 
     class Meta:
         ordering = ["tenant", "model", "prefix_group"]
@@ -111,3 +116,48 @@ class MissBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} on {self.engine_id} {self.start:%Y-%m-%d %H:%M}"
+
+
+class HistoryImport(models.Model):
+    """One file of past request history loaded into the demand buckets (``import_history``)."""
+
+    sha256 = models.CharField(
+        max_length=64, unique=True, help_text="of the file's bytes: the same file imports once"
+    )
+    source = models.CharField(
+        max_length=200,
+        blank=True,
+        db_index=True,
+        help_text="where the history comes from (e.g. an engine's log): a later import from "
+        "the same source skips rows at or before this one's last",
+    )
+    format = models.CharField(max_length=32)
+    filename = models.CharField(max_length=255, blank=True)
+    lines = models.PositiveIntegerField(default=0, help_text="lines read")
+    rows = models.PositiveIntegerField(default=0, help_text="rows counted into buckets")
+    requests = models.BigIntegerField(default=0)
+    skipped_live = models.BigIntegerField(
+        default=0, help_text="requests at or after their workload key's first live record"
+    )
+    skipped_old = models.BigIntegerField(
+        default=0,
+        help_text="requests older than PREWARM_DEMAND_DAYS (retention would delete them)",
+    )
+    skipped_seen = models.BigIntegerField(
+        default=0, help_text="requests at or before the source's previous import's last one"
+    )
+    buckets_created = models.PositiveIntegerField(default=0)
+    buckets_updated = models.PositiveIntegerField(default=0)
+    workload_keys = models.PositiveIntegerField(default=0)
+    workload_keys_created = models.PositiveIntegerField(default=0)
+    first_time = models.DateTimeField(null=True, blank=True)
+    last_time = models.DateTimeField(null=True, blank=True)
+    imported_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    seconds = models.FloatField(default=0.0, help_text="how long the import took")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"history {self.pk}: {self.requests} requests ({self.format})"

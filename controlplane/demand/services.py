@@ -11,10 +11,10 @@ from django.db.models import F, Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
-from controlplane.core import blockhash
 from controlplane.core.errors import Invalid
 from controlplane.core.prefix_groups import OTHER, group_of, shared_chain
 from controlplane.fleet.models import Engine
+from wire import blockhash
 
 from . import misses
 from .models import DemandBucket, MissBucket, WorkloadKey
@@ -66,6 +66,75 @@ def _serving_engines(records: list[dict]) -> dict[str, int]:
     return out
 
 
+def group_name(chain: list[int], block_size: int) -> str:
+    """The prefix group a request of this chain counts under (docs/api.md)."""
+    head = group_of(chain, block_size, GROUP_TOKENS)
+    return OTHER if head is None else blockhash.to_hex(head)
+
+
+class KeyResolver:
+    """Workload keys of (tenant, model, group) idents, created where missing, under the cap of
+    ``MAX_GROUPS_PER_TENANT_MODEL`` groups per tenant and model (a group past it counts under
+    "*"). Used inside the caller's transaction; ``created`` counts the keys it made."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[str, str, str], WorkloadKey] = {}
+        self.group_counts: dict[tuple[str, str], int] = {}
+        self.created = 0
+
+    def resolve(
+        self, idents: set[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], tuple[WorkloadKey, str]]:
+        """ident -> (its workload key, the group it counts under)."""
+        # Created where missing in sorted order: two web processes ingesting overlapping
+        # batches then take the unique index's locks in the same order and cannot deadlock
+        # (PostgreSQL's "deadlock detected ... workload_key_unique").
+        return {asked: self._one(asked) for asked in sorted(idents)}
+
+    def _one(self, asked: tuple[str, str, str]) -> tuple[WorkloadKey, str]:
+        ident, group = asked, asked[2]
+        wk = self.cache.get(ident)
+        if wk is None:
+            wk = WorkloadKey.objects.filter(
+                tenant=ident[0], model=ident[1], prefix_group=group
+            ).first()
+            if wk is None:
+                tm = ident[:2]
+                if tm not in self.group_counts:
+                    self.group_counts[tm] = WorkloadKey.objects.filter(
+                        tenant=tm[0], model=tm[1]
+                    ).count()
+                if group != OTHER and self.group_counts[tm] >= MAX_GROUPS_PER_TENANT_MODEL:
+                    group, ident = OTHER, (tm[0], tm[1], OTHER)
+                    wk = (
+                        self.cache.get(ident)
+                        or WorkloadKey.objects.filter(
+                            tenant=tm[0], model=tm[1], prefix_group=OTHER
+                        ).first()
+                    )
+                if wk is None:
+                    # get_or_create: another web process may create the same key at the same
+                    # moment (bench/load.py with 2 processes hit UniqueViolation -> 500 here).
+                    wk, made = WorkloadKey.objects.get_or_create(
+                        tenant=ident[0], model=ident[1], prefix_group=group
+                    )
+                    self.group_counts[tm] = self.group_counts.get(tm, 0) + made
+                    self.created += made
+            self.cache[ident] = wk
+        return wk, group
+
+
+def narrow_prefix(wk: WorkloadKey, chain: list[int], block_size: int) -> None:
+    """The key's shared chain becomes what it and one more request of it share (saved by the
+    caller when ``wk._dirty``)."""
+    current = [int(k, 16) for k in wk.prefix_keys] if wk.prefix_keys else None
+    common = shared_chain(current, chain)
+    if current is None or len(common) != len(current):
+        wk.prefix_keys = [blockhash.to_hex(k) for k in common]
+        wk.prefix_tokens = len(common) * block_size
+        wk._dirty = True
+
+
 @transaction.atomic
 def ingest_records(records: list[dict]) -> dict:
     """Roll a batch of validated request records into buckets, all or nothing.
@@ -80,62 +149,26 @@ def ingest_records(records: list[dict]) -> dict:
     served: list[tuple[int, int, float, int, float | None]] = []
     reasons = settings.PREWARM_MISS_REASONS
     served_chains: list[tuple[WorkloadKey, str, list[int], dict]] = []
-    keys_cache: dict[tuple[str, str, str], WorkloadKey] = {}
     counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    created = 0
-    group_counts: dict[tuple[str, str], int] = {}
     keep_tokens = settings.PREWARM_KEEP_PREFIX_TOKEN_IDS
-    # Every record's workload key first, created where missing in sorted order: two web
-    # processes ingesting overlapping batches then take the unique index's locks in the same
-    # order and cannot deadlock (PostgreSQL's "deadlock detected ... workload_key_unique").
     parsed = []
     for rec in records:
         chain = _keys_of(rec)
-        head = group_of(chain, rec["block_size"], GROUP_TOKENS)
-        group = OTHER if head is None else blockhash.to_hex(head)
-        parsed.append((rec, chain, (rec["tenant"], rec["model"], group)))
-    resolved: dict[tuple[str, str, str], tuple[WorkloadKey, str]] = {}
-    for asked in sorted({ident for _, _, ident in parsed}):
-        ident, group = asked, asked[2]
-        wk = keys_cache.get(ident)
-        if wk is None:
-            wk = WorkloadKey.objects.filter(
-                tenant=ident[0], model=ident[1], prefix_group=group
-            ).first()
-            if wk is None:
-                tm = ident[:2]
-                if tm not in group_counts:
-                    group_counts[tm] = WorkloadKey.objects.filter(tenant=tm[0], model=tm[1]).count()
-                if group != OTHER and group_counts[tm] >= MAX_GROUPS_PER_TENANT_MODEL:
-                    group, ident = OTHER, (tm[0], tm[1], OTHER)
-                    wk = (
-                        keys_cache.get(ident)
-                        or WorkloadKey.objects.filter(
-                            tenant=tm[0], model=tm[1], prefix_group=OTHER
-                        ).first()
-                    )
-                if wk is None:
-                    # get_or_create: another web process may create the same key at the same
-                    # moment (bench/load.py with 2 processes hit UniqueViolation -> 500 here).
-                    wk, made = WorkloadKey.objects.get_or_create(
-                        tenant=ident[0], model=ident[1], prefix_group=group
-                    )
-                    group_counts[tm] = group_counts.get(tm, 0) + made
-                    created += made
-            keys_cache[ident] = wk
-        resolved[asked] = (wk, group)
+        parsed.append(
+            (rec, chain, (rec["tenant"], rec["model"], group_name(chain, rec["block_size"])))
+        )
+    keys = KeyResolver()
+    resolved = keys.resolve({ident for _, _, ident in parsed})
+    created = keys.created
     arrivals: dict[int, list[float]] = defaultdict(list)
+    first: dict[int, float] = {}  # each key's earliest record of the batch
     for rec, chain, ident in parsed:
         wk, group = resolved[ident]
+        first[wk.pk] = min(first.get(wk.pk, rec["time"]), rec["time"])
         if group != OTHER:
             arrivals[wk.pk].append(float(rec["time"]))
         if group != OTHER:
-            current = [int(k, 16) for k in wk.prefix_keys] if wk.prefix_keys else None
-            common = shared_chain(current, chain)
-            if current is None or len(common) != len(current):
-                wk.prefix_keys = [blockhash.to_hex(k) for k in common]
-                wk.prefix_tokens = len(common) * rec["block_size"]
-                wk._dirty = True
+            narrow_prefix(wk, chain, rec["block_size"])
         if (
             keep_tokens
             and "token_ids" in rec
@@ -163,9 +196,12 @@ def ingest_records(records: list[dict]) -> dict:
             )
             if reasons:
                 served_chains.append((wk, group, chain, rec))
-    for wk in sorted(keys_cache.values(), key=lambda w: w.pk):  # row locks in one order
+    for wk in sorted(keys.cache.values(), key=lambda w: w.pk):  # row locks in one order
         fields = ["last_seen"]
         wk.last_seen = now
+        if wk.live_since is None:  # its first live records (history imports stop there)
+            wk.live_since = datetime.fromtimestamp(first[wk.pk], tz=UTC)
+            fields.append("live_since")
         if getattr(wk, "_dirty", False):
             fields += ["prefix_keys", "prefix_tokens"]
         if getattr(wk, "_tokens_dirty", False):

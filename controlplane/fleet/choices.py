@@ -1,7 +1,7 @@
-"""Choices for nodes and engines (the lifecycle's values from ``controlplane.core.protocol``)."""
+"""Choices for nodes and engines (the lifecycle's values from ``wire.protocol``)."""
 
 from controlplane.choiceset import ChoiceSet
-from controlplane.core import protocol as wire
+from wire import protocol
 
 
 class NodeState(ChoiceSet):
@@ -11,9 +11,9 @@ class NodeState(ChoiceSet):
 
 
 class EngineLifecycle(ChoiceSet):
-    WARMING = wire.ENGINE_WARMING, "Warming (joining, not yet taking traffic)"
-    SERVING = wire.ENGINE_SERVING, "Serving"
-    DRAINING = wire.ENGINE_DRAINING, "Draining"
+    WARMING = protocol.ENGINE_WARMING, "Warming (joining, not yet taking traffic)"
+    SERVING = protocol.ENGINE_SERVING, "Serving"
+    DRAINING = protocol.ENGINE_DRAINING, "Draining"
     # Who may move an engine where: anything may go to draining; warming -> serving when ready;
     # a drained (or not yet started) engine warms up again before it takes traffic.
     ALLOWED = {WARMING: {SERVING, DRAINING}, SERVING: {DRAINING}, DRAINING: {SERVING, WARMING}}

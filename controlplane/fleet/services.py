@@ -12,13 +12,13 @@ from django.utils import timezone
 from controlplane.accounts.choices import TokenKind
 from controlplane.accounts.models import ApiToken, EnrolmentToken, digest
 from controlplane.audit.services import record, save_audited, snapshot
-from controlplane.core import protocol as wire
 from controlplane.core.agent_report import Report
 from controlplane.core.errors import Conflict, Forbidden, Invalid
-from controlplane.core.protocol import MODE_SNAPSHOT
 from controlplane.core.residency import Delta
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
+from wire import protocol
+from wire.protocol import MODE_SNAPSHOT
 
 from .choices import EngineLifecycle, NodeState
 from .models import Engine, Gpu, GpuSample, Node
@@ -339,7 +339,7 @@ def apply_report(node: Node, report: Report) -> dict:
         if changes or report.gpus:
             publish(
                 groups.CLUSTER,
-                wire.EVENT_RESIDENCY_DELTA,
+                protocol.EVENT_RESIDENCY_DELTA,
                 {
                     "node": node.pk,
                     "engines": {
@@ -397,5 +397,5 @@ def mark_stale_nodes() -> list[int]:
                 object_id=str(node_id),
                 reason=f"no report for {settings.PREWARM_NODE_STALE_SECONDS:.0f}s",
             )
-            publish(groups.CLUSTER, wire.EVENT_NODE_STALE, {"node": node_id})
+            publish(groups.CLUSTER, protocol.EVENT_NODE_STALE, {"node": node_id})
     return stale

@@ -11,13 +11,12 @@ from datetime import timedelta
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from controlplane.core import blockhash
-from controlplane.core import protocol as wire
 from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine
 from controlplane.fleet.residency import get_index
 from controlplane.replication.choices import JobAction, JobState
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
+from wire import blockhash, protocol
 
 MAX_ENGINES_PER_PAGE = 256
 MAX_PREFIXES = 64
@@ -35,7 +34,7 @@ STATES = {
     LANDED: "copy landed, not yet confirmed by the engine",
     LOST: "copy lost or never confirmed",
 }
-IN_FLIGHT_JOB_STATES = wire.JOB_IN_FLIGHT
+IN_FLIGHT_JOB_STATES = protocol.JOB_IN_FLIGHT
 
 
 def hottest_prefixes(limit: int) -> list[WorkloadKey]:
@@ -73,8 +72,8 @@ def _speculative(engine_ids: list[int], now) -> tuple[dict, dict]:
     rank = {CONFIRMED: 3, CONFIRMED_HOST: 3, LANDED: 2, LOST: 1}
     for engine_id, keys, tier, size, confirmed, lost, evicted, job_state in rows:
         if confirmed and not lost and not evicted:
-            st = CONFIRMED if tier == wire.TIER_GPU else CONFIRMED_HOST
-            if tier == wire.TIER_GPU:
+            st = CONFIRMED if tier == protocol.TIER_GPU else CONFIRMED_HOST
+            if tier == protocol.TIER_GPU:
                 spec_bytes[engine_id] = spec_bytes.get(engine_id, 0) + size
         elif job_state == JobState.LANDED and not evicted:
             st = LANDED
@@ -194,7 +193,7 @@ def cache_map(
                 state = SPECULATIVE
                 if spec == CONFIRMED_HOST and d < n:
                     tier = (
-                        wire.TIER_CPU
+                        protocol.TIER_CPU
                     )  # confirmed by LMCache, in a tier vLLM's KV events do not report
             elif spec == LANDED:
                 state = LANDED
@@ -209,7 +208,7 @@ def cache_map(
             cells.append(state)
             depths.append(d)
             tiers.append(tier[:1])
-        gpu_blocks[engine.pk] = index.usage(engine.pk).blocks.get(wire.TIER_GPU, 0)
+        gpu_blocks[engine.pk] = index.usage(engine.pk).blocks.get(protocol.TIER_GPU, 0)
         rows.append(
             {
                 "id": engine.pk,

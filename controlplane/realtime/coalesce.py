@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controlplane.core import protocol as wire
+from wire import protocol
 
 JOB_FIELDS = ("state", "bytes_done", "error")  # frontend/static/frontend/jobs.js
 PLAN_FIELDS = ("state",)  # frontend/static/frontend/plans.js
@@ -40,7 +40,7 @@ class Coalescer:
 
     def add(self, event: str, payload: dict[str, Any]) -> bool:
         """Merge one event; False (and nothing pending) for an event no page reads."""
-        if event == wire.EVENT_RESIDENCY_DELTA:
+        if event == protocol.EVENT_RESIDENCY_DELTA:
             engines = payload.get("engines") or {}
             if not engines:
                 return False  # GPU figures only: the cache map reads them with its rows

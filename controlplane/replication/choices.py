@@ -1,12 +1,12 @@
 """Named constants for policies, overrides, plans, jobs and replicas.
 
 What travels to agents (tiers, transports, job actions and states) takes its spelling from
-``controlplane.core.protocol``.
+``wire.protocol``.
 """
 
 from controlplane.choiceset import ChoiceSet
-from controlplane.core import protocol as wire
 from controlplane.core.policy import decide as strategies
+from wire import protocol
 
 
 class PolicyMode(ChoiceSet):
@@ -57,37 +57,37 @@ class ItemDecision(ChoiceSet):
 class StorageTier(ChoiceSet):
     """Where a block or replica lives (the wire's tier names); not the simulator's engine tier."""
 
-    GPU = wire.TIER_GPU, "GPU HBM"
-    CPU = wire.TIER_CPU, "CPU DRAM"
-    DISK = wire.TIER_DISK, "SSD"
+    GPU = protocol.TIER_GPU, "GPU HBM"
+    CPU = protocol.TIER_CPU, "CPU DRAM"
+    DISK = protocol.TIER_DISK, "SSD"
 
 
 class Transport(ChoiceSet):
     """Executors. ``tcp`` and ``nccl`` move bytes between agents' own block stores (the virtual
     cluster and the benchmarks); ``warmup``, ``lmcache`` and ``lmcache-mp`` act on real engines."""
 
-    TCP = wire.TRANSPORT_TCP, "TCP (agent stores)"
-    NCCL = wire.TRANSPORT_NCCL, "NCCL (agent stores)"
-    LMCACHE = wire.TRANSPORT_LMCACHE, "LMCache controller copy"
-    LMCACHE_MP = wire.TRANSPORT_LMCACHE_MP, "LMCache coordinator prefetch"
-    WARMUP = wire.TRANSPORT_WARMUP, "Prefill warm-up request"
+    TCP = protocol.TRANSPORT_TCP, "TCP (agent stores)"
+    NCCL = protocol.TRANSPORT_NCCL, "NCCL (agent stores)"
+    LMCACHE = protocol.TRANSPORT_LMCACHE, "LMCache controller copy"
+    LMCACHE_MP = protocol.TRANSPORT_LMCACHE_MP, "LMCache coordinator prefetch"
+    WARMUP = protocol.TRANSPORT_WARMUP, "Prefill warm-up request"
     # Executors that need the prefix's token ids (LMCache and vLLM address KV by tokens).
     NEEDS_TOKENS = frozenset({LMCACHE, LMCACHE_MP, WARMUP})
     # Where a copy lands: LMCache places it in the target's CPU tier (LocalCPUBackend).
-    LANDS_IN = {LMCACHE: wire.TIER_CPU, LMCACHE_MP: wire.TIER_CPU}
+    LANDS_IN = {LMCACHE: protocol.TIER_CPU, LMCACHE_MP: protocol.TIER_CPU}
 
 
 class Confirmation(ChoiceSet):
     """What showed a landed copy on its target engine (the wire's confirmation sources)."""
 
-    KV_EVENTS = wire.CONFIRM_KV_EVENTS, "the engine's KV events"
-    LMCACHE_PIN = wire.CONFIRM_LMCACHE_PIN, "LMCache pin on the target"
-    LMCACHE_DIRECTORY = wire.CONFIRM_LMCACHE_DIRECTORY, "LMCache coordinator directory"
+    KV_EVENTS = protocol.CONFIRM_KV_EVENTS, "the engine's KV events"
+    LMCACHE_PIN = protocol.CONFIRM_LMCACHE_PIN, "LMCache pin on the target"
+    LMCACHE_DIRECTORY = protocol.CONFIRM_LMCACHE_DIRECTORY, "LMCache coordinator directory"
 
 
 class JobAction(ChoiceSet):
-    REPLICATE = wire.ACTION_REPLICATE, "Replicate"
-    EVICT = wire.ACTION_EVICT, "Evict"
+    REPLICATE = protocol.ACTION_REPLICATE, "Replicate"
+    EVICT = protocol.ACTION_EVICT, "Evict"
 
 
 class JobState(ChoiceSet):
@@ -99,25 +99,25 @@ class JobState(ChoiceSet):
     within PREWARM_REPLICA_CONFIRM_SECONDS, and ``lost`` when a confirmed copy leaves the
     engine before its hold ends. An evict job ends ``succeeded``."""
 
-    PENDING = wire.JOB_PENDING
-    APPROVED = wire.JOB_APPROVED
-    DISPATCHED = wire.JOB_DISPATCHED
-    RUNNING = wire.JOB_RUNNING
-    LANDED = wire.JOB_LANDED
-    CONFIRMED = wire.JOB_CONFIRMED
-    UNCONFIRMED = wire.JOB_UNCONFIRMED
-    LOST = wire.JOB_LOST
-    SUCCEEDED = wire.JOB_SUCCEEDED
-    FAILED = wire.JOB_FAILED
-    CANCELLED = wire.JOB_CANCELLED
-    EXPIRED = wire.JOB_EXPIRED
-    REDUNDANT = wire.JOB_REDUNDANT
-    PARTIAL = wire.JOB_PARTIAL
-    CHOICES = [(s, s.capitalize()) for s in wire.JOB_STATES]
+    PENDING = protocol.JOB_PENDING
+    APPROVED = protocol.JOB_APPROVED
+    DISPATCHED = protocol.JOB_DISPATCHED
+    RUNNING = protocol.JOB_RUNNING
+    LANDED = protocol.JOB_LANDED
+    CONFIRMED = protocol.JOB_CONFIRMED
+    UNCONFIRMED = protocol.JOB_UNCONFIRMED
+    LOST = protocol.JOB_LOST
+    SUCCEEDED = protocol.JOB_SUCCEEDED
+    FAILED = protocol.JOB_FAILED
+    CANCELLED = protocol.JOB_CANCELLED
+    EXPIRED = protocol.JOB_EXPIRED
+    REDUNDANT = protocol.JOB_REDUNDANT
+    PARTIAL = protocol.JOB_PARTIAL
+    CHOICES = [(s, s.capitalize()) for s in protocol.JOB_STATES]
     # Approved and moving, not landed yet (the wire's one definition of each group).
-    IN_FLIGHT = frozenset(wire.JOB_IN_FLIGHT)
+    IN_FLIGHT = frozenset(protocol.JOB_IN_FLIGHT)
     # Not final and not landed yet: pending counts (the budgets and the planner agree on it).
-    LIVE = frozenset(wire.JOB_LIVE)
+    LIVE = frozenset(protocol.JOB_LIVE)
     # No agent delivery left to do: late job events change nothing.
     TERMINAL = frozenset(
         {

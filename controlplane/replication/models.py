@@ -5,7 +5,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from controlplane.core import planner
+from controlplane.core.policy.types import BENEFIT_MARGIN, MAX_CLUSTER_QUEUE_S, MAX_TARGET_QUEUE_S
 
 from .choices import (
     ItemDecision,
@@ -55,23 +55,23 @@ class Policy(models.Model):
         help_text="share of approved speculative items withheld at random as the control arm "
         "(empty: PREWARM_HOLDOUT_FRACTION, 0.15 unless configured)",
     )
-    # What speculation is charged (core.planner: the simulator's defaults). Empty limits: none.
+    # What speculation is charged (core.policy.types: the simulator's defaults). Empty limits: none.
     min_benefit_ratio = models.FloatField(
-        default=planner.BENEFIT_MARGIN,
+        default=BENEFIT_MARGIN,
         help_text="a speculative item is planned only when its expected TTFT saving is at least "
         "this many times what it takes (copy time, the target engine's queue); >= 1",
     )
     max_queue_seconds = models.FloatField(
         null=True,
         blank=True,
-        default=planner.MAX_TARGET_QUEUE_S,
+        default=MAX_TARGET_QUEUE_S,
         help_text="no speculative item lands on a serving engine whose queue (its agent's "
         "waiting requests, in seconds of prefill) is longer (empty: no limit)",
     )
     max_cluster_queue_seconds = models.FloatField(
         null=True,
         blank=True,
-        default=planner.MAX_CLUSTER_QUEUE_S,
+        default=MAX_CLUSTER_QUEUE_S,
         help_text="while the serving engines queue longer than this on average, plan no "
         "speculative copy or promotion, only warm-ups of joining engines (empty: no limit)",
     )

@@ -47,9 +47,9 @@ from django.conf import settings
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
-from controlplane.core import blockhash
 from controlplane.demand.models import DemandBucket
 from controlplane.fleet.residency import get_index
+from wire import blockhash
 
 from .choices import StorageTier, Transport
 from .models import HoldoutDraw, SpeculativeReplica

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from controlplane.core import protocol as wire
+from wire import protocol
 
 from .env import get_from_env, str_to_bool
 
@@ -116,8 +116,8 @@ REST_FRAMEWORK = {
     # Per token (scopes named after the token kinds: agents, gateways) or user (DRF's own scope);
     # a load test raises them from the environment.
     "DEFAULT_THROTTLE_RATES": {
-        wire.TOKEN_AGENT: get_from_env("PREWARM_THROTTLE_AGENT", "6000/min"),
-        wire.TOKEN_GATEWAY: get_from_env("PREWARM_THROTTLE_GATEWAY", "6000/min"),
+        protocol.TOKEN_AGENT: get_from_env("PREWARM_THROTTLE_AGENT", "6000/min"),
+        protocol.TOKEN_GATEWAY: get_from_env("PREWARM_THROTTLE_GATEWAY", "6000/min"),
         "user": "3000/min",
     },
 }

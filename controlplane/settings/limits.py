@@ -8,6 +8,11 @@ PREWARM_MAX_DELTAS_PER_REPORT = get_from_env(
     "PREWARM_MAX_DELTAS_PER_REPORT", 200_000, type_cast=int
 )
 PREWARM_MAX_RECORDS_PER_BATCH = get_from_env("PREWARM_MAX_RECORDS_PER_BATCH", 20_000, type_cast=int)
+# Largest history file the API takes (POST /api/history-imports/); `manage.py import_history`
+# reads files of any size.
+PREWARM_HISTORY_MAX_BYTES = get_from_env(
+    "PREWARM_HISTORY_MAX_BYTES", 256 * 1024 * 1024, type_cast=int
+)
 # A node that has not reported for this long is stale: it leaves plans and its jobs expire.
 PREWARM_NODE_STALE_SECONDS = get_from_env("PREWARM_NODE_STALE_SECONDS", 30.0, type_cast=float)
 PREWARM_ENROLMENT_TOKEN_TTL_SECONDS = get_from_env(

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from controlplane.core.policy.inputs import EngineReport
 from controlplane.core.policy.types import Holding
-from controlplane.core.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING
+from wire.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 
 
 def waiting_requests(e, t: float) -> tuple[int, float]:

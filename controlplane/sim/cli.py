@@ -2,7 +2,7 @@
 
 prewarm-sim run --workload servegen --scenario slowlink --json out.json --html out.html
 prewarm-sim sweep --json sweep.json --html sweep.html
-prewarm-sim cluster --preset burst --control-plane URL ...  (virtual cluster: controlplane/harness)
+prewarm-sim cluster --preset burst --control-plane URL ...  (virtual cluster: harness)
 prewarm-sim seeds --seeds 0,1,2,3,4 --json seeds.json
 """
 

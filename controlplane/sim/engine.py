@@ -11,18 +11,23 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from controlplane.core import protocol as wire
 from controlplane.core.prefix_cache import PrefixCache
+from wire import protocol
 
 # The simulator's lifecycle: the fleet's warming and serving, plus not yet announced and gone.
-PLANNED, WARMING, SERVING, GONE = "planned", wire.ENGINE_WARMING, wire.ENGINE_SERVING, "gone"
+PLANNED, WARMING, SERVING, GONE = (
+    "planned",
+    protocol.ENGINE_WARMING,
+    protocol.ENGINE_SERVING,
+    "gone",
+)
 
 
 @dataclass
 class OffloadTier:
     """A KV tier below the GPU (CPU DRAM, SSD): capacity and promotion bandwidth to HBM."""
 
-    name: str  # controlplane.core.protocol.TIER_CPU or TIER_DISK
+    name: str  # wire.protocol.TIER_CPU or TIER_DISK
     cache: PrefixCache
     bytes_per_s: float
 

@@ -26,9 +26,9 @@ from controlplane.core import misses
 from controlplane.core.policy import guard
 from controlplane.core.policy.inputs import queue_seconds
 from controlplane.core.policy.types import Budgets, EngineState
-from controlplane.core.protocol import ENGINE_SERVING
 from controlplane.core.residency import REMOVAL_WINDOW_S
 from controlplane.sim.adapter import waiting_requests
+from wire.protocol import ENGINE_SERVING
 
 
 @dataclass

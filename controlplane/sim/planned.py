@@ -32,17 +32,8 @@ import numpy as np
 
 from controlplane.core.demand import burst_probability, demand_for
 from controlplane.core.forecast import BurstTracker
-from controlplane.core.planner import (
-    BENEFIT_MARGIN,
-    MAX_CLUSTER_QUEUE_S,
-    MAX_TARGET_QUEUE_S,
-    Budgets,
-    Candidate,
-    Demand,
-    Overrides,
-    cluster_queue_s,
-)
 from controlplane.core.policy import ingest, onset, retention
+from controlplane.core.policy.backoff import cluster_queue_s
 from controlplane.core.policy.decide import (
     STRATEGY_PREDICTIVE,
     STRATEGY_REACTIVE,
@@ -54,7 +45,15 @@ from controlplane.core.policy.ingest import INGEST_BATCH_S
 from controlplane.core.policy.inputs import COLD_VALUE_S
 from controlplane.core.policy.onset import ONSET_MIN_ARRIVALS, ONSET_REPLAN_S, ONSET_WINDOW_S
 from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders
-from controlplane.core.protocol import ENGINE_SERVING, TIER_CPU, TIER_DISK
+from controlplane.core.policy.types import (
+    BENEFIT_MARGIN,
+    MAX_CLUSTER_QUEUE_S,
+    MAX_TARGET_QUEUE_S,
+    Budgets,
+    Candidate,
+    Demand,
+    Overrides,
+)
 from controlplane.sim import adapter
 from controlplane.sim.engine import WARMING
 from controlplane.sim.guarded import SimGuard, queue_of, serving_queues
@@ -66,6 +65,7 @@ from controlplane.sim.planned_demand import (
 )
 from controlplane.sim.policies import Reactive
 from controlplane.sim.workloads.base import BLOCK_TOKENS
+from wire.protocol import ENGINE_SERVING, TIER_CPU, TIER_DISK
 
 # ``predictive`` without the harm guard (``prewarm-sim seeds --policies ...``): the guard's
 # before/after on the same seeds in one run. Not among the default policies.
@@ -75,7 +75,7 @@ MIN_EXPECTED_HITS = 1.6  # expected uses in the horizon: P(used) >= 0.8 for Pois
 # A burst's onset (``core.policy.onset``) re-plans its prefix on arrival, not at the next tick.
 ONSET_LOOKAHEAD_S = 30.0  # clairvoyant: the true arrivals its on-arrival re-plan looks at
 # Cost-charged speculation: one setting for every trace and cell, shared with the control plane's
-# default policy (``core.planner.BENEFIT_MARGIN``, ``MAX_TARGET_QUEUE_S``, ``MAX_CLUSTER_QUEUE_S``;
+# default policy (``core.policy.types.BENEFIT_MARGIN``, ``MAX_TARGET_QUEUE_S``, ``MAX_CLUSTER_QUEUE_S``;
 # docs/simulator.md, "What predictive's items are charged").
 
 

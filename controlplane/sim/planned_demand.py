@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from controlplane.core.forecast import forecast_counts
-from controlplane.core.planner import Demand
+from controlplane.core.policy.types import Demand
 
 DAY_BUCKETS = 144  # 10-minute buckets in a day
 DAY_MODELS = ("last_value", "ewma", "seasonal_naive", "seasonal_blend")

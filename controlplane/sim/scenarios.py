@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 
 from controlplane.core.costmodel import CPU_TIER_BYTES_PER_S, DISK_TIER_BYTES_PER_S, CostModel
-from controlplane.core.protocol import TIER_CPU, TIER_DISK
 from controlplane.core.traces.paths import shared_data_dir
 from controlplane.sim.cluster import ClusterConfig, EngineChange, TierSpec
 from controlplane.sim.workloads import servegen as sg
 from controlplane.sim.workloads.azure import load_azure
 from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
 from controlplane.sim.workloads.mooncake import load_mooncake
+from wire.protocol import TIER_CPU, TIER_DISK
 
 SCENARIOS = ("steady", "scaleout", "tiered", "slowlink")
 WORKLOADS = ("mooncake", "azure-code", "servegen")

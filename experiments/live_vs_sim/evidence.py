@@ -10,8 +10,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-from controlplane.core.protocol import ACTION_REPLICATE, JOB_LANDED
 from experiments.live_vs_sim.figures import copy_timing
+from wire.protocol import ACTION_REPLICATE, JOB_LANDED
 
 
 def _epoch(text: str) -> float:

@@ -7,7 +7,7 @@ Pass pair ``k`` replays seed ``k`` of the ``headline`` preset (the grid's
 ``servegen:llama3-70b:scaleout`` cell, ``--engines`` of them, time-compressed 10x as the demo
 is) once with the policy's strategy ``predictive`` and once ``reactive``, alternating which goes
 first. Each pass is a fresh control plane started by the demo's own launcher
-(``controlplane.harness.demo --once``: migrations, policy, daphne with its embedded worker, the
+(``harness.demo --once``: migrations, policy, daphne with its embedded worker, the
 virtual cluster and one real ``prewarm-agent`` per engine), stopped when the replay ends. Every
 served request's TTFT comes from the cluster's served log; the control plane's plans, jobs and
 copy landings from its database (``evidence.py``). The simulator runs the same seeds and
@@ -28,7 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-from controlplane.harness.processes import REPO, free_port
 from experiments.live_vs_sim.evidence import live_evidence, sim_evidence
 from experiments.live_vs_sim.figures import (
     WARMUP_S,
@@ -39,6 +38,7 @@ from experiments.live_vs_sim.figures import (
     read_served,
 )
 from experiments.live_vs_sim.report import markdown
+from harness.processes import REPO, free_port
 
 STRATEGIES = ("predictive", "reactive")
 PRESET = "headline"
@@ -58,7 +58,7 @@ def tenants_for(engines: int) -> int:
 
 
 def setup_of(engines: int, tenants: int, seed: int):
-    from controlplane.harness.virtual.presets import build_preset
+    from harness.virtual.presets import build_preset
 
     setup, _ = build_preset(PRESET, engines=engines, tenants=tenants, seed=seed)
     return setup
@@ -78,7 +78,7 @@ def run_pass(
     argv = [
         sys.executable,
         "-m",
-        "controlplane.harness.demo",
+        "harness.demo",
         "--preset",
         PRESET,
         "--engines",

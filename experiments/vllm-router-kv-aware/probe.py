@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from controlplane.harness.realvllm.engine import VllmEngine, ensure_model, words
-from controlplane.harness.realvllm.router import RouterWorker, VllmRouter
+from harness.realvllm.engine import VllmEngine, ensure_model, words
+from harness.realvllm.router import RouterWorker, VllmRouter
 
 SETTINGS = [  # (label, engine topic, engine --enable-scale-out, router --kv-event-block-size)
     ("topic 'kv', block size 16 (router default)", "kv", False, 16),

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from controlplane.core import protocol as wire
-from controlplane.core.blockhash import from_hex
 from nodeagent.blockstore import BlockStore
+from wire import protocol
+from wire.blockhash import from_hex
 
 Progress = Callable[[int], None]  # bytes done so far
 
@@ -57,16 +57,16 @@ class Job:
             keys = [from_hex(k) for k in msg.get("keys") or []]
             job = cls(
                 id=str(msg["id"]),
-                action=msg.get("action", wire.ACTION_REPLICATE),
+                action=msg.get("action", protocol.ACTION_REPLICATE),
                 role=msg["role"],
-                transport=msg.get("transport", wire.TRANSPORT_TCP),
+                transport=msg.get("transport", protocol.TRANSPORT_TCP),
                 keys=keys,
                 bytes=int(msg.get("bytes") or 0),
                 bytes_per_block=int(msg.get("bytes_per_block") or 0),
-                source=msg.get(wire.ROLE_SOURCE) or {},
-                target=msg.get(wire.ROLE_TARGET) or {},
+                source=msg.get(protocol.ROLE_SOURCE) or {},
+                target=msg.get(protocol.ROLE_TARGET) or {},
                 rendezvous=msg.get("rendezvous") or {},
-                lmcache=msg.get(wire.FIELD_LMCACHE) or {},
+                lmcache=msg.get(protocol.FIELD_LMCACHE) or {},
                 secret=str(msg.get("secret") or ""),
                 deadline=float(msg.get("deadline") or time.time() + 300),
                 attempt=int(msg.get("attempt") or 1),
@@ -76,10 +76,10 @@ class Job:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise JobError(f"malformed job: {exc}") from None
-        if job.role not in wire.ROLES:
-            raise JobError(f"job {job.id}: role must be {' or '.join(wire.ROLES)}")
-        if job.action not in wire.ACTIONS:
-            raise JobError(f"job {job.id}: action must be {' or '.join(wire.ACTIONS)}")
+        if job.role not in protocol.ROLES:
+            raise JobError(f"job {job.id}: role must be {' or '.join(protocol.ROLES)}")
+        if job.action not in protocol.ACTIONS:
+            raise JobError(f"job {job.id}: action must be {' or '.join(protocol.ACTIONS)}")
         return job
 
     def seconds_left(self) -> float:

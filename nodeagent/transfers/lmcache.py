@@ -55,15 +55,15 @@ from typing import Any
 
 import httpx
 
-from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
 from nodeagent.transfers.http import JsonService, ServiceError
+from wire import protocol
 
 log = logging.getLogger(__name__)
-NAME = wire.TRANSPORT_LMCACHE
-PIN = wire.CONFIRM_LMCACHE_PIN
+NAME = protocol.TRANSPORT_LMCACHE
+PIN = protocol.CONFIRM_LMCACHE_PIN
 
 
 class LmcacheError(ServiceError):
@@ -183,7 +183,7 @@ class LeaseKeeper:
                 self._save()
         for lease in due:
             msg: dict[str, Any] = {
-                "type": wire.MSG_JOB_CONFIRM,
+                "type": protocol.MSG_JOB_CONFIRM,
                 "job_id": lease.job_id,
                 "by": PIN,
                 "copied": lease.expected,

@@ -30,14 +30,14 @@ from typing import Any
 
 import httpx
 
-from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
 from nodeagent.transfers.http import JsonService, ServiceError
+from wire import protocol
 
-NAME = wire.TRANSPORT_LMCACHE_MP
-DIRECTORY = wire.CONFIRM_LMCACHE_DIRECTORY
+NAME = protocol.TRANSPORT_LMCACHE_MP
+DIRECTORY = protocol.CONFIRM_LMCACHE_DIRECTORY
 L1 = "l1"  # the coordinator's name for a server's first (DRAM) tier
 
 

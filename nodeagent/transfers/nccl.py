@@ -29,11 +29,11 @@ import warnings
 from datetime import timedelta
 from typing import Any
 
-from controlplane.core import protocol as wire
-from controlplane.core.blockhash import to_hex
 from nodeagent.blockstore import BlockStore, BlockStoreFull, block_digest, transfer_checksum
 from nodeagent.transfers.auth import MAC_FIELD, AuthError, answer, sign, verify, verify_answer
 from nodeagent.transfers.base import Job, Progress, TransferResult
+from wire import protocol
+from wire.blockhash import to_hex
 
 _GROUP_LOCK = threading.Lock()
 STORED, MISMATCH, STORE_FAILED = 1, 0, 2
@@ -54,7 +54,7 @@ class RendezvousError(RuntimeError):
 
 
 class NcclTransport:
-    name = wire.TRANSPORT_NCCL
+    name = protocol.TRANSPORT_NCCL
 
     def __init__(self, device: str | None = None):
         self.device = device

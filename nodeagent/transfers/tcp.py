@@ -33,11 +33,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.core import protocol as wire
-from controlplane.core.blockhash import from_hex, to_hex
 from nodeagent.blockstore import BlockStore, BlockStoreFull, block_digest, transfer_checksum
 from nodeagent.transfers.auth import MAC_FIELD, AuthError, answer, sign, verify, verify_answer
 from nodeagent.transfers.base import Job, Progress, TransferResult
+from wire import protocol
+from wire.blockhash import from_hex, to_hex
 
 log = logging.getLogger(__name__)
 MAGIC = b"PWX1"
@@ -229,7 +229,7 @@ class TcpTransferServer:
 
 
 class TcpTransport:
-    name = wire.TRANSPORT_TCP
+    name = protocol.TRANSPORT_TCP
 
     def __init__(
         self,

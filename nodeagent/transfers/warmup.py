@@ -28,12 +28,12 @@ from typing import Any
 
 import httpx
 
-from controlplane.core import protocol as wire
 from nodeagent.blockstore import BlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, Progress, TransferResult
+from wire import protocol
 
-NAME = wire.TRANSPORT_WARMUP
+NAME = protocol.TRANSPORT_WARMUP
 
 
 class WarmupTransport:

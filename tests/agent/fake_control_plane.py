@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 
 import msgpack
 
-from controlplane.core.protocol import decode_key, key_hex
+from wire.protocol import decode_key, key_hex
 
 
 class FakeControlPlane:

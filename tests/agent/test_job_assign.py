@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from controlplane.core import protocol as wire
 from nodeagent.transfers.base import Job
+from wire import protocol
 
 # The Job attributes that are the agent's own state, not fields of the message.
 AGENT_SIDE = {"aborted", "_on_abort", "_abort_lock"}
@@ -18,9 +18,9 @@ def full(**overrides):
     """A job.assign with every field set to something other than the parser's default."""
     args = dict(
         job_id="6f1c0d5e-0000-4000-8000-000000000001",
-        action=wire.ACTION_EVICT,
-        role=wire.ROLE_TARGET,
-        transport=wire.TRANSPORT_LMCACHE_MP,
+        action=protocol.ACTION_EVICT,
+        role=protocol.ROLE_TARGET,
+        transport=protocol.TRANSPORT_LMCACHE_MP,
         keys=[0x0123456789ABCDEF, "fedcba9876543210"],
         nbytes=2 * 5242880,
         bytes_per_block=5242880,
@@ -36,19 +36,19 @@ def full(**overrides):
         attempt=3,
     )
     args.update(overrides)
-    return wire.job_assign(**args)
+    return protocol.job_assign(**args)
 
 
 def test_every_field_survives_the_round_trip():
     msg = full()
-    assert msg["type"] == wire.MSG_JOB_ASSIGN
-    assert tuple(msg["job"]) == wire.JOB_ASSIGN_FIELDS
+    assert msg["type"] == protocol.MSG_JOB_ASSIGN
+    assert tuple(msg["job"]) == protocol.JOB_ASSIGN_FIELDS
     job = Job.from_message(msg["job"])
     assert job.id == "6f1c0d5e-0000-4000-8000-000000000001"
     assert (job.action, job.role, job.transport) == (
-        wire.ACTION_EVICT,
-        wire.ROLE_TARGET,
-        wire.TRANSPORT_LMCACHE_MP,
+        protocol.ACTION_EVICT,
+        protocol.ROLE_TARGET,
+        protocol.TRANSPORT_LMCACHE_MP,
     )
     assert job.keys == [0x0123456789ABCDEF, 0xFEDCBA9876543210]
     assert (job.bytes, job.bytes_per_block) == (2 * 5242880, 5242880)
@@ -61,7 +61,7 @@ def test_every_field_survives_the_round_trip():
 
 def test_the_parser_reads_exactly_the_builders_fields():
     parsed = {f.name for f in dataclasses.fields(Job)} - AGENT_SIDE
-    assert parsed == set(wire.JOB_ASSIGN_FIELDS)
+    assert parsed == set(protocol.JOB_ASSIGN_FIELDS)
 
 
 def test_keys_travel_as_hex_whichever_form_they_are_given_in():
@@ -83,5 +83,5 @@ def test_keys_travel_as_hex_whichever_form_they_are_given_in():
     ],
 )
 def test_values_the_agent_would_refuse_are_refused_when_built(bad):
-    with pytest.raises(wire.ProtocolError):
+    with pytest.raises(protocol.ProtocolError):
         full(**bad)

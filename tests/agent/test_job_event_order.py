@@ -5,11 +5,11 @@ report in order, the result after the last of them."""
 import asyncio
 import time
 
-from controlplane.core import protocol as wire
 from nodeagent.blockstore import MemoryBlockStore
 from nodeagent.jobs import JobRunner, Journal
 from nodeagent.transfers.base import TransferResult
 from tests.agent.test_job_assign import full
+from wire import protocol
 
 STEPS = 6
 
@@ -17,7 +17,7 @@ STEPS = 6
 class SteppedReceiver:
     """A transport whose receive reports progress block by block, then succeeds."""
 
-    name = wire.TRANSPORT_TCP
+    name = protocol.TRANSPORT_TCP
 
     def receive(self, job, store, progress):
         for n in range(1, STEPS + 1):
@@ -38,30 +38,32 @@ async def next_turn() -> None:
 
 async def test_progress_in_order_and_result_last_when_sends_overtake(tmp_path):
     runner = JobRunner(
-        Journal(tmp_path / "journal"), MemoryBlockStore(1), {wire.TRANSPORT_TCP: SteppedReceiver()}
+        Journal(tmp_path / "journal"),
+        MemoryBlockStore(1),
+        {protocol.TRANSPORT_TCP: SteppedReceiver()},
     )
     arrived: list[dict] = []
 
     async def send(msg):
         # Earlier progress reports take longer to arrive, as concurrent posts can: each waits
         # more turns of the event loop than the one after it (no wall-clock time involved).
-        if msg["type"] == wire.MSG_JOB_PROGRESS:
+        if msg["type"] == protocol.MSG_JOB_PROGRESS:
             for _ in range(STEPS - msg["bytes_done"]):
                 await next_turn()
         arrived.append(msg)
 
     msg = full(
-        action=wire.ACTION_REPLICATE,
-        role=wire.ROLE_TARGET,
-        transport=wire.TRANSPORT_TCP,
+        action=protocol.ACTION_REPLICATE,
+        role=protocol.ROLE_TARGET,
+        transport=protocol.TRANSPORT_TCP,
         deadline=time.time() + 60,
     )
     job_id = msg["job"]["id"]
     await runner.handle(msg, send)
     await asyncio.wait_for(runner.running[job_id], 30)
     kinds = [m["type"] for m in arrived]
-    assert kinds[0] == wire.MSG_JOB_ACK and kinds[-1] == wire.MSG_JOB_RESULT
-    assert [m["bytes_done"] for m in arrived if m["type"] == wire.MSG_JOB_PROGRESS] == list(
+    assert kinds[0] == protocol.MSG_JOB_ACK and kinds[-1] == protocol.MSG_JOB_RESULT
+    assert [m["bytes_done"] for m in arrived if m["type"] == protocol.MSG_JOB_PROGRESS] == list(
         range(1, STEPS + 1)
     )
-    assert arrived[-1]["state"] == wire.JOB_SUCCEEDED
+    assert arrived[-1]["state"] == protocol.JOB_SUCCEEDED

@@ -11,11 +11,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from controlplane.core import blockhash
-from controlplane.harness.realvllm.engine import EngineUnavailable, vllm_python
+from harness.realvllm.engine import EngineUnavailable, vllm_python
 from nodeagent.kvevents import BlockStored, decode_payload, normalise
 from nodeagent.residency import EngineResidency
 from tests.realvllm.conftest import unavailable
+from wire import blockhash
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kv_events"
 VLLM = FIXTURES / "vllm-0.32.0-extra.msgpack"

@@ -3,10 +3,10 @@
 import msgpack
 import pytest
 
-from controlplane.core.blockhash import ROOT_PARENT, block_key, engine_scoped_key, to_hex
 from nodeagent.kvevents import EventDecodeError, decode_payload, decode_seq
 from nodeagent.residency import FLAG_ENGINE_SCOPED, EngineResidency
 from tests.agent.conftest import VERSIONS, load_messages
+from wire.blockhash import ROOT_PARENT, block_key, engine_scoped_key, to_hex
 
 
 def apply_all(frames):

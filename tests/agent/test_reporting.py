@@ -203,10 +203,10 @@ async def test_a_target_acknowledges_a_copy_after_spooling_what_its_engine_held(
     """The target's ack names the report holding every KV event seen before it (report_seq):
     the events before the ack are in that report or earlier, those after in later ones. A
     source's ack names none."""
-    from controlplane.core import protocol as wire
     from nodeagent.blockstore import MemoryBlockStore
     from nodeagent.jobs import JobRunner, Journal
     from tests.agent.test_job_assign import full
+    from wire import protocol
 
     frames, _ = load_messages("0.10.1")
     res = EngineResidency("vllm-0", 16)
@@ -220,10 +220,10 @@ async def test_a_target_acknowledges_a_copy_after_spooling_what_its_engine_held(
         sent.append(msg)
 
     deadline = time.time() + 600
-    for i, role in enumerate((wire.ROLE_TARGET, wire.ROLE_SOURCE)):
+    for i, role in enumerate((protocol.ROLE_TARGET, protocol.ROLE_SOURCE)):
         msg = full(job_id=f"6f1c0d5e-0000-4000-8000-00000000000{i}", role=role, deadline=deadline)
         await runner.handle(msg, send)
-    acks = [m for m in sent if m["type"] == wire.MSG_JOB_ACK]
+    acks = [m for m in sent if m["type"] == protocol.MSG_JOB_ACK]
     assert [a.get("report_seq") for a in acks] == [1, None]
     assert await rep.flush()  # sends the spooled report 1 only
     assert [r["seq"] for r in control_plane.reports] == [1]

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from controlplane.harness.event_publisher import TestPublisher
+from harness.event_publisher import TestPublisher
 from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
 from tests.agent.conftest import load_messages
@@ -156,7 +156,7 @@ def test_bind_mode_receives_from_a_publisher_that_connects():
     """vLLM with an explicit address connects its PUB socket: the agent must bind."""
     import zmq
 
-    from controlplane.harness.processes import free_port, wait_for
+    from harness.processes import free_port, wait_for
 
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     res = EngineResidency("e", 4)

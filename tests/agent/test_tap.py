@@ -1,5 +1,5 @@
 """The request tap against a stand-in engine that answers as vLLM 0.32 does
-(``controlplane.harness.openai_stub``; the same paths against a real engine are in
+(``harness.openai_stub``; the same paths against a real engine are in
 tests/realvllm/test_tap_with_real_vllm.py): bytes through the tap are the bytes the engine sent,
 and each served request becomes one record."""
 
@@ -12,10 +12,10 @@ import time
 import httpx
 import pytest
 
-from controlplane.core import blockhash
-from controlplane.harness.openai_stub import OpenAIStub
+from harness.openai_stub import OpenAIStub
 from nodeagent.records import RecordSpool
 from nodeagent.tap import RequestTap, tenant_rule_error
+from wire import blockhash
 
 PROMPT = list(range(5, 105))  # 100 tokens: 3 full 32-token blocks
 

@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 
-from controlplane.core.blockhash import to_hex
 from nodeagent.blockstore import FileBlockStore
 from tests.agent.fake_control_plane import FakeControlPlane
 from tests.agent.test_transfer_processes import (
@@ -18,6 +17,7 @@ from tests.agent.test_transfer_processes import (
     stop,
     wait_result,
 )
+from wire.blockhash import to_hex
 
 pytest.importorskip(
     "torch.distributed", reason="the nccl transport needs torch (pip install -e '.[nccl]')"

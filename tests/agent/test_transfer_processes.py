@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.blockhash import to_hex
 from nodeagent.blockstore import FileBlockStore
 from nodeagent.transfers import tcp
 from nodeagent.transfers.auth import MAC_FIELD, answer
+from wire.blockhash import to_hex
 
 REPO = Path(__file__).resolve().parents[2]
 BLOCK = 1 << 20

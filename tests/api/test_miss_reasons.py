@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from controlplane.core import blockhash
 from controlplane.core import misses as m
 from controlplane.demand.models import MissBucket, WorkloadKey
 from controlplane.fleet.models import Engine
 from controlplane.replication.models import ReplicationJob
+from wire import blockhash
 
 from .helpers import report as _report
 

@@ -2,10 +2,10 @@
 
 import json
 
-from controlplane.core import blockhash
 from controlplane.core.traces.paths import shared_data_dir
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.fleet.models import Engine
+from wire import blockhash
 
 from .helpers import report
 

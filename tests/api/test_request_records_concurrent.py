@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 from django.db.models import Sum
 
-from controlplane.core import blockhash
 from controlplane.demand import services
 from controlplane.demand.models import DemandBucket, WorkloadKey
+from wire import blockhash
 
 # PostgreSQL's row and index locks are what is tested (the test run's SQLite is one in-memory
 # database with table locks, where the embedded writer lock serialises writers anyway).

@@ -1,5 +1,8 @@
 """Every principal against every endpoint: people by role, tokens by kind."""
 
+import json
+import time
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -40,6 +43,19 @@ MATRIX = [
         200,
     ),
     ("get", "/api/workload-keys/", None, PEOPLE_READ, 200),
+    ("get", "/api/history-imports/", None, PEOPLE_READ, 200),
+    (
+        "post",
+        "/api/history-imports/",
+        {
+            "content": json.dumps(
+                {"time": time.time() - 3600, "model": "m", "tenant": "t", "prompt_tokens": 9}
+            ),
+            "format": "jsonl",
+        },
+        PEOPLE_OPERATE,
+        201,
+    ),
     ("get", "/api/forecasts/", None, PEOPLE_READ, 200),
     ("get", "/api/plans/", None, PEOPLE_READ, 200),
     ("post", "/api/plans/{plan}/approve/", {}, PEOPLE_OPERATE, 200),

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.core import blockhash as bh
+from wire import blockhash as bh
 
 tokens = st.lists(st.integers(min_value=0, max_value=2**32 - 1), min_size=16, max_size=96)
 

@@ -2,16 +2,16 @@
 
 import pytest
 
-from controlplane.core.planner import (
+from controlplane.core.policy.planner import plan
+from controlplane.core.policy.types import (
     Budgets,
     Candidate,
     Demand,
     EngineState,
     Holding,
     Overrides,
-    plan,
 )
-from controlplane.core.protocol import TIER_CPU
+from wire.protocol import TIER_CPU
 
 GB = 1e9
 

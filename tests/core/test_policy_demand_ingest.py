@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core.planner import Budgets, Candidate, Demand, Holding, Overrides
 from controlplane.core.policy.decide import decide
 from controlplane.core.policy.demand import combined, forecast_rate
 from controlplane.core.policy.ingest import (
@@ -16,6 +15,7 @@ from controlplane.core.policy.ingest import (
     wants_replan,
 )
 from controlplane.core.policy.inputs import EngineReport, engine_states
+from controlplane.core.policy.types import Budgets, Candidate, Demand, Holding, Overrides
 
 H = 120.0
 

@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core import planner
 from controlplane.core.policy import guard
 from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, decide
-from controlplane.core.protocol import ENGINE_WARMING
+from controlplane.core.policy.types import (
+    Budgets,
+    Candidate,
+    Demand,
+    EngineState,
+    Holding,
+    Overrides,
+    PlannedMove,
+)
+from wire.protocol import ENGINE_WARMING
 
 LIMIT = 1.0
 
@@ -90,16 +98,16 @@ def test_state_round_trips_through_json_and_bad_json_reads_as_full_budget():
 
 
 def _plan(state):
-    budgets = planner.Budgets(horizon_s=300.0, min_confidence=0.0, max_spec_vram_fraction=0.5)
-    cands = [planner.Candidate(p, (i,), 16, 1 << 20, "g" + p, 0.5, 3.0) for i, p in enumerate("pq")]
-    demand = [planner.Demand(p, 1200.0) for p in "pq"]
+    budgets = Budgets(horizon_s=300.0, min_confidence=0.0, max_spec_vram_fraction=0.5)
+    cands = [Candidate(p, (i,), 16, 1 << 20, "g" + p, 0.5, 3.0) for i, p in enumerate("pq")]
+    demand = [Demand(p, 1200.0) for p in "pq"]
     engines = [
-        planner.EngineState("a", "n1", 1e10, 1e9, 0.0, 1e10, 0.5),
-        planner.EngineState("b", "n2", 1e10, 1e9, 0.0, 1e10, 0.0),
-        planner.EngineState("c", "n3", 4e6, 4e6, 0.0, 1e10, 0.0),
-        planner.EngineState("w", "n4", 1e10, 1e9, 0.0, 1e10, 0.0, lifecycle=ENGINE_WARMING),
+        EngineState("a", "n1", 1e10, 1e9, 0.0, 1e10, 0.5),
+        EngineState("b", "n2", 1e10, 1e9, 0.0, 1e10, 0.0),
+        EngineState("c", "n3", 4e6, 4e6, 0.0, 1e10, 0.0),
+        EngineState("w", "n4", 1e10, 1e9, 0.0, 1e10, 0.0, lifecycle=ENGINE_WARMING),
     ]
-    holds = [planner.Holding(p, "a") for p in "pq"]
+    holds = [Holding(p, "a") for p in "pq"]
     items = decide(
         strategy=STRATEGY_PREDICTIVE,
         candidates=cands,
@@ -107,16 +115,16 @@ def _plan(state):
         holdings=holds,
         engines=engines,
         budgets=budgets,
-        overrides=planner.Overrides(),
+        overrides=Overrides(),
         guard=state,
     )
     return {(it.prefix_id, it.target) for it in items}
 
 
 def test_the_limit_is_the_planners_target_queue_limit_else_the_back_offs():
-    assert guard.queue_limit_s(planner.Budgets(max_queue_s=2.0, max_cluster_queue_s=1.0)) == 2.0
-    assert guard.queue_limit_s(planner.Budgets(max_cluster_queue_s=1.0)) == 1.0
-    assert guard.queue_limit_s(planner.Budgets()) == guard.QUEUE_LIMIT_S
+    assert guard.queue_limit_s(Budgets(max_queue_s=2.0, max_cluster_queue_s=1.0)) == 2.0
+    assert guard.queue_limit_s(Budgets(max_cluster_queue_s=1.0)) == 1.0
+    assert guard.queue_limit_s(Budgets()) == guard.QUEUE_LIMIT_S
 
 
 def test_the_allowances_cut_the_planners_items_per_engine_and_per_group():
@@ -143,12 +151,12 @@ def test_the_summary_says_how_much_is_allowed_and_why():
 
 def test_a_warm_up_yields_to_requests_queued_on_its_target():
     def move(target):
-        return planner.PlannedMove("p", (1,), "a", target, "gpu", 1, 0.0, 1.0, 0.1, 1.0, "r")
+        return PlannedMove("p", (1,), "a", target, "gpu", 1, 0.0, 1.0, 0.1, 1.0, "r")
 
     engines = [
-        planner.EngineState("b", "n2", 1e10, 1e9, 0.0, 1e10, 0.0, queue_s=0.3),
-        planner.EngineState("c", "n3", 1e10, 1e9, 0.0, 1e10, 0.0),
-        planner.EngineState("w", "n4", 1e10, 1e9, 0.0, 1e10, 0.0, lifecycle=ENGINE_WARMING),
+        EngineState("b", "n2", 1e10, 1e9, 0.0, 1e10, 0.0, queue_s=0.3),
+        EngineState("c", "n3", 1e10, 1e9, 0.0, 1e10, 0.0),
+        EngineState("w", "n4", 1e10, 1e9, 0.0, 1e10, 0.0, lifecycle=ENGINE_WARMING),
     ]
     items = [move(t) for t in "bcw"]
     kept, held = guard.spare_only(items, engines=engines, takes_compute=True)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core.planner import Budgets, Candidate, Demand, Holding, Overrides
 from controlplane.core.policy import onset
 from controlplane.core.policy.decide import decide
 from controlplane.core.policy.ingest import IngestBound, wants_replan
 from controlplane.core.policy.inputs import EngineReport, engine_states, spec_room
+from controlplane.core.policy.types import Budgets, Candidate, Demand, Holding, Overrides
 
 
 def report(eid, lifecycle="serving", **kw):

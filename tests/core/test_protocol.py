@@ -1,4 +1,4 @@
-"""The wire vocabulary has one spelling (controlplane/core/protocol.py), and one row codec."""
+"""The wire vocabulary has one spelling (wire/protocol.py), and one row codec."""
 
 import ast
 import io
@@ -8,11 +8,11 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from controlplane.core import protocol as wire
+from wire import protocol
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Modules that speak the protocol and take every spelling from controlplane/core/protocol.py.
+# Modules that speak the protocol and take every spelling from wire/protocol.py.
 # Still to convert (another branch is changing them): controlplane/sim/*.
 CONVERTED = [
     "controlplane/core/agent_report.py",
@@ -65,18 +65,18 @@ NOT_WIRE = {
 }
 
 VOCABULARY = {
-    *wire.TIERS,
-    *wire.MODES,
-    wire.MSG_JOB_ASSIGN,
-    wire.MSG_JOB_CANCEL,
-    *wire.AGENT_MESSAGES,
-    *wire.ROLES,
-    *wire.ACTIONS,
-    *wire.TRANSPORTS,
-    *wire.JOB_STATES,
-    wire.CONTENT_MSGPACK,
-    wire.CONTENT_JSON,
-    wire.ENCODING_MSGPACK,
+    *protocol.TIERS,
+    *protocol.MODES,
+    protocol.MSG_JOB_ASSIGN,
+    protocol.MSG_JOB_CANCEL,
+    *protocol.AGENT_MESSAGES,
+    *protocol.ROLES,
+    *protocol.ACTIONS,
+    *protocol.TRANSPORTS,
+    *protocol.JOB_STATES,
+    protocol.CONTENT_MSGPACK,
+    protocol.CONTENT_JSON,
+    protocol.ENCODING_MSGPACK,
 }
 
 
@@ -105,7 +105,7 @@ def test_converted_modules_spell_no_wire_vocabulary_themselves(rel):
         for line, value in string_literals(ROOT / rel)
         if value in VOCABULARY and value not in NOT_WIRE.get(rel, ())
     ]
-    assert stray == [], "use controlplane.core.protocol's constants:\n" + "\n".join(stray)
+    assert stray == [], "use wire.protocol's constants:\n" + "\n".join(stray)
 
 
 def test_the_grep_sees_a_stray_spelling(tmp_path):
@@ -115,20 +115,20 @@ def test_the_grep_sees_a_stray_spelling(tmp_path):
 
 
 ROWS = [
-    (0, None, wire.TIER_GPU, 0),
-    (2**64 - 1, 7, wire.TIER_CPU, wire.FLAG_ENGINE_SCOPED),
-    (0xA1B2, 0xA1B1, wire.TIER_DISK, 0),
+    (0, None, protocol.TIER_GPU, 0),
+    (2**64 - 1, 7, protocol.TIER_CPU, protocol.FLAG_ENGINE_SCOPED),
+    (0xA1B2, 0xA1B1, protocol.TIER_DISK, 0),
 ]
 
 
 @pytest.mark.parametrize("hex_keys", [False, True])
 def test_what_the_encoder_writes_the_decoder_reads_through_msgpack(hex_keys):
-    stored = wire.encode_stored(ROWS, hex_keys)
-    removed = wire.encode_removed([(5, wire.TIER_GPU)], hex_keys)
+    stored = protocol.encode_stored(ROWS, hex_keys)
+    removed = protocol.encode_removed([(5, protocol.TIER_GPU)], hex_keys)
     body = msgpack.unpackb(msgpack.packb({"s": stored, "r": removed}), strict_map_key=False)
-    rows, scoped = wire.decode_stored(body["s"], "stored")
+    rows, scoped = protocol.decode_stored(body["s"], "stored")
     assert rows == [(k, p, m) for k, p, m, _ in ROWS] and scoped == 1
-    assert wire.decode_removed(body["r"], "removed") == [(5, wire.TIER_GPU)]
+    assert protocol.decode_removed(body["r"], "removed") == [(5, protocol.TIER_GPU)]
     if hex_keys:
         assert stored[1][:2] == ["ffffffffffffffff", "0000000000000007"]
     else:
@@ -138,17 +138,17 @@ def test_what_the_encoder_writes_the_decoder_reads_through_msgpack(hex_keys):
 @pytest.mark.parametrize(
     "row, where",
     [
-        ([2**64, None, wire.TIER_GPU, 0], "stored[0][0]"),
-        (["xyz", None, wire.TIER_GPU, 0], "stored[0][0]"),
-        ([1, -1, wire.TIER_GPU, 0], "stored[0][1]"),
+        ([2**64, None, protocol.TIER_GPU, 0], "stored[0][0]"),
+        (["xyz", None, protocol.TIER_GPU, 0], "stored[0][0]"),
+        ([1, -1, protocol.TIER_GPU, 0], "stored[0][1]"),
         ([1, None, "gpu", 0], "stored[0][2]"),
         ([1, None, [], 0], "stored[0][2]"),
-        ([1, None, wire.TIER_GPU, 256], "stored[0][3]"),
-        ([1, None, wire.TIER_GPU, True], "stored[0][3]"),
+        ([1, None, protocol.TIER_GPU, 256], "stored[0][3]"),
+        ([1, None, protocol.TIER_GPU, True], "stored[0][3]"),
         ([1, None], "stored[0]"),
     ],
 )
 def test_a_bad_row_is_refused_naming_its_field(row, where):
-    with pytest.raises(wire.ProtocolError) as exc:
-        wire.decode_stored([row], "stored")
+    with pytest.raises(protocol.ProtocolError) as exc:
+        protocol.decode_stored([row], "stored")
     assert exc.value.field == where

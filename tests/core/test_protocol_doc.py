@@ -1,4 +1,4 @@
-"""docs/agent-protocol.md against controlplane/core/protocol.py: the ``job.assign`` block names
+"""docs/agent-protocol.md against wire/protocol.py: the ``job.assign`` block names
 every field the builder sends, every transport, action and role, and the LMCache fields the agent
 reads; the report response lists every field the control plane answers with."""
 
@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from controlplane.agentapi.serializers import ReportResponseSerializer
-from controlplane.core import protocol as wire
+from wire import protocol
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "agent-protocol.md").read_text()
 
@@ -32,19 +32,19 @@ def quoted(text: str) -> set[str]:
 
 def test_job_assign_block_names_exactly_the_builders_fields():
     documented = re.findall(r'^ {8}"(\w+)":', assign_block(), re.M)
-    assert documented == list(wire.JOB_ASSIGN_FIELDS)
+    assert documented == list(protocol.JOB_ASSIGN_FIELDS)
 
 
 def test_job_assign_block_lists_every_transport_action_and_role():
     block = assign_block()
-    assert quoted(field_text(block, "transport")) == set(wire.TRANSPORTS)
-    assert quoted(field_text(block, "action")) == set(wire.ACTIONS)
-    assert quoted(field_text(block, "role")) == set(wire.ROLES)
+    assert quoted(field_text(block, "transport")) == set(protocol.TRANSPORTS)
+    assert quoted(field_text(block, "action")) == set(protocol.ACTIONS)
+    assert quoted(field_text(block, "role")) == set(protocol.ROLES)
 
 
 def test_job_assign_block_shows_the_lmcache_fields_the_agent_reads():
-    keys = re.findall(r'"(\w+)":', field_text(assign_block(), wire.FIELD_LMCACHE))
-    assert keys == list(wire.LMCACHE_FIELDS)
+    keys = re.findall(r'"(\w+)":', field_text(assign_block(), protocol.FIELD_LMCACHE))
+    assert keys == list(protocol.LMCACHE_FIELDS)
 
 
 def test_report_response_lists_every_field():

@@ -34,7 +34,7 @@ def test_what_the_rule_exempts_is_not_reported(tmp_path):
     root = tree(
         tmp_path,
         {
-            "controlplane/core/protocol.py": 'TIER_GPU = "GPU"\n',
+            "wire/protocol.py": 'TIER_GPU = "GPU"\n',
             "controlplane/app/migrations/0001_initial.py": 'STATES = ["landed"]\n',
             "tests/test_wire.py": 'assert state == "succeeded"\n',
             # A sentence, an ambiguous word, a role and a word marked as something else.
@@ -56,7 +56,7 @@ def test_a_marker_without_a_reason_does_not_exempt(tmp_path):
 
 
 def test_every_checked_word_is_a_protocol_value():
-    from controlplane.core import protocol
+    from wire import protocol
 
     words = vocabulary.vocabulary()
     assert {"GPU", "tcp", "warmup", "replicate", "warming", "lmcache-pin", "gateway"} <= set(words)

@@ -72,7 +72,7 @@ def check_command(argv: list[str]) -> None:
         assert path and _defines(path, attr), f"daphne target {target} does not exist"
         # The agents' socket carries messages up to the protocol's limit (a warm-up job holds its
         # prefix's token ids): daphne's own default (1 MiB) would refuse the larger ones.
-        from controlplane.core.protocol import SOCKET_MESSAGE_MAX_BYTES
+        from wire.protocol import SOCKET_MESSAGE_MAX_BYTES
 
         assert "--websocket-max-message-size" in args, "daphne without the agents' message limit"
         limit = args[args.index("--websocket-max-message-size") + 1]
@@ -109,7 +109,7 @@ def check_command(argv: list[str]) -> None:
         path = _module_file(module)
         assert path and _defines(path, func), f"console script {prog} -> {scripts[prog]} missing"
         if prog == "prewarm-sim":
-            from controlplane.harness.cli import parse_args
+            from harness.cli import parse_args
 
             parse_args(args)
         if prog == "prewarm-agent":
@@ -210,3 +210,51 @@ def test_deploy_doc_covers_every_service():
         assert name in doc or base in doc, f"docs/deploy.md does not mention {name}"
     for topic in ("DaemonSet", "--kv-events-config", "TLS", "PostgreSQL", "Redis", "NVML"):
         assert topic in doc
+
+
+def _stages(name: str) -> dict[str, set[str]]:
+    """Each stage of a Dockerfile (by its ``AS`` name; the last one also as ``""``, what a build
+    without a target makes) -> the top-level paths it copies, its base stage's included."""
+    stages: dict[str, set[str]] = {}
+    current: set[str] = set()
+    for line in (DOCKER / name).read_text().replace("\\\n", " ").splitlines():
+        if m := re.match(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line.strip(), re.I):
+            current = set(stages.get(m.group(1), set()))
+            stages[m.group(2) or ""] = current
+        elif m := re.match(r"^COPY\s+(.+?)\s+\S+$", line.strip()):
+            current |= {p.split("/")[0] for p in m.group(1).split()}
+    stages.setdefault("", current)
+    return stages
+
+
+def _runs_package(argv: list[str]) -> str | None:
+    """The top-level package of ours that ``argv`` imports first (None: none, or manage.py's)."""
+    prog, args = argv[0], argv[1:]
+    scripts = PYPROJECT["project"]["scripts"]
+    if prog == "daphne":
+        target = next(a for a in args if ":" in a and not a.startswith("-"))
+    elif prog == "celery":
+        target = args[args.index("-A") + 1]
+    elif prog == "python" and args[:1] == ["-m"]:
+        target = args[1]
+    elif prog in scripts:
+        target = scripts[prog]
+    else:
+        return None
+    return target.split(":")[0].split(".")[0]
+
+
+def test_each_image_ships_what_it_runs_and_only_the_virtual_cluster_the_harness():
+    """The control-plane image holds no demo and test harness (its vcluster target adds it) and
+    the agent image only the agent and the wire; every service's image holds what it runs."""
+    agent, controlplane = _stages("Dockerfile.agent"), _stages("Dockerfile.controlplane")
+    assert agent[""] == {"wire", "nodeagent"}
+    assert "harness" not in controlplane["controlplane"] | controlplane[""]
+    assert controlplane["vcluster"] == controlplane["controlplane"] | {"harness"}
+    for name, svc in _services().items():
+        stage = _stages(svc["build"]["dockerfile"].split("/")[-1])[svc["build"].get("target", "")]
+        argv = _argv(svc)
+        package = _runs_package(argv)
+        assert package is None or package in stage, f"{name} runs {argv[:3]}, not in its image"
+        if package == "harness" or "harness" in stage:
+            assert name == "vcluster", f"{name}'s image ships the harness"

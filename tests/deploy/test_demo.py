@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from controlplane.harness import launch as demo
+from harness import launch as demo
 
 
 def _holder(lock_path) -> subprocess.Popen:
@@ -59,7 +59,7 @@ def test_a_taken_port_is_waited_for_then_named():
 
 
 def test_a_measured_run_refuses_bad_policy_fields_and_a_folder_with_files(tmp_path, capsys):
-    from controlplane.harness.demo import main
+    from harness.demo import main
 
     for fields, said in (("{", "--policy-fields is not JSON"), ("[1]", "must be a JSON object")):
         with pytest.raises(SystemExit) as refused:

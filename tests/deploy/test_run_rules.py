@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from controlplane.harness.processes import REPO
+from harness.processes import REPO
 
 pytestmark = pytest.mark.slow  # each case starts a pytest process
 

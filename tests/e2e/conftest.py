@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from controlplane.harness.e2e.cluster import Cluster
-from controlplane.harness.e2e.settings import PG_URL
-from controlplane.harness.processes import pg_admin
+from harness.e2e.cluster import Cluster
+from harness.e2e.settings import PG_URL
+from harness.processes import pg_admin
 
 
 def _postgres_reachable() -> bool:

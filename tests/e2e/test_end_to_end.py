@@ -8,11 +8,11 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controlplane.core import blockhash
-from controlplane.harness import burst
-from controlplane.harness.e2e.dashboard import DashboardClient
-from controlplane.harness.processes import wait_for
+from harness import burst
+from harness.e2e.dashboard import DashboardClient
+from harness.processes import wait_for
 from nodeagent.blockstore import FileBlockStore, block_digest, transfer_checksum
+from wire import blockhash
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 TERMINAL = {

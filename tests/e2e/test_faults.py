@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from controlplane.harness.e2e.dashboard import DashboardClient
-from controlplane.harness.processes import REPO, wait_for
+from harness.e2e.dashboard import DashboardClient
+from harness.processes import REPO, wait_for
 from tests.e2e.test_end_to_end import holders, jobs
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

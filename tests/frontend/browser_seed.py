@@ -22,7 +22,6 @@ from controlplane.accounts.models import ApiToken  # noqa: E402
 from controlplane.demand.models import DemandBucket, WorkloadKey  # noqa: E402
 from controlplane.fleet.models import Engine, GpuSample  # noqa: E402
 from controlplane.forecasting.models import Forecast  # noqa: E402
-from controlplane.harness import fleet_seed as cluster  # noqa: E402
 from controlplane.replication.jobs.states import transition  # noqa: E402
 from controlplane.replication.models import (  # noqa: E402
     Override,
@@ -32,6 +31,7 @@ from controlplane.replication.models import (  # noqa: E402
     ReplicationPlan,
     SpeculativeReplica,
 )
+from harness import fleet_seed as cluster  # noqa: E402
 
 TENANTS = ["acme-chat", "globex-rag", "initech-code", "umbrella-agents"]
 

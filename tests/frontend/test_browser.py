@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controlplane.harness import fleet_seed as cluster
+from harness import fleet_seed as cluster
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

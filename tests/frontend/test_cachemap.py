@@ -7,8 +7,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from controlplane.fleet.models import Engine
-from controlplane.harness import fleet_seed as cluster
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
+from harness import fleet_seed as cluster
 
 
 def agent_client(raw: str) -> APIClient:

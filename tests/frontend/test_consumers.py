@@ -9,10 +9,10 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 from rest_framework.test import APIClient
 
-from controlplane.harness import fleet_seed as cluster
 from controlplane.realtime import groups
 from controlplane.realtime.publish import send_now
 from frontend.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, DashboardConsumer
+from harness import fleet_seed as cluster
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 # A ceiling for a message that is due now (a snapshot, a delta): generous, since a busy machine

@@ -8,8 +8,8 @@ from django.test import Client
 from django.utils import timezone
 
 from controlplane.fleet.models import Engine, Gpu
-from controlplane.harness import fleet_seed as cluster
 from controlplane.replication.models import PlanItem, Policy, ReplicationPlan
+from harness import fleet_seed as cluster
 
 PAGES = [
     "/",

@@ -9,9 +9,9 @@ import sys
 import httpx
 import pytest
 
-from controlplane.harness.event_publisher import TestPublisher
-from controlplane.harness.live import LiveControlPlane
-from controlplane.harness.processes import REPO, wait_for
+from harness.event_publisher import TestPublisher
+from harness.live import LiveControlPlane
+from harness.processes import REPO, wait_for
 from tests.agent.conftest import load_messages
 
 pytestmark = pytest.mark.slow

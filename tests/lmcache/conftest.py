@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controlplane.harness.processes import REPO, Proc, free_port, wait_for
+from harness.processes import REPO, Proc, free_port, wait_for
 
 LMCACHE_PY = REPO / ".venv-lmcache" / "bin" / "python"
 LAUNCH = Path(__file__).parent / "launch.py"

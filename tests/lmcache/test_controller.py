@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from controlplane.harness.processes import wait_for
+from harness.processes import wait_for
 from nodeagent.blockstore import MemoryBlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job

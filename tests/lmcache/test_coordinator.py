@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core import blockhash
 from controlplane.fleet.models import Engine, Node
-from controlplane.harness.processes import wait_for
 from controlplane.replication.choices import JobState, Transport
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
 from controlplane.replication.tasks import sweep_jobs
+from harness.processes import wait_for
 from nodeagent.blockstore import MemoryBlockStore
 from nodeagent.config import EngineConfig
 from nodeagent.transfers.base import Job, TransferResult
@@ -23,6 +22,7 @@ from nodeagent.transfers.lmcache_mp import LmcacheMpTransport
 from tests.lmcache.conftest import MP_MODEL, tokens
 from tests.lmcache.test_lmcache_job import run_on_agent
 from tests.workflow.conftest import eager  # noqa: F401 - the fixture
+from wire import blockhash
 
 pytestmark = [pytest.mark.lmcache, pytest.mark.slow]
 BLOCK = 16

@@ -13,7 +13,6 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from controlplane.core import blockhash
 from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine, Node
 from controlplane.replication.jobs.delivery import apply_event
@@ -33,6 +32,7 @@ from nodeagent.transfers.lmcache import LmcacheController, LmcacheTransport
 from tests.api.conftest import make_user
 from tests.lmcache.conftest import tokens
 from tests.workflow.conftest import eager  # noqa: F401 - the fixture
+from wire import blockhash
 
 pytestmark = [pytest.mark.lmcache, pytest.mark.slow]
 BLOCK, BPB = 16, 16 * 4096

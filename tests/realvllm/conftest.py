@@ -16,8 +16,8 @@ import os
 
 import pytest
 
-from controlplane.harness.live import LiveControlPlane
-from controlplane.harness.realvllm.engine import (
+from harness.live import LiveControlPlane
+from harness.realvllm.engine import (
     EngineUnavailable,
     VllmEngine,
     ensure_model,

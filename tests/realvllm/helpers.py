@@ -12,11 +12,11 @@ import httpx
 import msgpack
 import zmq
 
-from controlplane.core import blockhash
-from controlplane.harness import burst as azure_burst
-from controlplane.harness.live import LiveControlPlane
-from controlplane.harness.processes import Proc, wait_for
-from controlplane.harness.realvllm.engine import BLOCK_SIZE, MODEL_NAME, VllmEngine
+from harness import burst as azure_burst
+from harness.live import LiveControlPlane
+from harness.processes import Proc, wait_for
+from harness.realvllm.engine import BLOCK_SIZE, MODEL_NAME, VllmEngine
+from wire import blockhash
 
 
 def user_token(cp: LiveControlPlane) -> str:

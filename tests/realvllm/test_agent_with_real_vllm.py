@@ -1,7 +1,7 @@
 """A real agent process follows a real vLLM engine's KV events into a real control plane.
 
 The truth each test compares with is the engine's own: the canonical keys of the full blocks of
-the prompts it served (``controlplane.core.blockhash``, block size 32) and the block hashes its
+the prompts it served (``wire.blockhash``, block size 32) and the block hashes its
 replay socket says it announced, read here without the agent's code.
 """
 
@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core import blockhash
-from controlplane.harness.processes import wait_for
-from controlplane.harness.realvllm.engine import BLOCK_SIZE
+from harness.processes import wait_for
+from harness.realvllm.engine import BLOCK_SIZE
 from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
 from tests.realvllm.helpers import (
@@ -24,6 +23,7 @@ from tests.realvllm.helpers import (
     settle,
     start_agent,
 )
+from wire import blockhash
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

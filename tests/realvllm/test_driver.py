@@ -7,10 +7,10 @@ import json
 
 import httpx
 
-from controlplane.core import blockhash
 from controlplane.core.prefix_groups import group_of
-from controlplane.harness.realvllm import driver
-from controlplane.harness.realvllm.driver import BLOCK, MAX_PROMPT, Gateway, Target
+from harness.realvllm import driver
+from harness.realvllm.driver import BLOCK, MAX_PROMPT, Gateway, Target
+from wire import blockhash
 
 
 def test_a_trace_block_becomes_the_same_vllm_block_everywhere():
@@ -122,7 +122,7 @@ def test_in_front_of_a_router_it_only_generates_load_and_names_the_tenant():
 def test_the_lifecycle_scheduler_takes_the_legal_path_and_tells_the_gateway():
     """serving -> warming goes through draining; the gateway routes only to serving engines;
     a change the control plane refuses leaves the state as it was."""
-    from controlplane.harness.lifecycle import Lifecycles, Operator
+    from harness.lifecycle import Lifecycles, Operator
 
     posted: list[tuple[int, str]] = []
 

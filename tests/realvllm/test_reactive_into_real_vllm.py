@@ -17,11 +17,10 @@ import time
 import httpx
 import pytest
 
-from controlplane.core import blockhash
-from controlplane.harness.e2e.engines import EngineMetricsServer
-from controlplane.harness.processes import wait_for
-from controlplane.harness.realvllm.driver import Gateway, Target
-from controlplane.harness.realvllm.engine import (
+from harness.e2e.engines import EngineMetricsServer
+from harness.processes import wait_for
+from harness.realvllm.driver import Gateway, Target
+from harness.realvllm.engine import (
     BLOCK_SIZE,
     BYTES_PER_BLOCK,
     KV_CAPACITY_BLOCKS,
@@ -36,6 +35,7 @@ from tests.realvllm.helpers import (
     lookup_depth,
     start_agent,
 )
+from wire import blockhash
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

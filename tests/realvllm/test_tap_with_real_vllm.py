@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controlplane.harness.processes import wait_for
-from controlplane.harness.realvllm.engine import MODEL_NAME, free_port
+from harness.processes import wait_for
+from harness.realvllm.engine import MODEL_NAME, free_port
 from nodeagent.spool import unframe
 from tests.realvllm.helpers import api, engine_blocks, prompts, start_agent
 

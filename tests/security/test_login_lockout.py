@@ -169,7 +169,7 @@ def test_lockout_page_under_daphne(tmp_path):
 
     import httpx
 
-    from controlplane.harness.live import LiveControlPlane
+    from harness.live import LiveControlPlane
 
     cp = LiveControlPlane(
         tmp_path,

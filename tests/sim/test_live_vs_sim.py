@@ -170,9 +170,9 @@ def test_live_evidence_reads_plans_jobs_and_landings_from_a_pass_database(tmp_pa
 
 
 def test_the_headline_preset_is_the_grids_scaleout_cell():
-    from controlplane.harness.virtual.presets import build_preset
     from controlplane.sim.grid import settings_of
     from controlplane.sim.scenarios import build
+    from harness.virtual.presets import build_preset
 
     setup, preset = build_preset("headline", engines=4, tenants=8, seed=3)
     assert (preset.model, preset.scenario, preset.time_scale) == ("llama3-70b", "scaleout", 10.0)

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from controlplane.core.costmodel import CostModel
-from controlplane.core.protocol import TIER_CPU, TIER_DISK
 from controlplane.sim.cli import main
 from controlplane.sim.cluster import ClusterConfig, Simulation
 from controlplane.sim.policies import POLICIES
@@ -16,6 +15,7 @@ from controlplane.sim.scenarios import build
 from controlplane.sim.workloads.azure import load_azure
 from controlplane.sim.workloads.mooncake import load_mooncake
 from controlplane.sim.workloads.servegen import load_servegen
+from wire.protocol import TIER_CPU, TIER_DISK
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 

@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 
 from controlplane.core.costmodel import CostModel
-from controlplane.core.planner import Budgets, Candidate, Demand, EngineState, Holding, plan
+from controlplane.core.policy.planner import plan
 from controlplane.core.policy.reactive import HOT_MAX_REPLICAS
-from controlplane.core.protocol import TIER_GPU
+from controlplane.core.policy.types import Budgets, Candidate, Demand, EngineState, Holding
 from controlplane.sim.cli import main
 from controlplane.sim.cluster import ClusterConfig, Simulation
 from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.runner import run_policies
 from controlplane.sim.scenarios import build, bundled_path
 from controlplane.sim.workloads.base import Workload
+from wire.protocol import TIER_GPU
 
 GB = 1e9
 

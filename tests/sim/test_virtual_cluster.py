@@ -12,19 +12,19 @@ import time
 import numpy as np
 import pytest
 
-from controlplane.core.blockhash import chain_keys
-from controlplane.harness.virtual import Options, VirtualCluster
-from controlplane.harness.virtual.engine import block_file
-from controlplane.harness.virtual.publisher import KvEventPublisher, block_stored
-from controlplane.harness.virtual.tokens import TokenBook
 from controlplane.sim.scenarios import build
 from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
+from harness.virtual import Options, VirtualCluster
+from harness.virtual.engine import block_file
+from harness.virtual.publisher import KvEventPublisher, block_stored
+from harness.virtual.tokens import TokenBook
 from nodeagent.blockstore import FileBlockStore
 from nodeagent.kvevents import decode_payload
 from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber, ReplayClient
 from nodeagent.transfers.base import Job
 from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport
+from wire.blockhash import chain_keys
 
 
 def wait_for(pred, timeout=30.0, what="condition"):  # a ceiling: events land in milliseconds
@@ -110,7 +110,7 @@ def test_agents_see_exactly_the_simulated_caches(cluster):
     assert sum("token_ids" in x for x in records) <= 3 and any("keys" in x for x in records)
     assert r["prompt_tokens"] == len(prefix) * BLOCK_TOKENS + int(vc.workload.suffix_tokens[0])
     # A gateway's view of who served it: the engine, the cached tokens it reported, the TTFT.
-    names = {f"{vc.node_name(ve.sim.eid)}/{ve.engine_id}" for ve in vc.engines}
+    names = {f"{vc.opt.node_name(ve.sim.eid)}/{ve.engine_id}" for ve in vc.engines}
     assert all(
         x["engine"] in names and x["ttft_s"] > 0 and 0 <= x["cached_tokens"] <= x["prompt_tokens"]
         for x in records
@@ -291,7 +291,7 @@ def test_virtual_gpu_memory_is_the_weights_plus_the_kv_blocks_held(cluster):
     weights = cost.model.weight_bytes / cost.gpus
 
     def gpus(i: int) -> list[dict]:
-        url = f"http://127.0.0.1:{vc.http.port}/nodes/{vc.node_name(i)}/gpus"
+        url = f"http://127.0.0.1:{vc.http.port}/nodes/{vc.opt.node_name(i)}/gpus"
         return httpx.get(url, timeout=5).json()["gpus"]
 
     assert {g["memory_used"] for g in gpus(0)} == {int(weights)}

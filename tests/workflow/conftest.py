@@ -10,10 +10,10 @@ from rest_framework.test import APIClient
 
 from controlplane.accounts.choices import TokenKind
 from controlplane.accounts.models import ApiToken, EnrolmentToken
-from controlplane.core import blockhash
-from controlplane.harness import burst
 from controlplane.replication.models import Policy
+from harness import burst
 from tests.api.conftest import make_user
+from wire import blockhash
 
 BYTES_PER_BLOCK = 64 * 1024
 

@@ -8,10 +8,8 @@ import time
 
 from django.utils import timezone
 
-from controlplane.core import blockhash
 from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine
-from controlplane.harness import burst
 from controlplane.replication.models import (
     HoldoutDraw,
     PlanItem,
@@ -20,7 +18,9 @@ from controlplane.replication.models import (
     ReplicationPlan,
     SpeculativeReplica,
 )
+from harness import burst
 from tests.workflow.conftest import BYTES_PER_BLOCK, engine_report
+from wire import blockhash
 
 BLOCKS = 64  # 1,024 tokens: one prefix group
 TOKENS = BLOCKS * burst.BLOCK

@@ -188,9 +188,10 @@ async def test_a_job_message_too_large_for_the_socket_is_left_out_not_resent_for
     burst demo): the socket stays open, nothing is left behind when it closes, the log says why."""
     settings.CHANNEL_LAYERS = IN_MEMORY_LAYER
     fleet, job, _src, dst = await approved_job()
-    from controlplane.core import protocol as wire
 
-    monkeypatch.setattr(wire, "SOCKET_MESSAGE_MAX_BYTES", 200)  # below any job.assign
+    from wire import protocol
+
+    monkeypatch.setattr(protocol, "SOCKET_MESSAGE_MAX_BYTES", 200)  # below any job.assign
     app = refusing(application, 200)
     comm = WebsocketCommunicator(
         app, "/ws/agent/", headers=[(b"authorization", f"Bearer {fleet.tokens[dst]}".encode())]

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from controlplane.harness import burst
 from controlplane.replication.choices import ItemDecision, JobState
 from controlplane.replication.models import HoldoutDraw, ReplicationJob, SpeculativeReplica
 from controlplane.replication.plans.costs import cost_model_for, prefill_s
 from controlplane.replication.tasks import evict_expired, score_replicas, sweep_jobs
+from harness import burst
 from tests.workflow.evidence import TOKENS, Evidence, confirmed_copy, prefix, since
 
 

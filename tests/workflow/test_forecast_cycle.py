@@ -9,9 +9,9 @@ from celery.signals import task_prerun
 
 from controlplane.demand.models import WorkloadKey
 from controlplane.forecasting.models import Forecast
-from controlplane.harness import burst
 from controlplane.replication.models import ReplicationPlan
 from controlplane.replication.tasks import forecast_then_plan
+from harness import burst
 
 
 def ran_tasks():

@@ -7,10 +7,10 @@ from __future__ import annotations
 from django.contrib.auth.models import User
 from django.test import Client
 
-from controlplane.harness import burst
 from controlplane.readmodels.metrics import StateCollector
 from controlplane.replication.models import ReplicationJob, ReplicationPlan, SpeculativeReplica
 from controlplane.replication.tasks import plan_cycle
+from harness import burst
 from tests.workflow.test_plan_queues import NODES
 from tests.workflow.test_workflow import finish, run_cycle
 

@@ -1,14 +1,15 @@
 """The live plan cycle charges speculation for the queues its agents report (issue 20): the
-same charged planner the simulator runs, with the policy's limits (core.planner's defaults)."""
+same charged planner the simulator runs, with the policy's limits (core.policy.types' defaults)."""
 
 from __future__ import annotations
 
-from controlplane.core import planner
+from controlplane.core.policy import planner
+from controlplane.core.policy.types import Budgets, Candidate, Demand, EngineState, Holding
 from controlplane.fleet.models import Engine
-from controlplane.harness import burst
 from controlplane.replication.models import Policy, ReplicationPlan
 from controlplane.replication.plans.cycle import charges
 from controlplane.replication.tasks import plan_cycle
+from harness import burst
 from tests.workflow.test_workflow import run_cycle
 
 NODES = ("node-a", "node-b", "node-c")
@@ -26,17 +27,17 @@ def test_a_new_policy_charges_speculation_for_queues(db):
     past two seconds gets no copy, and none at all while the other engines queue a second on
     average; with no queues the same demand is copied."""
     p = Policy.objects.create(name="fresh")
-    budgets = planner.Budgets(horizon_s=300.0, min_confidence=0.0, **charges(p))
-    c = planner.Candidate("p", (1, 2, 3), 48, 3 << 20, "t", 0.5, 3.0)
-    d = planner.Demand("p", 1200.0)  # 4/s: the holder takes 0.8/s, each replica 1.6/s
+    budgets = Budgets(horizon_s=300.0, min_confidence=0.0, **charges(p))
+    c = Candidate("p", (1, 2, 3), 48, 3 << 20, "t", 0.5, 3.0)
+    d = Demand("p", 1200.0)  # 4/s: the holder takes 0.8/s, each replica 1.6/s
 
     def targets(queue_b: float, queue_c: float) -> set[str]:
         engines = [
-            planner.EngineState("a", "n1", 1e10, 1e9, 0.0, 1e10, 0.5),
-            planner.EngineState("b", "n2", 1e10, 1e9, 0.0, 1e10, 0.0, queue_s=queue_b),
-            planner.EngineState("c", "n3", 1e10, 1e9, 0.0, 1e10, 0.0, queue_s=queue_c),
+            EngineState("a", "n1", 1e10, 1e9, 0.0, 1e10, 0.5),
+            EngineState("b", "n2", 1e10, 1e9, 0.0, 1e10, 0.0, queue_s=queue_b),
+            EngineState("c", "n3", 1e10, 1e9, 0.0, 1e10, 0.0, queue_s=queue_c),
         ]
-        holds = [planner.Holding("p", "a")]
+        holds = [Holding("p", "a")]
         return {m.target for m in planner.plan([c], [d], holds, engines, budgets)}
 
     assert targets(0.0, 0.0) == {"b", "c"}

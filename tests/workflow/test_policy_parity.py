@@ -22,16 +22,16 @@ from types import SimpleNamespace
 import pytest
 
 from controlplane.core.costmodel import TIER_BYTES_PER_S
-from controlplane.core.planner import Budgets, Candidate, Demand, Holding, Overrides
 from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, decide
 from controlplane.core.policy.demand import MEASURE_WINDOW_S
 from controlplane.core.policy.inputs import COLD_VALUE_S, engine_states
+from controlplane.core.policy.types import Budgets, Candidate, Demand, Holding, Overrides
 from controlplane.core.prefix_cache import PrefixCache
-from controlplane.core.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 from controlplane.replication.plans import inputs as live
 from controlplane.sim import adapter as simulated
 from controlplane.sim.engine import SERVING, WARMING, Engine, OffloadTier
 from controlplane.sim.planned import PlannedPolicy
+from wire.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 
 T = 1000.0  # the snapshot's time
 BB = 2 << 20  # bytes per block

@@ -12,11 +12,11 @@ from django.test import Client
 from django.utils import timezone
 
 from controlplane.forecasting.models import Forecast
-from controlplane.harness import burst
 from controlplane.replication.choices import JobState, OverrideKind
 from controlplane.replication.models import Override, ReplicationJob, ReplicationPlan
 from controlplane.replication.plans import react
 from controlplane.replication.plans.cycle import run_cycle
+from harness import burst
 from tests.workflow.test_plan_queues import report_waiting
 
 

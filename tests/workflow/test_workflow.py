@@ -11,12 +11,10 @@ import pytest
 from django.utils import timezone
 
 from controlplane.audit.models import AuditEvent
-from controlplane.core import blockhash
 from controlplane.demand.models import WorkloadKey
 from controlplane.fleet.models import Engine, Node
 from controlplane.fleet.residency import get_index
 from controlplane.forecasting.models import Forecast
-from controlplane.harness import burst
 from controlplane.replication.choices import JobState, PlanState
 from controlplane.replication.models import (
     ReplicationJob,
@@ -30,6 +28,8 @@ from controlplane.replication.tasks import (
     score_replicas,
     sweep_jobs,
 )
+from harness import burst
+from wire import blockhash
 
 
 def run_cycle(fleet, mode, **policy):

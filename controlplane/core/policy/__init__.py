@@ -9,11 +9,10 @@ the simulator measures is what runs.
 - ``onset``: a burst's onset seen on arrivals, and when it re-plans the prefix at once.
 - ``reactive``: the guarded reactive rule, its measured-demand test, Mooncake's hot fanout.
 - ``retention``: which holders keep (lease) a prefix until the next round.
-- ``planner``: what to copy where (``controlplane.core.planner`` re-exports it), with
-  ``backoff`` (its back-off on queues) and ``targets`` (its choice of target and source).
+- ``planner``: what to copy where, with ``backoff`` (its back-off on queues) and ``targets``
+  (its choice of target and source).
 - ``decide``: the strategy (``reactive``, ``predictive``, ``off``) and the planner call.
 - ``guard``: the harm guard (AIMD): what the last copies did cuts or grows the allowance of
   each engine and prefix group; ``decide`` applies it to the planner's items.
 
-Nothing here imports ``controlplane.core.planner`` (the name outside callers use).
 """

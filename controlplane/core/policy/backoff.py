@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from controlplane.core.policy.types import Budgets, EngineState
-from controlplane.core.protocol import ENGINE_SERVING
+from wire.protocol import ENGINE_SERVING
 
 
 def cluster_queue_s(engines: Iterable[EngineState]) -> float:

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controlplane.core.policy.types import Budgets, Candidate, EngineState, PlannedMove
-from controlplane.core.protocol import ENGINE_WARMING
+from wire.protocol import ENGINE_WARMING
 
 DECREASE = 0.5  # harm: the allowance is multiplied by this
 INCREASE = 0.125  # a round with no harm: the allowance grows by this

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controlplane.core.policy.types import EngineState
-from controlplane.core.protocol import ENGINE_SERVING, ENGINE_WARMING
+from wire.protocol import ENGINE_SERVING, ENGINE_WARMING
 
 # Expected prefill seconds (over the horizon) below which cached room counts as free: the room a
 # speculative copy may take (``spec_room``).

@@ -67,15 +67,10 @@ from dataclasses import dataclass, field
 from controlplane.core.policy.backoff import (
     backs_off,
     backs_off_around,
-    cluster_queue_s,
-    queue_gate,
 )
 from controlplane.core.policy.targets import Targets, best_source, link_busy, link_wait
 from controlplane.core.policy.types import (
-    BENEFIT_MARGIN,
     LIFECYCLES,
-    MAX_CLUSTER_QUEUE_S,
-    MAX_TARGET_QUEUE_S,
     Budgets,
     Candidate,
     Demand,
@@ -84,27 +79,9 @@ from controlplane.core.policy.types import (
     Overrides,
     PlannedMove,
 )
-from controlplane.core.protocol import ENGINE_DRAINING, ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
+from wire.protocol import ENGINE_DRAINING, ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 
-__all__ = [
-    "BENEFIT_MARGIN",
-    "LIFECYCLES",
-    "MAX_CLUSTER_QUEUE_S",
-    "MAX_TARGET_QUEUE_S",
-    "Budgets",
-    "Candidate",
-    "Demand",
-    "EngineState",
-    "Holding",
-    "Overrides",
-    "PlannedMove",
-    "backs_off",
-    "backs_off_around",
-    "cluster_queue_s",
-    "lam_text",
-    "plan",
-    "queue_gate",
-]
+__all__ = ["lam_text", "plan"]
 
 
 @dataclass

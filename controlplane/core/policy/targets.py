@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 
 from controlplane.core.policy.types import EngineState
-from controlplane.core.protocol import ENGINE_WARMING
+from wire.protocol import ENGINE_WARMING
 
 
 def link_wait(src: EngineState, dst: EngineState, queued: dict[str, float]) -> float:

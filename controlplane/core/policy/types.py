@@ -1,13 +1,12 @@
 """The policy's vocabulary: what callers tell the planner (candidates, demand, holdings, engine
-states, budgets, overrides) and what it answers (``PlannedMove``). ``controlplane.core.planner``
-re-exports every name, so callers keep writing ``planner.Budgets``."""
+states, budgets, overrides) and what it answers (``PlannedMove``), with the default charges."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from controlplane.core.protocol import ENGINE_LIFECYCLES, ENGINE_SERVING, TIER_GPU
+from wire.protocol import ENGINE_LIFECYCLES, ENGINE_SERVING, TIER_GPU
 
 LIFECYCLES = ENGINE_LIFECYCLES
 

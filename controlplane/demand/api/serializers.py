@@ -1,7 +1,9 @@
 from rest_framework import serializers
 
+from controlplane.core import history
+
 from ..misses import MISS_COUNTERS
-from ..models import DemandBucket, MissBucket, WorkloadKey
+from ..models import DemandBucket, HistoryImport, MissBucket, WorkloadKey
 
 
 class RequestRecordSerializer(serializers.Serializer):
@@ -104,3 +106,86 @@ class MissBucketSerializer(serializers.ModelSerializer):
             *MISS_COUNTERS,
         ]
         read_only_fields = fields
+
+
+class HistoryImportSerializer(serializers.ModelSerializer):
+    already_imported = serializers.SerializerMethodField(
+        help_text="true when these bytes were imported before: nothing changed, this is that import"
+    )
+
+    class Meta:
+        model = HistoryImport
+        fields = [
+            "id",
+            "sha256",
+            "source",
+            "format",
+            "filename",
+            "lines",
+            "rows",
+            "requests",
+            "skipped_live",
+            "skipped_old",
+            "skipped_seen",
+            "buckets_created",
+            "buckets_updated",
+            "workload_keys",
+            "workload_keys_created",
+            "first_time",
+            "last_time",
+            "imported_by",
+            "created_at",
+            "seconds",
+            "already_imported",
+        ]
+        read_only_fields = fields
+
+    def get_already_imported(self, obj) -> bool:
+        return bool(self.context.get("already_imported"))
+
+
+class HistoryImportRequestSerializer(serializers.Serializer):
+    file = serializers.FileField(
+        required=False,
+        allow_empty_file=False,
+        help_text="the history file (multipart); or give it as `content`",
+    )
+    content = serializers.CharField(
+        required=False, trim_whitespace=False, help_text="the history as text (JSON bodies)"
+    )
+    format = serializers.ChoiceField(
+        choices=["auto", *history.FORMATS],
+        default="auto",
+        help_text="auto: from the first line ({ -> jsonl, a vLLM or vllm-router log prefix, "
+        "else csv)",
+    )
+    model = serializers.CharField(
+        required=False, default="", max_length=200, help_text="for rows (and logs) that name none"
+    )
+    tenant = serializers.CharField(
+        required=False,
+        default="",
+        max_length=200,
+        help_text="for rows that name none (default: the model name, as the request tap's)",
+    )
+    block_size = serializers.IntegerField(
+        min_value=1, max_value=1 << 20, default=16, help_text="the engine's, for token ids"
+    )
+    source = serializers.CharField(
+        required=False,
+        default="",
+        max_length=200,
+        help_text="where the history comes from: a later import from the same source skips "
+        "rows at or before this one's last",
+    )
+    year = serializers.IntegerField(
+        required=False, min_value=1970, max_value=3000, help_text="vLLM logs: their year"
+    )
+    utc_offset_minutes = serializers.IntegerField(
+        default=0, min_value=-14 * 60, max_value=14 * 60, help_text="vLLM logs: their zone"
+    )
+
+    def validate(self, data):
+        if ("file" in data) == ("content" in data):
+            raise serializers.ValidationError({"file": "give exactly one of file or content"})
+        return data

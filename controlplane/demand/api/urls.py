@@ -6,6 +6,7 @@ from . import views
 router = SimpleRouter()
 router.register("workload-keys", views.WorkloadKeyViewSet)
 router.register("miss-buckets", views.MissBucketViewSet)
+router.register("history-imports", views.HistoryImportViewSet)
 urlpatterns = [
     path("request-records/", views.RequestRecordsView.as_view(), name="request-records"),
     *router.urls,

@@ -1,18 +1,22 @@
+import io
+
 from django.conf import settings
 from drf_spectacular.utils import extend_schema
-from rest_framework import viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.accounts.choices import TokenKind
+from controlplane.accounts.choices import Role, TokenKind
 from controlplane.accounts.throttling import TokenScopedRateThrottle
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
+from controlplane.core.history import Defaults
 
-from .. import services
-from ..filtersets import MissBucketFilterSet, WorkloadKeyFilterSet
-from ..models import MissBucket, WorkloadKey
+from .. import history, services
+from ..filtersets import HistoryImportFilterSet, MissBucketFilterSet, WorkloadKeyFilterSet
+from ..models import HistoryImport, MissBucket, WorkloadKey
 from . import serializers as s
 
 
@@ -77,3 +81,53 @@ class MissBucketViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = MissBucket.objects.select_related("key").order_by("-start", "key_id", "engine_id")
     serializer_class = s.MissBucketSerializer
     filterset_class = MissBucketFilterSet
+
+
+class HistoryImportViewSet(
+    mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Past request history loaded into the demand buckets (docs/api.md, "Request history"):
+    operators import, everyone reads; each import is audited."""
+
+    queryset = HistoryImport.objects.all()
+    serializer_class = s.HistoryImportSerializer
+    parser_classes = [MultiPartParser, JSONParser]
+    write_role = Role.OPERATOR
+    filterset_class = HistoryImportFilterSet
+
+    @extend_schema(
+        request={
+            "multipart/form-data": s.HistoryImportRequestSerializer,
+            "application/json": s.HistoryImportRequestSerializer,
+        },
+        responses={201: s.HistoryImportSerializer, 200: s.HistoryImportSerializer},
+    )
+    def create(self, request, *args, **kwargs):
+        check_body_size(request, settings.PREWARM_HISTORY_MAX_BYTES)
+        form = s.HistoryImportRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        if "file" in data:
+            f, name = data["file"], data["file"].name or ""
+        else:
+            f, name = io.BytesIO(data["content"].encode()), ""
+        # A row that cannot be read is history.BadHistory: a 400 naming its line, nothing stored.
+        imp, already = history.import_history(
+            f,
+            fmt=data["format"],
+            defaults=Defaults(
+                model=data["model"],
+                tenant=data["tenant"],
+                block_size=data["block_size"],
+                year=data.get("year"),
+                utc_offset_minutes=data["utc_offset_minutes"],
+            ),
+            source=data["source"],
+            filename=name,
+            who=request,
+        )
+        body = s.HistoryImportSerializer(imp, context={"already_imported": already}).data
+        return Response(body, status=status.HTTP_200_OK if already else status.HTTP_201_CREATED)

@@ -1,7 +1,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.core import protocol as wire
+from wire import protocol
 
 from ..models import Engine, Gpu, GpuSample, Node
 from ..residency import get_index
@@ -117,5 +117,5 @@ class LookupResponseSerializer(serializers.Serializer):
 
 
 class LifecycleSerializer(serializers.Serializer):
-    lifecycle = serializers.ChoiceField(choices=wire.ENGINE_LIFECYCLES)
+    lifecycle = serializers.ChoiceField(choices=protocol.ENGINE_LIFECYCLES)
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500)

@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from controlplane.accounts.choices import Role, TokenKind
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
-from controlplane.core import blockhash
+from wire import blockhash
 
 from .. import services
 from ..filtersets import EngineFilterSet, GpuFilterSet, NodeFilterSet

@@ -8,6 +8,8 @@ import math
 import numpy as np
 from django.conf import settings
 
+from controlplane.demand.models import HistoryImport
+
 from .storage import rows_between
 
 #: Buckets before the previous tick's end that a tick reads again (request records that arrive
@@ -34,6 +36,7 @@ class DemandWindow:
         self.key_ids = np.zeros(0, np.int64)
         self.y = np.zeros((0, width))
         self.first = np.zeros(0)  # unix time of each key's first bucket seen
+        self.history_id = 0  # the newest history import when the window was read in full
 
     def lengths(self) -> np.ndarray:
         seen = np.isfinite(self.first)
@@ -53,19 +56,26 @@ class DemandWindow:
         self.y[rows[ok], col[ok]] = counts[ok]
         np.minimum.at(self.first, rows[ok], starts[ok])
 
-    def refresh(self, key_ids: list[int], end: float, now: float) -> str:
-        """Bring the window to ``end`` for these keys; returns "full" or "incremental"."""
+    def refresh(self, key_ids: list[int], end: float, now: float, history_id: int = 0) -> str:
+        """Bring the window to ``end`` for these keys; returns "full" or "incremental". A
+        history import newer than the last full read (``history_id``) adds buckets anywhere in
+        the window: read it in full."""
         ids = np.array(sorted(set(key_ids)), dtype=np.int64)
         b, w = self.bucket_s, self.width
         shift = int(round((end - self.end) / b)) if math.isfinite(self.end) else w
-        full = shift >= w or shift < 0 or now - self.loaded_at > WINDOW_MAX_AGE_S
+        full = (
+            shift >= w
+            or shift < 0
+            or now - self.loaded_at > WINDOW_MAX_AGE_S
+            or history_id != self.history_id
+        )
         old_ids, old_y, old_first = self.key_ids, self.y, self.first
         self.key_ids, self.end = ids, end
         self.y = np.zeros((len(ids), w))
         self.first = np.full(len(ids), np.inf)
         if full:
             self._put(*rows_between(end - w * b, end, b))
-            self.loaded_at = now
+            self.loaded_at, self.history_id = now, history_id
             return "full"
         # Carry the keys we had, shifted left by the buckets since the last tick.
         pos = np.searchsorted(old_ids, ids)
@@ -94,4 +104,5 @@ def demand_window(key_ids: list[int], end: float, now: float) -> tuple[DemandWin
     bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
     width = tick_buckets(bucket_s)
     window = _WINDOWS.setdefault((bucket_s, width), DemandWindow(bucket_s, width))
-    return window, window.refresh(key_ids, end, now)
+    newest = HistoryImport.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+    return window, window.refresh(key_ids, end, now, newest)

@@ -1,7 +1,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.core import blockhash
+from wire import blockhash
 
 from ..models import (
     JobTransition,

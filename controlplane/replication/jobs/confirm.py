@@ -45,11 +45,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.core import blockhash
-from controlplane.core import protocol as wire
 from controlplane.fleet.residency import get_index
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
+from wire import blockhash, protocol
 
 from ..choices import Confirmation, JobAction, JobState, Transport
 from ..models import ReplicationJob, SpeculativeReplica
@@ -137,7 +136,7 @@ def _create_replica(job: ReplicationJob) -> SpeculativeReplica:
 def _publish(job: ReplicationJob, why: str) -> None:
     publish(
         groups.JOBS,
-        wire.EVENT_JOB_UPDATE,
+        protocol.EVENT_JOB_UPDATE,
         {"job": str(job.pk), "state": job.state, "detail": why[:200]},
     )
 
@@ -191,7 +190,7 @@ def evaluate(job: ReplicationJob, final: bool = False) -> ReplicationJob:
     depth = _depth(chain, held)
     if depth == len(chain) and all(k in since for k in needed):
         tiers = {held[k] for k in chain}
-        tier = max(tiers, key=lambda t: wire.TIER_RANK[t])
+        tier = max(tiers, key=lambda t: protocol.TIER_RANK[t])
         return confirm(
             job,
             Confirmation.KV_EVENTS,
@@ -211,7 +210,7 @@ def evaluate(job: ReplicationJob, final: bool = False) -> ReplicationJob:
         proven += 1
     new = [k for k in chain[:proven] if k not in before]
     if new:
-        tier = max((held[k] for k in chain[:proven]), key=lambda t: wire.TIER_RANK[t])
+        tier = max((held[k] for k in chain[:proven]), key=lambda t: protocol.TIER_RANK[t])
         return confirm(
             job,
             Confirmation.KV_EVENTS,

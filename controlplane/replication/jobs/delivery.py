@@ -24,12 +24,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.audit.services import record
-from controlplane.core import protocol as wire
 from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Engine
 from controlplane.queues import Queue, task
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
+from wire import protocol
 
 from ..choices import JobAction, JobState, Transport
 from ..models import ReplicationJob, SpeculativeReplica
@@ -120,10 +120,10 @@ def dispatch(job_id) -> ReplicationJob | None:
 
 def _push(job: ReplicationJob, roles: dict[str, Engine]) -> None:
     for role, engine in roles.items():
-        publish(groups.agent(engine.node_id), wire.MSG_JOB_ASSIGN, assign_message(job, role))
+        publish(groups.agent(engine.node_id), protocol.MSG_JOB_ASSIGN, assign_message(job, role))
     publish(
         groups.JOBS,
-        wire.EVENT_JOB_UPDATE,
+        protocol.EVENT_JOB_UPDATE,
         {"job": str(job.pk), "state": job.state, "attempt": job.attempt},
     )
 
@@ -146,7 +146,7 @@ def pending_for_node(node_id: int) -> list[dict]:
 def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
     """Apply one agent event (job.ack / job.progress / job.result) from ``node_id``."""
     kind = msg.get("type")
-    if kind not in wire.AGENT_MESSAGES:
+    if kind not in protocol.AGENT_MESSAGES:
         raise EventError(f"unknown event type {kind!r}", field="type")
     with transaction.atomic():
         # of=self: PostgreSQL cannot lock the nullable side of the outer join to an evict job's source.
@@ -161,13 +161,13 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
         roles = [r for r, e in roles_of(job).items() if e.node_id == node_id]
         if not roles:
             raise EventError(f"job {job.pk} does not involve this node", status=404)
-        if kind == wire.MSG_JOB_CONFIRM:
+        if kind == protocol.MSG_JOB_CONFIRM:
             if TARGET not in roles:
                 raise EventError("only the target's agent confirms a copy")
             return confirm.on_agent_confirmation(job, msg)
         if job.state in JobState.TERMINAL:
             return job  # a late event for a cancelled/expired/finished job changes nothing
-        if kind == wire.MSG_JOB_ACK:
+        if kind == protocol.MSG_JOB_ACK:
             acks = dict(job.acks)
             for r in roles:
                 acks[r] = job.attempt
@@ -177,7 +177,7 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
                 confirm.on_target_cut(job, _report_seq(msg["report_seq"]))
             if job.state == JobState.DISPATCHED:
                 job = transition(job, JobState.RUNNING, f"acknowledged by node {node_id}")
-        elif kind == wire.MSG_JOB_PROGRESS:
+        elif kind == protocol.MSG_JOB_PROGRESS:
             done = int(msg.get("bytes_done") or 0)
             if TARGET in roles and done > job.bytes_done:
                 job.bytes_done = min(done, job.bytes or done)
@@ -186,7 +186,7 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
             job = _result(job, node_id, roles, msg)
         publish(
             groups.JOBS,
-            wire.EVENT_JOB_UPDATE,
+            protocol.EVENT_JOB_UPDATE,
             {
                 "job": str(job.pk),
                 "state": job.state,
@@ -200,7 +200,7 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
 def _report_seq(value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise EventError(
-            f"{wire.MSG_JOB_ACK} report_seq must be a report's seq (an integer >= 0)",
+            f"{protocol.MSG_JOB_ACK} report_seq must be a report's seq (an integer >= 0)",
             field="report_seq",
         )
     return value
@@ -208,8 +208,10 @@ def _report_seq(value) -> int:
 
 def _result(job: ReplicationJob, node_id: int, roles: list[str], msg: dict) -> ReplicationJob:
     state = msg.get("state")
-    if state not in wire.RESULT_STATES:
-        raise EventError(f"{wire.MSG_JOB_RESULT} state must be {' or '.join(wire.RESULT_STATES)}")
+    if state not in protocol.RESULT_STATES:
+        raise EventError(
+            f"{protocol.MSG_JOB_RESULT} state must be {' or '.join(protocol.RESULT_STATES)}"
+        )
     results = dict(job.results)
     for r in roles:
         results[r] = {
@@ -285,7 +287,9 @@ def fail(job: ReplicationJob, why: str) -> ReplicationJob:
 
 def _cancel_on_agents(job: ReplicationJob) -> None:
     for engine in roles_of(job).values():
-        publish(groups.agent(engine.node_id), wire.MSG_JOB_CANCEL, wire.job_cancel(str(job.pk)))
+        publish(
+            groups.agent(engine.node_id), protocol.MSG_JOB_CANCEL, protocol.job_cancel(str(job.pk))
+        )
 
 
 def end(job: ReplicationJob, to: str, why: str) -> ReplicationJob | None:
@@ -297,7 +301,7 @@ def end(job: ReplicationJob, to: str, why: str) -> ReplicationJob | None:
     _cancel_on_agents(job)
     publish(
         groups.JOBS,
-        wire.EVENT_JOB_UPDATE,
+        protocol.EVENT_JOB_UPDATE,
         {"job": str(job.pk), "state": job.state, "error": job.error},
     )
     return job
@@ -349,7 +353,7 @@ def sweep(now=None) -> dict:
                     if job.acks.get(role) != job.attempt:
                         publish(
                             groups.agent(engine.node_id),
-                            wire.MSG_JOB_ASSIGN,
+                            protocol.MSG_JOB_ASSIGN,
                             assign_message(job, role),
                         )
                 redelivered += 1

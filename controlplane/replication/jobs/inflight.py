@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 
 from django.db.models import Q
 
-from controlplane.core import blockhash
-from controlplane.core.protocol import ACTION_REPLICATE, JOB_IN_FLIGHT, JOB_LANDED
+from wire import blockhash
+from wire.protocol import ACTION_REPLICATE, JOB_IN_FLIGHT, JOB_LANDED
 
 from ..models import ReplicationJob
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 import time
 import zlib
 
-from controlplane.core import blockhash
-from controlplane.core import protocol as wire
 from controlplane.fleet.models import Engine
+from wire import blockhash, protocol
 
 from ..choices import JobAction, Transport
 from ..models import ReplicationJob, SpeculativeReplica
 from ..transfer_auth import transfer_secret
 
-SOURCE, TARGET = wire.ROLE_SOURCE, wire.ROLE_TARGET
+SOURCE, TARGET = protocol.ROLE_SOURCE, protocol.ROLE_TARGET
 
 
 def roles_of(job: ReplicationJob) -> dict[str, Engine]:
@@ -50,7 +49,7 @@ def assign_message(job: ReplicationJob, role: str) -> dict:
     tokens = tokens_for(job) if job.transport in Transport.NEEDS_TOKENS else []
     hold = SpeculativeReplica.objects.filter(job=job).values_list("expires_at", flat=True).first()
     ttl = job.item.plan.policy.replica_ttl_seconds if job.item_id else 900
-    return wire.job_assign(
+    return protocol.job_assign(
         job_id=str(job.pk),
         action=job.action,
         role=role,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from controlplane.core.costmodel import MODELS, CostModel
-from controlplane.core.protocol import TRANSPORT_WARMUP
+from wire.protocol import TRANSPORT_WARMUP
 
 
 def cost_model_for(model_name: str) -> CostModel:

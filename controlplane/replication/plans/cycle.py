@@ -1,6 +1,6 @@
 """A planning cycle: the database and residency index in, ``ReplicationPlan`` rows out.
 
-Describes the cluster to the pure planner (``controlplane.core.planner.plan``, the function the
+Describes the cluster to the pure planner (``controlplane.core.policy.planner.plan``, the function the
 simulator's predictive policy runs too) and stores its items. Then the policy's mode decides:
 ``shadow`` keeps the plan as never executed and records the replicas it would have placed (so
 they are scored as if executed), ``auto`` approves it through ``decisions.decide`` within budgets,
@@ -17,11 +17,11 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.core import blockhash, planner
 from controlplane.core.policy import guard as harm_guard
+from controlplane.core.policy.backoff import queue_gate
 from controlplane.core.policy.decide import decide
 from controlplane.core.policy.ingest import IngestBound
-from controlplane.core.protocol import EVENT_ENGINE_READINESS, EVENT_PLAN_CREATED, TIER_GPU
+from controlplane.core.policy.types import Budgets, PlannedMove
 from controlplane.demand.models import WorkloadKey
 from controlplane.demand.services import want_prefix_tokens
 from controlplane.fleet.choices import EngineLifecycle
@@ -30,6 +30,8 @@ from controlplane.fleet.residency import get_index
 from controlplane.forecasting.models import Forecast
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
+from wire import blockhash
+from wire.protocol import EVENT_ENGINE_READINESS, EVENT_PLAN_CREATED, TIER_GPU
 
 from ..choices import OverrideKind, PlanState, PolicyMode, PolicyStrategy, Transport
 from ..models import PlanItem, Policy, ReplicationPlan, SpeculativeReplica
@@ -42,7 +44,7 @@ from .measured import measured_rates
 log = logging.getLogger(__name__)
 
 
-def _pin_items(inputs: Inputs) -> list[planner.PlannedMove]:
+def _pin_items(inputs: Inputs) -> list[PlannedMove]:
     """Pins: copy the pinned chain to the pinned engine from a holder, whatever the forecast."""
     if inputs.overrides.frozen:
         return []
@@ -59,7 +61,7 @@ def _pin_items(inputs: Inputs) -> list[planner.PlannedMove]:
         src = next(iter(holders))
         nbytes = len(chain) * (o.engine.bytes_per_block or 0)
         out.append(
-            planner.PlannedMove(
+            PlannedMove(
                 f"pin:{o.pk}",
                 chain,
                 str(src),
@@ -76,7 +78,7 @@ def _pin_items(inputs: Inputs) -> list[planner.PlannedMove]:
     return out
 
 
-def update_readiness(inputs: Inputs, planned: list[planner.PlannedMove]) -> dict[int, float]:
+def update_readiness(inputs: Inputs, planned: list[PlannedMove]) -> dict[int, float]:
     """Readiness of each warming engine: the share of the bytes of the forecast-hot prefixes it
     is planned to hold that are already resident there. 1.0 when none are planned for it."""
     wanted: dict[str, set[str]] = {}
@@ -144,7 +146,7 @@ def plan_and_apply(
 ) -> ReplicationPlan | None:
     """The shared policy's items for ``inputs`` (``core.policy.decide``: the planner under the
     policy's budgets and overrides), stored as a plan; then the policy's mode decides."""
-    budgets = planner.Budgets(
+    budgets = Budgets(
         max_spec_vram_fraction=policy.max_spec_vram_fraction,
         max_bytes_per_interval=policy.max_bytes_per_interval,
         min_confidence=policy.min_confidence,
@@ -152,7 +154,7 @@ def plan_and_apply(
         horizon_s=policy.horizon_seconds,
         **charges(policy),
     )
-    gate = planner.queue_gate(inputs.engines, budgets)
+    gate = queue_gate(inputs.engines, budgets)
     overrides = inputs.overrides
     if pinned:
         overrides = dataclasses.replace(overrides, pinned=overrides.pinned | pinned)
@@ -228,8 +230,8 @@ def charges(policy: Policy) -> dict:
 
 
 def _with_token_ids(
-    policy: Policy, inputs: Inputs, items: list[planner.PlannedMove]
-) -> tuple[list[planner.PlannedMove], int]:
+    policy: Policy, inputs: Inputs, items: list[PlannedMove]
+) -> tuple[list[PlannedMove], int]:
     """Executors that address KV by token ids (warm-ups, LMCache) can act only on prefixes whose
     token ids a gateway has sent. Items of the others are not planned (a job sent now would only
     fail): their keys are wanted, so the next record that carries the token ids keeps them, and
@@ -252,7 +254,7 @@ def _with_token_ids(
 def store(
     policy: Policy,
     inputs: Inputs,
-    items: list[planner.PlannedMove],
+    items: list[PlannedMove],
     planned_s: float,
     waiting_for_token_ids: int = 0,
     queues: dict | None = None,
@@ -328,7 +330,7 @@ def store(
     return plan
 
 
-def demand_parts(inputs: Inputs, items: list[planner.PlannedMove]) -> dict[str, dict]:
+def demand_parts(inputs: Inputs, items: list[PlannedMove]) -> dict[str, dict]:
     """Per planned key: its measured and forecast rate (``Demand.measured_rate`` /
     ``forecast_rate``), and the rate the plan provisioned for."""
     by_id = {d.prefix_id: d for d in inputs.demand}

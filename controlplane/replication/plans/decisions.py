@@ -11,11 +11,11 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from controlplane.audit.services import record
-from controlplane.core import protocol as wire
 from controlplane.core.errors import Invalid
 from controlplane.fleet.choices import EngineLifecycle, NodeState
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
+from wire import protocol
 
 from ..choices import (
     ItemDecision,
@@ -68,7 +68,7 @@ def _arms(now) -> dict[int, tuple[bool, int | None]]:
     ).values_list("workload_key_id", "held_out", "pk"):
         arms.setdefault(key, (held, draw))
     for key, draw in ReplicationJob.objects.filter(
-        state__in=(*wire.JOB_LIVE, JobState.LANDED), item__workload_key_id__isnull=False
+        state__in=(*protocol.JOB_LIVE, JobState.LANDED), item__workload_key_id__isnull=False
     ).values_list("item__workload_key_id", "item__holdout_draw_id"):
         arms.setdefault(key, (False, draw))
     return arms
@@ -259,5 +259,5 @@ def decide(
         },
         reason=reason,
     )
-    publish(groups.PLANS, wire.EVENT_PLAN_DECIDED, {"plan": plan.pk, "state": plan.state})
+    publish(groups.PLANS, protocol.EVENT_PLAN_DECIDED, {"plan": plan.pk, "state": plan.state})
     return plan, refused

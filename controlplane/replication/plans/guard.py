@@ -37,8 +37,8 @@ from django.utils.dateparse import parse_datetime
 from controlplane.core import stats
 from controlplane.core.policy import guard
 from controlplane.core.policy.types import Budgets, PlannedMove
-from controlplane.core.protocol import ENGINE_SERVING
 from controlplane.demand.models import MissBucket, WorkloadKey
+from wire.protocol import ENGINE_SERVING
 
 from ..models import Policy, ReplicationPlan, SpeculativeReplica
 from . import holdout_ttft

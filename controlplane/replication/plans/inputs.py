@@ -1,5 +1,5 @@
 """A planning cycle's inputs: the database and residency index read once and described to the
-pure planner (``controlplane.core.planner``) as candidates, demand, holdings and engines."""
+pure planner (``controlplane.core.policy.planner``) as candidates, demand, holdings and engines."""
 
 from __future__ import annotations
 
@@ -16,18 +16,19 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from controlplane.core import blockhash, planner
 from controlplane.core.costmodel import TIER_BYTES_PER_S
 from controlplane.core.demand import demand_for
 from controlplane.core.policy.decide import STRATEGY_PREDICTIVE
 from controlplane.core.policy.demand import combined
 from controlplane.core.policy.inputs import COLD_VALUE_S, EngineReport, engine_states, spec_room
-from controlplane.core.protocol import TIER_GPU
+from controlplane.core.policy.types import Candidate, Demand, EngineState, Holding, Overrides
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.fleet.choices import EngineLifecycle, NodeState
 from controlplane.fleet.models import Engine
 from controlplane.fleet.residency import get_index
 from controlplane.forecasting.models import Forecast
+from wire import blockhash
+from wire.protocol import TIER_GPU
 
 from ..choices import JobAction, JobState, OverrideKind
 from ..models import Policy, ReplicationJob, SpeculativeReplica
@@ -37,11 +38,11 @@ from .costs import cost_model_for
 
 @dataclass
 class Inputs:
-    candidates: list[planner.Candidate]
-    demand: list[planner.Demand]
-    holdings: list[planner.Holding]
-    engines: list[planner.EngineState]
-    overrides: planner.Overrides
+    candidates: list[Candidate]
+    demand: list[Demand]
+    holdings: list[Holding]
+    engines: list[EngineState]
+    overrides: Overrides
     keys: dict[str, KeyRow]
     forecasters: dict[str, str]
     horizon_s: float = 300.0  # the policy's horizon the demand is over
@@ -275,9 +276,9 @@ def link_bytes_in_flight() -> dict[int, float]:
 
 
 def cached_values(
-    cands: list[planner.Candidate],
-    demand: list[planner.Demand],
-    holdings: list[planner.Holding],
+    cands: list[Candidate],
+    demand: list[Demand],
+    holdings: list[Holding],
 ) -> dict[str, list[tuple[float, float]]]:
     """Per engine: (bytes, expected prefill seconds over the horizon) of each candidate prefix
     it holds in HBM: its expected requests shared among its holders, times its recompute."""
@@ -373,9 +374,7 @@ def gather(
                 cm.prefill_seconds(tokens) - cm.batch_overhead_s,
             )
         bpb = peers[0].bytes_per_block or int(cm.kv_bytes_per_token * peers[0].block_size)
-        cands.append(
-            planner.Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, t[0], t[1])
-        )
+        cands.append(Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, t[0], t[1]))
         exp = next(forecast_expected) if f is not None else 0.0
         demand.append(demand_of(pid, measured.get(key.pk, 0.0), f, exp, policy))
         if f is not None:
@@ -384,7 +383,7 @@ def gather(
     # the planner copies only from engines holding the whole chain.
     index = get_index()
     holdings = [
-        planner.Holding(c.prefix_id, str(h.engine), h.tier)
+        Holding(c.prefix_id, str(h.engine), h.tier)
         for c, found in zip(
             cands, index.full_holders_many([c.keys for c in cands], limit=64), strict=True
         )
@@ -397,7 +396,7 @@ def gather(
 
 def demand_of(
     pid: str, measured_rate: float, f: ForecastRow | None, expected: float, policy: Policy
-) -> planner.Demand:
+) -> Demand:
     """One key's demand by the shared rule (``core.policy.demand.combined``): its measured rate,
     and its forecast's (``expected`` requests in the horizon, through the demand model the
     simulator shares, ``core.demand``) where there is one."""
@@ -459,9 +458,9 @@ def expected_many(rows: list[ForecastRow], now, horizon: float) -> np.ndarray:
     return out
 
 
-def _overrides() -> planner.Overrides:
+def _overrides() -> Overrides:
     ov = list(active_overrides())
-    return planner.Overrides(
+    return Overrides(
         excluded_engines=frozenset(
             str(o.engine_id) for o in ov if o.kind == OverrideKind.EXCLUDE_ENGINE
         ),

@@ -28,8 +28,8 @@ from django.utils import timezone
 from controlplane.core.policy import ingest
 from controlplane.core.policy.demand import MEASURE_WINDOW_S
 from controlplane.core.policy.reactive import HOT_WINDOW_S, ReactiveRule, hot_fanout
-from controlplane.core.protocol import ENGINE_SERVING, TIER_GPU
 from controlplane.queues import Queue, task
+from wire.protocol import ENGINE_SERVING, TIER_GPU
 
 from ..choices import JobAction, JobState, PolicyStrategy
 from ..models import Policy, ReplicationJob, ReplicationPlan

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from controlplane.core.blockhash import chain_keys
 from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
+from wire.blockhash import chain_keys
 
 
 def synthetic_prefix(namespace: int, tokens: int) -> tuple[int, ...]:

@@ -1,0 +1,173 @@
+"""`make demo`: the whole system on one machine, one command.
+
+Migrates, creates the demo users (the login is printed), starts the control plane on the embedded
+default (daphne, with the Celery worker and beat as threads of the web process), then the virtual
+cluster (`prewarm-sim cluster`), which starts one real `prewarm-agent` per virtual node and
+replays the ServeGen multi-tenant workload in scaled real time. Every process is a child of this
+one; Ctrl-C stops them all.
+
+`--preset real` runs two real vLLM engines on CPU instead of the virtual cluster
+(`harness/realvllm/demo.py`). What both share is in `launch.py`.
+
+Each run starts from an empty database under `var/demo/<preset>/` so that the scoreboard is about
+this run's preset; the demo password is kept in `var/demo/password`. A run holds
+`var/demo/<preset>.lock` (and every process it starts inherits it) until its last process has
+exited: a second run of the same preset waits for the previous one to finish stopping, or says
+plainly that another one is running; so does a run whose port is taken. Two presets run side by
+side on different ports (`PRESET=steady PORT=8001 make demo`).
+
+A measured run (`experiments/live_vs_sim/`) starts the same processes with `--once`: the
+workload is replayed once, every served request is written to `<data>/served.csv`, and the run
+stops when the replay ends; `--engines`, `--tenants`, `--seed`, `--policy-fields` (JSON over the demo's
+policy, e.g. `{"strategy": "reactive"}`) and `--data-dir` choose what it runs and where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from django.core.management.base import CommandError
+
+from controlplane.sim.scenarios import link_bytes_per_s
+from harness.launch import (
+    DEMO_DIR,
+    ROOT,
+    SETTINGS,
+    Children,
+    lock_run,
+    password,
+    setup_control_plane,
+    wait_for_port,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--preset",
+        default="burst",
+        help="virtual-cluster preset (burst or steady), or real: two real vLLM engines on CPU",
+    )
+    parser.add_argument("--engines", type=int, default=None, help="override the preset's fleet")
+    parser.add_argument("--tenants", type=int, default=None, help="override the preset's tenants")
+    parser.add_argument("--seed", type=int, default=0, help="the workload's draw")
+    parser.add_argument(
+        "--policy-fields", default="{}", help="JSON fields over the demo's policy (launch.POLICY)"
+    )
+    parser.add_argument("--data-dir", default=None, help="default: var/demo/<preset>")
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="replay the workload once, log every served request, then stop everything",
+    )
+    args = parser.parse_args(argv)
+    try:
+        policy = json.loads(args.policy_fields)
+    except json.JSONDecodeError as exc:
+        parser.error(f"--policy-fields is not JSON: {exc}")
+    if not isinstance(policy, dict):
+        parser.error("--policy-fields must be a JSON object")
+    if (args.engines is not None and args.engines < 1) or (
+        args.tenants is not None and args.tenants < 1
+    ):
+        parser.error("--engines and --tenants must be at least 1")
+    sys.path.insert(0, str(ROOT))
+    if args.preset == "real":  # realvllm/demo.py
+        from harness.realvllm.demo import main as real_demo
+
+        return real_demo(args.host, args.port)
+    from harness.virtual.presets import PRESETS
+
+    if args.preset not in PRESETS:
+        parser.error(f"unknown preset {args.preset!r}; known: {', '.join(PRESETS)}")
+    preset = PRESETS[args.preset]
+    data = Path(args.data_dir).resolve() if args.data_dir else DEMO_DIR / args.preset
+    if args.data_dir and data.exists() and any(data.iterdir()):
+        # var/demo/<preset> is emptied at each start; a folder named here is never.
+        parser.error(f"--data-dir {data} is not empty: name a new folder")
+    engines = args.engines or preset.engines
+    DEMO_DIR.mkdir(parents=True, exist_ok=True)
+    other = next((name for name in PRESETS if name != args.preset), args.preset)
+    # Held by this process and inherited by every child (pass_fds below).
+    lock = lock_run(data, beside=f"PRESET={other} PORT={args.port + 1}")
+    wait_for_port(args.host, args.port)
+    if data.exists():
+        shutil.rmtree(data)  # each run starts empty: the scoreboard is this run's
+    data.mkdir(parents=True)
+    secret = password()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "PREWARM_DATA_DIR": str(data),
+        "PYTHONUNBUFFERED": "1",
+        **SETTINGS,
+        # The scoreboard prices copies at the virtual cluster's own link speed.
+        "PREWARM_LINK_BYTES_PER_S": str(link_bytes_per_s(preset.scenario)),
+    }
+    os.environ.update(env)
+    print(f"preparing the demo ({preset.name}: {preset.description}) ...", flush=True)
+    credentials = data / "credentials.json"
+    try:
+        setup_control_plane(engines, secret, credentials, policy)
+    except CommandError as exc:
+        raise SystemExit(f"demo: {exc}") from None
+    url = f"http://{args.host}:{args.port}/"
+
+    children = Children()
+    children.exit_on_signals()
+    children.web(args.host, args.port, env, data / "web.log", pass_fds=(lock,))
+    children.add(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness.cli",
+                "cluster",
+                "--preset",
+                preset.name,
+                "--control-plane",
+                url.rstrip("/"),
+                "--dir",
+                str(data / "cluster"),
+                "--spawn-agents",
+                "--credentials",
+                str(credentials),
+                "--json",
+                str(data / "cluster-summary.json"),
+                "--engines",
+                str(engines),
+                "--seed",
+                str(args.seed),
+                *(["--tenants", str(args.tenants)] if args.tenants else []),
+                *(["--served-log", str(data / "served.csv")] if args.once else ["--loop"]),
+            ],
+            cwd=ROOT,
+            env=env,
+            pass_fds=(lock,),
+            start_new_session=True,  # its agents are in its group: none outlives the demo
+        ),
+        group=True,
+    )
+    print(
+        f"\nPrewarm is running at {url}\n"
+        f"  login: admin / {secret}  (also operator, viewer)\n"
+        f"  preset {preset.name}: {preset.description}; {engines} real agents\n"
+        f"  look at: {url} (cache map), {url}plans/, {url}jobs/, {url}scoreboard/\n"
+        f"  API docs: {url}api/docs/   logs: {data}/\n"
+        "Ctrl-C stops everything.\n",
+        flush=True,
+    )
+    children.watch()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""History from day one: a fresh install with minutes of live demand forecasts with a baseline;
+two days of imported history make the next forecast tick choose a day-scale model and give
+Prophet its fit, in the first hour, as the simulator's predictive has them."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import numpy as np
+import pytest
+
+from controlplane.demand.history import import_history
+from controlplane.demand.models import WorkloadKey
+from controlplane.demand.services import ingest_records
+from controlplane.forecasting import services
+from controlplane.forecasting.models import FittedModel, Forecast
+from wire import blockhash
+
+BUCKET_S = 600
+HORIZON_S = 3600.0
+DAY_SCALE = {"seasonal_naive", "seasonal_blend", "prophet"}
+KEYS = [blockhash.to_hex(k) for k in (101, 102, 103)]
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fresh_install(settings):
+    settings.PREWARM_DEMAND_BUCKET_SECONDS = BUCKET_S
+    settings.PREWARM_FORECAST_TICK_DAYS = 3.0
+    settings.PREWARM_FORECAST_MODELS = []
+    services.reset_windows()
+    yield
+    services.reset_windows()
+
+
+def daily(bucket: int) -> int:
+    """The tenant's requests in 10-minute window ``bucket`` (unix time // 600): a daily cycle,
+    the same every day, as the simulator's expected counts are."""
+    return int(round(40 + 35 * np.sin(2 * np.pi * bucket / 144)))
+
+
+def latest(key_id: int) -> Forecast:
+    return Forecast.objects.filter(key_id=key_id).order_by("-id").first()
+
+
+def test_imported_history_gives_day_scale_models_and_prophet_in_the_first_hour(fresh_install):
+    now = time.time()
+    # The install went live 40 minutes ago: its gateway has posted the tenant's requests since.
+    live_from = int((now - 2400) // BUCKET_S)
+    live = [
+        {"time": t, "model": "m", "tenant": "acme", "keys": KEYS, "block_size": 512}
+        for b in range(live_from, int(now // BUCKET_S) + 1)
+        for t in b * BUCKET_S + np.arange(daily(b)) * BUCKET_S / daily(b)
+        if t < now - 1
+    ]
+    ingest_records(live)
+    wk = WorkloadKey.objects.get()
+    stamp = services.forecast_tick(HORIZON_S)
+    assert stamp["forecast"] == 1 and stamp["window"] == "full"
+    before = latest(wk.pk)
+    assert before.model not in DAY_SCALE and before.note.startswith("baseline only")
+    assert services.slow_fits_due() == []  # no key has the 2 days Prophet takes
+
+    # Two days and an hour of the tenant's history, in 10-minute counts, up to its first
+    # live record.
+    n = int((2 * 86400 + 3600) // BUCKET_S)
+    rows = [
+        {
+            "time": b * BUCKET_S,
+            "seconds": BUCKET_S,
+            "requests": daily(b),
+            "prompt_tokens": daily(b) * 2000,
+            "tenant": "acme",
+            "model": "m",
+            "prefix_group": KEYS[1],
+        }
+        for b in range(live_from - n, live_from)
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    imp, _ = import_history(io.BytesIO(text))
+    assert imp.workload_keys == 1 and imp.workload_keys_created == 0 and imp.skipped_live == 0
+
+    # The worker's window (read in full at the first tick) is read again: the import is newer.
+    stamp = services.forecast_tick(HORIZON_S)
+    assert stamp["window"] == "full"
+    after = latest(wk.pk)
+    assert after.model in DAY_SCALE, after.note
+    assert "baseline only" not in after.note and "prophet not fitted yet" in after.note
+
+    # Prophet is due first (never fitted, two days of history); its fit and backtest then
+    # reach the tick's forecast.
+    assert services.slow_fits_due() == [wk.pk]
+    fit = services.fit_slow_model(wk.pk, HORIZON_S)
+    assert isinstance(fit, FittedModel) and fit.backtest_mase is not None
+    services.forecast_tick(HORIZON_S)
+    third = latest(wk.pk)
+    assert third.scores["prophet"] == pytest.approx(fit.backtest_mase)
+    assert third.model in DAY_SCALE
+    assert (third.model == "prophet") == fit.chosen
+
+
+@pytest.mark.slow  # the ServeGen set-up takes seconds
+def test_the_virtual_cluster_history_lands_on_the_keys_its_replay_makes(settings):
+    """The demo's history rows (the trace's windows before the replay, counts x time scale)
+    make the workload keys the replay's records then count under, with their shared prefix."""
+    from controlplane.sim.scenarios import build
+    from controlplane.sim.workloads.base import BLOCK_TOKENS
+    from harness.virtual.history import history_rows
+
+    settings.PREWARM_DEMAND_BUCKET_SECONDS = 60
+    wl = build(workload="servegen", scenario="steady", engines=2, duration=60.0, tenants=3).workload
+    now = time.time()
+    rows = history_rows(wl, "m8b", 10.0, 1.0, now)
+    assert rows and max(r["time"] + r["seconds"] for r in rows) == pytest.approx(now, abs=1)
+    want = sum(round(float(c) * 10) for c in (h[-144:] for h in wl.history.values()) for c in c)
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    imp, _ = import_history(io.BytesIO(text))
+    assert imp.requests == want and imp.workload_keys == len(wl.history) == 3
+    records = [
+        {
+            "time": now + 1,
+            "model": "m8b",
+            "tenant": wl.prefix_wkey[pid],
+            "keys": [blockhash.to_hex(k) for k in (*wl.prefixes[pid], 987654321 + pid)],
+            "block_size": BLOCK_TOKENS,
+        }
+        for pid in range(len(wl.prefixes))
+    ]
+    assert ingest_records(records)["workload_keys_created"] == 0
+    for wk in WorkloadKey.objects.all():
+        pid = wl.prefix_wkey.index(wk.tenant)
+        assert wk.prefix_keys == [blockhash.to_hex(k) for k in wl.prefixes[pid]]
