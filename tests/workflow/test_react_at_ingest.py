@@ -132,3 +132,15 @@ def test_live_predictive_plans_measured_demand_with_no_forecast_and_shows_both_p
     browser.force_login(User.objects.get(username="op"))
     page = browser.get(f"/plans/{plan.pk}/").content.decode()
     assert f"{item['demand']['measured_per_s']:.2f}/s / –" in page
+
+
+def test_the_ingest_bound_holds_back_a_second_copy_of_a_prefix_on_its_way(fleet):
+    """The burst again seconds later, its first copy still on its way: the storm bound re-plans
+    nothing (that copy is not a holder yet, so the planner would send another elsewhere), and
+    the plan summary counts what the bound did."""
+    _, plan = ingest(fleet, "auto", strategy="reactive")
+    assert plan is not None and plan.summary["ingest"]["copies"] == plan.items.count() >= 1
+    react.BOUND.replanned.clear()  # past the re-plan interval, as if seconds later
+    fleet.post_burst(time.time())
+    assert react.BOUND.held_back_replans >= 1
+    assert ReplicationJob.objects.count() == plan.items.count()
