@@ -21,7 +21,7 @@ SERVICES_ENV := DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) PREWARM_TEST_
 # service) is one more target appended here: TEST_PREREQS += my-target. Each half takes all of
 # them but the one it does without. (Append above the rules: make expands prerequisites as it
 # reads each rule.)
-TEST_PREREQS := install lint data services chromium vllm-env lmcache-env
+TEST_PREREQS := install lint data services chromium podman vllm-env lmcache-env
 # Extra pytest arguments, e.g. `make test-services PYTEST_ARGS="tests/api -x"`.
 PYTEST_ARGS ?=
 # A skip fails the run (tests/conftest.py): what the suite needs is set up above, or left out on
@@ -32,7 +32,7 @@ EMBEDDED_RUN := PREWARM_DATA_DIR=$(CURDIR)/var/test $(PYTEST) -m "not services" 
 # database backend, and two vLLM engines take minutes to start).
 SERVICES_RUN := $(SERVICES_ENV) $(PYTEST) -m "not browser and not vllm and not lmcache" $(PYTEST_ARGS)
 
-.PHONY: install vllm-env lmcache-env test-vllm demo test test-embedded test-services services chromium data bench bench-real lint lint-imports clean
+.PHONY: install vllm-env lmcache-env test-vllm demo test test-embedded test-services services chromium podman images data bench bench-real lint lint-imports clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -82,6 +82,16 @@ services: install
 chromium: install
 	@$(PY) -m tests.prereqs chromium
 
+# podman, runc and mmdebstrap for the image test (tests/deploy/test_images.py); one line if missing.
+podman: install
+	@$(PY) -m tests.prereqs podman
+
+# The control-plane and agent images (prewarm/controlplane, prewarm/agent), built offline with
+# podman: a Debian base made with mmdebstrap and a wheelhouse of requirements/*.txt, both kept in
+# podman's store until their inputs change (deploy/images.py; docs/deploy.md "Images").
+images: install
+	$(PY) -m deploy.images build
+
 # The tests against real vLLM engines alone (two CPU engines, ~3 GB and ~1 min each to start).
 test-vllm: install vllm-env
 	PREWARM_DATA_DIR=$(CURDIR)/var/test $(PYTEST) -m vllm tests/realvllm
@@ -97,9 +107,9 @@ test: $(TEST_PREREQS)
 	$(SERVICES_RUN)
 
 # Opt-outs: one half only, each says at the end what it left out.
-test-embedded: $(filter-out services,$(TEST_PREREQS))
+test-embedded: $(filter-out services podman,$(TEST_PREREQS))
 	$(EMBEDDED_RUN)
-	@echo "make test-embedded: left out the PostgreSQL + Redis half (make test-services; make test runs both)"
+	@echo "make test-embedded: left out the PostgreSQL + Redis half and the image test (make test-services; make test runs both)"
 
 test-services: $(filter-out chromium vllm-env lmcache-env,$(TEST_PREREQS))
 	$(SERVICES_RUN)

@@ -22,5 +22,6 @@ urlpatterns = [
     path("overrides/", views.overrides, name="overrides"),
     path("scoreboard/", views.scoreboard, name="scoreboard"),
     path("misses/", views.misses, name="misses"),
+    path("doctor/", views.doctor, name="doctor"),
     path("audit/", views.audit, name="audit"),
 ]

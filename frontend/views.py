@@ -32,6 +32,7 @@ from controlplane.fleet.models import Engine, Gpu, GpuSample, Node
 from controlplane.fleet.residency import get_index
 from controlplane.readmodels.cachemap import DEFAULT_ENGINES_PER_PAGE, DEFAULT_PREFIXES, STATES
 from controlplane.readmodels.dashboard import cluster_summary
+from controlplane.readmodels.doctor import report as doctor_report
 from controlplane.readmodels.misses import WINDOWS as MISS_WINDOWS
 from controlplane.readmodels.misses import misses_summary
 from controlplane.replication.choices import (
@@ -396,3 +397,9 @@ def misses(request):
         .distinct()[:500],
         **refused,
     )
+
+
+@needs(Role.VIEWER)
+def doctor(request):
+    """The fleet doctor: silent KV-routing faults, each with the setting to change."""
+    return page(request, "doctor.html", "doctor", **doctor_report())

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,13 +26,15 @@ from nodeagent.reporter import Backoff, Reporter
 from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
 from nodeagent.tap import RequestTap, TapThread
-from nodeagent.transfers.base import Executor
+from nodeagent.transfers.base import Background, Executor
 from nodeagent.transfers.lmcache import LmcacheTransport
 from nodeagent.transfers.lmcache_mp import LmcacheMpTransport
 from nodeagent.transfers.nccl import NcclTransport
 from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport
 from nodeagent.transfers.warmup import WarmupTransport
 from wire import protocol
+from wire.blockhash import to_hex
+from wire.protocol import KEY_MAX
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,7 @@ class Agent:
             e.engine_id: EngineResidency(e.engine_id, e.block_size) for e in cfg.engines
         }
         self.engine_metrics: dict[str, dict[str, Any]] = {}
+        self.engine_config: dict[str, dict[str, str]] = {}  # vLLM's cache_config_info labels
         self.zmq = zmq.Context()
         self.subscribers = [
             EngineSubscriber(
@@ -102,7 +106,7 @@ class Agent:
                 {e.engine_id: e for e in cfg.engines}, cfg.lmcache_coordinator_url
             ),
         }
-        transports = {n: available[n]() for n in self.enabled_transports}
+        self.transports = {n: available[n]() for n in self.enabled_transports}
         self.reporter = Reporter(
             cfg.control_plane_url,
             state,
@@ -112,6 +116,7 @@ class Agent:
             enrolment_token=cfg.enrolment_token,
             hostname=cfg.hostname,
             labels=cfg.labels,
+            transports=list(self.transports),
             interval_s=cfg.report_interval_s,
             min_interval_s=cfg.report_min_interval_s,
             heartbeat_s=cfg.heartbeat_interval_s,
@@ -143,20 +148,20 @@ class Agent:
                 e.block_size,
                 tenant_rule=cfg.tap_tenant,
                 token_ids_every_s=cfg.tap_token_ids_every_s,
+                predict=self.residencies[e.engine_id].cached_depth,
             )
             for e in cfg.engines
             if e.tap_listen
         ]
         self.tap_thread = TapThread(self.taps) if self.taps else None
+        self.taps_by_engine = {t.engine.rpartition("/")[2]: t for t in self.taps}
         self.runner = JobRunner(
             Journal(state / "jobs.journal"),
             self.store,
-            transports,
+            self.transports,
             self.metrics,
             cut_report=self.reporter.cut,
         )
-        self.lmcache_leases = transports[protocol.TRANSPORT_LMCACHE].leases  # type: ignore[attr-defined]
-        self.lmcache_leases.on_reading = self.runner.notify
         self.channel = JobChannel(
             cfg.control_plane_url,
             lambda: self.reporter.state.agent_token,
@@ -220,9 +225,25 @@ class Agent:
                         "lmcache_coordinator": self.cfg.lmcache_coordinator_url,
                     },
                     "metrics": self.engine_metrics.get(e.engine_id, {}),
+                    "doctor": self._doctor(e.engine_id, sub, res),
                 }
             )
         return out
+
+    def _doctor(self, engine_id: str, sub: EngineSubscriber, res: EngineResidency) -> dict:
+        """What the fleet doctor needs to know of one engine that only this agent sees."""
+        tap = self.taps_by_engine.get(engine_id)
+        return {
+            "cache_config": self.engine_config.get(engine_id, {}),
+            "topic": sub.topic_seen,
+            "subscribed_topic": sub.topic,
+            # to 10 s: a report rewrites the engine's row only when something it says changed
+            "last_event_at": round(res.last_event_at, -1) or None,
+            "replay_answered": None if sub.replay is None else sub.replay.answered,
+            "event_block_size": res.event_block_size or None,
+            "roots": {to_hex(k): to_hex(h & KEY_MAX) for k, h in list(res.roots.items())},
+            "tap": tap.window.counts(time.time()) if tap else None,
+        }
 
     async def _scrape_loop(self) -> None:
         targets = [(e.engine_id, e.metrics_url) for e in self.cfg.engines if e.metrics_url]
@@ -233,6 +254,7 @@ class Agent:
                 for engine_id, url in targets:
                     got = await scrape(client, url)
                     if got is not None:
+                        self.engine_config[engine_id] = got.pop("cache_config", {})
                         self.engine_metrics[engine_id] = got
                 await asyncio.sleep(self.cfg.engine_metrics_interval_s)
 
@@ -262,8 +284,11 @@ class Agent:
                 "transfer server on %s (advertised %s)", self.server.address, self.transfer_address
             )
         self.runner.loop = asyncio.get_running_loop()
-        if self.cfg.lmcache_controller_url:
-            self.lmcache_leases.start()
+        # Executors with work of their own (the lmcache executor's lease renewals) start with
+        # the agent; an agent without that transport has none of it.
+        for executor in self.transports.values():
+            if isinstance(executor, Background):
+                executor.start(self.runner.notify)
         tasks = [asyncio.create_task(self.reporter.run()), asyncio.create_task(self._scrape_loop())]
         if self.tap_thread:
             self.tap_thread.start()
@@ -283,7 +308,9 @@ class Agent:
             self.tap_thread.stop()  # first: what the taps saw reaches the record spool
         await self.reporter.aclose()
         await self.records.aclose()
-        self.lmcache_leases.stop()
+        for executor in self.transports.values():
+            if isinstance(executor, Background):
+                executor.stop()
         for sub in self.subscribers:
             sub.stop()
         if self.server:

@@ -224,23 +224,23 @@ class JobRunner:
             await asyncio.wait(pending, timeout=1.0)
 
     def _execute(self, job: Job, progress: Any) -> TransferResult:
+        transport = self.transports.get(job.transport)
+        if transport is None:  # an evict too: what it would remove was placed by that transport
+            return TransferResult(
+                False,
+                error=f"transport {job.transport!r} is not enabled on this agent (it runs "
+                f"{', '.join(self.transports) or 'none'}): add it to transfer.transports, "
+                "and set transfer.listen for tcp and nccl",
+            )
         if job.action == protocol.ACTION_EVICT:
             if job.role != protocol.ROLE_TARGET:
                 return TransferResult(True)
-            executor = self.transports.get(job.transport)
-            evict = getattr(executor, "evict", None)  # not-vocabulary: the method's name
+            evict = getattr(transport, "evict", None)  # not-vocabulary: the method's name
             if evict is not None:  # an executor that removes the copy from the engine's cache
                 return evict(job)  # type: ignore[no-any-return]
             for k in job.keys:
                 self.store.delete(k)
             return TransferResult(True)
-        transport = self.transports.get(job.transport)
-        if transport is None:
-            return TransferResult(
-                False,
-                error=f"transport {job.transport!r} is not enabled on this agent "
-                "(transfer.transports, and transfer.listen for tcp and nccl)",
-            )
         if job.role == protocol.ROLE_SOURCE:
             return transport.send(job, self.store, progress)
         return transport.receive(job, self.store, progress)

@@ -97,6 +97,7 @@ class Reporter:
         enrolment_token: str = "",
         hostname: str = "",
         labels: dict[str, str] | None = None,
+        transports: list[str] | None = None,
         interval_s: float = 1.0,
         min_interval_s: float = 0.1,
         heartbeat_s: float = 15.0,
@@ -118,6 +119,7 @@ class Reporter:
         self.enrolment_token = enrolment_token
         self.hostname = hostname
         self.labels = labels or {}
+        self.transports = list(transports or [])  # what this agent's executors can run
         self.interval_s = interval_s
         self.min_interval_s = min_interval_s
         self.heartbeat_s = heartbeat_s
@@ -188,6 +190,7 @@ class Reporter:
             "seq": seq,
             "boot_id": self.boot_id,
             "sent_at": time.time(),
+            "transports": self.transports,
             "gpus": gpus,
             "engines": engines,
             "residency": residency,

@@ -17,6 +17,7 @@ delta; ``cleared`` means "empty this engine before applying the rows".
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,7 @@ from wire.protocol import (
 
 __all__ = ["FLAG_ENGINE_SCOPED", "EngineResidency", "EventStats"]
 CANON_MAP_LIMIT = 1_000_000
+ROOTS_KEPT = 8  # first-block hashes kept for the fleet doctor's hash-seed check
 
 # Row of a resident block: (canonical key, canonical parent key or None, flags)
 Row = tuple[int, int | None, int]
@@ -75,6 +77,13 @@ class EngineResidency:
     pending_cleared: bool = False
     snapshot_needed: bool = True
     stats: EventStats = field(default_factory=EventStats)
+    # What the fleet doctor reads (docs/deploy.md, "Troubleshooting KV-aware routing"):
+    held: dict[int, int] = field(default_factory=dict)  # canonical key -> media holding it
+    # canonical key of a prompt's first block -> the engine's hash of it, the latest few: two
+    # engines of one model that hash the same tokens differently disagree on NONE_HASH
+    roots: dict[int, int] = field(default_factory=dict)
+    event_block_size: int = 0  # the block size the engine's own events carry (0: none yet)
+    last_event_at: float = 0.0  # unix time of the last batch applied (0: none yet)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- applying events -------------------------------------------------------------------
@@ -83,6 +92,7 @@ class EngineResidency:
         n = 0
         with self.lock:
             self.stats.batches += 1
+            self.last_event_at = time.time()
             for raw in raw_events:
                 ev = normalise(raw)
                 kind = type(ev)
@@ -102,6 +112,8 @@ class EngineResidency:
         if not hashes:
             return 0
         bs = ev.block_size or self.block_size
+        if ev.block_size:
+            self.event_block_size = ev.block_size
         if not all(type(h) is int for h in hashes):
             hashes = [engine_hash(h) for h in hashes]
         if group:  # a hybrid model's other KV groups reuse the hashes: keep them apart
@@ -147,6 +159,12 @@ class EngineResidency:
                     raise EventDecodeError(f"BlockStored: {exc}") from None
                 row = (key, report_parent, 0)
                 canon[h] = key
+                if i == 0 and parent_hash is None:  # a prompt's first block
+                    self.roots[key] = h
+                    if len(self.roots) > ROOTS_KEPT:
+                        del self.roots[next(iter(self.roots))]
+            if h not in resident:
+                self.held[row[0]] = self.held.get(row[0], 0) + 1
             resident[h] = row
             pstore[key] = row
             if premoved:
@@ -176,6 +194,9 @@ class EngineResidency:
                 self.stats.unknown_removals += 1
                 continue
             key = row[0]
+            left = self.held.pop(key, 1) - 1
+            if left > 0:
+                self.held[key] = left
             if pstore and key in pstore:
                 del pstore[key]
             premoved.add(key)
@@ -183,6 +204,7 @@ class EngineResidency:
 
     def _clear_blocks(self) -> None:
         self.blocks.clear()
+        self.held.clear()
         self.pending_stored.clear()
         self.pending_removed.clear()
         self.pending_cleared = True
@@ -245,6 +267,17 @@ class EngineResidency:
             if medium is not None:
                 return set(self.blocks.get(medium, {}))
             return {h for rows in self.blocks.values() for h in rows}
+
+    def cached_depth(self, keys: list[int]) -> int:
+        """How many leading blocks of a prompt's chain this engine holds, as its events say:
+        what a router reading them predicts the engine serves from cache."""
+        with self.lock:
+            n = 0
+            for k in keys:
+                if k not in self.held:
+                    break
+                n += 1
+            return n
 
     def block_count(self) -> int:
         with self.lock:

@@ -196,8 +196,14 @@ class ReplayClient:
         self.ctx = ctx
         self.endpoint = endpoint
         self.timeout_ms = int(timeout_s * 1000)
+        self.answered: bool | None = None  # the last request's outcome (None: never asked)
 
     def __call__(self, start_seq: int) -> list[tuple[int, bytes]] | None:
+        got = self._ask(start_seq)
+        self.answered = got is not None
+        return got
+
+    def _ask(self, start_seq: int) -> list[tuple[int, bytes]] | None:
         sock = self.ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         try:
@@ -244,6 +250,8 @@ class EngineSubscriber(threading.Thread):
         self.socket_mode = socket_mode
         self.topic = topic
         replay = ReplayClient(self.ctx, replay_endpoint) if replay_endpoint else None
+        self.replay = replay
+        self.topic_seen: str | None = None  # the topic the engine publishes under, once seen
         self.tracker = SequenceTracker(residency, replay)
         self.on_batch = on_batch
         self._stop_event = threading.Event()
@@ -293,6 +301,7 @@ class EngineSubscriber(threading.Thread):
                 except EventDecodeError:
                     self.tracker.stats.decode_errors += 1
                     continue
+                self.topic_seen = frames[0].decode(errors="replace")
                 before = self.tracker.residency.stats.block_events
                 self.tracker.on_message(seq, frames[2])
                 if self.on_batch:

@@ -42,6 +42,7 @@ from nodeagent.tap_records import (
     TENANT_HEADER,
     TENANT_MODEL,
     Observed,
+    Window,
     body_usage,
     event_usage,
     is_done,
@@ -106,6 +107,7 @@ class RequestTap:
         tenant_rule: str = TENANT_MODEL,
         timeout_s: float = 3600.0,
         token_ids_every_s: float = 10.0,
+        predict: Callable[[list[int]], int] | None = None,
     ):
         self.engine = engine  # as records name it: "node/engine_id"
         self.listen = listen
@@ -115,6 +117,10 @@ class RequestTap:
         self.tenant_rule = tenant_rule
         self.timeout_s = timeout_s
         self.token_ids_every_s = token_ids_every_s
+        # The leading blocks of a chain the engine's KV events say it holds (the agent's
+        # residency of this engine); None: no prediction.
+        self.predict = predict
+        self.window = Window()
         self._token_ids_sent: dict[tuple[str, str, int], float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.session: aiohttp.ClientSession | None = None
@@ -192,6 +198,8 @@ class RequestTap:
         assert self.session is not None
         raw = await request.read()
         obs, body = self._observe(request, raw)
+        if obs is not None and self.predict is not None:
+            obs.predicted = self._predicted(obs)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         url = self.upstream + request.rel_url.path_qs
         self.forwarded += 1
@@ -241,6 +249,16 @@ class RequestTap:
                 task.add_done_callback(self._tasks.discard)
         return out
 
+    def _predicted(self, obs: Observed) -> int | None:
+        tokens = request_token_ids(obs)
+        if not tokens or self.predict is None:
+            return None
+        salt = obs.body.get("cache_salt")
+        keys = blockhash.request_keys(
+            tokens, self.block_size, cache_salt=salt if isinstance(salt, str) else None
+        )
+        return self.predict(keys) * self.block_size
+
     async def _tokenized(self, obs: Observed) -> None:
         assert self.session is not None
         try:
@@ -272,6 +290,16 @@ class RequestTap:
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
         if type(cached) is int:
             rec["cached_tokens"] = cached
+        if obs.predicted is not None:
+            rec["predicted_cached_tokens"] = obs.predicted
+        if type(prompt_tokens) is int and type(cached) is int:
+            self.window.add(
+                obs.arrival,
+                prompt_tokens < self.block_size,
+                (obs.predicted or 0) >= self.block_size,
+                cached == 0,
+                prompt_tokens // self.block_size > cached // self.block_size,
+            )
         salt = body.get("cache_salt")
         salt = salt if isinstance(salt, str) else None
         keys = blockhash.request_keys(tokens or [], self.block_size, cache_salt=salt)

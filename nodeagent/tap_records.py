@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +58,47 @@ class Observed:
     ttft_s: float | None = None
     usage: dict[str, Any] | None = None
     strip_usage: bool = False
+    # Tokens the engine's own KV events said it held of this prompt when it arrived (token-id
+    # prompts only): the hit a router reading those events predicts.
+    predicted: int | None = None
+
+
+class Window:
+    """What a tap saw of its engine's requests over the last ``seconds``, for the fleet doctor:
+    prompts shorter than one block, and requests the engine's events said would hit (at least
+    one whole block held) that were served with no cached token."""
+
+    def __init__(self, seconds: float = 600.0):
+        self.seconds = seconds
+        self.rows: deque[tuple[float, bool, bool, bool]] = deque()
+        self.lock = threading.Lock()
+        self.last_stored_at = 0.0
+
+    def add(self, at: float, short: bool, predicted_hit: bool, cold: bool, stored: bool) -> None:
+        """``stored``: the engine computed at least one whole block of it (new blocks, so a
+        BlockStored event)."""
+        with self.lock:
+            self.rows.append((at, short, predicted_hit, cold))
+            if stored:
+                self.last_stored_at = at
+            self._trim(at)
+
+    def _trim(self, now: float) -> None:
+        while self.rows and self.rows[0][0] < now - self.seconds:
+            self.rows.popleft()
+
+    def counts(self, now: float) -> dict[str, Any]:
+        with self.lock:
+            self._trim(now)
+            rows = list(self.rows)
+        return {
+            "window_s": self.seconds,
+            "requests": len(rows),
+            "short_prompts": sum(r[1] for r in rows),
+            "predicted_hits": sum(r[2] for r in rows),
+            "predicted_hits_served_cold": sum(r[2] and r[3] for r in rows),
+            "last_stored_at": self.last_stored_at or None,
+        }
 
 
 def event_usage(event: bytes) -> dict[str, Any] | None:

@@ -5,6 +5,8 @@
                                                        database in PG_URL created if missing
     python -m tests.prereqs chromium                   Debian's chromium for the browser tests
     python -m tests.prereqs data                       the shared traces (../shared/data)
+    python -m tests.prereqs podman                     podman, runc and mmdebstrap, able to run
+                                                       containers, for the image test
 
 Each missing piece stops the run with one line saying what is missing and how to get it (or how
 to leave those tests out on purpose). No Django here: this runs before any settings exist.
@@ -136,19 +138,40 @@ def ensure_redis(url: str) -> str:
     return f"Redis at {host}:{port} (started redis-server)"
 
 
-def ensure_chromium() -> str:
-    if "browser" in left_out() and os.environ.get("CI", "").lower() == "true":
+def _left_out(marker: str, what: str) -> str | None:
+    """A line saying the ``marker`` tests are left out on purpose, None when they run; refused
+    under CI=true."""
+    if marker not in left_out():
+        return None
+    if os.environ.get("CI", "").lower() == "true":
         raise Missing(
-            "PREWARM_TEST_WITHOUT=browser is a developer's opt-out; under CI=true every test runs"
+            f"PREWARM_TEST_WITHOUT={marker} is a developer's opt-out; under CI=true every test runs"
         )
-    if "browser" in left_out():
-        return "browser tests left out (PREWARM_TEST_WITHOUT=browser)"
+    return f"{what} left out (PREWARM_TEST_WITHOUT={marker})"
+
+
+def ensure_chromium() -> str:
+    skipped = _left_out("browser", "browser tests")
+    if skipped:
+        return skipped
     if not os.access(CHROMIUM, os.X_OK):
         raise Missing(
             f"chromium is missing ({CHROMIUM}), the browser tests need it: "
             "apt-get install chromium (or PREWARM_TEST_WITHOUT=browser to leave them out)"
         )
     return f"chromium at {CHROMIUM}"
+
+
+def ensure_podman() -> str:
+    skipped = _left_out("images", "image test")
+    if skipped:
+        return skipped
+    from deploy import images
+
+    why = images.problem()
+    if why:
+        raise Missing(f"{why} (or PREWARM_TEST_WITHOUT=images to leave the image test out)")
+    return "podman runs containers"
 
 
 def ensure_shared_data() -> str:
@@ -169,6 +192,8 @@ def main(argv: list[str]) -> int:
             found = [ensure_postgres(argv[1]), ensure_redis(argv[2])]
         elif argv == ["chromium"]:
             found = [ensure_chromium()]
+        elif argv == ["podman"]:
+            found = [ensure_podman()]
         elif argv == ["data"]:
             found = [ensure_shared_data()]
         else:

@@ -43,6 +43,8 @@ class Report:
     seq: int
     boot_id: str
     sent_at: float | None
+    # The transports the agent's executors run; None from an agent too old to say.
+    transports: list[str] | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)
     engines: list[dict[str, Any]] = field(default_factory=list)
     residency: list[ResidencyEntry] = field(default_factory=list)
@@ -137,6 +139,8 @@ def _engine(raw: Any, where: str) -> dict[str, Any]:
         ],
         "endpoints": _dict(e.get("endpoints", {}), f"{where}.endpoints"),
         "metrics": _dict(e.get("metrics", {}), f"{where}.metrics"),
+        # What the agent learnt of the engine for the fleet doctor (controlplane/core/doctor.py)
+        "doctor": _dict(e.get("doctor", {}), f"{where}.doctor"),
     }
 
 
@@ -173,6 +177,11 @@ def parse_report(raw: Any, max_deltas: int = 200_000) -> Report:
         boot_id=_str(body.get("boot_id"), "boot_id", 64),
         sent_at=_num(body.get("sent_at"), "sent_at"),
     )
+    if body.get("transports") is not None:
+        report.transports = [
+            _str(t, f"transports[{i}]", 32)
+            for i, t in enumerate(_list(body["transports"], "transports", 16))
+        ]
     report.gpus = [
         _gpu(g, f"gpus[{i}]") for i, g in enumerate(_list(body.get("gpus", []), "gpus", 64))
     ]

@@ -15,6 +15,12 @@ class Node(models.Model):
     last_seq = models.BigIntegerField(default=0)
     last_seen = models.DateTimeField(null=True, blank=True)
     reports_applied = models.BigIntegerField(default=0)
+    transports = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="the transports its agent runs jobs of, as its last report said (null: "
+        "an agent that does not say)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -82,6 +88,12 @@ class Engine(models.Model):
     gpus = models.ManyToManyField(Gpu, blank=True, related_name="engines")
     endpoints = models.JSONField(default=dict, blank=True)
     metrics = models.JSONField(default=dict, blank=True)
+    doctor = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="what its agent learnt of the engine for the fleet doctor (settings, event "
+        "stream, request tap)",
+    )
     lifecycle = models.CharField(
         max_length=16, choices=EngineLifecycle.CHOICES, default=EngineLifecycle.SERVING
     )

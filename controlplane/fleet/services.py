@@ -51,6 +51,7 @@ ENGINE_FIELDS = (
     "kv_capacity_blocks",
     "endpoints",
     "metrics",
+    "doctor",
 )
 
 
@@ -324,7 +325,11 @@ def apply_report(node: Node, report: Report) -> dict:
         if node.state == NodeState.STALE:
             node.state = NodeState.ACTIVE
         node.reports_applied += 1
-        node.save(update_fields=["last_seq", "boot_id", "last_seen", "state", "reports_applied"])
+        fields = ["last_seq", "boot_id", "last_seen", "state", "reports_applied"]
+        if report.transports is not None and report.transports != node.transports:
+            node.transports = report.transports
+            fields.append("transports")
+        node.save(update_fields=fields)
         # Last, so a failure here rolls the database back; re-applying the same deltas is harmless.
         changes = get_index().apply(deltas)
         stored = {d.engine: [row[0] for row in d.stored] for d in deltas if d.stored}

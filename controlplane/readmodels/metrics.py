@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from datetime import timedelta
 
 from django.conf import settings
@@ -34,6 +35,7 @@ from prometheus_client.core import GaugeMetricFamily
 from rest_framework.views import APIView
 
 from controlplane.accounts.choices import Role
+from controlplane.core import doctor
 from controlplane.core.misses import HIT, REASONS
 from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Node
@@ -47,6 +49,7 @@ from controlplane.replication.models import (
 )
 from controlplane.replication.scoreboard import scoreboard
 
+from .doctor import findings as doctor_findings
 from .misses import OTHER_TENANTS, top_tenants
 
 log = logging.getLogger(__name__)
@@ -189,6 +192,7 @@ class StateCollector:
             verdict.add_metric([v], 1 if v == current else 0)
         yield verdict
         yield from self._misses(now)
+        yield from self._doctor()
         newest = SpeculativeReplica.objects.aggregate(at=Max("scored_at"))["at"]
         if newest is not None:
             last = GaugeMetricFamily(
@@ -222,6 +226,18 @@ class StateCollector:
                 rate.add_metric([tenant, "speed_of_light"], c.get("sol_hits", 0) / n)
         yield served
         yield rate
+
+    def _doctor(self):
+        found = Counter(f.check for f in doctor_findings())
+        series = GaugeMetricFamily(
+            "prewarm_doctor_findings",
+            "Fleet doctor findings now, by check (0: healthy; docs/deploy.md, Troubleshooting "
+            "KV-aware routing)",
+            labels=["check"],
+        )
+        for check in doctor.CHECKS:
+            series.add_metric([check], found.get(check, 0))
+        yield series
 
 
 REGISTRY.register(StateCollector())

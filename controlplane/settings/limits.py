@@ -128,3 +128,14 @@ PREWARM_JOB_KEEP_DAYS = get_from_env("PREWARM_JOB_KEEP_DAYS", 30.0, type_cast=fl
 PREWARM_AUDIT_KEEP_DAYS = get_from_env("PREWARM_AUDIT_KEEP_DAYS", 365.0, type_cast=float)
 # The scoreboard gives no verdict before this many speculative replicas have been scored.
 PREWARM_SCOREBOARD_MIN_REPLICAS = get_from_env("PREWARM_SCOREBOARD_MIN_REPLICAS", 20, type_cast=int)
+# The fleet doctor (controlplane/core/doctor.py, docs/deploy.md "Troubleshooting KV-aware
+# routing"): the topic the router takes ("" for vllm-router; "*" for routers that take any), how
+# long an engine may store new blocks without an event, the fewest requests a share is judged
+# on, and the shares of short prompts and of predicted hits served cold that are findings.
+PREWARM_DOCTOR_ROUTER_TOPIC = get_from_env("PREWARM_DOCTOR_ROUTER_TOPIC", "")
+PREWARM_DOCTOR_EVENTS_SILENT_SECONDS = get_from_env(
+    "PREWARM_DOCTOR_EVENTS_SILENT_SECONDS", 30.0, type_cast=float
+)
+PREWARM_DOCTOR_MIN_REQUESTS = get_from_env("PREWARM_DOCTOR_MIN_REQUESTS", 3, type_cast=int)
+PREWARM_DOCTOR_SHORT_SHARE = get_from_env("PREWARM_DOCTOR_SHORT_SHARE", 0.2, type_cast=float)
+PREWARM_DOCTOR_COLD_SHARE = get_from_env("PREWARM_DOCTOR_COLD_SHARE", 0.3, type_cast=float)

@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from nodeagent.blockstore import BlockStore
 from wire import protocol
@@ -133,6 +133,17 @@ class TransferResult:
     def failed(cls, executor: str, why: str) -> TransferResult:
         """An executor's refusal or failure, named for the job.result."""
         return cls(False, error=why, extra={"executor": executor})
+
+
+@runtime_checkable
+class Background(Protocol):
+    """An executor with work of its own beside its jobs (the lmcache executor renews leases):
+    the agent starts it, handing it the runner's ``notify`` for events not tied to a message,
+    and stops it on the way out."""
+
+    def start(self, notify: Callable[[dict[str, Any]], None]) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class Executor(Protocol):

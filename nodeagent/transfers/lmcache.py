@@ -256,6 +256,16 @@ class LmcacheTransport:
         )
         self.leases = LeaseKeeper(self.controller, renew_s, lease_path)
 
+    def start(self, notify: Reading) -> None:
+        """Renew the held replicas' leases (only with a controller to renew them at); each
+        reading goes to ``notify`` as a ``job.confirm``."""
+        self.leases.on_reading = notify
+        if self.controller is not None:
+            self.leases.start()
+
+    def stop(self) -> None:
+        self.leases.stop()
+
     def send(self, job: Job, store: BlockStore, progress: Progress) -> TransferResult:
         return TransferResult(True, extra={"executor": NAME})  # the controller moves the chunks
 

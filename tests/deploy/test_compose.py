@@ -181,9 +181,30 @@ def test_a_worker_for_every_queue_and_exactly_one_beat():
     assert beats == 1
 
 
-def test_agent_image_pins_the_agent_extra():
-    pins = set(re.findall(r'"([a-z0-9_.-]+==[^"]+)"', (DOCKER / "Dockerfile.agent").read_text()))
-    assert pins == set(PYPROJECT["project"]["optional-dependencies"]["agent"])
+def test_the_images_pin_every_dependency_of_pyproject():
+    """requirements/{controlplane,agent}.txt (what the Dockerfiles install) hold pyproject.toml's
+    pins and the build backend, each name once and exactly pinned. That they hold everything
+    those need too is what the image build checks: pip installs them from a wheelhouse of these
+    files alone, with no index (tests/deploy/test_images.py)."""
+    from packaging.requirements import Requirement
+
+    from deploy import images
+
+    for name, reqs in images.pins().items():
+        locked: dict[str, str] = {}
+        for line in images.LOCKS[name].read_text().splitlines():
+            if line and not line.startswith("#"):
+                m = re.fullmatch(r"([a-z0-9-]+)==(\S+)", line)
+                assert m, f"{name}: {line!r} is not an exact pin"
+                assert m.group(1) not in locked, f"{name}: {m.group(1)} twice"
+                locked[m.group(1)] = m.group(2)
+        for req in map(Requirement, reqs):
+            pkg = images.canonical(req.name)
+            assert pkg in locked, f"{name}: {req} is not locked"
+            assert req.specifier.contains(locked[pkg]), f"{name}: {pkg}=={locked[pkg]}, not {req}"
+    dockerfiles = {n: (DOCKER / f).read_text() for n, f in images.DOCKERFILES.items()}
+    for name, text in dockerfiles.items():
+        assert f"requirements/{name}.txt" in text, f"{images.DOCKERFILES[name]} installs no lock"
 
 
 def test_the_agents_of_the_virtual_cluster_match_its_engine_count():
@@ -248,7 +269,8 @@ def test_each_image_ships_what_it_runs_and_only_the_virtual_cluster_the_harness(
     """The control-plane image holds no demo and test harness (its vcluster target adds it) and
     the agent image only the agent and the wire; every service's image holds what it runs."""
     agent, controlplane = _stages("Dockerfile.agent"), _stages("Dockerfile.controlplane")
-    assert agent[""] == {"wire", "nodeagent"}
+    packages = {p for p in agent[""] if (ROOT / p / "__init__.py").exists()}
+    assert packages == {"wire", "nodeagent"}, f"the agent image ships {sorted(packages)}"
     assert "harness" not in controlplane["controlplane"] | controlplane[""]
     assert controlplane["vcluster"] == controlplane["controlplane"] | {"harness"}
     for name, svc in _services().items():

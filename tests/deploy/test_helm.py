@@ -125,9 +125,11 @@ def containers(objs, image_prefix: str = ""):
                 yield f"{where}:{c['name']}", spec, c
 
 
-def resolve_env(container: dict, objs: list[dict], namespace: str = NAMESPACE) -> dict[str, str]:
+def resolve_env(
+    container: dict, objs: list[dict], namespace: str = NAMESPACE, fields: dict = FIELDS
+) -> dict[str, str]:
     """The environment Kubernetes would give ``container``: secrets read from the rendered
-    Secrets, the downward API from FIELDS, and $(VAR) expanded from the variables above it."""
+    Secrets, the downward API from ``fields``, and $(VAR) expanded from the variables above it."""
     env: dict[str, str] = {}
     for item in container.get("env", []):
         if "value" in item:
@@ -136,7 +138,7 @@ def resolve_env(container: dict, objs: list[dict], namespace: str = NAMESPACE) -
             ref = item["valueFrom"]["secretKeyRef"]
             value = secret_values(objs, ref["name"], namespace)[ref["key"]]
         else:
-            value = FIELDS[item["valueFrom"]["fieldRef"]["fieldPath"]]
+            value = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
         env[item["name"]] = value
     return env
 

@@ -20,6 +20,7 @@ PAGES = [
     "/overrides/",
     "/scoreboard/",
     "/misses/",
+    "/doctor/",
 ]
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>", re.I)
 POST_FORM = re.compile(r"<form[^>]*method=\"post\"[^>]*>(.*?)</form>", re.S | re.I)

@@ -19,9 +19,11 @@ class NodeSerializer(serializers.ModelSerializer):
             "last_seen",
             "last_seq",
             "reports_applied",
+            "transports",
             "created_at",
         ]
         read_only_fields = [
+            "transports",
             "state",
             "last_seen",
             "last_seq",

@@ -19,6 +19,7 @@ from ..cachemap import (
     MAX_PREFIXES,
     cache_map,
 )
+from ..doctor import report as doctor_report
 from ..misses import WINDOWS, misses_summary
 
 
@@ -92,3 +93,14 @@ class MissesView(APIView):
             raise ApiError("invalid", str(errors[0]), field)
         until = timezone.now()
         return Response(misses_summary(filterset.qs, until - WINDOWS[window], until))
+
+
+class DoctorView(APIView):
+    """The fleet doctor: what makes KV-aware routing or Prewarm's accounting wrong, each finding
+    with the setting to change (docs/deploy.md, "Troubleshooting KV-aware routing")."""
+
+    read_role = Role.VIEWER
+
+    @extend_schema(responses={200: dict}, tags=["dashboard"])
+    def get(self, request):
+        return Response(doctor_report())
