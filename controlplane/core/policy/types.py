@@ -43,6 +43,10 @@ class Demand:
     peak_rate: float = 0.0  # requests/s a burst would reach
     confidence: float = 1.0
     first_arrival_s: float = 0.0  # seconds from now to the first expected request
+    # Its two parts (``core.policy.demand``), for the plan summary: the rate measured now (or
+    # a burst's onset), and the forecast's rate (0: no forecast).
+    measured_rate: float = 0.0
+    forecast_rate: float = 0.0
 
 
 @dataclass(frozen=True)
