@@ -32,7 +32,7 @@ EMBEDDED_RUN := PREWARM_DATA_DIR=$(CURDIR)/var/test $(PYTEST) -m "not services" 
 # database backend, and two vLLM engines take minutes to start).
 SERVICES_RUN := $(SERVICES_ENV) $(PYTEST) -m "not browser and not vllm and not lmcache" $(PYTEST_ARGS)
 
-.PHONY: install vllm-env lmcache-env test-vllm demo test test-embedded test-services services chromium podman images data bench bench-real lint lint-imports clean
+.PHONY: install vllm-env lmcache-env test-vllm demo test test-embedded test-services services chromium podman images data bench bench-real speculation-map lint lint-imports clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -130,16 +130,27 @@ RUNS ?= 5
 bench-real: install vllm-env data
 	$(PY) bench/real_ab.py --runs $(RUNS) --json var/bench/real_ab.json --html var/bench/real-ab.html
 
+# The simulator's speculation map, the scoreboard's prior (controlplane/sim/data/): the sweep of
+# copy time x load, 3 seeds, 10-minute windows, recording the policy version it was made with
+# (tests/sim/test_speculation_map_version.py fails on a map older than the policy). 30 simulator
+# jobs (5 prefix/link cells x 2 loads x 3 seeds, reactive, predictive and everywhere in each) of
+# ~25 CPU seconds each: ~12 CPU minutes, so ~12 minutes of wall time with SIM_WORKERS=1 on an idle
+# core, about half that with SIM_WORKERS=2 on two.
+SIM_WORKERS ?= 1
+speculation-map: install data
+	$(PY) -m harness.cli sweep --duration 600 --seeds 0,1,2 --workers $(SIM_WORKERS) --json controlplane/sim/data/speculation_map.json
+
 # Style and layers: ruff's rules, ruff's format (100 columns), mypy over the pure logic, the
-# import-linter layer contracts, and the wire vocabulary quoted only in protocol.py
-# (tests/vocabulary.py states the rule). Part of `make test`; `$(PY) -m ruff format .` fixes the
-# format.
+# import-linter layer contracts, the wire vocabulary quoted only in protocol.py
+# (tests/vocabulary.py states the rule), and cross-references that resolve (tests/crossrefs.py).
+# Part of `make test`; `$(PY) -m ruff format .` fixes the format.
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) tests/vocabulary.py
+	$(PY) tests/crossrefs.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(LMCACHE_VENV) var

@@ -14,8 +14,7 @@ from __future__ import annotations
 import os
 import re
 import resource
-import subprocess
-import sys
+import signal
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,40 +92,21 @@ def _seed(keys) -> int:
     return sum(1 for h, _a, _s in keys if h.sum() > 0)
 
 
-def _workers(n: int, env: dict, log_dir: str, nice: int) -> list[subprocess.Popen]:
-    procs = []
-    for i in range(n):
-        log = open(f"{log_dir}/worker-{n}-{i}.log", "w")  # noqa: SIM115 (closed with the process)
-        procs.append(
-            subprocess.Popen(
-                [
-                    "nice",
-                    "-n",
-                    str(nice),
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "controlplane.celery",
-                    "worker",
-                    "-Q",
-                    "forecast,plan",
-                    "-c",
-                    "1",
-                    "-n",
-                    f"bench{n}-{i}@%h",
-                    "--loglevel",
-                    "INFO",
-                    "--without-mingle",
-                    "--without-gossip",
-                ],
-                env={**os.environ, **env},
-                cwd=REPO,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
-    return procs
+def _workers(n: int, env: dict, log_dir: str, nice: int) -> list:
+    from harness.processes import Proc, celery_worker_argv
+
+    argv = celery_worker_argv(
+        "forecast,plan", 1, "", "INFO", "--without-mingle", "--without-gossip"
+    )
+    return [
+        Proc(
+            f"worker-{n}-{i}",
+            ["nice", "-n", str(nice), *argv, "-n", f"bench{n}-{i}@%h"],
+            {**os.environ, **env},
+            Path(log_dir),
+        ).start()
+        for i in range(n)
+    ]
 
 
 def _wait_ready(app, n: int, limit_s: float = 120) -> None:
@@ -218,9 +198,9 @@ def run(keys, worker_counts=(1, 2), limit_s: float = 1800, nice: int = 10) -> di
                 out["runs"].append(run_)
             finally:
                 for p in procs:
-                    p.terminate()
+                    p.send(signal.SIGTERM, group=False)  # each worker stops its pool
                 for p in procs:
-                    p.wait(30)
+                    p.stop(30, leader_first=True)
             # CPU the worker processes (and their Stan fits) got, over the cycle: ~n cores when the
             # machine gives each process a core of its own, less when other work takes them.
             run_["worker_cpu_seconds"] = round(_children_cpu_s() - cpu0, 1)

@@ -34,8 +34,10 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from _common import REPO
+
+from harness.processes import Proc
+
 PG_URL = os.environ.get("PREWARM_BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/prewarm")
 MB = 1024.0  # kB per MB (MiB)
 
@@ -147,12 +149,12 @@ class Run:
         self.env = dict(base_env)
         self.redis = None
         self.database = None
-        self.proc: subprocess.Popen | None = None
+        self.proc: Proc | None = None
         if mode == "services":
             self._services()
 
     def _services(self) -> None:
-        from harness.processes import Proc, ensure_database, free_port, wait_for
+        from harness.processes import ensure_database, free_port, wait_for
 
         self.database = f"prewarm_memory_{uuid.uuid4().hex[:8]}"
         url = urlsplit(PG_URL)._replace(path=f"/{self.database}").geturl()
@@ -175,33 +177,28 @@ class Run:
 
     def start(self, preset: str) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "harness.demo", "--port", str(self.port)]
-                + ["--preset", preset, "--data-dir", str(self.dir)],
-                cwd=REPO,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.log.unlink(missing_ok=True)  # running() reads this run's log only
+        argv = [sys.executable, "-m", "harness.demo", "--port", str(self.port)]
+        argv += ["--preset", preset, "--data-dir", str(self.dir)]
+        self.proc = Proc(self.mode, argv, self.env, log_path=self.log, stop_timeout_s=90).start()
 
     def running(self) -> bool:
         assert self.proc is not None
-        if self.proc.poll() is not None:
+        if not self.proc.alive():
             raise SystemExit(
                 f"the {self.mode} demo exited ({self.proc.returncode}); see {self.log}"
             )
         return b"Prewarm is running" in self.log.read_bytes()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+        if (
+            self.proc is not None and self.proc.alive()
+        ):  # as Ctrl-C does: the demo stops its children
+            self.proc.send(signal.SIGINT, group=False)
             try:
                 self.proc.wait(90)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                self.proc.kill()
         if self.redis is not None:
             self.redis.stop()
         if self.database:

@@ -74,6 +74,7 @@ def run_backend(
     name: str, quick: bool, web: int, steps: list[int] | None = None, keep_going: bool = False
 ) -> dict:
     from harness.live import LiveControlPlane
+    from harness.processes import Proc, celery_worker_argv
 
     steps = steps or ([8, 16] if quick else [16, 32, 64, 96, 128, 192])
     seconds = 4.0 if quick else 10.0
@@ -87,7 +88,7 @@ def run_backend(
             "PREWARM_THROTTLE_AGENT": "1000000/min",
             "PREWARM_THROTTLE_GATEWAY": "1000000/min",
         }
-        workers: list[subprocess.Popen] = []
+        workers: list[Proc] = []
         if name == "services":
             import psycopg
             import redis
@@ -114,28 +115,8 @@ def run_backend(
             for s in servers:
                 s.start(60)
             if name == "services":
-                workers.append(
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "celery",
-                            "-A",
-                            "controlplane.celery",
-                            "worker",
-                            "-c",
-                            "1",
-                            "-Q",
-                            "default,forecast,plan,dispatch",
-                            "--loglevel",
-                            "WARNING",
-                        ],
-                        env={**os.environ, **env},
-                        cwd=REPO,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    )
-                )
+                argv = celery_worker_argv("default,forecast,plan,dispatch", 1, "", "WARNING")
+                workers.append(Proc("worker", argv, {**os.environ, **env}, Path(tmp)).start())
             agents, names, results = [], [], []
             for i, tok in enumerate(data["enrol"]):
                 names.append(f"load-{i}")
@@ -185,8 +166,7 @@ def run_backend(
                     f"--- first server error:\n{log_text[at : at + 2500] if at >= 0 else log_text[-1500:]}"
                 )
             for w in workers:
-                w.terminate()
-                w.wait(20)
+                w.stop(20, leader_first=True)
             for s in servers:
                 s.close()
     return {

@@ -193,7 +193,7 @@ def one_run(
     tee = RecordTee(cp)
     try:
         launch.wait_for_port("127.0.0.1", args.port)
-        children.web("127.0.0.1", args.port, env, run_dir / "web.log")
+        children.web("127.0.0.1", args.port, env, run_dir)
         tee.start()
         for i, e in enumerate(engines):
             children.add(

@@ -1,6 +1,6 @@
 """Trace replay speed of the simulator with ``least-loaded`` routing (no replication).
 
-Target (ARCHITECTURE.md section 8): >= 100k requests/s. Baseline in the same run:
+Target: >= 100k requests/s. Baseline in the same run:
 ``cache-aware`` routing on the same trace (it scans every engine per request).
 
     python bench/sim_replay.py [--quick] [--json PATH]

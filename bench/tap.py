@@ -19,8 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import socket
-import subprocess
+import signal
 import sys
 import tempfile
 import time
@@ -29,24 +28,13 @@ from pathlib import Path
 import aiohttp
 from _common import REPO, parser, percentile, table, write_json
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from harness.processes import Proc, free_port
 
 
-def spawn(argv: list[str]) -> tuple[subprocess.Popen, str]:
+def spawn(name: str, argv: list[str]) -> tuple[Proc, str]:
     """Start a helper process; its first stdout line is its address."""
-    proc = subprocess.Popen(
-        argv,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
+    proc = Proc(name, argv, {**os.environ, "PYTHONPATH": str(REPO)}, pipe=True).start()
+    line = proc.readline().strip()
     if not line:
         raise RuntimeError(f"{argv[:4]} did not start")
     return proc, line
@@ -144,7 +132,7 @@ def main() -> None:
     args.rounds = args.rounds or (2 if args.quick else 6)
     args.seconds = args.seconds or (5.0 if args.quick else 10.0)
     py = sys.executable
-    procs: list[subprocess.Popen] = []
+    procs: list[Proc] = []
     engine = None
     try:
         if args.vllm:
@@ -154,11 +142,12 @@ def main() -> None:
             engine.start().wait_ready()
             upstream, model, max_tokens, what = engine.url, MODEL_NAME, 1, "vLLM CPU (tiny model)"
             stub_proc, records_url = spawn(
-                [py, "-m", "harness.openai_stub", "--port", str(free_port())]
+                "stub", [py, "-m", "harness.openai_stub", "--port", str(free_port())]
             )
             procs.append(stub_proc)
         else:
             stub_proc, upstream = spawn(
+                "stub",
                 [
                     py,
                     "-m",
@@ -167,12 +156,13 @@ def main() -> None:
                     str(free_port()),
                     "--delay-s",
                     "0.02",
-                ]
+                ],
             )
             procs.append(stub_proc)
             records_url, model, max_tokens = upstream, "tiny", 3
             what = "stub engine (20 ms to first byte, 3 tokens)"
         tap_proc, tap_addr = spawn(
+            "tap",
             [
                 py,
                 str(REPO / "bench/_tap_proc.py"),
@@ -182,19 +172,18 @@ def main() -> None:
                 upstream,
                 "--records-url",
                 records_url,
-            ]
+            ],
         )
         procs.append(tap_proc)
         load_before = os.getloadavg()
         arms = asyncio.run(run(args, upstream, f"http://{tap_addr}", model, max_tokens))
         load_after = os.getloadavg()
-        tap_proc.terminate()
-        tail = tap_proc.communicate(timeout=30)[0].strip().splitlines()
+        tap_proc.send(signal.SIGTERM)
+        tail = tap_proc.communicate(timeout=30).strip().splitlines()
         procs.remove(tap_proc)
     finally:
         for proc in procs:
-            proc.terminate()
-            proc.wait(10)
+            proc.stop(10)
         if engine:
             engine.stop()
     d, t = arms["direct"], arms["tap"]

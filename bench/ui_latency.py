@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -59,41 +58,6 @@ def seed(env: dict) -> dict:
     session[HASH_SESSION_KEY] = user.get_session_auth_hash()
     session.create()
     return {"chains": chains, "agents": agents, "session": session.session_key}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(env: dict, port: int) -> subprocess.Popen:
-    import httpx
-
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "controlplane.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(150):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.terminate()
-    raise SystemExit("daphne did not start")
 
 
 async def run(url: str, data: dict, dashboards: int, reports: int, gap_s: float) -> dict:
@@ -221,16 +185,15 @@ def main() -> int:
         [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
     )
     data = seed(env)
-    port = free_port()
-    server = start_server(env, port)
+    from harness.live import LiveControlPlane
+
+    server = LiveControlPlane(tmp, env=env)  # its log: <tmp>/daphne.log
     try:
+        server.start(timeout=60)
         reports = 40 if args.quick else 300
-        out = asyncio.run(
-            run(f"http://127.0.0.1:{port}", data, args.dashboards, reports, gap_s=0.1)
-        )
+        out = asyncio.run(run(server.url, data, args.dashboards, reports, gap_s=0.1))
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        server.close()
     out["mode"] = "quick" if args.quick else "full"
     rows = [
         (

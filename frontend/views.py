@@ -300,7 +300,11 @@ def plans(request):
 @needs(Role.VIEWER)
 def plan_detail(request, pk: int):
     plan = get_object_or_404(ReplicationPlan.objects.select_related("policy", "decided_by"), pk=pk)
-    items = plan.items.select_related("target__node", "source__node", "workload_key")
+    items = list(plan.items.select_related("target__node", "source__node", "workload_key"))
+    # Each item's demand by its two parts (``core.policy.demand``): measured and forecast.
+    demand = (plan.summary or {}).get("demand", {})
+    for i in items:
+        i.demand_parts = demand.get(str(i.workload_key_id))
     return page(request, "plan.html", "plans", plan=plan, items=items)
 
 

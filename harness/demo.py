@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -51,6 +50,7 @@ from harness.launch import (
     setup_control_plane,
     wait_for_port,
 )
+from harness.processes import Proc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,11 +133,12 @@ def main(argv: list[str] | None = None) -> int:
 
     children = Children()
     children.exit_on_signals()
-    children.web(args.host, args.port, env, data / "web.log", pass_fds=(lock,))
+    children.web(args.host, args.port, env, data, pass_fds=(lock,))
     if env.get("DATABASE_URL") or env.get("REDIS_URL"):
         children.celery(env, data, pass_fds=(lock,))
     children.add(
-        subprocess.Popen(
+        Proc(
+            "cluster",
             [
                 sys.executable,
                 "-m",
@@ -161,12 +162,10 @@ def main(argv: list[str] | None = None) -> int:
                 *(["--tenants", str(args.tenants)] if args.tenants else []),
                 *(["--served-log", str(data / "served.csv")] if args.once else ["--loop"]),
             ],
-            cwd=ROOT,
-            env=env,
+            env,
             pass_fds=(lock,),
-            start_new_session=True,  # its agents are in its group: none outlives the demo
-        ),
-        group=True,
+            session=True,  # its agents are in its group: none outlives the demo
+        )
     )
     print(
         f"\nPrewarm is running at {url}\n"

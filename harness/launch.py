@@ -15,16 +15,14 @@ import os
 import secrets
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
 
-import httpx
-
-from wire.protocol import SOCKET_MESSAGE_MAX_BYTES, TRANSPORT_WARMUP
+from harness.processes import Proc, celery_beat_argv, celery_worker_argv, daphne_argv, wait_healthy
+from wire.protocol import TRANSPORT_WARMUP
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DIR = ROOT / "var" / "demo"
@@ -161,70 +159,42 @@ def setup_control_plane(
     )
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the control plane exited with code {proc.returncode}")
-        try:
-            if httpx.get(url + "healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit("the control plane did not answer /healthz within a minute")
-
-
 class Children:
     """The processes a demo (or bench) run started, stopped last-started first: the driver or
     the virtual cluster before the web, so that its last records reach the control plane."""
 
     def __init__(self, on_stop: Callable[[], None] | None = None):
-        self.procs: list[subprocess.Popen] = []
-        self.groups: set[int] = set()  # children that lead their own process group
+        self.procs: list[Proc] = []
         self.on_stop = on_stop
 
-    def add(self, proc: subprocess.Popen, group: bool = False) -> subprocess.Popen:
-        """``group``: the child was started with ``start_new_session=True`` and starts
-        children of its own (the virtual cluster's agents): if it does not stop in time, its
-        whole group is killed, so that none of them outlives the run."""
-        self.procs.append(proc)
-        if group:
-            self.groups.add(proc.pid)
+    def add(self, proc: Proc) -> Proc:
+        """Keep ``proc``, started here unless it already runs. One that leads its own group
+        (``session``) and starts children of its own (the virtual cluster's agents) is asked to
+        stop alone, and then its whole group is killed, so that none of them outlives the run."""
+        self.procs.append(proc if proc.p is not None else proc.start())
         return proc
 
-    def web(
-        self, host: str, port: int, env: dict[str, str], log_path: Path, pass_fds=()
-    ) -> subprocess.Popen:
+    def web(self, host: str, port: int, env: dict[str, str], log_dir: Path, pass_fds=()) -> Proc:
         """The control plane on the embedded default: daphne, with the Celery worker and beat
-        as threads of the web process. Returns once ``/healthz`` answers."""
-        with open(log_path, "ab") as log:
-            proc = self.add(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "daphne",
-                        "-b",
-                        host,
-                        "-p",
-                        str(port),
-                        "--websocket-max-message-size",
-                        str(SOCKET_MESSAGE_MAX_BYTES),
-                        "controlplane.asgi:application",
-                    ],
-                    cwd=ROOT,
-                    env={**env, "PREWARM_EMBEDDED_WORKER": "true"},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=tuple(pass_fds),
-                )
+        as threads of the web process (its log ``<log_dir>/web.log``). Returns once
+        ``/healthz`` answers."""
+        proc = self.add(
+            Proc(
+                "web",
+                daphne_argv(host, port),
+                {**env, "PREWARM_EMBEDDED_WORKER": "true"},
+                log_dir,
+                session=False,
+                pass_fds=tuple(pass_fds),
             )
+        )
         try:
-            wait_healthy(f"http://{host}:{port}/", proc)
-        except SystemExit:
+            wait_healthy(f"http://{host}:{port}/healthz", proc, timeout_s=60.0)
+        except (RuntimeError, TimeoutError) as why:
             self.stop()  # a web that never answered must not outlive the run (it holds the lock)
-            raise
+            if isinstance(why, RuntimeError):
+                raise SystemExit(f"the control plane exited with code {proc.returncode}") from None
+            raise SystemExit("the control plane did not answer /healthz within a minute") from None
         return proc
 
     def celery(self, env: dict[str, str], data: Path, pass_fds=()) -> None:
@@ -233,37 +203,17 @@ class Children:
         deployment runs them (docs/deploy.md)."""
         from controlplane.queues import Queue
 
-        for name, args in (
-            ("worker", ["worker", "-Q", ",".join(q.value for q in Queue), "-c", "1"]),
-            ("beat", ["beat", "-s", str(data / "celerybeat-schedule")]),
+        queues = ",".join(q.value for q in Queue)
+        for name, argv in (
+            ("worker", celery_worker_argv(queues, 1)),
+            ("beat", celery_beat_argv(data / "celerybeat-schedule")),
         ):
-            with open(data / f"{name}.log", "ab") as log:
-                self.add(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "celery", "-A", "controlplane.celery", *args],
-                        cwd=ROOT,
-                        env=env,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        pass_fds=tuple(pass_fds),
-                    )
-                )
+            self.add(Proc(name, argv, env, data, session=False, pass_fds=tuple(pass_fds)))
 
     def stop(self, timeout_s: float = 15.0) -> None:
         for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-            try:
-                p.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            if p.pid in self.groups:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)  # what it started and did not stop
-                except ProcessLookupError:
-                    pass
-        self.procs, self.groups = [], set()
+            p.stop(timeout_s, leader_first=True)
+        self.procs = []
         if self.on_stop:
             self.on_stop()
 
@@ -279,9 +229,10 @@ class Children:
         """Until one child exits (or ``check`` names a reason), then stop them all."""
         while True:
             for p in self.procs:
-                if p.poll() is not None:
+                if not p.alive():
                     print(
-                        f"a demo process exited with code {p.returncode}; stopping", file=sys.stderr
+                        f"a demo process ({p.name}) exited with code {p.returncode}; stopping",
+                        file=sys.stderr,
                     )
                     self.stop()
                     sys.exit(0)

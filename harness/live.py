@@ -10,15 +10,11 @@ exist beforehand and parallel runs never share one. A caller that passes ``DATAB
 from __future__ import annotations
 
 import os
-import sys
-import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
-
-from harness.processes import Proc, free_port, manage, pg_admin
+from harness.processes import Proc, daphne_argv, free_port, manage, pg_admin, wait_healthy
 
 
 class LiveControlPlane:
@@ -29,7 +25,7 @@ class LiveControlPlane:
     ):
         # ``daphne``: the command that starts it (a benchmark's profiler wraps it); its arguments
         # follow.
-        self.daphne = daphne or [sys.executable, "-m", "daphne"]
+        self.daphne = daphne
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -54,23 +50,13 @@ class LiveControlPlane:
         return manage(self.env, *args).strip()
 
     def start(self, timeout: float = 30.0) -> LiveControlPlane:
-        argv = [*self.daphne, "-b", "127.0.0.1", "-p", str(self.port)]
-        self.proc = Proc(
-            "daphne", [*argv, "controlplane.asgi:application"], self.env, self.data_dir
-        )
-        self.proc.stop_timeout_s = 10.0
-        self.proc.start()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if not self.proc.alive():
-                raise RuntimeError(f"daphne exited: {self.proc.tail(2000)}")
-            time.sleep(0.2)
-        raise TimeoutError("control plane did not come up")
+        argv = daphne_argv("127.0.0.1", self.port, prefix=self.daphne)
+        self.proc = Proc("daphne", argv, self.env, self.data_dir, stop_timeout_s=10.0).start()
+        try:
+            wait_healthy(f"{self.url}/healthz", self.proc, timeout, interval=0.2)
+        except TimeoutError:
+            raise TimeoutError("control plane did not come up") from None
+        return self
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -19,7 +19,7 @@ lease (``pin``: what a plan decided to keep, an LMCache pin in a real fleet) are
 while unpinned blocks remain. Every placed replica is tracked until its first use, so precision
 (replicas used at least once / replicas placed) can be scored.
 
-Value-aware placement (architecture section 5): a copied replica takes free blocks first, then
+Value-aware placement: a copied replica takes free blocks first, then
 cached blocks that no running or waiting request references, cheapest first by expected value
 over the horizon (``value_of(key)``: seconds of prefill that block is expected to save; LRU
 order breaks ties, and is the whole ranking where the caller has no values), and only while the

@@ -29,7 +29,7 @@ PREWARM_ENROLMENT_TOKEN_TTL_SECONDS = get_from_env(
 )
 # Demand is rolled up into buckets of this many seconds.
 PREWARM_DEMAND_BUCKET_SECONDS = get_from_env("PREWARM_DEMAND_BUCKET_SECONDS", 60, type_cast=int)
-# Miss reasons (docs/dashboard.md, "Misses"): decided at ingest unless turned off. The residency
+# Miss reasons (docs/api.md, "Why a request missed"): decided at ingest unless turned off. The residency
 # index keeps each engine's removed blocks this long, at most this many per engine (``evicted``);
 # a removal or copy up to the lag after a request's time still counts for it (report delay).
 PREWARM_MISS_REASONS = get_from_env("PREWARM_MISS_REASONS", True, type_cast=str_to_bool)

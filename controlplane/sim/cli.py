@@ -69,7 +69,10 @@ def parser() -> argparse.ArgumentParser:
     sd.add_argument(
         "--cells", default=None, help="model:scenario,... (default: the key ServeGen cells)"
     )
-    sd.add_argument("--policies", default="cache-aware,reactive,hot-fanout,predictive,everywhere")
+    sd.add_argument(
+        "--policies",
+        default="cache-aware,reactive,routing-reactive,hot-fanout,predictive,everywhere",
+    )
     sd.add_argument("--duration", type=float, default=None, help="seconds (default 3600)")
     sd.add_argument("--load", type=float, default=0.55)
     sd.add_argument(

@@ -404,6 +404,7 @@ class Simulation:
             wl.t,
             backlog,
             getattr(policy, "guard_stats", {}),
+            getattr(policy, "ingest_stats", {}),
         )
 
     def _sample(self, t: float) -> dict:

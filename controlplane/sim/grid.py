@@ -1,4 +1,4 @@
-"""``prewarm-sim grid``: the do-no-harm robustness grid (issue 20), resumable.
+"""``prewarm-sim grid``: the do-no-harm robustness grid, resumable.
 
 A *setting* is a workload and its knobs: ``servegen`` (ServeGen m-large, load 0.55 at the
 busiest 5 minutes, 30 tenants, 16 engines), one axis changed at a time (``servegen-load0.35``,
@@ -27,9 +27,11 @@ from controlplane.sim.seeds import (
     bootstrap_gap,
     gain_stats,
     gap_closed,
+    left_out,
     pct,
     run_one,
     saturated,
+    seeds_text,
     summarize_cell,
 )
 
@@ -148,7 +150,12 @@ def summarize(runs: list[dict]) -> dict:
     """One cell: gains of predictive over reactive, the worst unsaturated seed, clean or not."""
     sat = [r["seed"] for r in runs if saturated(r)]
     kept = [r for r in runs if r["seed"] not in sat] or runs
-    out: dict = {"seeds": [r["seed"] for r in runs], "saturated_seeds": sat}
+    out: dict = {
+        "seeds": [r["seed"] for r in runs],
+        "saturated_seeds": sat,
+        "seeds_measured": [r["seed"] for r in kept],
+        "left_out": left_out(runs) if len(kept) < len(runs) else [],
+    }
     for stat in ("mean", "p99"):
         g = gain_stats(
             [r["policies"]["reactive"][f"ttft_{stat}_s"] for r in kept],
@@ -197,7 +204,8 @@ def summarize(runs: list[dict]) -> dict:
 
 def markdown(cells: list[dict]) -> str:
     rows = [
-        "| setting | model | scenario | seeds (saturated) | reactive p99 | predictive p99 | "
+        "| setting | model | scenario | seeds used (df); left out (why) | reactive p99 | "
+        "predictive p99 | "
         "gain p99 | gain mean | worst seed: reactive / predictive p99 (ratio) | "
         "gap closed vs everywhere p99 | clean |",
         "|" + "---|" * 11,
@@ -211,8 +219,8 @@ def markdown(cells: list[dict]) -> str:
             f"({w['ratio']:.2f}x)"
         )
         rows.append(
-            f"| {c['setting']} | {c['model']} | {c['scenario']} | {len(c['seeds'])} "
-            f"({len(c['saturated_seeds'])}) | {c['reactive_p99']:.2f} | {c['predictive_p99']:.2f} | "
+            f"| {c['setting']} | {c['model']} | {c['scenario']} | {seeds_text(c)} | "
+            f"{c['reactive_p99']:.2f} | {c['predictive_p99']:.2f} | "
             f"{c['gain_p99']:+.1%} ± {pct(c['gain_p99_noise'])} | "
             f"{c['gain_mean']:+.1%} ± {pct(c['gain_mean_noise'])} | {ws} | {_gap(c)} | "
             f"{'yes' if c['clean'] else '**no**'} |"
@@ -229,11 +237,12 @@ def _gap(c: dict) -> str:
 
 def headline_markdown(cells: list[dict]) -> str:
     rows = [
-        "| model | scenario | seeds (saturated) | reactive | hot-fanout | predictive | "
-        "clairvoyant | everywhere (ceiling) | predictive gain p99 over reactive | over "
-        "hot-fanout | ceiling gain p99 | gap closed p99 vs everywhere [95% bootstrap] | "
+        "| model | scenario | seeds used (df); left out (why) | reactive (shipped) | "
+        "routing-reactive | hot-fanout | predictive | clairvoyant | everywhere (ceiling) | "
+        "predictive gain p99 over reactive | over routing-reactive | over hot-fanout | "
+        "ceiling gain p99 | gap closed p99 vs everywhere [95% bootstrap] | "
         "ceiling >= predictive every seed | spec VRAM % | precision |",
-        "|" + "---|" * 15,
+        "|" + "---|" * 17,
     ]
     for c in cells:
         b = c.get("gap_closed_p99_bootstrap") or {}
@@ -247,10 +256,11 @@ def headline_markdown(cells: list[dict]) -> str:
         )
         prec = c.get("replica_precision")
         rows.append(
-            f"| {c['model']} | {c['scenario']} | {len(c['seeds'])} "
-            f"({len(c['saturated_seeds'])}) | {_mp(c, 'reactive')} | {_mp(c, 'hot-fanout')} | "
+            f"| {c['model']} | {c['scenario']} | {seeds_text(c)} | {_mp(c, 'reactive')} | "
+            f"{_mp(c, 'routing-reactive')} | {_mp(c, 'hot-fanout')} | "
             f"{_mp(c, 'predictive')} | {_mp(c, 'clairvoyant')} | {_mp(c, 'everywhere')} | "
-            f"{_g(c, 'predictive', 'p99')} | {_hf(c)} | {_g(c, 'everywhere', 'p99')} | {gap} | "
+            f"{_g(c, 'predictive', 'p99')} | {_hf(c, 'routing_reactive')} | {_hf(c)} | "
+            f"{_g(c, 'everywhere', 'p99')} | {gap} | "
             f"{'yes' if c.get('ceiling_beats_predictive_every_seed') else 'no'} | "
             f"{100 * c.get('spec_vram_fraction_mean', 0.0):.2f} | "
             f"{'-' if prec is None else f'{prec:.2f}'} |"
@@ -258,14 +268,13 @@ def headline_markdown(cells: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def _hf(c: dict) -> str:
-    if "predictive_over_hot_fanout_p99" not in c:
+def _hf(c: dict, base: str = "hot_fanout") -> str:
+    """Predictive's p99 gain over a baseline beside reactive (``seeds.BASELINES``)."""
+    key = f"predictive_over_{base}_p99"
+    if key not in c:
         return "-"
-    mark = "**" if c["predictive_over_hot_fanout_p99_beyond_noise"] else ""
-    return (
-        f"{mark}{c['predictive_over_hot_fanout_p99']:+.1%}{mark} ± "
-        f"{pct(c['predictive_over_hot_fanout_p99_noise'])}"
-    )
+    mark = "**" if c[f"{key}_beyond_noise"] else ""
+    return f"{mark}{c[key]:+.1%}{mark} ± {pct(c[f'{key}_noise'])}"
 
 
 def main_grid(args) -> int:

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 
 from controlplane.core import misses
 from controlplane.core.policy import guard
+from controlplane.core.policy.inputs import queue_seconds
 from controlplane.core.policy.types import Budgets, EngineState
 from controlplane.core.residency import REMOVAL_WINDOW_S
+from controlplane.sim.adapter import waiting_requests
 from wire.protocol import ENGINE_SERVING
 
 
@@ -52,26 +54,30 @@ class SimGuard:
     evicted: dict[str, int] = field(default_factory=dict)  # misses since the last round
     late: int = 0  # copies a request they were for arrived before (a lead shorter than them)
     evicted_seen: int = 0  # ``evicted`` misses fed to the guard (on targets of landed copies)
+    copies: int = 0  # copies it watched (planner, onset and fallback alike)
 
     def record(
         self,
         *,
-        target: EngineState | None,
+        target: str,
+        queue_before_s: float | None,
         group: str,
         prefix: int,
         queues_at_plan: dict[str, float],
         planned_at: float,
         lands_at: float | None,
     ) -> None:
-        if lands_at is None or target is None:
+        """A copy to ``target`` started (a planner, onset or fallback copy alike), whose queue
+        was ``queue_before_s`` then (None: it was not serving yet)."""
+        if lands_at is None:
             return
-        before = target.queue_s if target.lifecycle == ENGINE_SERVING else None
+        self.copies += 1
         self.watched.append(
             Watched(
                 lands_at,
-                target.engine_id,
+                target,
                 group,
-                before,
+                queue_before_s,
                 lands_at - planned_at,
                 queues_at_plan,
                 prefix,
@@ -123,6 +129,7 @@ class SimGuard:
             "min_allowed": round(self.min_allowed, 4),
             "late_copies": self.late,
             "evicted_misses": self.evicted_seen,
+            "copies_watched": self.copies,
         }
 
     def observe(self, t: float, engines: list[EngineState], budgets: Budgets) -> None:
@@ -163,6 +170,12 @@ class SimGuard:
         )
         self.harmful_rounds += cut
         self.min_allowed = min(self.min_allowed, guard.summary(self.state)["allowed"])
+
+
+def queue_of(e, t: float) -> float:
+    """A simulated engine's queue in seconds by the shared input rule (waiting x request)."""
+    waiting, request_s = waiting_requests(e, t)
+    return queue_seconds(waiting=waiting, request_s=request_s)
 
 
 def serving_queues(engines: list[EngineState]) -> dict[str, float]:

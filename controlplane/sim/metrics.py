@@ -69,6 +69,7 @@ def summarize(
         "replica_precision": precision,
         "plan_items": r.plan_items,
         **({"guard": r.guard} if r.guard else {}),
+        **({"ingest": r.ingest} if r.ingest else {}),
         "backlog_end_s": float(r.backlog_s),
         "saturated": bool(r.backlog_s > SATURATED_BACKLOG_S),
         "wall_s": float(r.wall_s),

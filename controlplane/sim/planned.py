@@ -1,33 +1,47 @@
-"""``predictive`` and ``oracle``: the planner on top of cache-aware routing.
+"""``reactive``, ``predictive`` and ``clairvoyant``: the shared policy on cache-aware routing.
 
-Every ``tick_s`` the policy describes the cluster to ``controlplane.core.policy.planner.plan`` (the same
-function the Celery task runs) and executes its items as speculative copies with a TTL, or as
-promotions from a lower tier. Both keep the guarded reactive rule as the fallback for prefixes
-the planner has no signal for.
+Every ``tick_s`` (the live plan cycle) the policy describes the cluster to the shared policy
+(``core.policy.decide``, through ``sim.adapter``: the input rules of the live plan cycle) and
+executes its items as speculative copies with a TTL, or as promotions from a lower tier; and on
+each arrival it re-plans the arriving prefix where the live ingest re-plan would
+(``core.policy.ingest``, with its storm bound). Demand comes from the one rule both strategies
+share (``core.policy.demand``):
 
-- ``oracle`` feeds the planner the true arrivals of the next horizon (count, 30-second peak,
-  first arrival): the upper bound of any predictor under the same budgets.
-- ``predictive`` uses only the past: per prefix, the recent rate and inter-arrival CV
-  (``BurstTracker``), the ramp of the same windows a day earlier (recent rate x yesterday's
-  next-window / current-window ratio), and the day-scale forecast of the key's history
-  (``forecast_counts``, best model by backtest). Burst risk (``BurstTracker.risk`` against the
-  holders' capacity) weighs a 2x burst, the size ServeGen bursts have. While engines are joining
-  a scale-out, prefixes with no recent traffic but a day-scale forecast level are candidates
-  for their warm-up too.
+- ``reactive`` is the strategy Prewarm ships: measured demand alone (the last minute's
+  requests, held over the horizon, certain). It has no routing-time copy (the live one has
+  none); the routing-time rule is ``routing-reactive`` (``policies.Reactive``).
+- ``predictive`` is reactive plus foresight: the same measured demand, which no forecast
+  lowers, plus what its forecast sees beyond it with its confidence: per prefix the recent
+  rate and inter-arrival CV (``BurstTracker``), the ramp of the same windows a day earlier,
+  and the day-scale forecast of the key's history (``forecast_counts``, best model by
+  backtest); burst risk against the holders' capacity weighs a 2x burst; a burst's onset is
+  its rate now. It keeps the routing-time rule as its fallback, and leases what it plans for
+  (``core.policy.retention``). While engines are joining a scale-out, prefixes with no recent
+  traffic but a day-scale forecast level are candidates for their warm-up too.
+- ``clairvoyant`` feeds the planner the true arrivals of the next horizon (count, 30-second
+  peak, first arrival): a reference, not a bound.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import replace
 
 import numpy as np
 
 from controlplane.core.demand import burst_probability, demand_for
 from controlplane.core.forecast import BurstTracker
-from controlplane.core.policy import onset, retention
+from controlplane.core.policy import ingest, onset, retention
 from controlplane.core.policy.backoff import cluster_queue_s
-from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, decide, states_of
+from controlplane.core.policy.decide import (
+    STRATEGY_PREDICTIVE,
+    STRATEGY_REACTIVE,
+    decide,
+    states_of,
+)
+from controlplane.core.policy.demand import MEASURE_WINDOW_S, combined
+from controlplane.core.policy.ingest import INGEST_BATCH_S
 from controlplane.core.policy.inputs import COLD_VALUE_S
 from controlplane.core.policy.onset import ONSET_MIN_ARRIVALS, ONSET_REPLAN_S, ONSET_WINDOW_S
 from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders
@@ -42,7 +56,7 @@ from controlplane.core.policy.types import (
 )
 from controlplane.sim import adapter
 from controlplane.sim.engine import WARMING
-from controlplane.sim.guarded import SimGuard, serving_queues
+from controlplane.sim.guarded import SimGuard, queue_of, serving_queues
 from controlplane.sim.planned_demand import (
     DAY_BUCKETS,
     MAX_CANDIDATES,
@@ -51,7 +65,7 @@ from controlplane.sim.planned_demand import (
 )
 from controlplane.sim.policies import Reactive
 from controlplane.sim.workloads.base import BLOCK_TOKENS
-from wire.protocol import TIER_CPU, TIER_DISK
+from wire.protocol import ENGINE_SERVING, TIER_CPU, TIER_DISK
 
 # ``predictive`` without the harm guard (``prewarm-sim seeds --policies ...``): the guard's
 # before/after on the same seeds in one run. Not among the default policies.
@@ -75,8 +89,9 @@ class PlannedPolicy(Reactive):
         reactive_rule: ReactiveRule | None = None,
         use_prophet: bool = False,
         guard: bool = True,
+        ingest_bound: bool = True,
     ) -> None:
-        if name not in ("predictive", "oracle", "clairvoyant"):
+        if name not in (STRATEGY_REACTIVE, STRATEGY_PREDICTIVE, "oracle", "clairvoyant"):
             raise ValueError(name)
         super().__init__(reactive_rule)
         self.name = name
@@ -97,7 +112,8 @@ class PlannedPolicy(Reactive):
         self._vf = None
         self.plan_items = 0
         self.skipped = 0
-        self.onset_replans = 0
+        # The ingest re-plan's storm bound (``core.policy.ingest``), and its counts.
+        self.bound = ingest.IngestBound(enabled=ingest_bound)
         self.reasons: list[str] = []
         # The harm guard (``core.policy.guard``) fed by the simulated cluster (``sim.guarded``).
         self.guard = SimGuard() if guard else None
@@ -117,13 +133,16 @@ class PlannedPolicy(Reactive):
         self.trackers: dict[int, BurstTracker] = {}
         self.short: dict[int, BurstTracker] = {}  # the same arrivals over TREND_WINDOW_S
         self.onset: dict[int, BurstTracker] = {}  # ... and over ONSET_WINDOW_S
-        self._onset_at: dict[int, float] = {}  # last onset re-plan per prefix
+        self.minute: dict[int, deque] = {}  # arrivals of the last MEASURE_WINDOW_S: measured
+        self._ingest: list[int] = []  # prefixes due for the next ingest re-plan
+        self._ingest_at = -math.inf  # the last ingest re-plan
+        self._onset_at: dict[int, float] = {}  # clairvoyant: last on-arrival re-plan per prefix
         self._replanned: dict[int, tuple[float, int]] = {}  # clairvoyant: (when, holders)
         self.seen: dict[int, int] = {}
         self.mean_suffix = float(wl.suffix_tokens.mean()) if len(wl) else 0.0
         self.day: dict[str, np.ndarray] = {}
         self.day_mase: dict[str, float | None] = {}
-        if self.name == "predictive" and wl.history:
+        if self.name == STRATEGY_PREDICTIVE and wl.history:
             self.day, self.day_mase = day_forecasts(wl, use_prophet=self.use_prophet)
         self.t_idx = wl.t
         self.pid_arr = wl.pid
@@ -134,15 +153,27 @@ class PlannedPolicy(Reactive):
             tr = self.trackers[pid] = BurstTracker(window_s=120.0, start=0.0)
             self.short[pid] = BurstTracker(window_s=TREND_WINDOW_S, start=0.0)
             self.onset[pid] = BurstTracker(window_s=ONSET_WINDOW_S, start=0.0)
+            self.minute[pid] = deque()
         tr.observe(t)
         self.short[pid].observe(t)
         self.onset[pid].observe(t)
+        self.minute[pid].append(t)
         self.seen[pid] = self.seen.get(pid, 0) + 1
 
+    def measured(self, pid: int, t: float) -> tuple[int, float]:
+        """(requests of ``pid`` in the last ``MEASURE_WINDOW_S``, their rate): the live plan
+        cycle's measured demand (``replication.plans.measured``)."""
+        q = self.minute.get(pid)
+        if q is None:
+            return 0, 0.0
+        while q and q[0] <= t - MEASURE_WINDOW_S:
+            q.popleft()
+        return len(q), len(q) / MEASURE_WINDOW_S
+
     def _before(self, sim, i, t, pid, keys) -> None:
-        if self.name == "predictive":
+        if self.name in (STRATEGY_REACTIVE, STRATEGY_PREDICTIVE):
             self._observe(sim, i, t, pid, keys)
-            self._maybe_onset(sim, t, pid, keys)
+            self._maybe_ingest(sim, t, pid, keys)
         elif self.name != "oracle" and t - self._onset_at.get(pid, -math.inf) >= ONSET_REPLAN_S:
             # clairvoyant: the arriving prefix is re-planned on its arrival (at most every
             # ONSET_REPLAN_S), with its true demand over the coming horizon, wherever its true
@@ -153,9 +184,11 @@ class PlannedPolicy(Reactive):
             last = self._replanned.get(pid)
             if held is not None and (last is None or last[1] != held or t - last[0] >= self.tick_s):
                 self._replanned[pid] = (t, held)
-                self.onset_replans += 1
                 self._plan_round(sim, t, only=(pid,))
-        self._maybe_copy(sim, i, t, pid, keys)
+        if self.name == STRATEGY_REACTIVE:
+            self._count(pid, t)  # the shipped reactive has no routing-time copy
+        else:
+            self._maybe_copy(sim, i, t, pid, keys)
 
     def _overflows(self, sim, t: float, pid: int, keys) -> int | None:
         """clairvoyant: its holders' count where the prefix's true arrivals over the next
@@ -181,18 +214,22 @@ class PlannedPolicy(Reactive):
             return 0.0
         return onset.onset_rate(short_rate=tr.rate(t), long_rate=self.trackers[pid].rate(t))
 
-    def _maybe_onset(self, sim, t, pid, keys) -> None:
-        last = self._onset_at.get(pid, -math.inf)
-        if t - last < ONSET_REPLAN_S or self.seen.get(pid, 0) < onset.MIN_SEEN:
-            return  # cheap checks first: this runs on every arrival
-        ro = self._onset_rate(pid, t)
-        if ro <= 0 or len(keys) < self.rule.min_blocks:
+    def _maybe_ingest(self, sim, t, pid, keys) -> None:
+        """The live ingest re-plan (``plans.react``) on this arrival: the prefix re-planned at
+        once where its rate now (measured; predictive: or its burst's onset) is more than its
+        holders can take, within the storm bound (``core.policy.ingest``)."""
+        if len(keys) < self.rule.min_blocks:
             return
-        if not onset.replans(
-            now=t,
-            last_replan=last,
-            seen=self.seen.get(pid, 0),
-            rate=ro,
+        if t - self.bound.replanned.get(str(pid), -math.inf) < ONSET_REPLAN_S:
+            return  # cheap checks first: this runs on every arrival
+        n, rate = self.measured(pid, t)
+        if n < ONSET_MIN_ARRIVALS:
+            return
+        if self.name == STRATEGY_PREDICTIVE:
+            rate = max(rate, self._onset_rate(pid, t))
+        if not ingest.wants_replan(
+            arrivals=n,
+            rate=rate,
             blocks=len(keys),
             min_blocks=self.rule.min_blocks,
             holders=sum(1 for e in sim.serving if e.cache.match(keys) == len(keys)),
@@ -200,9 +237,18 @@ class PlannedPolicy(Reactive):
             service_s=sim.prefill_s(self.mean_suffix, len(keys) * BLOCK_TOKENS),
         ):
             return
-        self._onset_at[pid] = t
-        self.onset_replans += 1
-        self._plan_round(sim, t, only=(pid,))
+        in_flight = any(k[0] == pid for k in sim.in_flight)
+        if self.bound.due(str(pid), now=t, rate=rate, in_flight=in_flight):
+            self._ingest.append(pid)
+        if self._ingest and t - self._ingest_at >= INGEST_BATCH_S:
+            # One re-plan per ingest, with every key it brought (the gateways post a second's
+            # records at once): the prefixes due since the last one.
+            only, self._ingest, self._ingest_at = tuple(self._ingest), [], t
+            self._plan_round(sim, t, only=only, at_ingest=True)
+
+    @property
+    def ingest_stats(self) -> dict:
+        return self.bound.stats() if self.name in (STRATEGY_REACTIVE, STRATEGY_PREDICTIVE) else {}
 
     @property
     def guard_stats(self) -> dict:
@@ -248,13 +294,15 @@ class PlannedPolicy(Reactive):
             e.cache.unpin_expired(t)
         self._plan_round(sim, t)
 
-    def _plan_round(self, sim, t: float, only: tuple[int, ...] | None = None) -> None:
-        """Plan and execute: every prefix at a tick, or ``only`` these (a burst's onset)."""
+    def _plan_round(
+        self, sim, t: float, only: tuple[int, ...] | None = None, at_ingest: bool = False
+    ) -> None:
+        """Plan and execute: every prefix at a tick, or ``only`` these (an ingest re-plan)."""
         H = self.budgets.horizon_s
-        if self.name != "predictive":
+        if self.name in ("oracle", "clairvoyant"):
             demand = oracle_demand(sim, self.t_idx, self.pid_arr, t, H, only, self.forecast_log)
         else:
-            demand = self._predicted(sim, t, H, only)
+            demand = self._demand(sim, t, H, only)
         lam = {
             int(p): d.expected_requests / H
             + d.burst_probability * max(0.0, d.peak_rate - d.expected_requests / H)
@@ -270,7 +318,8 @@ class PlannedPolicy(Reactive):
         reports = adapter.engine_reports(sim, t, self._vf, cold_value_s=COLD_VALUE_S)
         engines = states_of(reports, horizon_s=H)
         if only is None:
-            self._retain(sim, demand, t, H, cluster_queue_s(engines))
+            if self.name != STRATEGY_REACTIVE:  # the shipped reactive leases nothing
+                self._retain(sim, demand, t, H, cluster_queue_s(engines))
             if self.guard is not None:
                 self.guard.observe(t, engines, self.budgets)
         wl = sim.workload
@@ -289,7 +338,7 @@ class PlannedPolicy(Reactive):
                 )
             )
         items = decide(
-            strategy=STRATEGY_PREDICTIVE,
+            strategy=STRATEGY_REACTIVE if self.name == STRATEGY_REACTIVE else STRATEGY_PREDICTIVE,
             candidates=cands,
             demand=demand.values(),
             holdings=adapter.holdings(sim, cands, t),
@@ -298,9 +347,37 @@ class PlannedPolicy(Reactive):
             overrides=self.overrides,
             guard=None if self.guard is None else self.guard.state,
         )
+        if at_ingest:
+            rates = {str(p): d.measured_rate for p, d in demand.items()}
+            items = self.bound.admit(items, engines=engines, now=t, rates=rates)
         self._round = ({e.engine_id: e for e in engines}, demand, serving_queues(engines))
         for it in items:
             self._execute(sim, it, t)
+
+    def _demand(self, sim, t, H, only: tuple[int, ...] | None = None) -> dict[int, Demand]:
+        """Each prefix's demand by the shared rule (``core.policy.demand``): the measured rate
+        (predictive: or its onset's), plus, under predictive, its forecast's excess."""
+        forecast = self._predicted(sim, t, H, only) if self.name == STRATEGY_PREDICTIVE else {}
+        pids = list(self.trackers if only is None else only)
+        pids += [p for p in forecast if p not in self.trackers]
+        rows = []
+        for pid in pids:
+            _, rate = self.measured(pid, t)
+            f = forecast.get(pid)
+            ro = self._onset_rate(pid, t) if self.name == STRATEGY_PREDICTIVE else 0.0
+            if rate <= 0 and ro <= 0 and f is None:
+                continue
+            d = combined(
+                str(pid),
+                measured_rate=rate,
+                horizon_s=H,
+                forecast=f,
+                onset_rate=ro,
+                min_confidence=self.budgets.min_confidence,
+            )
+            rows.append((d.expected_requests, pid, d))
+        rows.sort(key=lambda x: (-x[0], x[1]))
+        return {pid: d for _, pid, d in rows[:MAX_CANDIDATES] if d.expected_requests > 0}
 
     def _predicted(self, sim, t, H, only: tuple[int, ...] | None = None) -> dict[int, Demand]:
         wl = sim.workload
@@ -432,8 +509,12 @@ class PlannedPolicy(Reactive):
                 keep_s=self.budgets.horizon_s,
             )
             if self.guard is not None:
+                tgt = states.get(it.target)
                 self.guard.record(
-                    target=states.get(it.target),
+                    target=it.target,
+                    queue_before_s=None
+                    if tgt is None or tgt.lifecycle != ENGINE_SERVING
+                    else tgt.queue_s,
                     group=sim.workload.prefix_wkey[pid],
                     prefix=pid,
                     queues_at_plan=queues,
@@ -445,3 +526,20 @@ class PlannedPolicy(Reactive):
             sim.events.at(t + it.start_in_s, go)
         else:
             go(t)
+
+    def _copied(self, sim, pid: int, src, dst, t: float, land: float | None) -> None:
+        """A routing-time (fallback) copy started: the harm guard watches it as it watches the
+        planner's (its target's queue now, and every serving engine's)."""
+        if self.guard is None or land is None:
+            return
+        queues = {e.name: queue_of(e, t) for e in sim.serving}
+        wkeys = sim.workload.prefix_wkey
+        self.guard.record(
+            target=dst.name,
+            queue_before_s=queues.get(dst.name),
+            group=wkeys[pid] if 0 <= pid < len(wkeys) else str(pid),
+            prefix=pid,
+            queues_at_plan=queues,
+            planned_at=t,
+            lands_at=land,
+        )

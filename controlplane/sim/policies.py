@@ -1,9 +1,9 @@
 """The policies a run compares: four routers, and replication policies on top of ``cache-aware``
-routing (``reactive``, ``reactive-naive``, ``hot-fanout``, ``predictive``,
-``clairvoyant``, ``everywhere``). ``everywhere`` is the ceiling placement policies are measured
+routing (``routing-reactive``, ``reactive-naive``, ``hot-fanout``, ``everywhere``; the shared
+policy's ``reactive``, ``predictive`` and ``clairvoyant`` build on them in ``planned.py``). ``everywhere`` is the ceiling placement policies are measured
 against; ``clairvoyant`` (the planner fed the true arrivals) is a reference, not a bound.
 
-``reactive`` is the fair baseline: the guarded hot-spot copy (``ReactiveRule``) that also counts
+``routing-reactive`` is the routing-time baseline: the guarded hot-spot copy (``ReactiveRule``) that also counts
 what its copy displaces. A copy takes free blocks and cached blocks no queued or running request
 references, cheapest first by their expected value over the horizon (recent rate of the block's
 prefix x its recompute per block, shared among the prefix's holders), and is made only when the
@@ -31,12 +31,17 @@ from controlplane.sim import routers
 from controlplane.sim.engine import GONE
 from controlplane.sim.workloads.base import BLOCK_TOKENS
 
+# The routing-time rule (``Reactive``): a baseline named for what it is, beside ``hot-fanout``;
+# ``reactive`` is the strategy Prewarm ships (``planned.PlannedPolicy``).
+ROUTING_REACTIVE = "routing-reactive"
+
 POLICIES = (
     "random",
     "round-robin",
     "least-loaded",
     "cache-aware",
     "reactive",
+    ROUTING_REACTIVE,
     "reactive-naive",
     "predictive",
     "clairvoyant",
@@ -76,7 +81,7 @@ VALUE_HORIZON_S = 120.0  # horizon over which a block's expected value is counte
 class Reactive(RoutingPolicy):
     """Cache-aware routing plus the guarded hot-spot copy (``ReactiveRule``); see module doc."""
 
-    name = "reactive"
+    name = ROUTING_REACTIVE
 
     def __init__(self, rule: ReactiveRule | None = None, naive: bool = False) -> None:
         super().__init__()
@@ -191,7 +196,8 @@ class Reactive(RoutingPolicy):
         if not rule.should_copy(hwait, land - t, in_flight):
             return
         if self.naive:
-            sim.start_copy(pid, chain, holder, target, t, speculative=False)
+            land = sim.start_copy(pid, chain, holder, target, t, speculative=False)
+            self._copied(sim, pid, holder, target, t, land)
             return
         # The fair rule: what the copy saves (its share of the prefix's requests in the
         # horizon, each saving the holder's extra wait, at most a recompute) against what it
@@ -201,7 +207,7 @@ class Reactive(RoutingPolicy):
         per_request = min(hwait - twait, self.recompute_per_block(sim, pid, keys) * best_m)
         saving = spill * max(0.0, per_request)
         if saving > 0:
-            sim.start_copy(
+            land = sim.start_copy(
                 pid,
                 chain,
                 holder,
@@ -211,6 +217,11 @@ class Reactive(RoutingPolicy):
                 value_of=self.value_fn(sim, t, target),
                 budget=saving,
             )
+            self._copied(sim, pid, holder, target, t, land)
+
+    def _copied(self, sim, pid: int, src, dst, t: float, land: float | None) -> None:
+        """A copy this rule started (``land``: when it lands; None: not started). A hook: the
+        planned policies' harm guard watches it."""
 
 
 class HotFanout(Reactive):

@@ -9,6 +9,7 @@ from controlplane.sim import routers
 from controlplane.sim.planned import UNGUARDED, PlannedPolicy
 from controlplane.sim.policies import (
     POLICIES,
+    ROUTING_REACTIVE,
     Everywhere,
     HotFanout,
     Reactive,
@@ -25,13 +26,15 @@ def make_policy(name: str, **options) -> RoutingPolicy:
         p = RoutingPolicy(routers.least_loaded)
     elif name == "cache-aware":
         p = RoutingPolicy()
-    elif name in ("reactive", "reactive-naive"):
-        return Reactive(options.get("reactive_rule", ReactiveRule()), naive=name != "reactive")
+    elif name in (ROUTING_REACTIVE, "reactive-naive"):
+        p = Reactive(options.get("reactive_rule", ReactiveRule()), naive=name != ROUTING_REACTIVE)
+        p.name = name
+        return p
     elif name == "everywhere":
         return Everywhere()
     elif name == "hot-fanout":
         return HotFanout()
-    elif name in ("predictive", "clairvoyant"):
+    elif name in ("reactive", "predictive", "clairvoyant"):
         return PlannedPolicy(name, **options)
     elif name == UNGUARDED:
         # predictive without the harm guard: the guard's before/after in the same run

@@ -1,8 +1,9 @@
 """Where speculation pays: the sweep's map, and the advice the control plane gives from it.
 
-``controlplane/sim/data/speculation_map.json`` is written by ``prewarm-sim sweep --json`` and
-committed; the scoreboard's recommendation reads it through ``load_map`` and ``advice``. Pure
-Python (no Django, no numpy).
+``controlplane/sim/data/speculation_map.json`` is written by ``prewarm-sim sweep --json``
+(``make speculation-map``, ``MAP_COMMAND``) and committed; the scoreboard's recommendation reads
+it through ``load_map`` and ``advice``. The map records the policy version it was made with;
+``stale`` says when that is older than the policy's. Pure Python (no Django, no numpy).
 """
 
 from __future__ import annotations
@@ -11,14 +12,33 @@ import json
 import math
 from pathlib import Path
 
+from controlplane.core.policy.version import POLICY_VERSION
+
 MAP_PATH = Path(__file__).with_name("data") / "speculation_map.json"
+# What regenerates the committed map (the Makefile's speculation-map target runs the sweep).
+MAP_COMMAND = "make speculation-map"
 VERDICTS = ("speculate", "reactive-enough", "avoid")
+
+
+def stale(doc: dict) -> str:
+    """Why the map ``doc`` is older than the policy (its ``policy_version`` below
+    ``POLICY_VERSION``, or none recorded), or ``""`` when it is not."""
+    made_with = doc.get("policy_version")
+    if not isinstance(made_with, int):
+        return f"the speculation map records no policy version: regenerate it ({MAP_COMMAND})"
+    if made_with < POLICY_VERSION:
+        return (
+            f"the speculation map was made with policy version {made_with}, the policy is at "
+            f"{POLICY_VERSION}: regenerate it ({MAP_COMMAND})"
+        )
+    return ""
 
 
 def load_map(path: str | Path | None = None) -> dict:
     """The sweep's map. Schema (a JSON object)::
 
         {
+          "policy_version": 1,            # the policy it was made with (``stale``)
           "burst_onset_s": 60.0,          # onset a copy time is compared with
           "model": "llama3-70b", "gpu": "h100", "engines": 16, "duration_s": 1800.0,
           "seeds": [0, 1, 2],             # every cell is the mean over these seeds

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from controlplane.core.costmodel import CostModel
+from controlplane.core.policy.version import POLICY_VERSION
 from controlplane.sim.seeds import CEILING, COMPARED, pct, run_jobs, summarize_cell
 
 BURST_ONSET_S = 60.0
@@ -122,6 +123,7 @@ def main_sweep(args) -> int:
         for stat in ("p99", "mean")
     }
     doc = {
+        "policy_version": POLICY_VERSION,  # the policy that made it (speculation_map.stale)
         "burst_onset_s": BURST_ONSET_S,
         "model": args.model,
         "gpu": args.gpu,

@@ -31,10 +31,17 @@ from harness.e2e.access import ControlPlaneAccess
 from harness.e2e.engines import CopyLoader, EngineMetricsServer, Node
 from harness.e2e.settings import BYTES_PER_BLOCK, PASSWORD, PG_URL, QUEUES, SECRET
 from harness.event_publisher import TestPublisher
-from harness.processes import Proc, free_port, pg_admin, wait_for
+from harness.processes import (
+    Proc,
+    celery_beat_argv,
+    celery_worker_argv,
+    daphne_argv,
+    free_port,
+    pg_admin,
+    wait_for,
+)
 from nodeagent.blockstore import FileBlockStore
 from wire import blockhash
-from wire.protocol import SOCKET_MESSAGE_MAX_BYTES
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll drowns a failure
 
@@ -140,62 +147,17 @@ class Cluster(ControlPlaneAccess):
         self.gateway_token = self.shell(
             "from controlplane.accounts.models import ApiToken; print(ApiToken.issue('gateway', 'gw')[1])"
         )
-        self.web = Proc(
-            "web",
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "--websocket-max-message-size",
-                str(SOCKET_MESSAGE_MAX_BYTES),
-                "controlplane.asgi:application",
-            ],
-            self.env,
-            self.dir,
-        )
+        self.web = Proc("web", daphne_argv("127.0.0.1", self.port), self.env, self.dir)
         self.start_web()
         if self.services:
             self.worker = Proc(
                 "worker",
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "controlplane.celery",
-                    "worker",
-                    "-Q",
-                    QUEUES,
-                    "-c",
-                    "2",
-                    "-l",
-                    "INFO",
-                    "-n",
-                    f"e2e-{self.db}@%h",
-                ],
+                celery_worker_argv(QUEUES, 2, f"e2e-{self.db}@%h"),
                 self.env,
                 self.dir,
             ).start()
             self.beat = Proc(
-                "beat",
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "controlplane.celery",
-                    "beat",
-                    "-l",
-                    "WARNING",
-                    "-s",
-                    str(self.dir / "beat-schedule"),
-                ],
-                self.env,
-                self.dir,
+                "beat", celery_beat_argv(self.dir / "beat-schedule"), self.env, self.dir
             ).start()
         for i in range(self.n_nodes):
             self.nodes.append(self._start_node(i))

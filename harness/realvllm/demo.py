@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -30,12 +29,12 @@ from typing import Any
 
 from harness import launch
 from harness.lifecycle import Lifecycles, Operator
+from harness.processes import Proc, free_port
 from harness.realvllm.driver import TENANT_HEADER
 from harness.realvllm.engine import (
     EngineUnavailable,
     VllmEngine,
     ensure_model,
-    free_port,
     vllm_python,
 )
 from harness.realvllm.presets import REAL_PRESETS, RealPreset
@@ -166,7 +165,7 @@ def main(host: str, port: int, preset: RealPreset = REAL_PRESETS["real"]) -> int
 
     children = launch.Children(on_stop=stop_engines)
     children.exit_on_signals()
-    children.web(host, port, env, data / "web.log")
+    children.web(host, port, env, data)
     print("starting two vLLM engines (about a minute, ~2.9 GB each) ...", flush=True)
     started = time.monotonic()
     try:
@@ -195,34 +194,33 @@ def main(host: str, port: int, preset: RealPreset = REAL_PRESETS["real"]) -> int
         print(f"{what}: {exc}", file=sys.stderr)
         children.stop()
         return 1
-    with open(data / "driver.log", "ab") as log:
-        children.add(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "harness.realvllm.driver",
-                    "--control-plane",
-                    cp,
-                    "--router",
-                    router.url,
-                    "--trace",
-                    "servegen",
-                    "--preset",
-                    preset.name,
-                    "--rate",
-                    str(rate),
-                    "--loop",
-                    "--operator-token",
-                    creds["operator_token"],
-                    f"--join={engines[1].name}={JOIN[0]:g}:{JOIN[1]:g}",
-                ],
-                cwd=launch.ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+    children.add(
+        Proc(
+            "driver",
+            [
+                sys.executable,
+                "-m",
+                "harness.realvllm.driver",
+                "--control-plane",
+                cp,
+                "--router",
+                router.url,
+                "--trace",
+                "servegen",
+                "--preset",
+                preset.name,
+                "--rate",
+                str(rate),
+                "--loop",
+                "--operator-token",
+                creds["operator_token"],
+                f"--join={engines[1].name}={JOIN[0]:g}:{JOIN[1]:g}",
+            ],
+            env,
+            data,
+            session=False,
         )
+    )
     # When the joiner starts serving, the router is restarted with it (a second or two of
     # refused requests, which the load generator counts as failed).
     join = threading.Timer(JOIN[1], front.join, args=(engines[1].name,))
@@ -265,7 +263,7 @@ def start_agent(
     env: dict[str, str],
     tap: str = "",
     jobs_transport: str = "websocket",
-) -> subprocess.Popen:
+) -> Proc:
     """A real ``prewarm-agent`` beside the engine: its state and log under ``data``; it sends
     warm-ups to the engine's OpenAI server and, given ``tap`` (host:port), serves the request
     tap in front of it there."""
@@ -282,14 +280,13 @@ def start_agent(
         served_model_name=engine.model.served_name,
         **({"tap_listen": tap} if tap else {}),
     )
-    with open(data / f"agent-{engine.name}.log", "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "nodeagent", "--config", str(cfg)],
-            cwd=launch.ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    return Proc(
+        f"agent-{engine.name}",
+        [sys.executable, "-m", "nodeagent", "--config", str(cfg)],
+        env,
+        data,
+        session=False,
+    ).start()
 
 
 def wait_for_engines(cp: str, token: str, names: set[str], timeout_s: float = 60.0) -> bool:

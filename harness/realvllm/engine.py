@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections import deque
@@ -30,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from harness.processes import Proc, free_port
 from harness.realvllm.model import RECIPES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,12 +92,6 @@ class EngineUnavailable(RuntimeError):
     """The engine cannot be had here; the message is one line saying why."""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def vllm_python() -> Path:
     """The vLLM environment's interpreter (``PREWARM_VLLM_PYTHON`` overrides ``.venv-vllm``)."""
     path = Path(os.environ.get("PREWARM_VLLM_PYTHON") or DEFAULT_PYTHON)
@@ -143,7 +137,7 @@ class ServerProcess:
     def __init__(self, name: str, log_path: Path):
         self.name, self.log_path = name, log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.proc: subprocess.Popen | None = None
+        self.proc: Proc | None = None
         self.ready_s: float | None = None  # start-up time of the last start
 
     @property
@@ -162,15 +156,7 @@ class ServerProcess:
         argv = self.argv()
         with open(self.log_path, "ab") as log:
             log.write(f"\n== start {time.strftime('%H:%M:%S')}: {' '.join(argv)}\n".encode())
-            self.proc = subprocess.Popen(
-                argv,
-                env=self.env(),
-                cwd=REPO,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self.proc = Proc(self.name, argv, self.env(), log_path=self.log_path).start()
         self._started = time.monotonic()
         return self
 
@@ -179,7 +165,7 @@ class ServerProcess:
         assert self.proc is not None, "start() first"
         deadline = self._started + timeout_s
         while True:
-            code = self.proc.poll()
+            code = self.proc.returncode
             if code is not None:
                 raise EngineUnavailable(
                     f"{self.what} {self.name} exited with code {code} while "
@@ -200,7 +186,7 @@ class ServerProcess:
             time.sleep(0.5)
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.proc.alive()
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """End the whole process group (API server, engine core, worker); never leaves a port."""

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import httpx
 
+from harness.processes import free_port
 from harness.realvllm.engine import (
     OFFLINE_ENV,
     TINY,
@@ -43,7 +44,6 @@ from harness.realvllm.engine import (
     ModelSpec,
     ServerProcess,
     VllmEngine,
-    free_port,
 )
 
 POLICY = "kv_aware"  # routes on the engines' KV events; cache_aware learns from its own routing

@@ -15,11 +15,12 @@ import uuid
 
 import pytest
 
+from harness.processes import free_port
 from nodeagent.blockstore import FileBlockStore, MemoryBlockStore, block_digest, transfer_checksum
 from nodeagent.transfers.auth import AuthError, sign, verify
 from nodeagent.transfers.base import Job
 from nodeagent.transfers.tcp import MAGIC, UNKNOWN_JOB, TcpTransferServer, TcpTransport
-from tests.agent.test_transfer_processes import free_port, start_agent, stop, wait_result
+from tests.agent.test_transfer_processes import start_agent, stop, wait_result
 from wire.blockhash import to_hex
 
 BLOCK = 64 << 10

@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
+from harness.processes import free_port
 from nodeagent.blockstore import FileBlockStore
 from tests.agent.fake_control_plane import FakeControlPlane
 from tests.agent.test_transfer_processes import (
     AGENT_START_S,
-    free_port,
     start_agent,
     stop,
     wait_result,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import Proc, free_port
 from nodeagent.blockstore import FileBlockStore
 from nodeagent.transfers import tcp
 from nodeagent.transfers.auth import MAC_FIELD, answer
@@ -37,12 +38,6 @@ AGENT_START_S = 60.0
 # idle; before the fix, an agent stopped mid-transfer exited only at the job's deadline (300 s).
 STOP_BUDGET_S = 5.0
 EXIT_SLACK_S = 20.0
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_agent(cp, tmp_path, name, token, store_dir, port, extra=""):
@@ -67,13 +62,8 @@ connect_timeout_s = 2.0
 {extra}
 """)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with open(tmp_path / f"{name}.log", "ab") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(
-            [sys.executable, "-m", "nodeagent", "--config", str(cfg)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
+    argv = [sys.executable, "-m", "nodeagent", "--config", str(cfg)]
+    return Proc(name, argv, env, tmp_path).start()
 
 
 def job(job_id, keys, src_port, dst_port, attempt=1):
@@ -120,16 +110,14 @@ def stop(*procs):
     """SIGTERM every process, wait for each within the stop budget, kill any still running; only
     then fail, naming those that ignored the stop (so none is left behind by another's failure)."""
     for p in procs:
-        if p.poll() is None:
-            p.terminate()
+        p.send(signal.SIGTERM)
     ignored = []
     for p in procs:
         try:
             p.wait(STOP_BUDGET_S + EXIT_SLACK_S)
         except subprocess.TimeoutExpired:
-            ignored.append(p.args)
+            ignored.append(p.name)
             p.kill()
-            p.wait()
     assert not ignored, (
         f"did not exit within {STOP_BUDGET_S + EXIT_SLACK_S} s of SIGTERM: {ignored}"
     )
@@ -185,7 +173,6 @@ def test_receiver_killed_mid_transfer_fails_cleanly_then_retry_succeeds(
             JOB_DEADLINE_S,
         )
         dst.kill()
-        dst.wait()
         failed = wait_result(control_plane, jid, s)
         assert failed["state"] == "failed" and "failed" in failed["error"]
         assert not any(FileBlockStore(tmp_path / "dst-blocks").contains(k) for k in keys)
@@ -268,7 +255,7 @@ def test_a_stalled_peer_cannot_hold_the_job_past_its_deadline_nor_the_agent_past
             lambda: any(e.get("job_id") == jid for e in control_plane.events), JOB_DEADLINE_S
         )  # acknowledged: the job is running
         t0 = time.monotonic()
-        src.send_signal(signal.SIGTERM)
+        src.send(signal.SIGTERM)
         src.wait(STOP_BUDGET_S + EXIT_SLACK_S)
         assert time.monotonic() - t0 < STOP_BUDGET_S + EXIT_SLACK_S
         assert [r["state"] for r in control_plane.results(jid)] == ["failed"]

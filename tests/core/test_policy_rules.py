@@ -6,6 +6,7 @@ import pytest
 
 from controlplane.core.policy import onset
 from controlplane.core.policy.decide import decide
+from controlplane.core.policy.ingest import IngestBound, wants_replan
 from controlplane.core.policy.inputs import EngineReport, engine_states, spec_room
 from controlplane.core.policy.types import Budgets, Candidate, Demand, Holding, Overrides
 
@@ -40,15 +41,17 @@ def test_room_takes_cold_blocks_cheapest_first_and_charges_their_value():
     assert state.displaced_s_per_byte == pytest.approx(0.4 / 50.0)
 
 
-def test_a_burst_onset_replans_only_above_its_holders_and_not_twice_in_a_row():
+def test_a_burst_onset_is_the_rate_now_above_twice_the_long_rate():
     rate = onset.onset_rate(short_rate=4.0, long_rate=1.0)  # 20 arrivals in 5 s, 4x the minute
     assert rate == 4.0
     assert onset.onset_rate(short_rate=4.0, long_rate=2.5) == 0.0  # not twice the long rate
     assert onset.onset_rate(short_rate=1.0, long_rate=0.1) == 0.0  # 5 arrivals: too few
-    kw = dict(seen=10, blocks=4, min_blocks=2, holders=1, load=0.5, service_s=0.5)
-    assert onset.replans(now=10.0, last_replan=0.0, rate=rate, **kw)  # 4/s > 1 x 0.5 / 0.5
-    assert not onset.replans(now=10.0, last_replan=9.0, rate=rate, **kw)  # re-planned 1 s ago
-    assert not onset.replans(now=10.0, last_replan=0.0, rate=rate, **{**kw, "holders": 5})
+    # Re-planned at once where it outruns its holders, not twice within ONSET_REPLAN_S.
+    kw = dict(blocks=4, min_blocks=2, holders=1, load=0.5, service_s=0.5)
+    assert wants_replan(arrivals=20, rate=rate, **kw)  # 4/s > 1 x 0.5 / 0.5
+    bound = IngestBound()
+    assert bound.due("p", now=10.0, rate=rate, in_flight=False)
+    assert not bound.due("p", now=10.0 + onset.ONSET_REPLAN_S / 2, rate=rate, in_flight=False)
 
 
 def test_strategy_off_plans_nothing_and_an_unknown_one_is_refused():

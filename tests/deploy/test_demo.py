@@ -2,28 +2,23 @@
 and port, or says plainly what holds them; two presets live side by side."""
 
 import socket
-import subprocess
 import sys
 
 import pytest
 
 from harness import launch as demo
+from harness.processes import Proc
 
 
-def _holder(lock_path) -> subprocess.Popen:
+def _holder(lock_path) -> Proc:
     """A previous run's straggler: a child that inherited the lock and is still stopping."""
     code = (
         "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
         "fcntl.flock(fd, fcntl.LOCK_EX); os.pwrite(fd, b'pid straggler', 0); print('held', flush=True);"
         "sys.stdin.read()"
     )
-    p = subprocess.Popen(
-        [sys.executable, "-c", code, str(lock_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert p.stdout.readline().strip() == "held"
+    p = Proc("straggler", [sys.executable, "-c", code, str(lock_path)], pipe=True).start()
+    assert p.readline().strip() == "held"
     return p
 
 

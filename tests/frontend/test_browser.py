@@ -6,7 +6,6 @@ Run with `-m browser`. Screenshots of every page (1440x900) go to test-artifacts
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import httpx
 import pytest
 
 from harness import fleet_seed as cluster
+from harness.live import LiveControlPlane
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,12 +25,6 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 # A delta reaches the page within the coalescing interval (0.1 s) and one REST refetch; the
 # ceiling is for a busy machine, a passing test never waits for it.
 LIVE_CEILING_MS = 30_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(env, *args) -> str:
@@ -59,34 +53,10 @@ def live(tmp_path_factory):
     }
     _run(env, "manage.py", "migrate", "-v", "0")
     seed = json.loads(_run(env, "-m", "tests.frontend.browser_seed", "base"))
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "controlplane.asgi:application",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        # A file, not a pipe nobody reads: a full pipe (64 KiB of log) would block the server.
-        stderr=open(tmp / "daphne.log", "wb"),  # the server holds it
-    )
-    url = f"http://127.0.0.1:{port}"
+    server = LiveControlPlane(tmp, env=env)  # its log: <tmp>/daphne.log
+    url = server.url
     try:
-        for _ in range(100):
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("daphne did not start")
+        server.start(timeout=30)
         agents = [
             httpx.Client(base_url=url, headers={"Authorization": f"Bearer {seed[k]}"})
             for k in ("agent_token", "agent_token_2")
@@ -112,8 +82,7 @@ def live(tmp_path_factory):
         for agent in agents:
             agent.close()
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        server.close()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import httpx
@@ -11,7 +10,7 @@ import pytest
 
 from harness.event_publisher import TestPublisher
 from harness.live import LiveControlPlane
-from harness.processes import REPO, wait_for
+from harness.processes import Proc, wait_for
 from tests.agent.conftest import load_messages
 
 pytestmark = pytest.mark.slow
@@ -68,7 +67,8 @@ def test_agent_reports_real_events_and_loses_nothing_while_control_plane_is_down
         f"topic={expected['topic']},block_size={expected['block_size']},bytes_per_block=65536,"
         "kv_capacity_blocks=4096,gpu_uuids=GPU-sim-0"
     )
-    agent = subprocess.Popen(
+    agent = Proc(
+        "agent",
         [
             sys.executable,
             "-m",
@@ -98,10 +98,10 @@ def test_agent_reports_real_events_and_loses_nothing_while_control_plane_is_down
             "--backoff-max-s",
             "1",
         ],
-        cwd=REPO,
-        stdout=open(tmp_path / "agent.log", "wb"),
-        stderr=subprocess.STDOUT,
-    )
+        None,
+        tmp_path,
+        stop_timeout_s=10,
+    ).start()
     try:
         token = user_token(plane)
         wait_for(
@@ -124,9 +124,8 @@ def test_agent_reports_real_events_and_loses_nothing_while_control_plane_is_down
             30,
             what=f"{want} resident blocks after the outage",
         )
-        assert agent.poll() is None, "the agent must survive the outage"
+        assert agent.alive(), "the agent must survive the outage"
     finally:
-        agent.terminate()
-        agent.wait(10)
+        agent.stop()
         pub.close()
         print((tmp_path / "agent.log").read_text()[-3000:])

@@ -231,16 +231,16 @@ def lmcache_coordinator(tmp_path_factory):
 class LmcacheMp:
     coordinator: str  # its URL
     servers: dict[str, int] = field(default_factory=dict)  # instance -> request (ZMQ) port
-    worker: subprocess.Popen | None = None
+    worker: Proc | None = None
 
     def store(self, instance: str, tokens: list[int]) -> None:
         """The engine on ``instance`` prefills ``tokens``: the server stores their KV (whole
         chunks) in its L1 and the shared L2, and reports it to the coordinator."""
-        assert self.worker is not None and self.worker.stdin and self.worker.stdout
+        assert self.worker is not None and self.worker.stdin
         server = list(self.servers).index(instance)
         self.worker.stdin.write(json.dumps({"server": server, "tokens": tokens}) + "\n")
         self.worker.stdin.flush()
-        answer = json.loads(self.worker.stdout.readline() or "{}")
+        answer = json.loads(self.worker.readline() or "{}")
         assert answer.get("ok"), answer
 
     def directory(self, tokens: list[int]) -> list[set[tuple[str, str]]]:
@@ -290,29 +290,22 @@ def lmcache_mp(lmcache_coordinator, tmp_path_factory):
             return {i["instance_id"] for i in listed} >= set(mp.servers)
 
         wait_for(registered, START_S, interval=0.5, what="the MP servers registered")
-        with open(work / "worker.log", "ab") as err:
-            mp.worker = subprocess.Popen(
-                [str(LMCACHE_PY), str(MP_WORKER)]
-                + [f"tcp://127.0.0.1:{port}" for port in mp.servers.values()],
-                cwd=REPO,
-                env={**os.environ, "PYTHONHASHSEED": "0", "LMCACHE_DISABLE_BANNER": "1"},
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                start_new_session=True,
-            )
-        ready = mp.worker.stdout.readline() if mp.worker.stdout else ""
-        assert json.loads(ready or "{}").get("ready"), (work / "worker.log").read_text()[-3000:]
+        mp.worker = Proc(
+            "worker",
+            [str(LMCACHE_PY), str(MP_WORKER)]
+            + [f"tcp://127.0.0.1:{port}" for port in mp.servers.values()],
+            {**os.environ, "PYTHONHASHSEED": "0", "LMCACHE_DISABLE_BANNER": "1"},
+            work,
+            pipe=True,
+        ).start()
+        ready = mp.worker.readline()
+        assert json.loads(ready or "{}").get("ready"), mp.worker.tail()
         yield mp
     finally:
         if mp.worker is not None:
-            if mp.worker.stdin:
-                mp.worker.stdin.close()  # it unregisters its KV caches and exits
-            try:
-                mp.worker.wait(30)
+            try:  # its stdin closed, it unregisters its KV caches and exits
+                mp.worker.communicate(timeout=30)
             except subprocess.TimeoutExpired:
                 mp.worker.kill()
-                mp.worker.wait(10)
         for proc in reversed(procs):
             proc.stop()

@@ -162,15 +162,9 @@ def test_doctor_names_each_fault_and_nothing_on_a_healthy_fleet(vllm_engines, pl
         flags = []
         for i, seed in enumerate(("1", "2")):
             ev, rp = free_port(), free_port()
-            pubs.append(
-                subprocess.Popen(
-                    [str(vllm_python()), str(PUBLISHER), f"tcp://*:{ev}", f"tcp://*:{rp}", "kv"],
-                    env={**os.environ, "PYTHONHASHSEED": seed},
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    text=True,
-                )
-            )
+            argv = [str(vllm_python()), str(PUBLISHER), f"tcp://*:{ev}", f"tcp://*:{rp}", "kv"]
+            env = {**os.environ, "PYTHONHASHSEED": seed}
+            pubs.append(Proc(f"publisher-{i}", argv, env, tmp_path, pipe=True).start())
             flags += [
                 "--engine",
                 f"engine_id=pub-{i},kv_events=tcp://127.0.0.1:{ev},replay=tcp://127.0.0.1:{rp},"
@@ -178,7 +172,7 @@ def test_doctor_names_each_fault_and_nothing_on_a_healthy_fleet(vllm_engines, pl
             ]
         try:
             for p in pubs:
-                assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+                assert p.readline().strip() == "ready", p.tail()
             procs.append(_plain_agent(plane, tmp_path / "c", flags))
             want = {
                 (d.BLOCK_SIZE_WRONG, "node-b/vllm-b"),
@@ -199,8 +193,7 @@ def test_doctor_names_each_fault_and_nothing_on_a_healthy_fleet(vllm_engines, pl
             assert got == want, got - want
         finally:
             for p in pubs:
-                p.terminate()
-                p.wait(20)
+                p.stop(20)
         code, out = doctor_cli(plane)
         assert code == 1, out
         for check, subject in want:

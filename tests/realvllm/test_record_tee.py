@@ -60,7 +60,7 @@ def test_a_batch_the_control_plane_refused_is_not_kept():
 
 
 def test_an_unreachable_control_plane_is_a_502_and_nothing_is_kept():
-    from harness.realvllm.engine import free_port
+    from harness.processes import free_port
 
     t = RecordTee(f"http://127.0.0.1:{free_port()}")
     t.start()

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.processes import wait_for
-from harness.realvllm.engine import MODEL_NAME, free_port
+from harness.processes import free_port, wait_for
+from harness.realvllm.engine import MODEL_NAME
 from nodeagent.spool import unframe
 from tests.realvllm.helpers import api, engine_blocks, prompts, start_agent
 

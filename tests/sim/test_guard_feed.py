@@ -30,7 +30,8 @@ def _copied(prefix=7, planned_at=0.0, lands_at=4.0) -> SimGuard:
     """A guard watching one copy of ``prefix`` (group ``t0``) to e1, idle when planned."""
     g = SimGuard()
     g.record(
-        target=_engines()[1],
+        target="e1",
+        queue_before_s=0.0,
         group="t0",
         prefix=prefix,
         queues_at_plan={"e0": 0.0, "e1": 0.0, "e2": 0.0},

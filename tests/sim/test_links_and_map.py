@@ -20,7 +20,7 @@ def _sim(engines=3):
     wl = Workload(
         "t", one, one.astype(np.int32), one.astype(np.int32), one.astype(np.int32), [(1,)], ["k"]
     )
-    return Simulation(cfg, wl, make_policy("reactive"))
+    return Simulation(cfg, wl, make_policy("routing-reactive"))
 
 
 def test_on_demand_copy_passes_a_speculative_one():

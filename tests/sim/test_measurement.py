@@ -10,10 +10,11 @@ import pytest
 from controlplane.core.costmodel import CostModel
 from controlplane.sim.cli import main
 from controlplane.sim.cluster import ClusterConfig, Simulation
+from controlplane.sim.grid import summarize as grid_summary
 from controlplane.sim.metrics import summarize
 from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.scenarios import build, offered_load
-from controlplane.sim.seeds import summarize_cell
+from controlplane.sim.seeds import seeds_text, summarize_cell
 from controlplane.sim.workloads.base import Workload
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
@@ -85,7 +86,7 @@ def test_one_engine_works(capsys):
         build(engines=1, scenario="scaleout", **SG)
 
 
-def _run(seed, reactive, other, sat=False, peak=0.5):
+def _run(seed, reactive, other, sat=False, peak=0.5, ceiling=0.5):
     pol = {
         "ttft_mean_s": reactive,
         "ttft_p99_s": reactive,
@@ -101,8 +102,22 @@ def _run(seed, reactive, other, sat=False, peak=0.5):
         "policies": {
             "reactive": pol,
             "predictive": {**pol, "ttft_mean_s": other, "ttft_p99_s": other},
+            "everywhere": {**pol, "ttft_mean_s": ceiling / 4, "ttft_p99_s": ceiling},
         },
     }
+
+
+def test_a_seed_is_never_left_out_by_one_policys_own_backlog():
+    """Reactive ends seed 3 with 50 s queues (its own backlog: ``saturated`` in its run) and a
+    peak offered load near 1, but the ceiling serves it at p99 0.7 s: it is measured."""
+    runs = [_run(s, 1.0, 0.9) for s in range(3)] + [
+        _run(3, 50.0, 24.0, sat=True, peak=0.99, ceiling=0.7)
+    ]
+    cell = summarize_cell(runs)
+    assert cell["saturated_seeds"] == [] and cell["left_out"] == []
+    assert cell["seeds_measured"] == [0, 1, 2, 3]
+    g = grid_summary(runs)
+    assert g["saturated_seeds"] == [] and g["worst_seed"]["seed"] in (0, 1, 2, 3)
 
 
 def test_saturated_seeds_are_flagged_not_averaged():
@@ -110,11 +125,14 @@ def test_saturated_seeds_are_flagged_not_averaged():
         _run(0, 1.0, 0.9),
         _run(1, 1.0, 0.9),
         _run(2, 1.0, 0.91),
-        _run(3, 50.0, 100.0, sat=True),
-        _run(4, 1.0, 0.9, peak=1.2),
+        _run(3, 50.0, 100.0, ceiling=40.0),
+        _run(4, 1.0, 0.9, ceiling=12.0),
     ]
     cell = summarize_cell(runs)
     assert cell["saturated_seeds"] == [3, 4] and cell["gains_over"] == "unsaturated seeds"
+    assert [x["seed"] for x in cell["left_out"]] == [3, 4]
+    assert "everywhere p99 40.00 s > 10 s" in cell["left_out"][0]["why"]
+    assert seeds_text(cell).startswith("3 of 5 (df 2); left out: seed 3 (everywhere p99 40.00")
     assert cell["predictive_gain_p99"] == pytest.approx(0.0967, abs=1e-3)
     assert cell["predictive_gain_p99_beyond_noise"]
     assert cell["predictive_gain_p99_all_seeds"] < cell["predictive_gain_p99"]

@@ -44,7 +44,7 @@ def _copy_at(sim, t):
 
 
 def test_fair_reactive_does_not_evict_a_recently_used_only_copy():
-    sim, a, b = _sim("reactive")
+    sim, a, b = _sim("routing-reactive")
     _copy_at(sim, 10.0)
     assert not sim.replicas and b.cache.match(Q) == len(Q)  # no copy: it would displace Q
     # Two minutes later Q has not been used since: its blocks are cold, the copy may take them.
@@ -60,7 +60,7 @@ def test_naive_reactive_evicts_it():
 
 
 def test_a_planned_replica_is_leased_for_the_horizon():
-    sim, a, b = _sim("reactive", spec_fraction=1.0)
+    sim, a, b = _sim("routing-reactive", spec_fraction=1.0)
     land = sim.start_copy(0, P, a, b, 200.0, speculative=True, ttl_s=300.0, keep_s=120.0)
     sim.events.run_until(land + 1e-6)
     assert b.cache.match(P) == len(P) and set(P) <= set(b.cache.spec)
@@ -89,7 +89,7 @@ def test_predictive_replans_a_bursts_onset_before_the_next_tick():
     )
     pol = make_policy("predictive", reactive_rule=ReactiveRule(threshold_s=math.inf))
     r = Simulation(cfg, wl, pol).run()
-    assert pol.onset_replans >= 1
+    assert pol.bound.replans >= 1
     landed = sorted(x.placed_at for x in r.replicas if x.speculative and x.pid == 0)
     assert landed and 60.2 < landed[0] < 64.0, landed
     assert r.replica_used and all(r.replica_used.values())

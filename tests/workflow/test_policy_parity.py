@@ -2,8 +2,11 @@
 (``controlplane.sim.adapter``, from simulated engines: FIFO queues, prefix caches, links) and by
 the live control plane's (``replication.plans.inputs``, from what agents report: vLLM's waiting
 and running requests and KV usage, jobs in flight, the residency index) gives the same engine
-states and the same plan items. The control tests give one adapter another input rule and watch
-the comparison catch it.
+states and the same plan items, under both strategies: ``predictive`` on the snapshot's demand,
+``reactive`` on the demand each side measures from the snapshot's arrivals (the simulator's
+``reactive`` policy, ``sim.planned``; the live cycle's rule, ``plans.inputs.demand_of``). The
+control tests give one adapter another input rule, or the simulated reactive another measure of
+demand, and watch the comparison catch it.
 
 Known limit, kept out of the snapshots: the live side cannot tell which cached blocks running
 requests reference (vLLM reports only how many), so a forecast prefix is never referenced here.
@@ -19,13 +22,15 @@ from types import SimpleNamespace
 import pytest
 
 from controlplane.core.costmodel import TIER_BYTES_PER_S
-from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, decide
+from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, decide
+from controlplane.core.policy.demand import MEASURE_WINDOW_S
 from controlplane.core.policy.inputs import COLD_VALUE_S, engine_states
 from controlplane.core.policy.types import Budgets, Candidate, Demand, Holding, Overrides
 from controlplane.core.prefix_cache import PrefixCache
 from controlplane.replication.plans import inputs as live
 from controlplane.sim import adapter as simulated
 from controlplane.sim.engine import SERVING, WARMING, Engine, OffloadTier
+from controlplane.sim.planned import PlannedPolicy
 from wire.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 
 T = 1000.0  # the snapshot's time
@@ -69,7 +74,18 @@ def snapshot(seed: int) -> dict:
         for k in prefixes
     }
     cands = [Candidate(str(k), (k,), 16, BB, "t", 0.02, rng.uniform(0.001, 0.05)) for k in prefixes]
-    return {"engines": engines, "demand": demand, "cands": cands, "load": rng.uniform(0, 0.9)}
+    # Arrivals of each prefix over the last 150 s: what reactive measures its demand from.
+    arrivals = {
+        k: sorted(rng.uniform(T - 150.0, T) for _ in range(rng.choice([0, 3, 40, 400])))
+        for k in prefixes
+    }
+    return {
+        "engines": engines,
+        "demand": demand,
+        "cands": cands,
+        "load": rng.uniform(0, 0.9),
+        "arrivals": arrivals,
+    }
 
 
 def holdings(snap) -> list[Holding]:
@@ -170,12 +186,34 @@ def live_reports(snap, report=None):
     return out, hold
 
 
-def plan_of(reports, hold, snap):
+def simulated_reactive_demand(snap) -> list[Demand]:
+    """The simulator's ``reactive`` policy fed the snapshot's arrivals: its demand at ``T``."""
+    policy = PlannedPolicy(STRATEGY_REACTIVE, budgets=Budgets(horizon_s=H, min_confidence=0.0))
+    policy.trackers, policy.short, policy.onset, policy.minute, policy.seen = {}, {}, {}, {}, {}
+    for k, times in snap["arrivals"].items():
+        for t in times:
+            policy._observe(None, 0, t, k, (k,))
+    return [dataclasses.replace(d, prefix_id=str(p)) for p, d in policy._demand(None, T, H).items()]
+
+
+def live_reactive_demand(snap) -> list[Demand]:
+    """The live plan cycle's reactive demand: each key's requests of the last minute
+    (``plans.measured``) through the live rule (``plans.inputs.demand_of``)."""
+    policy = SimpleNamespace(horizon_seconds=H, min_confidence=0.0, strategy=STRATEGY_REACTIVE)
+    out = []
+    for k, times in snap["arrivals"].items():
+        n = sum(1 for t in times if t > T - MEASURE_WINDOW_S)
+        if n:
+            out.append(live.demand_of(str(k), n / MEASURE_WINDOW_S, None, 0.0, policy))
+    return out
+
+
+def plan_of(reports, hold, snap, strategy=STRATEGY_PREDICTIVE, demand=None):
     budgets = Budgets(horizon_s=H, max_spec_vram_fraction=0.5, min_confidence=0.0)
     items = decide(
-        strategy=STRATEGY_PREDICTIVE,
+        strategy=strategy,
         candidates=snap["cands"],
-        demand=snap["demand"].values(),
+        demand=snap["demand"].values() if demand is None else demand,
         holdings=hold,
         engines=reports,
         budgets=budgets,
@@ -202,6 +240,12 @@ def differences(seed: int, report=None) -> list[str]:
                 out.append(f"seed {seed} {x.engine_id}.{f.name}: simulator {u} != live {v}")
     if plan_of(sim_reports, sim_hold, snap) != plan_of(live_r, live_hold, snap):
         out.append(f"seed {seed}: the plans differ")
+    sim_d, live_d = simulated_reactive_demand(snap), live_reactive_demand(snap)
+    if sorted(sim_d, key=repr) != sorted(live_d, key=repr):
+        out.append(f"seed {seed}: reactive demand: simulator {sim_d} != live {live_d}")
+    a = plan_of(sim_reports, sim_hold, snap, STRATEGY_REACTIVE, sim_d)
+    if a != plan_of(live_r, live_hold, snap, STRATEGY_REACTIVE, live_d):
+        out.append(f"seed {seed}: the reactive plans differ")
     return out
 
 
@@ -218,6 +262,16 @@ def test_both_adapters_give_the_same_engines_and_the_same_plan():
     assert any(e["warming"] for s in snaps for e in s["engines"])
     planned = [plan_of(*live_reports(snapshot(s)), snapshot(s)) for s in SEEDS]
     assert sum(1 for p in planned if p) >= 10
+    reactive = [
+        plan_of(
+            *live_reports(snapshot(s)),
+            snapshot(s),
+            STRATEGY_REACTIVE,
+            live_reactive_demand(snapshot(s)),
+        )
+        for s in SEEDS
+    ]
+    assert sum(1 for p in reactive if p) >= 10
 
 
 def _kv_usage_as_load(**kw):
@@ -242,3 +296,16 @@ def _no_displaced_value(**kw):
 def test_the_comparison_catches_an_adapter_with_another_input_rule(rule):
     diffs = [d for s in SEEDS for d in differences(s, rule)]
     assert diffs
+
+
+def _measured_over_two_minutes(self, pid, t):
+    """A simulated reactive that measures its demand over two minutes, not the live one."""
+    times = [x for x in self.minute.get(pid, ()) if x > t - 120.0]
+    return len(times), len(times) / 120.0
+
+
+def test_the_comparison_catches_a_simulated_reactive_that_measures_demand_otherwise(monkeypatch):
+    # Every arrival kept (the deque is trimmed to a minute as it is read): then a 2-minute rate.
+    monkeypatch.setattr(PlannedPolicy, "measured", _measured_over_two_minutes)
+    diffs = [d for s in SEEDS for d in differences(s)]
+    assert any("reactive" in d for d in diffs)

@@ -7,11 +7,15 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
 
 from controlplane.forecasting.models import Forecast
 from controlplane.replication.choices import JobState, OverrideKind
 from controlplane.replication.models import Override, ReplicationJob, ReplicationPlan
 from controlplane.replication.plans import react
+from controlplane.replication.plans.cycle import run_cycle
 from harness import burst
 from tests.workflow.test_plan_queues import report_waiting
 
@@ -22,7 +26,7 @@ def at_ingest(fleet, settings):
 
 
 def ingest(fleet, mode: str, **policy):
-    react._last.clear()  # a fresh process: no key re-planned a moment ago
+    react.BOUND.reset()  # a fresh process: no key re-planned a moment ago
     p = fleet.policy(mode, **policy)
     fleet.post_burst(time.time())
     return p, ReplicationPlan.objects.filter(policy=p, summary__trigger="ingest").first()
@@ -39,7 +43,7 @@ def test_reactive_copies_a_hot_prefix_at_ingest_with_no_forecast(fleet):
     job = ReplicationJob.objects.get(item=item)
     assert job.state == JobState.DISPATCHED
     # The same burst again: the copy on its way counts as a holder, nothing is planned twice.
-    react._last.clear()
+    react.BOUND.reset()
     fleet.post_burst(time.time())
     again = ReplicationPlan.objects.filter(summary__trigger="ingest").exclude(pk=plan.pk)
     assert not ReplicationJob.objects.exclude(pk=job.pk).filter(target=job.target).exists()
@@ -79,13 +83,13 @@ def test_predictive_replans_a_bursts_onset_at_ingest(fleet):
 
 
 def test_predictive_falls_back_to_the_reactive_rule_at_ingest_where_a_holder_queues(fleet):
-    react._last.clear()
+    react.BOUND.reset()
     fleet.policy("auto", strategy="predictive")
     post_steady(fleet)  # steady demand, a holder with no queue: left to the forecasts
     assert not ReplicationPlan.objects.exists()
     # Its holder queues 40 requests: the guarded reactive fallback copies at ingest.
     report_waiting(fleet, {"node-a": 40}, seq=3)
-    react._last.clear()
+    react.BOUND.reset()
     post_steady(fleet)
     plan = ReplicationPlan.objects.filter(summary__trigger="ingest").first()
     assert plan is not None and plan.items.exists(), plan
@@ -100,3 +104,43 @@ def test_hot_fanout_copies_a_hot_prefix_its_idle_holder_could_serve(fleet):
     assert plan is not None, ReplicationPlan.objects.values_list("summary", flat=True)
     # Mooncake's fanout: one more copy in HBM (two memory replicas), whatever the holder's load.
     assert plan.items.count() == 1 and plan.items.get().reason.startswith("hot fanout: ")
+
+
+def test_live_predictive_plans_measured_demand_with_no_forecast_and_shows_both_parts(
+    fleet, settings
+):
+    """Predictive is reactive plus foresight: with no forecast at all (a fresh install) its plan
+    cycle still copies what the last minute measured, and the summary, the API and the plan page
+    show each item's measured and forecast demand."""
+    settings.PREWARM_REACT_AT_INGEST = False  # the plan cycle alone
+    p = fleet.policy("manual", strategy="predictive")
+    now = timezone.now()
+    fleet.post_burst(now.timestamp())  # the cycle runs as of then: the burst's last minute
+    assert not Forecast.objects.exists()
+    plan = run_cycle(p.pk, now=now)
+    assert plan is not None and plan.items.exists(), plan and plan.summary
+    parts = plan.summary["demand"]
+    assert parts and all(
+        d["measured_per_s"] > 0
+        and d["forecast_per_s"] == 0
+        and d["planned_per_s"] >= d["measured_per_s"]
+        for d in parts.values()
+    )
+    item = fleet.operator.get(f"/api/plans/{plan.pk}/").json()["items"][0]
+    assert item["demand"] == parts[str(item["workload_key"])]
+    browser = Client()
+    browser.force_login(User.objects.get(username="op"))
+    page = browser.get(f"/plans/{plan.pk}/").content.decode()
+    assert f"{item['demand']['measured_per_s']:.2f}/s / –" in page
+
+
+def test_the_ingest_bound_holds_back_a_second_copy_of_a_prefix_on_its_way(fleet):
+    """The burst again seconds later, its first copy still on its way: the storm bound re-plans
+    nothing (that copy is not a holder yet, so the planner would send another elsewhere), and
+    the plan summary counts what the bound did."""
+    _, plan = ingest(fleet, "auto", strategy="reactive")
+    assert plan is not None and plan.summary["ingest"]["copies"] == plan.items.count() >= 1
+    react.BOUND.replanned.clear()  # past the re-plan interval, as if seconds later
+    fleet.post_burst(time.time())
+    assert react.BOUND.held_back_replans >= 1
+    assert ReplicationJob.objects.count() == plan.items.count()

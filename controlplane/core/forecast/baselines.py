@@ -187,8 +187,8 @@ class _BlendFit(Fitted):
 class SeasonalBlend(SeasonalNaive):
     """Recent level (mean of the last `level_window_s`) blended with the same bucket a day
     earlier, the level's weight decaying as exp(-lead / `tau_s`): persistence for the next
-    minutes, yesterday's shape for the hours after. A past-only predictor (issue 4 reports it
-    closed most of the reactive -> oracle gap); `tau_s` is fixed, not fitted."""
+    minutes, yesterday's shape for the hours after. A past-only predictor; `tau_s` is fixed, not
+    fitted."""
 
     name = "seasonal_blend"
     level_window_s = 1800

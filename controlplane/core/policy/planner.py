@@ -1,4 +1,4 @@
-"""The replication planner (architecture section 5, step 3): what to copy where, and why.
+"""The replication planner: what to copy where, and why.
 
 The same function serves the Celery ``plan`` task, the simulator's ``predictive`` policy (fed
 forecasts and burst risk) and its ``oracle`` (fed the true future arrivals). It knows nothing of
@@ -38,8 +38,8 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
   only when that many requests are expected to use it in the horizon (1.6: P(used) >= 0.8).
 - Room (``EngineState.free_bytes``) is what a replica may take without touching blocks that
   running or waiting requests reference: free blocks and cached blocks whose expected value over
-  the horizon is below the replica's (architecture section 5); the caller ranks them.
-- What a speculative item takes from the cluster at the moment it runs (issue 20): a request
+  the horizon is below the replica's; the caller ranks them.
+- What a speculative item takes from the cluster at the moment it runs: a request
   spilled to a replica waits the target's queue (``EngineState.queue_s``), so it saves
   ``recompute_s - queue_s``, not the recompute; a copy behind copies already queued on its links
   lands late and serves only the rest of the horizon (``1 - landing / H`` of its benefit); the

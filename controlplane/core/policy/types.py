@@ -10,8 +10,8 @@ from wire.protocol import ENGINE_LIFECYCLES, ENGINE_SERVING, TIER_GPU
 
 LIFECYCLES = ENGINE_LIFECYCLES
 
-# The charged planner's settings, one set for every trace and cell (docs/simulator.md, "Issue 20
-# runs"): the simulator's ``predictive`` and ``oracle`` use them, and so does a new
+# The charged planner's settings, one set for every trace and cell (docs/simulator.md, "What
+# predictive's items are charged"): the simulator's ``predictive`` and ``oracle`` use them, and so does a new
 # ``replication.models.Policy`` (an operator tunes them there). A speculative item's expected
 # saving must be BENEFIT_MARGIN x what it takes (copy time, the displaced blocks' expected value,
 # the target's queue); none lands on a serving engine queueing over MAX_TARGET_QUEUE_S; while the
@@ -43,6 +43,10 @@ class Demand:
     peak_rate: float = 0.0  # requests/s a burst would reach
     confidence: float = 1.0
     first_arrival_s: float = 0.0  # seconds from now to the first expected request
+    # Its two parts (``core.policy.demand``), for the plan summary: the rate measured now (or
+    # a burst's onset), and the forecast's rate (0: no forecast).
+    measured_rate: float = 0.0
+    forecast_rate: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,12 @@ class PlanItemSerializer(serializers.ModelSerializer):
         help_text="the most the scoreboard can credit this item: one prefill of its prefix on "
         "its target (expected_ttft_saved_s is the planner's model, queue effects included)"
     )
+    demand = serializers.SerializerMethodField(
+        help_text="the item's prefix's demand by its two parts (requests/s): measured_per_s "
+        "(the last minute, or a burst's onset), forecast_per_s (0: no forecast) and "
+        "planned_per_s, which is never below the measured part; null on plans made before "
+        "the plan summary carried it"
+    )
 
     class Meta:
         model = PlanItem
@@ -135,6 +141,7 @@ class PlanItemSerializer(serializers.ModelSerializer):
             "bytes",
             "expected_ttft_saved_s",
             "creditable_ttft_s",
+            "demand",
             "cost_s",
             "confidence",
             "reason",
@@ -147,6 +154,9 @@ class PlanItemSerializer(serializers.ModelSerializer):
 
     def get_creditable_ttft_s(self, item) -> float:
         return creditable_s(item)
+
+    def get_demand(self, item) -> dict | None:
+        return (item.plan.summary or {}).get("demand", {}).get(str(item.workload_key_id))
 
     def get_source_name(self, item) -> str | None:
         return str(item.source) if item.source_id else None

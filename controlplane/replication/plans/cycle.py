@@ -20,6 +20,7 @@ from django.utils import timezone
 from controlplane.core.policy import guard as harm_guard
 from controlplane.core.policy.backoff import queue_gate
 from controlplane.core.policy.decide import decide
+from controlplane.core.policy.ingest import IngestBound
 from controlplane.core.policy.types import Budgets, PlannedMove
 from controlplane.demand.models import WorkloadKey
 from controlplane.demand.services import want_prefix_tokens
@@ -126,9 +127,9 @@ def run_cycle(policy_id: int | None = None, now=None) -> ReplicationPlan | None:
         return None
     now = now or timezone.now()
     t0 = time.perf_counter()
-    measured = None
-    if policy.strategy == PolicyStrategy.REACTIVE:
-        measured = measured_rates(None, now)  # no forecast: what the last minute measured
+    # What the last minute measured, under either strategy: predictive's forecasts add to it
+    # (core.policy.demand), never replace it.
+    measured = measured_rates(None, now)
     return plan_and_apply(policy, gather(policy, now, measured), now, t0)
 
 
@@ -140,6 +141,8 @@ def plan_and_apply(
     trigger: str = "cycle",
     store_empty: bool = True,
     pinned: frozenset[str] = frozenset(),  # the hot fanout's keys (``react.fanout``)
+    bound: IngestBound | None = None,  # an ingest re-plan's storm bound (``react``)
+    rates: dict[str, float] | None = None,  # ... and its keys' rates now
 ) -> ReplicationPlan | None:
     """The shared policy's items for ``inputs`` (``core.policy.decide``: the planner under the
     policy's budgets and overrides), stored as a plan; then the policy's mode decides."""
@@ -189,11 +192,23 @@ def plan_and_apply(
     to_be = holders_to_be(now)
     pins = _pin_items(inputs) if trigger == "cycle" else []
     items = [it for it in pins + items if (chain_hex(it.keys), int(it.target)) not in to_be]
+    if bound is not None:  # the ingest re-plan's bound per target (core.policy.ingest)
+        items = bound.admit(items, engines=inputs.engines, now=time.monotonic(), rates=rates or {})
     items, waiting = _with_token_ids(policy, inputs, items)
     if not items and not store_empty:
         return None
     planned_s = time.perf_counter() - t0
-    plan = store(policy, inputs, items, planned_s, waiting, gate, trigger, guard_summary)
+    plan = store(
+        policy,
+        inputs,
+        items,
+        planned_s,
+        waiting,
+        gate,
+        trigger,
+        guard_summary,
+        ingest=bound.stats() if bound is not None else None,
+    )
     update_readiness(inputs, items)
     if policy.mode == PolicyMode.SHADOW:
         _shadow_replicas(plan, policy, now)
@@ -245,6 +260,7 @@ def store(
     queues: dict | None = None,
     trigger: str = "cycle",
     guard: dict | None = None,
+    ingest: dict | None = None,
 ) -> ReplicationPlan:
     # A new proposal supersedes the open ones: approving a stale plan would act on old residency.
     ReplicationPlan.objects.filter(state=PlanState.PROPOSED).update(state=PlanState.SUPERSEDED)
@@ -270,6 +286,11 @@ def store(
             "queues": queues or {},
             # the harm guard: how much speculation it allows now and why (core.policy.guard)
             **({"guard": guard} if guard is not None else {}),
+            # an ingest re-plan: its storm bound's counts in this process (core.policy.ingest)
+            **({"ingest": ingest} if ingest is not None else {}),
+            # each planned key's demand, by its two parts (core.policy.demand): the rate
+            # measured now and the forecast's (requests/s; 0: none)
+            "demand": demand_parts(inputs, items),
             # the forecaster behind each planned key (scoring credits it), not all 100k
             "forecasters": {
                 it.prefix_id: inputs.forecasters[it.prefix_id]
@@ -307,6 +328,23 @@ def store(
         {"plan": plan.pk, "mode": plan.mode, "state": plan.state, "items": len(rows)},
     )
     return plan
+
+
+def demand_parts(inputs: Inputs, items: list[PlannedMove]) -> dict[str, dict]:
+    """Per planned key: its measured and forecast rate (``Demand.measured_rate`` /
+    ``forecast_rate``), and the rate the plan provisioned for."""
+    by_id = {d.prefix_id: d for d in inputs.demand}
+    horizon = max(1e-9, float(inputs.horizon_s))
+    out = {}
+    for it in items:
+        d = by_id.get(it.prefix_id)
+        if d is not None and it.prefix_id not in out:
+            out[it.prefix_id] = {
+                "measured_per_s": round(d.measured_rate, 4),
+                "forecast_per_s": round(d.forecast_rate, 4),
+                "planned_per_s": round(d.expected_requests / horizon, 4),
+            }
+    return out
 
 
 def _shadow_replicas(plan: ReplicationPlan, policy: Policy, now) -> None:

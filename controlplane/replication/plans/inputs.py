@@ -18,6 +18,8 @@ from django.utils.dateparse import parse_datetime
 
 from controlplane.core.costmodel import TIER_BYTES_PER_S
 from controlplane.core.demand import demand_for
+from controlplane.core.policy.decide import STRATEGY_PREDICTIVE
+from controlplane.core.policy.demand import combined
 from controlplane.core.policy.inputs import COLD_VALUE_S, EngineReport, engine_states, spec_room
 from controlplane.core.policy.types import Candidate, Demand, EngineState, Holding, Overrides
 from controlplane.demand.models import DemandBucket, WorkloadKey
@@ -43,6 +45,7 @@ class Inputs:
     overrides: Overrides
     keys: dict[str, KeyRow]
     forecasters: dict[str, str]
+    horizon_s: float = 300.0  # the policy's horizon the demand is over
 
 
 # Plain rows instead of model instances: a cycle reads 100k keys and forecasts, and building
@@ -326,33 +329,42 @@ def _engine_reports(
     return out
 
 
-def gather(policy: Policy, now=None, measured: dict[int, float] | None = None) -> Inputs:
-    """Everything the planner needs, read once. With ``measured`` (workload key id -> requests/s
-    measured now), the demand of those keys alone, as the reactive strategy and the onset
-    re-plan see it: that rate held over the horizon, certain (no forecast involved)."""
+def gather(
+    policy: Policy,
+    now=None,
+    measured: dict[int, float] | None = None,
+    only: list[int] | None = None,
+) -> Inputs:
+    """Everything the planner needs, read once. ``measured``: workload key id -> requests/s
+    measured now (``plans.measured``). Each key's demand is the shared rule's
+    (``core.policy.demand``): its measured rate, held over the horizon, certain; under
+    ``predictive`` its forecast adds what it sees beyond that with its confidence. ``only``: the
+    keys of an ingest re-plan (default: every key with measured demand or, under predictive, a
+    forecast)."""
     now = now or timezone.now()
+    measured = measured or {}
     engines = list(Engine.objects.select_related("node").filter(node__state=NodeState.ACTIVE))
     by_model: dict[str, list[Engine]] = {}
     for e in engines:
         by_model.setdefault(e.model, []).append(e)
-    keys = _workload_keys(None if measured is None else list(measured))
+    predictive = policy.strategy == STRATEGY_PREDICTIVE
+    if only is None and not predictive:
+        only = list(measured)
+    keys = _workload_keys(only)
     horizon = float(policy.horizon_seconds)
-    if measured is None:
-        forecasts = _latest_forecasts()
-        rows = [
-            (pid, key, forecasts.get(key.pk))
-            for pid, key in keys.items()
-            if by_model.get(key.model) and key.pk in forecasts
-        ]
-        expected = expected_many([f for _, _, f in rows], now, horizon).tolist()
-    else:
-        rows = [(pid, key, None) for pid, key in keys.items() if by_model.get(key.model)]
-        expected = [measured[key.pk] * horizon for _, key, _ in rows]
+    forecasts = _latest_forecasts() if predictive else {}
+    rows = [
+        (pid, key, forecasts.get(key.pk))
+        for pid, key in keys.items()
+        if by_model.get(key.model) and (key.pk in forecasts or measured.get(key.pk, 0.0) > 0)
+    ]
+    expected = expected_many([f for _, _, f in rows if f is not None], now, horizon).tolist()
     cands, demand, forecasters = [], [], {}
     models = {m: cost_model_for(m) for m in {key.model for _, key, _ in rows}}
     # Service and recompute times depend only on (model, prefix tokens): a few distinct values.
     times: dict[tuple[str, int], tuple[float, float]] = {}
-    for (pid, key, f), exp in zip(rows, expected, strict=True):
+    forecast_expected = iter(expected)
+    for pid, key, f in rows:
         peers, cm, chain = by_model[key.model], models[key.model], key.chain
         tokens = key.prefix_tokens or len(chain) * peers[0].block_size
         t = times.get((key.model, tokens))
@@ -363,20 +375,10 @@ def gather(policy: Policy, now=None, measured: dict[int, float] | None = None) -
             )
         bpb = peers[0].bytes_per_block or int(cm.kv_bytes_per_token * peers[0].block_size)
         cands.append(Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, t[0], t[1]))
-        if f is None:  # measured, not forecast
-            demand.append(Demand(pid, exp, 0.0, exp / horizon, 1.0))
-            continue
-        # The demand model the simulator's predictive policy shares (core.demand).
-        demand.append(
-            demand_for(
-                pid,
-                expected_requests=exp,
-                horizon_s=horizon,
-                burst_probability=f.burst_risk or 0.0,
-                backtest_mase=f.backtest_mase,
-            )
-        )
-        forecasters[pid] = f.model
+        exp = next(forecast_expected) if f is not None else 0.0
+        demand.append(demand_of(pid, measured.get(key.pk, 0.0), f, exp, policy))
+        if f is not None:
+            forecasters[pid] = f.model
     # One batched residency read for every prefix (100k holders() calls were 100k round trips);
     # the planner copies only from engines holding the whole chain.
     index = get_index()
@@ -389,7 +391,32 @@ def gather(policy: Policy, now=None, measured: dict[int, float] | None = None) -
     ]
     reports = _engine_reports(engines, cached_values(cands, demand, holdings), now)
     states = engine_states(reports, horizon_s=horizon)
-    return Inputs(cands, demand, holdings, states, _overrides(), keys, forecasters)
+    return Inputs(cands, demand, holdings, states, _overrides(), keys, forecasters, horizon)
+
+
+def demand_of(
+    pid: str, measured_rate: float, f: ForecastRow | None, expected: float, policy: Policy
+) -> Demand:
+    """One key's demand by the shared rule (``core.policy.demand.combined``): its measured rate,
+    and its forecast's (``expected`` requests in the horizon, through the demand model the
+    simulator shares, ``core.demand``) where there is one."""
+    horizon = float(policy.horizon_seconds)
+    forecast = None
+    if f is not None:
+        forecast = demand_for(
+            pid,
+            expected_requests=expected,
+            horizon_s=horizon,
+            burst_probability=f.burst_risk or 0.0,
+            backtest_mase=f.backtest_mase,
+        )
+    return combined(
+        pid,
+        measured_rate=measured_rate,
+        horizon_s=horizon,
+        forecast=forecast,
+        min_confidence=policy.min_confidence,
+    )
 
 
 def _expected(f: ForecastRow, now, horizon: float) -> float:

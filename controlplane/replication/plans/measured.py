@@ -1,5 +1,6 @@
-"""Demand as measured from request records, not forecast: what the reactive strategy plans on,
-and what shows a hot spot or a burst's onset at ingest (``react``)."""
+"""Demand as measured from request records, not forecast: what both strategies plan on (the
+shared rule, ``core.policy.demand``), and what shows a hot spot or a burst's onset at ingest
+(``react``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from django.db.models import Min, Sum
 
 from controlplane.core.policy import onset
 from controlplane.core.policy.decide import STRATEGY_PREDICTIVE
+from controlplane.core.policy.demand import MEASURE_WINDOW_S
 from controlplane.demand.models import DemandBucket
-
-MEASURE_WINDOW_S = 60.0  # measured demand: the requests of (at least) the last minute
 
 
 def measured_rates(key_ids, now) -> dict[int, float]:

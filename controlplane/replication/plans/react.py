@@ -1,12 +1,17 @@
-"""Replication at ingest: a hot spot (reactive) or a burst's onset (predictive) seen in request
-records as they arrive is planned within seconds, not at the next plan cycle.
+"""Replication at ingest: a hot spot or a burst's onset seen in request records as they arrive
+is planned within seconds, not at the next plan cycle, under either strategy.
 
 Each ingest of request records names the workload keys it saw (``demand.signals.
-records_ingested``); after it commits, ``react`` measures their demand (``measured``), hands
-those keys alone to the shared policy (``core.policy.decide``, the planner under the policy's
-budgets and overrides) and stores what it plans as a plan like any other, which the policy's
-mode then approves (auto), leaves to an operator (manual) or scores without moving (shadow). A
-key is re-planned at most every ``onset.ONSET_REPLAN_S`` per process; copies already planned,
+records_ingested``); after it commits, ``react`` measures their demand (``measured``: the last
+minute's rate; under ``predictive`` a burst's onset where the batch shows one), keeps the keys
+the shared ingest rule re-plans (``core.policy.ingest.wants_replan``: a rate now above what
+their holders can take; under ``predictive`` also the keys whose holder queues past the guarded
+reactive rule) and the storm bound lets through (``BOUND``: one per process; a minimum interval
+with hysteresis per key, no second copy of a key while one is on its way, and bytes in flight
+per target), hands them to the shared policy (``core.policy.decide``, their demand by the shared
+rule, ``core.policy.demand``) and stores what it plans as a plan like any other, which the
+policy's mode then approves (auto), leaves to an operator (manual) or scores without moving
+(shadow); the plan's summary carries the bound's counts (``ingest``). Copies already planned,
 moving or held count as holders (``holders_to_be``), so an ingest never doubles one.
 """
 
@@ -14,27 +19,27 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.core.policy import onset
+from controlplane.core.policy import ingest
+from controlplane.core.policy.demand import MEASURE_WINDOW_S
 from controlplane.core.policy.reactive import HOT_WINDOW_S, ReactiveRule, hot_fanout
 from controlplane.queues import Queue, task
-from wire.protocol import TIER_GPU
+from wire.protocol import ENGINE_SERVING, TIER_GPU
 
-from ..choices import PolicyStrategy
-from ..models import Policy, ReplicationPlan
+from ..choices import JobAction, JobState, PolicyStrategy
+from ..models import Policy, ReplicationJob, ReplicationPlan
 from .cycle import active_policy, plan_and_apply
 from .inputs import Inputs, chain_hex, gather, holders_to_be
 from .measured import ingest_demand
 
 log = logging.getLogger(__name__)
 
-_last: dict[int, float] = {}  # workload key -> monotonic time of its last ingest re-plan
+BOUND = ingest.IngestBound()  # this process's storm bound (``core.policy.ingest``)
 
 
 def react(arrivals: dict[int, list[float]], now=None) -> ReplicationPlan | None:
@@ -45,32 +50,78 @@ def react(arrivals: dict[int, list[float]], now=None) -> ReplicationPlan | None:
         return None
     t0, mono = time.perf_counter(), time.monotonic()
     now = now or timezone.now()
-    due = {
-        k: v for k, v in arrivals.items() if mono - _last.get(k, -math.inf) >= onset.ONSET_REPLAN_S
-    }
-    demand, onsets = ingest_demand(due, policy.strategy, now)
-    if not demand:
+    rates, _onsets = ingest_demand(arrivals, policy.strategy, now)
+    if not rates:
         return None
-    inputs = gather(policy, now, measured=demand)
-    if policy.strategy == PolicyStrategy.PREDICTIVE:
-        # Forecasts plan at the cycle; at ingest, a burst's onset, and the reactive fallback
-        # where a holder already queues past the guarded rule (``ReactiveRule``).
-        keep = {str(k) for k in onsets} | fallback(inputs)
-        inputs = only(inputs, keep)
-        demand = {k: v for k, v in demand.items() if str(k) in keep}
-        if not demand:
-            return None
-    for k in demand:
-        _last[k] = mono
+    inputs = gather(policy, now, measured=rates, only=list(rates))
+    # Under predictive, also the keys whose holder queues past the guarded reactive rule; with
+    # the hot fanout (reactive), the hot keys under its replica count, whatever their holders.
+    extra: set[str] = set()
     pinned = frozenset()
-    if policy.hot_fanout and policy.strategy == PolicyStrategy.REACTIVE:
-        pinned = fanout(inputs, demand, now)
+    if policy.strategy == PolicyStrategy.PREDICTIVE:
+        extra = fallback(inputs)
+    elif policy.hot_fanout:
+        pinned = fanout(inputs, rates, now)
+        extra = set(pinned)
+    keep = replanned(inputs, rates, mono, extra)
+    if not keep:
+        return None
+    inputs = only(inputs, keep)
+    pinned = pinned & keep
     plan = plan_and_apply(
-        policy, inputs, now, t0, trigger="ingest", store_empty=False, pinned=pinned
+        policy,
+        inputs,
+        now,
+        t0,
+        trigger="ingest",
+        store_empty=False,
+        pinned=pinned,
+        bound=BOUND,
+        rates={str(k): v for k, v in rates.items()},
     )
     if plan is not None:
-        log.info("ingest: plan %s for %d hot key(s)", plan.pk, len(demand))
+        log.info("ingest: plan %s for %d hot key(s)", plan.pk, len(keep))
     return plan
+
+
+def replanned(
+    inputs: Inputs, rates: dict[int, float], now: float, extra: set[str] = frozenset()
+) -> set[str]:
+    """The candidates the shared ingest rule re-plans (``core.policy.ingest.wants_replan``;
+    and ``extra``) that the storm bound lets through now (``now``: monotonic seconds)."""
+    by_id = {e.engine_id: e for e in inputs.engines}
+    serving = [e.load for e in inputs.engines if e.lifecycle == ENGINE_SERVING]
+    mean = sum(serving) / len(serving) if serving else 0.0
+    holders: dict[str, list[float]] = {}
+    for h in inputs.holdings:
+        if h.tier == TIER_GPU and h.engine_id in by_id:
+            holders.setdefault(h.prefix_id, []).append(by_id[h.engine_id].load)
+    moving = in_flight_chains()
+    out = set()
+    for c in inputs.candidates:
+        rate = rates.get(inputs.keys[c.prefix_id].pk, 0.0)
+        if c.prefix_id not in extra and not ingest.wants_replan(
+            arrivals=rate * MEASURE_WINDOW_S,
+            rate=rate,
+            blocks=len(c.keys),
+            min_blocks=ReactiveRule().min_blocks,
+            holders=len(holders.get(c.prefix_id, ())),
+            # the holders' load (the planner's spare capacity); held nowhere: the fleet's
+            load=sum(holders[c.prefix_id]) / len(holders[c.prefix_id])
+            if c.prefix_id in holders
+            else mean,
+            service_s=c.service_s,
+        ):
+            continue
+        if BOUND.due(c.prefix_id, now=now, rate=rate, in_flight=chain_hex(c.keys) in moving):
+            out.add(c.prefix_id)
+    return out
+
+
+def in_flight_chains() -> set[tuple[str, ...]]:
+    """Chains with a copy approved and not landed yet (on its way: not a holder yet)."""
+    jobs = ReplicationJob.objects.filter(state__in=JobState.IN_FLIGHT, action=JobAction.REPLICATE)
+    return {chain_hex(chain) for chain in jobs.values_list("prefix_keys", flat=True)}
 
 
 def fallback(inputs: Inputs) -> set[str]:

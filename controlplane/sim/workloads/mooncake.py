@@ -2,7 +2,7 @@
 
 Each line: ``timestamp`` (ms), ``input_length``, ``output_length`` (tokens), ``hash_ids`` (one id
 per 512-token block, chained: equal ids = identical prefix content). The ids are used directly as
-canonical keys of 512-token blocks (architecture section 2). The prompt's full blocks form its
+canonical keys of 512-token blocks. The prompt's full blocks form its
 prefix chain; the tail of a partial last block is never cached and counts as its own suffix.
 The workload key of a request is its chain's first two blocks (block 0 is shared by every
 request, so the second block tells conversations / documents apart).
