@@ -28,6 +28,7 @@ from controlplane.audit.models import AuditEvent
 from controlplane.core.misses import MISSES, REASONS
 from controlplane.demand.filtersets import MissBucketFilterSet, WorkloadKeyFilterSet
 from controlplane.demand.models import DemandBucket, MissBucket, WorkloadKey
+from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Engine, Gpu, GpuSample, Node
 from controlplane.fleet.residency import get_index
 from controlplane.readmodels.cachemap import DEFAULT_ENGINES_PER_PAGE, DEFAULT_PREFIXES, STATES
@@ -169,21 +170,39 @@ def _history(gpus) -> list[dict]:
 @needs(Role.VIEWER)
 def node_detail(request, pk: int):
     node = get_object_or_404(Node, pk=pk)
-    gpus = list(node.gpus.all())
+    gpus = list(node.gpus.select_related("claimed_by"))
     engines = list(node.engines.prefetch_related("gpus"))
     index = get_index()
     for engine in engines:
         engine.blocks = index.usage(engine.pk).blocks
+    allowed = node.reenrol_allowed_until
     return page(
-        request, "node.html", "map", node=node, gpus=gpus, engines=engines, history=_history(gpus)
+        request,
+        "node.html",
+        "map",
+        node=node,
+        gpus=gpus,
+        engines=engines,
+        # GPUs this node reported that another node owns: left out of its reports.
+        refused=list(node.claimed_gpus.select_related("node")),
+        reenrol_allowed_until=allowed if allowed and allowed > timezone.now() else None,
+        retired=node.state == NodeState.RETIRED,
+        history=_history(gpus),
     )
 
 
 @needs(Role.VIEWER)
 def gpu_detail(request, pk: int):
-    gpu = get_object_or_404(Gpu.objects.select_related("node"), pk=pk)
+    gpu = get_object_or_404(Gpu.objects.select_related("node", "claimed_by"), pk=pk)
     return page(
-        request, "gpu.html", "map", gpu=gpu, engines=gpu.engines.all(), history=_history([gpu])
+        request,
+        "gpu.html",
+        "map",
+        gpu=gpu,
+        engines=gpu.engines.all(),
+        # Where another node claims it, admins reassign it to any node not retired.
+        nodes=Node.objects.exclude(state=NodeState.RETIRED).order_by("name"),
+        history=_history([gpu]),
     )
 
 

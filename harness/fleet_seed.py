@@ -32,7 +32,8 @@ def make_user(role: str | None, name: str | None = None) -> User:
 def enrol(hostname: str) -> tuple[Node, str]:
     """A node and its raw agent token, through the enrolment service."""
     _, raw = EnrolmentToken.issue()
-    return services.enrol(raw, hostname, {})
+    node, token, _secret = services.enrol(raw, hostname, {})
+    return node, token
 
 
 def chain(seed: int, blocks: int) -> list[str]:

@@ -61,11 +61,13 @@ class Backoff:
 
 @dataclass
 class AgentState:
-    """What survives restarts: identity and the last seq used."""
+    """What survives restarts: identity (the agent token, and the node's enrolment secret that
+    proves it is this node when it must enrol again) and the last seq used."""
 
     node_id: int | None = None
     agent_token: str = ""
     seq: int = 0
+    node_secret: str = ""
 
     @classmethod
     def load(cls, path: Path) -> AgentState:
@@ -73,14 +75,25 @@ class AgentState:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             return cls()
-        return cls(data.get("node_id"), data.get("agent_token", ""), int(data.get("seq", 0)))
+        return cls(
+            data.get("node_id"),
+            data.get("agent_token", ""),
+            int(data.get("seq", 0)),
+            data.get("node_secret", ""),
+        )
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the token
         with os.fdopen(fd, "w") as f:
             json.dump(
-                {"node_id": self.node_id, "agent_token": self.agent_token, "seq": self.seq}, f
+                {
+                    "node_id": self.node_id,
+                    "agent_token": self.agent_token,
+                    "seq": self.seq,
+                    "node_secret": self.node_secret,
+                },
+                f,
             )
         os.replace(tmp, path)
 
@@ -147,7 +160,9 @@ class Reporter:
         return {"Authorization": f"Bearer {self.state.agent_token}"}
 
     async def enrol(self) -> bool:
-        """Enrol once (token kept in the state file); True when the agent has an identity."""
+        """Enrol (token and the node's enrolment secret kept in the state file); True when the
+        agent has an identity. Enrolling again (state kept, token no longer accepted) presents
+        the secret: the control plane re-enrols a taken node name only with its proof."""
         if self.state.agent_token:
             return True
         if not self.enrolment_token:
@@ -158,6 +173,8 @@ class Reporter:
             "hostname": self.hostname,
             "labels": self.labels,
         }
+        if self.state.node_secret:
+            body["node_secret"] = self.state.node_secret
         resp = await self.client.post(f"{self.base_url}/api/agents/enrol/", json=body)
         if resp.status_code != 201:
             log.error("enrolment refused (%s): %s", resp.status_code, resp.text[:200])
@@ -165,6 +182,7 @@ class Reporter:
         data = resp.json()
         self.state.node_id = data["node_id"]
         self.state.agent_token = data["agent_token"]
+        self.state.node_secret = str(data.get("node_secret") or self.state.node_secret)
         if data.get("report_interval_s"):
             self.interval_s = float(data["report_interval_s"])
         self.state.save(self.state_path)
@@ -304,6 +322,12 @@ class Reporter:
         if code in (401, 403):
             self._fail(f"report refused ({code}): agent token not accepted")
             self._count("unauthorized")
+            if code == 401 and self.enrolment_token and self.state.node_secret:
+                # Revoked (or lost by the control plane): enrol again on the next flush, proving
+                # this node with its enrolment secret.
+                log.warning("agent token no longer accepted: enrolling again as %s", self.hostname)
+                self.state.agent_token = ""
+                self.state.save(self.state_path)
             return False
         if code in (400, 413):
             # The report itself is wrong or too big: keeping it would block the spool forever.

@@ -14,6 +14,7 @@ from .choices import TokenKind
 from .models import ApiToken, digest
 
 INVALID_TOKEN = "invalid, expired or revoked token"
+RETIRED = "retired"  # fleet's NodeState.RETIRED (accounts sits below fleet)
 AGENT_TOKEN_REQUIRED = "an agent token is required (Authorization: Bearer ...)"
 NOT_AN_AGENT = "your role does not allow this"  # RolePermission's answer to other tokens
 
@@ -61,7 +62,16 @@ def authenticate_agent(authorization: str | None) -> ApiToken:
         raise AgentAuthFailed(401, INVALID_TOKEN)
     if token.kind != TokenKind.AGENT or token.node_id is None:
         raise AgentAuthFailed(403, NOT_AN_AGENT)
+    if token.node.state == RETIRED:  # retiring revokes its tokens; this holds whatever did not
+        raise AgentAuthFailed(401, INVALID_TOKEN)
     return token
+
+
+def agent_token_live(token_id: int) -> bool:
+    """Whether the agent token ``token_id`` still works (not revoked, expired or retired): what
+    an open socket checks before it sends a job or applies an event."""
+    token = ApiToken.objects.select_related("node").filter(pk=token_id).first()
+    return token is not None and token.usable and token.node.state != RETIRED
 
 
 class AgentTokenAuthentication(authentication.BaseAuthentication):

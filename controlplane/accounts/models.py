@@ -72,6 +72,11 @@ class EnrolmentToken(models.Model):
     max_uses = models.PositiveIntegerField(default=1)
     uses = models.PositiveIntegerField(default=0)
     labels = models.JSONField(default=dict, blank=True, help_text="labels given to the node")
+    node_name = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="bound to this node name: enrols only it, and may re-enrol it (a reinstall)",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )

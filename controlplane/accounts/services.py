@@ -11,8 +11,36 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.audit.services import record
+from controlplane.realtime import groups
+from controlplane.realtime.publish import publish
 
+from .choices import TokenKind
 from .models import ApiToken, EnrolmentToken, digest
+
+# The message a node's channel group is sent when tokens of the node stop working: its sockets
+# holding one of them close (4401) and its waiting long-polls answer 401 (controlplane/agentapi).
+AGENT_REVOKED = "agent.revoked"
+
+
+def close_agent_channels(node_id: int, token_ids: list[int]) -> None:
+    """Once the transaction commits, end every open socket and long-poll of node ``node_id``
+    authenticated by one of ``token_ids``: revocation reaches channels already open."""
+    if token_ids:
+        publish(groups.agent(node_id), AGENT_REVOKED, {"tokens": sorted(token_ids)})
+
+
+def revoke_node_tokens(node_id: int, *, only: ApiToken | None = None) -> list[ApiToken]:
+    """Revoke the node's usable agent tokens (``only``: that one) now and close their channels
+    on commit; returns the tokens revoked. The caller audits (it knows why)."""
+    tokens = ApiToken.objects.select_for_update().filter(
+        node_id=node_id, kind=TokenKind.AGENT, revoked_at__isnull=True
+    )
+    if only is not None:
+        tokens = tokens.filter(pk=only.pk)
+    revoked = list(tokens)
+    ApiToken.objects.filter(pk__in=[t.pk for t in revoked]).update(revoked_at=timezone.now())
+    close_agent_channels(node_id, [t.pk for t in revoked])
+    return revoked
 
 
 @transaction.atomic
@@ -36,6 +64,8 @@ def revoke_api_token(token: ApiToken, who, *, reason: str = "") -> ApiToken:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
         record(who, "token.revoked", token, after={"prefix": token.prefix}, reason=reason)
+        if token.node_id is not None:
+            close_agent_channels(token.node_id, [token.pk])
     return token
 
 
@@ -47,12 +77,18 @@ def issue_enrolment_token(
     labels: dict | None = None,
     created_by=None,
     max_uses: int = 1,
+    node_name: str = "",
     reason: str = "",
 ) -> tuple[EnrolmentToken, str]:
     """An enrolment token good for ``max_uses`` agents (1: one-time); returns it with the raw
-    token (shown once)."""
+    token (shown once). ``node_name``: bound to that name, which it may also re-enrol (a
+    reinstalled host whose agent lost its state)."""
     token, raw = EnrolmentToken.issue(
-        ttl_seconds, labels=labels or {}, created_by=created_by, max_uses=max_uses
+        ttl_seconds,
+        labels=labels or {},
+        created_by=created_by,
+        max_uses=max_uses,
+        node_name=node_name,
     )
     record(who, "enrolment_token.created", token, after=_enrolment_state(token), reason=reason)
     return token, raw
@@ -92,4 +128,5 @@ def _enrolment_state(token: EnrolmentToken) -> dict:
         "expires_at": token.expires_at.isoformat(),
         "max_uses": token.max_uses,
         "labels": token.labels,
+        "node_name": token.node_name,
     }

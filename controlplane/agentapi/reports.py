@@ -12,7 +12,6 @@ from django.utils.decorators import method_decorator
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -23,7 +22,7 @@ from controlplane.accounts.choices import TokenKind
 from controlplane.accounts.throttling import TokenScopedRateThrottle
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
-from controlplane.api.parsers import MsgpackParser
+from controlplane.api.parsers import JSONParser, MsgpackParser
 from controlplane.core.agent_report import ReportError, parse_report
 from controlplane.core.errors import DomainError
 from controlplane.fleet import services
@@ -48,8 +47,30 @@ class AgentView(APIView):
         return request.auth.node
 
 
-class EnrolView(APIView):
-    """Trade a one-time enrolment token for this node's agent token."""
+class OwnTransaction:
+    """For views that are not one transaction per request (``non_atomic_requests``): their
+    service is the transaction, and a refusal rolled it back already."""
+
+    def get_exception_handler(self):
+        handler = super().get_exception_handler()
+
+        def refuse(exc, context):
+            # The API's handler marks the innermost open transaction for rollback, which here
+            # is never this request's, but may be an enclosing one (a test's): leave those as
+            # they were.
+            marks = {c.alias: c.get_rollback() for c in connections.all() if c.in_atomic_block}
+            response = handler(exc, context)
+            for alias, mark in marks.items():
+                connections[alias].set_rollback(mark)
+            return response
+
+        return refuse
+
+
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
+class EnrolView(OwnTransaction, APIView):
+    """Trade an enrolment token for this node's agent token (the service is the transaction, so
+    a refused re-enrolment's audit record is kept)."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
@@ -63,19 +84,28 @@ class EnrolView(APIView):
         check_body_size(request, 64 * 1024)
         data = s.EnrolSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        node, raw = services.enrol(
-            data.validated_data["enrolment_token"],
-            data.validated_data["hostname"],
-            data.validated_data["labels"],
+        v = data.validated_data
+        node, raw, secret = services.enrol(
+            v["enrolment_token"],
+            v["hostname"],
+            v["labels"],
+            node_secret=v["node_secret"],
+            agent_token=v["agent_token"],
+            ip=request.META.get("REMOTE_ADDR", ""),
         )
         return Response(
-            {"node_id": node.pk, "agent_token": raw, "report_interval_s": 1.0},
+            {
+                "node_id": node.pk,
+                "agent_token": raw,
+                "node_secret": secret,
+                "report_interval_s": 1.0,
+            },
             status=status.HTTP_201_CREATED,
         )
 
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
-class ReportView(AgentView):
+class ReportView(OwnTransaction, AgentView):
     """GPU stats, engines and residency deltas or snapshots, applied atomically.
 
     Not one transaction per request (``ATOMIC_REQUESTS``): the body is decoded and validated
@@ -100,21 +130,6 @@ class ReportView(AgentView):
             time.perf_counter() - t0, sum(len(r.stored) + len(r.removed) for r in report.residency)
         )
         return Response(body)
-
-    def get_exception_handler(self):
-        handler = super().get_exception_handler()
-
-        def refuse(exc, context):
-            # The refusal rolled its own transaction back (apply_report's); the API's handler
-            # marks the innermost open transaction for rollback, which here is never this
-            # request's, but may be an enclosing one (a test's): leave those as they were.
-            marks = {c.alias: c.get_rollback() for c in connections.all() if c.in_atomic_block}
-            response = handler(exc, context)
-            for alias, mark in marks.items():
-                connections[alias].set_rollback(mark)
-            return response
-
-        return refuse
 
     def handle_exception(self, exc):
         # Every refusal, whatever raised it (auth, throttle, size, validation, stale seq).

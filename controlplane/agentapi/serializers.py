@@ -9,11 +9,18 @@ class EnrolSerializer(serializers.Serializer):
     labels = serializers.DictField(
         child=serializers.CharField(max_length=200), required=False, default=dict
     )
+    # Proof for re-enrolling a name already enrolled: the node's enrolment secret or its current
+    # agent token, both kept in the agent's state.
+    node_secret = serializers.CharField(max_length=200, required=False, default="")
+    agent_token = serializers.CharField(max_length=200, required=False, default="")
 
 
 class EnrolResponseSerializer(serializers.Serializer):
     node_id = serializers.IntegerField()
     agent_token = serializers.CharField()
+    node_secret = serializers.CharField(
+        help_text="kept by the agent: it proves the node's identity when it enrols again"
+    )
     report_interval_s = serializers.FloatField()
 
 
@@ -37,6 +44,9 @@ class ReportResponseSerializer(serializers.Serializer):
     snapshot_requested = serializers.ListField(child=serializers.CharField())
     server_time = serializers.FloatField()
     deltas_applied = serializers.IntegerField()
+    gpus_refused = serializers.ListField(
+        child=serializers.CharField(), help_text="uuids of GPUs another node owns: not applied"
+    )
 
 
 class HeartbeatSerializer(serializers.Serializer):

@@ -2,7 +2,9 @@
 
 ``GET /api/agents/jobs/?wait=25`` answers at once with the ``job.assign`` messages the node has
 not acknowledged, or waits up to ``wait`` seconds for one to be published to its group. It is an
-async view so a waiting agent holds no worker thread. ``POST /api/agents/jobs/<id>/events/`` takes
+async view so a waiting agent holds no worker thread. Its token is checked again whenever it
+wakes (a job, a second gone, or ``agent.revoked`` sent to the node's group when the token is
+revoked): a revoked token's wait ends at once with 401 and no job. ``POST /api/agents/jobs/<id>/events/`` takes
 the same ``job.ack`` / ``job.progress`` / ``job.result`` messages as the socket.
 """
 
@@ -17,13 +19,13 @@ from django.http import JsonResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
-from controlplane.accounts.authentication import AgentAuthFailed
+from controlplane.accounts.authentication import INVALID_TOKEN, AgentAuthFailed
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 from controlplane.realtime import groups
 from controlplane.replication.jobs.delivery import apply_event
 
-from .jobs import agent_node, pending
+from .jobs import agent_token, pending, token_live
 from .reports import AgentView
 
 MAX_WAIT_S = 25
@@ -38,7 +40,7 @@ async def agent_jobs(request):
     if request.method != "GET":
         return _error(405, "method_not_allowed", "use GET")
     try:
-        node_id = await agent_node(request.headers.get("Authorization"))
+        node_id, token_id = await agent_token(request.headers.get("Authorization"))
     except AgentAuthFailed as exc:
         code = "not_authenticated" if exc.status == 401 else "permission_denied"
         return _error(exc.status, code, exc.detail)
@@ -56,6 +58,8 @@ async def agent_jobs(request):
     try:
         deadline = time.monotonic() + wait
         while True:
+            if not await token_live(token_id):
+                return _error(401, "not_authenticated", INVALID_TOKEN)
             jobs = await pending(node_id)
             left = deadline - time.monotonic()
             if jobs or left <= 0:

@@ -94,6 +94,52 @@ def _list(value: Any, where: str, max_len: int | None = None, optional: bool = T
     return value
 
 
+# Free-form sub-documents (a GPU's pcie, processes and errors, an engine's endpoints and
+# metrics) are stored as JSON and shown: plain JSON only, bounded.
+DOC_MAX_DEPTH = 8
+DOC_MAX_NODES = 4096
+DOC_MAX_STR = 4096
+_INT_BOUND = 2**63
+
+
+def check_document(value: Any, where: str) -> Any:
+    """``value`` if it is a plain JSON document (string keys; finite numbers; integers within 64
+    bits; strings of at most DOC_MAX_STR characters; at most DOC_MAX_DEPTH levels and
+    DOC_MAX_NODES values), else ReportError naming where it is not."""
+    budget = [DOC_MAX_NODES]
+
+    def walk(v: Any, at: str, depth: int) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ReportError(where, f"more than {DOC_MAX_NODES} values")
+        if depth > DOC_MAX_DEPTH:
+            raise ReportError(at, f"nested deeper than {DOC_MAX_DEPTH} levels")
+        if v is None or isinstance(v, bool):
+            return
+        if isinstance(v, int):
+            if not -_INT_BOUND <= v < _INT_BOUND:
+                raise ReportError(at, "integer outside 64 bits")
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                raise ReportError(at, "expected a finite number")
+        elif isinstance(v, str):
+            if len(v) > DOC_MAX_STR:
+                raise ReportError(at, f"string longer than {DOC_MAX_STR} characters")
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if not isinstance(k, str) or len(k) > MAX_ID_LEN * 2:
+                    raise ReportError(at, "keys must be strings of at most 200 characters")
+                walk(item, f"{at}.{k}" if at else k, depth + 1)
+        elif isinstance(v, list):
+            for i, item in enumerate(v):
+                walk(item, f"{at}[{i}]", depth + 1)
+        else:
+            raise ReportError(at, f"{type(v).__name__} is not JSON")
+
+    walk(value, where, 0)
+    return value
+
+
 GPU_INT_FIELDS = ("memory_total", "memory_used", "memory_free")
 
 
@@ -117,9 +163,11 @@ def _gpu(raw: Any, where: str) -> dict[str, Any]:
         _str(p, f"{where}.nvlink_peers[{i}]")
         for i, p in enumerate(_list(g.get("nvlink_peers", []), f"{where}.nvlink_peers", 64))
     ]
-    out["pcie"] = _dict(g.get("pcie", {}), f"{where}.pcie")
-    out["processes"] = _list(g.get("processes", []), f"{where}.processes", 1024)
-    out["errors"] = _dict(g.get("errors", {}), f"{where}.errors")
+    out["pcie"] = check_document(_dict(g.get("pcie", {}), f"{where}.pcie"), f"{where}.pcie")
+    out["processes"] = check_document(
+        _list(g.get("processes", []), f"{where}.processes", 1024), f"{where}.processes"
+    )
+    out["errors"] = check_document(_dict(g.get("errors", {}), f"{where}.errors"), f"{where}.errors")
     out["lost"] = bool(g.get("lost", False)) or out["uuid"] is None
     return out
 
@@ -137,10 +185,14 @@ def _engine(raw: Any, where: str) -> dict[str, Any]:
             _str(u, f"{where}.gpu_uuids[{i}]")
             for i, u in enumerate(_list(e.get("gpu_uuids", []), f"{where}.gpu_uuids", 64))
         ],
-        "endpoints": _dict(e.get("endpoints", {}), f"{where}.endpoints"),
-        "metrics": _dict(e.get("metrics", {}), f"{where}.metrics"),
+        "endpoints": check_document(
+            _dict(e.get("endpoints", {}), f"{where}.endpoints"), f"{where}.endpoints"
+        ),
+        "metrics": check_document(
+            _dict(e.get("metrics", {}), f"{where}.metrics"), f"{where}.metrics"
+        ),
         # What the agent learnt of the engine for the fleet doctor (controlplane/core/doctor.py)
-        "doctor": _dict(e.get("doctor", {}), f"{where}.doctor"),
+        "doctor": check_document(_dict(e.get("doctor", {}), f"{where}.doctor"), f"{where}.doctor"),
     }
 
 

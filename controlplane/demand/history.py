@@ -260,16 +260,20 @@ class _Counter:
 def insert_buckets(rows: list[tuple[int, int, int, int, int, int]]) -> None:
     """New demand buckets (key id, seconds, start unix, requests, prompt tokens, cached
     tokens): COPY on PostgreSQL, one ``executemany`` elsewhere (building a model object per
-    bucket for ``bulk_create`` took most of a large import's time)."""
+    bucket for ``bulk_create`` took most of a large import's time). None of their requests is a
+    gateway's live record (``gateway_*``: what replicas' estimated hits read)."""
     if not rows:
         return
     table = DemandBucket._meta.db_table
-    cols = "key_id, start, seconds, requests, prompt_tokens, cached_tokens, served_records"
+    cols = (
+        "key_id, start, seconds, requests, prompt_tokens, cached_tokens, served_records, "
+        "gateway_requests, gateway_served_records"
+    )
     if connection.vendor == "postgresql":
         buf = io.StringIO()
         for k, s, t, n, toks, cached in rows:
             start = datetime.fromtimestamp(t, tz=UTC).isoformat()
-            buf.write(f"{k}\t{start}\t{s}\t{n}\t{toks}\t{cached}\t0\n")
+            buf.write(f"{k}\t{start}\t{s}\t{n}\t{toks}\t{cached}\t0\t0\t0\n")
         with (
             connection.cursor() as cur,
             cur.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy,
@@ -278,6 +282,7 @@ def insert_buckets(rows: list[tuple[int, int, int, int, int, int]]) -> None:
         return
     adapt = connection.ops.adapt_datetimefield_value
     starts = {t: adapt(datetime.fromtimestamp(t, tz=UTC)) for t in {r[2] for r in rows}}
-    params = [(k, starts[t], s, n, toks, cached, 0) for k, s, t, n, toks, cached in rows]
+    params = [(k, starts[t], s, n, toks, cached, 0, 0, 0) for k, s, t, n, toks, cached in rows]
+    marks = ", ".join(["%s"] * 9)
     with connection.cursor() as cur:
-        cur.executemany(f"INSERT INTO {table} ({cols}) VALUES (%s, %s, %s, %s, %s, %s, %s)", params)
+        cur.executemany(f"INSERT INTO {table} ({cols}) VALUES ({marks})", params)

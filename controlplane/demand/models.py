@@ -59,6 +59,12 @@ class DemandBucket(models.Model):
     served_records = models.PositiveIntegerField(
         default=0, help_text="records that named their serving engine and cached tokens"
     )
+    # Gateways see every engine's requests; an agent's tap only its own engine's. Estimates over
+    # all engines (a replica's estimated hits) read these, never agents' records.
+    gateway_requests = models.PositiveIntegerField(default=0, help_text="of them, from gateways")
+    gateway_served_records = models.PositiveIntegerField(
+        default=0, help_text="served records from gateways"
+    )
 
     class Meta:
         ordering = ["key", "start"]

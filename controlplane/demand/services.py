@@ -138,8 +138,13 @@ def narrow_prefix(wk: WorkloadKey, chain: list[int], block_size: int) -> None:
 
 
 @transaction.atomic
-def ingest_records(records: list[dict]) -> dict:
+def ingest_records(records: list[dict], *, from_gateway: bool = True) -> dict:
     """Roll a batch of validated request records into buckets, all or nothing.
+
+    ``from_gateway``: a gateway's records (it sees every engine's requests) or an agent's taps'
+    (its own engine's only). Both count as demand; only a gateway's feed the estimates made over
+    every engine (``DemandBucket.gateway_*``), and the scores take an agent's records only for
+    its own engine (``served`` rows say which).
 
     Records that name their serving engine and cached tokens (``engine``, ``cached_tokens``)
     also count, per speculative replica of that engine and key, the requests it served during
@@ -148,10 +153,10 @@ def ingest_records(records: list[dict]) -> dict:
     bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
     now = timezone.now()
     engines = _serving_engines(records)
-    served: list[tuple[int, int, float, int, float | None]] = []
+    served: list[tuple[int, int, float, int, float | None, bool]] = []
     reasons = settings.PREWARM_MISS_REASONS
     served_chains: list[tuple[WorkloadKey, str, list[int], dict]] = []
-    counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
     keep_tokens = settings.PREWARM_KEEP_PREFIX_TOKEN_IDS
     parsed = []
     for rec in records:
@@ -185,8 +190,10 @@ def ingest_records(records: list[dict]) -> dict:
         c[0] += 1
         c[1] += rec.get("prompt_tokens") or len(chain) * rec["block_size"]
         c[2] += rec.get("cached_tokens", 0)
+        c[4] += from_gateway
         if rec.get("engine") not in (None, "") and "cached_tokens" in rec:
             c[3] += 1
+            c[5] += from_gateway
             served.append(
                 (
                     wk.pk,
@@ -194,6 +201,7 @@ def ingest_records(records: list[dict]) -> dict:
                     rec["time"],
                     rec["cached_tokens"],
                     rec.get("ttft_s"),
+                    from_gateway,
                 )
             )
             if reasons:
@@ -209,7 +217,7 @@ def ingest_records(records: list[dict]) -> dict:
         if getattr(wk, "_tokens_dirty", False):
             fields.append("prefix_token_ids")
         wk.save(update_fields=fields)
-    for (key_id, start), (n, toks, cached, nserved) in sorted(counts.items()):
+    for (key_id, start), (n, toks, cached, nserved, gw, gw_served) in sorted(counts.items()):
         at = datetime.fromtimestamp(start, tz=UTC)
         bucket, made = DemandBucket.objects.get_or_create(
             key_id=key_id,
@@ -220,6 +228,8 @@ def ingest_records(records: list[dict]) -> dict:
                 "prompt_tokens": toks,
                 "cached_tokens": cached,
                 "served_records": nserved,
+                "gateway_requests": gw,
+                "gateway_served_records": gw_served,
             },
         )
         if not made:
@@ -228,6 +238,8 @@ def ingest_records(records: list[dict]) -> dict:
                 prompt_tokens=F("prompt_tokens") + toks,
                 cached_tokens=F("cached_tokens") + cached,
                 served_records=F("served_records") + nserved,
+                gateway_requests=F("gateway_requests") + gw,
+                gateway_served_records=F("gateway_served_records") + gw_served,
             )
     # Each served request's hit or miss reason, against the residency of this moment.
     if served_chains:
@@ -262,12 +274,12 @@ def _export_spans(records: list[dict], engines: dict[str, int]) -> None:
 
 def _served_rows(
     chains: list[tuple[WorkloadKey, str, list[int], dict]],
-    served: list[tuple[int, int, float, int, float | None]],
+    served: list[tuple[int, int, float, int, float | None, bool]],
 ) -> list[misses.Served]:
     """The served records, each judged on its key's shared chain as the batch left it."""
     prefixes: dict[int, tuple[int, ...]] = {}
     rows = []
-    for (wk, group, chain, rec), (key_id, engine, t, cached, _ttft) in zip(
+    for (wk, group, chain, rec), (key_id, engine, t, cached, *_rest) in zip(
         chains, served, strict=True
     ):
         prefix = prefixes.get(key_id) if group != OTHER else None
@@ -354,6 +366,8 @@ def downsample_demand(now=None) -> dict:
             toks=Sum("prompt_tokens"),
             cached=Sum("cached_tokens"),
             served=Sum("served_records"),
+            gw=Sum("gateway_requests"),
+            gw_served=Sum("gateway_served_records"),
         )
     )
     for row in sums:
@@ -366,6 +380,8 @@ def downsample_demand(now=None) -> dict:
                 "prompt_tokens": row["toks"],
                 "cached_tokens": row["cached"],
                 "served_records": row["served"],
+                "gateway_requests": row["gw"],
+                "gateway_served_records": row["gw_served"],
             },
         )
         if not made:
@@ -374,6 +390,8 @@ def downsample_demand(now=None) -> dict:
                 prompt_tokens=F("prompt_tokens") + row["toks"],
                 cached_tokens=F("cached_tokens") + row["cached"],
                 served_records=F("served_records") + row["served"],
+                gateway_requests=F("gateway_requests") + row["gw"],
+                gateway_served_records=F("gateway_served_records") + row["gw_served"],
             )
     merged, _ = fine.delete()
     return {

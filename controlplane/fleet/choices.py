@@ -25,3 +25,15 @@ class EngineKind(ChoiceSet):
     TRTLLM = "trtllm", "TensorRT-LLM"
     DYNAMO = "dynamo", "Dynamo"
     VIRTUAL = "virtual", "Virtual (simulator)"
+
+
+# A node label only an admin or an enrolment token sets (an agent's own labels may not): the
+# tenants the node's engines serve, comma-separated. Where set, the node's request taps' records
+# count for those tenants only.
+TENANTS_LABEL = "prewarm/tenants"
+
+
+def served_tenants(labels: dict) -> set[str] | None:
+    """The tenants a node's label names, or None (the label unset: any tenant)."""
+    value = str(labels.get(TENANTS_LABEL) or "").strip()
+    return {t.strip() for t in value.split(",") if t.strip()} if value else None

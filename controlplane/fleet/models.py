@@ -15,6 +15,12 @@ class Node(models.Model):
     last_seq = models.BigIntegerField(default=0)
     last_seen = models.DateTimeField(null=True, blank=True)
     reports_applied = models.BigIntegerField(default=0)
+    # Proof of identity for re-enrolment: the SHA-256 of a secret the agent was given at its
+    # latest enrolment and keeps in its state (shown once, like a token).
+    enrol_secret_digest = models.CharField(max_length=64, blank=True)
+    reenrol_allowed_until = models.DateTimeField(
+        null=True, blank=True, help_text="an admin allowed any enrolment token to re-enrol it"
+    )
     transports = models.JSONField(
         null=True,
         blank=True,
@@ -46,6 +52,11 @@ class Gpu(models.Model):
     processes = models.JSONField(default=list, blank=True)
     errors = models.JSONField(default=dict, blank=True)
     lost = models.BooleanField(default=False)
+    # Another node reported this uuid: refused for that GPU only, shown to admins to reassign.
+    claimed_by = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="claimed_gpus"
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

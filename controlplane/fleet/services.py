@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from datetime import timedelta
 
 from django.conf import settings
@@ -11,6 +12,7 @@ from django.utils import timezone
 
 from controlplane.accounts.choices import TokenKind
 from controlplane.accounts.models import ApiToken, EnrolmentToken, digest
+from controlplane.accounts.services import revoke_node_tokens
 from controlplane.audit.services import record, save_audited, snapshot
 from controlplane.core.agent_report import Report
 from controlplane.core.errors import Conflict, Forbidden, Invalid
@@ -20,7 +22,7 @@ from controlplane.realtime.publish import publish
 from wire import protocol
 from wire.protocol import MODE_SNAPSHOT
 
-from .choices import EngineLifecycle, NodeState
+from .choices import TENANTS_LABEL, EngineLifecycle, NodeState
 from .models import Engine, Gpu, GpuSample, Node
 from .residency import get_index
 from .signals import residency_reported
@@ -55,9 +57,66 @@ ENGINE_FIELDS = (
 )
 
 
+class EnrolRefused(Forbidden):
+    """An enrolment under a taken node name without that node's proof (403, audited)."""
+
+    code = "node_name_taken"
+
+
+REENROL_APPROVAL_SECONDS = 3600  # how long an admin's "allow re-enrolment" stays open
+
+
+def enrol(
+    raw_token: str,
+    hostname: str,
+    labels: dict,
+    *,
+    node_secret: str = "",
+    agent_token: str = "",
+    ip: str = "",
+) -> tuple[Node, str, str]:
+    """Trade an enrolment token (one of its ``max_uses``) for a node, its agent token and its
+    enrolment secret (both shown once). A new name makes a node; a taken name is re-enrolled
+    only with that node's own proof: its enrolment secret (kept in the agent's state), its
+    current agent token, an enrolment token bound to the name, or an admin's approval
+    (``allow_reenrolment``). Anything else is refused, and the refusal audited."""
+    try:
+        return _enrol(raw_token, hostname, labels, node_secret, agent_token)
+    except EnrolRefused as exc:
+        # Its own transaction: the refused enrolment's was rolled back.
+        record(
+            None,
+            "node.enrol_refused",
+            object_type="fleet.node",
+            object_id=str(exc.extra.pop("node_id", "")),
+            after={"name": hostname, "address": ip},
+            reason=exc.detail,
+            actor_label=f"enrolment token {exc.extra.pop('token_prefix', '')}…",
+        )
+        raise
+
+
+def _proof(node: Node, token: EnrolmentToken, node_secret: str, agent_token: str, now) -> str:
+    """How the caller proved it is ``node`` (for the audit), or ""."""
+    if node_secret and node.enrol_secret_digest and digest(node_secret) == node.enrol_secret_digest:
+        return "its enrolment secret"
+    if agent_token:
+        held = ApiToken.objects.filter(
+            digest=digest(agent_token), node=node, kind=TokenKind.AGENT
+        ).first()
+        if held is not None and held.usable:
+            return f"its agent token {held.prefix}…"
+    if token.node_name == node.name:
+        return "an enrolment token bound to its name"
+    if node.reenrol_allowed_until and node.reenrol_allowed_until > now:
+        return "an admin's approval"
+    return ""
+
+
 @transaction.atomic
-def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
-    """Trade an enrolment token (one of its ``max_uses``) for a node and its agent token."""
+def _enrol(
+    raw_token: str, hostname: str, labels: dict, node_secret: str, agent_token: str
+) -> tuple[Node, str, str]:
     token = EnrolmentToken.objects.select_for_update().filter(digest=digest(raw_token)).first()
     now = timezone.now()
     if token is None or not token.usable_at(now):
@@ -66,14 +125,38 @@ def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
             code="invalid_enrolment_token",
             field="enrolment_token",
         )
-    node, created = Node.objects.get_or_create(
-        name=hostname, defaults={"labels": {**token.labels, **labels}}
-    )
-    if not created:
-        # Re-enrolling a host (reinstalled agent): its old tokens stop working.
-        ApiToken.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now)
-        node.labels = {**node.labels, **token.labels, **labels}
+    if token.node_name and token.node_name != hostname:
+        raise EnrolRefused(
+            f"this enrolment token is bound to node {token.node_name!r}",
+            code="enrolment_token_bound",
+            field="hostname",
+            token_prefix=token.prefix,
+        )
+    labels = {k: v for k, v in labels.items() if k != TENANTS_LABEL}  # an admin's to set
+    node = Node.objects.select_for_update().filter(name=hostname).first()
+    secret = secrets.token_urlsafe(32)
+    if node is None:
+        node = Node.objects.create(
+            name=hostname, labels={**labels, **token.labels}, enrol_secret_digest=digest(secret)
+        )
+        how = "new node"
+    else:
+        how = _proof(node, token, node_secret, agent_token, now)
+        if not how:
+            raise EnrolRefused(
+                f"node {hostname!r} is enrolled: re-enrolling it needs its enrolment secret or "
+                "agent token (kept in the agent's state), an enrolment token bound to its name, "
+                "or an admin's approval",
+                field="hostname",
+                node_id=node.pk,
+                token_prefix=token.prefix,
+            )
+        # Re-enrolling a host (a reinstalled agent): its old tokens stop working, open channels
+        # included.
+        revoke_node_tokens(node.pk)
+        node.labels = {**node.labels, **labels, **token.labels}
         node.last_seq, node.boot_id, node.state = 0, "", NodeState.ACTIVE
+        node.enrol_secret_digest, node.reenrol_allowed_until = digest(secret), None
         node.save()
         for engine in node.engines.all():
             get_index().drop_engine(engine.pk)
@@ -86,23 +169,34 @@ def enrol(raw_token: str, hostname: str, labels: dict) -> tuple[Node, str]:
         "node.enrolled",
         node,
         after={"name": node.name, "labels": node.labels},
-        reason=f"enrolment token {token.prefix}… (use {token.uses} of {token.max_uses})",
+        reason=f"enrolment token {token.prefix}… (use {token.uses} of {token.max_uses}); {how}",
     )
-    return node, raw
+    return node, raw, secret
+
+
+@transaction.atomic
+def allow_reenrolment(node: Node, who, *, reason: str = "") -> Node:
+    """An admin's approval: for the next hour, any usable enrolment token may re-enrol ``node``
+    once (a host rebuilt without its agent's state)."""
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    node.reenrol_allowed_until = timezone.now() + timedelta(seconds=REENROL_APPROVAL_SECONDS)
+    node.save(update_fields=["reenrol_allowed_until"])
+    record(
+        who,
+        "node.reenrolment_allowed",
+        node,
+        after={"until": node.reenrol_allowed_until.isoformat()},
+        reason=reason,
+    )
+    return node
 
 
 @transaction.atomic
 def rotate_agent_token(node: Node, current: ApiToken | None, who=None) -> str:
     """A new agent token for ``node``; ``current`` (or, from an admin, every token of the node)
-    stops working in the same transaction. Returns the raw token, shown once."""
-    now = timezone.now()
-    old = ApiToken.objects.select_for_update().filter(
-        node=node, kind=TokenKind.AGENT, revoked_at__isnull=True
-    )
-    if current is not None:
-        old = old.filter(pk=current.pk)
-    prefixes = [t.prefix for t in old]
-    old.update(revoked_at=now)
+    stops working in the same transaction, and the sockets and long-polls it holds open are
+    closed on commit. Returns the raw token, shown once."""
+    prefixes = [t.prefix for t in revoke_node_tokens(node.pk, only=current)]
     token, raw = ApiToken.issue(TokenKind.AGENT, f"agent:{node.name}", node=node)
     record(
         who,
@@ -114,10 +208,48 @@ def rotate_agent_token(node: Node, current: ApiToken | None, who=None) -> str:
     return raw
 
 
+@transaction.atomic
 def update_node(node: Node, who, fields: list[str], *, reason: str = "") -> Node:
-    """Save an operator's change to ``fields`` of a node (labels; state, e.g. retiring it),
-    audited. Only those fields are written: the node's agent updates the same row."""
-    return save_audited(node, who, "node.updated", reason=reason, update_fields=fields)
+    """Save an admin's change to ``fields`` of a node (labels; state: retiring it), audited.
+    Only those fields are written: the node's agent updates the same row. Retiring revokes the
+    node's agent tokens (its open sockets and long-polls close) and drops its residency."""
+    if "state" in fields and node.state not in (NodeState.RETIRED, _stored_state(node)):
+        raise Invalid(
+            "a node's state is set by its agent; admins may only retire it", field="state"
+        )
+    retiring = node.state == NodeState.RETIRED and _stored_state(node) != NodeState.RETIRED
+    node = save_audited(node, who, "node.updated", reason=reason, update_fields=fields)
+    if retiring:
+        retire_node(node, who, reason=reason)
+    return node
+
+
+def _stored_state(node: Node) -> str:
+    return Node.objects.filter(pk=node.pk).values_list("state", flat=True).first() or ""
+
+
+@transaction.atomic
+def retire_node(node: Node, who, *, reason: str = "") -> Node:
+    """Retire ``node``: its agent tokens are revoked (open sockets and long-polls closed), its
+    engines leave the residency index, and it is refused from then on. Audited."""
+    revoked = revoke_node_tokens(node.pk)
+    # Its enrolment secret goes too: the agent must not simply enrol itself back.
+    Node.objects.filter(pk=node.pk).update(
+        state=NodeState.RETIRED, enrol_secret_digest="", reenrol_allowed_until=None
+    )
+    node.state = NodeState.RETIRED
+    engine_ids = list(node.engines.values_list("pk", flat=True))
+    Engine.objects.filter(pk__in=engine_ids).update(residency_synced=False)
+    for engine_id in engine_ids:
+        get_index().drop_engine(engine_id)
+    record(
+        who,
+        "node.retired",
+        node,
+        after={"revoked": [t.prefix for t in revoked]},
+        reason=reason,
+    )
+    return node
 
 
 @transaction.atomic
@@ -161,7 +293,41 @@ def _gpu_key(node: Node, gpu: Gpu) -> tuple:
     return (gpu.pk, gpu.uuid, node.created_at)
 
 
-def _upsert_gpus(node: Node, gpus: list[dict], now) -> dict[str, Gpu]:
+def _claim(gpu: Gpu, node: Node, now) -> None:
+    """``node`` reported ``gpu``, which another node owns: shown to admins (written and audited
+    once per claimant, not on every report)."""
+    if gpu.claimed_by_id == node.pk:
+        return
+    Gpu.objects.filter(pk=gpu.pk).update(claimed_by=node, claimed_at=now)
+    record(
+        None,
+        "gpu.claim_refused",
+        gpu,
+        after={"uuid": gpu.uuid, "owner": gpu.node_id, "claimed_by": node.pk},
+        reason=f"node {node.name} reported a GPU node #{gpu.node_id} owns",
+        actor_label=f"agent:{node.name}",
+    )
+
+
+@transaction.atomic
+def reassign_gpu(gpu: Gpu, to: Node, who, *, reason: str = "") -> Gpu:
+    """An admin gives ``gpu`` to node ``to`` (a GPU moved between hosts, or a squatter's claim
+    undone): its old node's engines let go of it and the claim is cleared. Audited."""
+    gpu = Gpu.objects.select_for_update().get(pk=gpu.pk)
+    before = snapshot(gpu)
+    if gpu.node_id != to.pk:
+        for engine in gpu.engines.exclude(node=to):
+            engine.gpus.remove(gpu)
+            _engine_gpus.pop((engine.pk, engine.created_at), None)
+    gpu.node, gpu.claimed_by, gpu.claimed_at = to, None, None
+    gpu.save(update_fields=["node", "claimed_by", "claimed_at", "updated_at"])
+    record(who, "gpu.reassigned", gpu, before=before, after=snapshot(gpu), reason=reason)
+    return gpu
+
+
+def _upsert_gpus(node: Node, gpus: list[dict], now, refused: list[str]) -> dict[str, Gpu]:
+    """Write the node's GPUs; the uuids another node owns are appended to ``refused`` and left
+    out of what is returned (its engines do not get them)."""
     _mark_lost(node, [g for g in gpus if g["uuid"] is None])
     gpus = [g for g in gpus if g["uuid"] is not None]
     existing = {g.uuid: g for g in Gpu.objects.filter(uuid__in=[g["uuid"] for g in gpus])}
@@ -175,11 +341,11 @@ def _upsert_gpus(node: Node, gpus: list[dict], now) -> dict[str, Gpu]:
             existing[gpu.uuid] = gpu
         else:
             if gpu.node_id != node.pk:
-                raise Conflict(
-                    "this GPU belongs to another node",
-                    code="gpu_owned_elsewhere",
-                    field="gpus.uuid",
-                )
+                # Refused for this GPU only (the rest of the report applies): a GPU belongs to
+                # the node that reported it first until an admin reassigns it (reassign_gpu).
+                _claim(gpu, node, now)
+                refused.append(gpu.uuid)
+                continue
             # Unchanged values are not rewritten (live values reach browsers through publish
             # anyway); updated_at is still refreshed every GPU_REFRESH_SECONDS.
             differs = [f for f in GPU_FIELDS if getattr(gpu, f) != data[f]]
@@ -218,7 +384,7 @@ def _upsert_gpus(node: Node, gpus: list[dict], now) -> dict[str, Gpu]:
             at = recent.get(sample.gpu.pk)
             _on_commit_set(_last_sample_at, _gpu_key(node, sample.gpu), (at or now).timestamp())
         GpuSample.objects.bulk_create([s for s in samples if s.gpu.pk not in recent])
-    return existing
+    return {u: g for u, g in existing.items() if g.node_id == node.pk}
 
 
 def _upsert_engines(
@@ -275,7 +441,8 @@ def apply_report(node: Node, report: Report) -> dict:
             # The index is new or lost everything (Redis restarted empty): what it held must be
             # reported again, so every engine of every node sends a snapshot next.
             Engine.objects.update(residency_synced=False)
-        gpus = _upsert_gpus(node, report.gpus, now) if report.gpus else {}
+        refused: list[str] = []
+        gpus = _upsert_gpus(node, report.gpus, now, refused) if report.gpus else {}
         engines = _upsert_engines(node, report.engines, gpus, now)
         engines_by_pk = {e.pk: e for e in engines.values()}
         deltas, requested, synced = [], [], []
@@ -362,6 +529,7 @@ def apply_report(node: Node, report: Report) -> dict:
                             "memory_total": g["memory_total"],
                         }
                         for g in report.gpus
+                        if g["uuid"] not in refused
                     ],
                     "at": now.timestamp(),
                 },
@@ -371,6 +539,7 @@ def apply_report(node: Node, report: Report) -> dict:
         "snapshot_requested": sorted(set(requested)),
         "server_time": now.timestamp(),
         "deltas_applied": changes,
+        "gpus_refused": refused,  # uuids another node owns (an admin may reassign them)
     }
 
 

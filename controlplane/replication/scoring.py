@@ -5,20 +5,27 @@ approved, withheld at random, recorded with what it would have done) and **shado
 plan's, never executed). Each is scored over its hold, ``[placed_at, end)`` with ``end`` the
 first of eviction (or loss), expiry and now:
 
-- **Requests on the pair**: gateways' request records that name their serving engine
+Whose records count: a gateway sees every engine's requests, an agent's request tap only its own
+engine's. So a gateway's records count for every measure below; an agent's only for the replicas
+(and holdout assignments) on its own engine, never for another engine's: one node cannot move
+another's scores.
+
+- **Requests on the pair**: request records that name their serving engine
   (``engine``, ``cached_tokens``, optionally ``ttft_s``) are counted at ingest
   (``credit_served``, on ``demand.signals.requests_served``) for the one replica of their
   (key, engine) whose hold they fall in: requests, cached tokens, TTFT. A hit
   is a request on a confirmed live replica whose cached tokens cover the tokens it placed; a
   record never counts for two replicas. Records of the key that missed the replica's tokens
-  (on any engine) give the **miss TTFT**.
+  (a gateway's on any engine, an agent's on the replica's) give the **miss TTFT**.
 - **Requests on the key**: every request of the key during a live or held-out replica's hold,
-  whatever engine served it, counted for one replica (``key_*``; the per-protocol view).
+  whatever engine served it (by a gateway's records; an agent's for the replica's engine),
+  counted for one replica (``key_*``; the per-protocol view).
 - **Requests of an assignment** (the holdout's measure, intention to treat): every request of
   the key in its draw's window, the same rule on both arms (``credit_assignments``).
-- **Hits**: measured where records name the engine (``hits_measured``); else (shadow replicas,
-  records without the fields) estimated as before: the key's requests in the hold over the
-  engines holding the prefix. Held-out replicas and copies never confirmed have none.
+- **Hits**: measured where records name the replica's engine, or a gateway's name any engine
+  (``hits_measured``); else (shadow replicas, records without the fields) **estimated from
+  gateways' records** only (``hits_measured`` false): the key's gateway requests in the hold
+  over the engines holding the prefix. Held-out replicas and copies never confirmed have none.
 - **Credit, counterfactual**: without the replica, its engine would have computed the prefix on
   its first request and served the rest from its own cache, so a used replica is credited at
   most **one prefill** of the tokens it placed (``new_tokens``): the key's miss TTFT minus the
@@ -66,9 +73,10 @@ def _requests_during(key_id: int | None, start, end) -> float:
         return 0.0
     total = 0.0
     bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
+    # Gateways' requests only: an agent's tap speaks for its own engine, not for the key.
     for b_start, seconds, n in DemandBucket.objects.filter(
         key_id=key_id, start__lt=end, start__gte=start - timedelta(seconds=bucket_s)
-    ).values_list("start", "seconds", "requests"):
+    ).values_list("start", "seconds", "gateway_requests"):
         b_end = b_start + timedelta(seconds=seconds)
         overlap = (min(b_end, end) - max(b_start, start)).total_seconds()
         if overlap > 0:
@@ -77,14 +85,15 @@ def _requests_during(key_id: int | None, start, end) -> float:
 
 
 def _served_records_during(key_id: int | None, start, end) -> int:
-    """Records of the key in the hold that named their serving engine and cached tokens."""
+    """Gateways' records of the key in the hold that named their serving engine and cached
+    tokens."""
     if key_id is None or end <= start:
         return 0
     bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
     return (
         DemandBucket.objects.filter(
             key_id=key_id, start__lt=end, start__gte=start - timedelta(seconds=bucket_s)
-        ).aggregate(n=Sum("served_records"))["n"]
+        ).aggregate(n=Sum("gateway_served_records"))["n"]
         or 0
     )
 
@@ -106,7 +115,9 @@ def score_replica(r: SpeculativeReplica, now) -> None:
     full = len(chain) * r.engine.block_size
     tokens = r.tokens or full
     new = r.new_tokens or tokens
-    measured = live and _served_records_during(r.workload_key_id, r.placed_at, end) > 0
+    measured = live and (
+        r.served_requests > 0 or _served_records_during(r.workload_key_id, r.placed_at, end) > 0
+    )
     if never_held:
         hits = 0
     elif measured:
@@ -184,8 +195,9 @@ def credit_served(served: list[tuple], **_signal) -> int:
       tokens, TTFT. Cache-aware routing never sends a request to a held-out pair's engine, so
       only the key's requests compare the two arms over the same kind of window.
 
-    A record never counts for two replicas on either measure. ``served`` rows: (workload key id,
-    engine id, unix time, cached tokens[, TTFT seconds or None]). Connected to
+    A record never counts for two replicas on either measure, and an agent's record counts only
+    for replicas on the engine it names (``_counts_for``). ``served`` rows: (workload key id,
+    engine id, unix time, cached tokens[, TTFT seconds or None[, from a gateway]]). Connected to
     ``demand.signals.requests_served`` (demand's ingest of request records)."""
     if not served:
         return 0
@@ -219,7 +231,7 @@ def credit_served(served: list[tuple], **_signal) -> int:
     by_pair, by_key = defaultdict(list), defaultdict(list)
     for pk, engine, key, placed, expires, evicted, chain, bs, tokens, held_out in rows:
         end = min(expires, evicted) if evicted else expires
-        row = (pk, placed.timestamp(), end.timestamp(), tokens or len(chain) * bs, held_out)
+        row = (pk, placed.timestamp(), end.timestamp(), tokens or len(chain) * bs, held_out, engine)
         by_pair[(key, engine)].append(row)
         by_key[key].append(row)
     seen: dict[int, _Tally] = defaultdict(_Tally)
@@ -229,13 +241,13 @@ def credit_served(served: list[tuple], **_signal) -> int:
         mine = next((x for x in by_pair.get((key, engine), ()) if x[1] <= t < x[2]), None)
         if mine is not None:
             seen[mine[0]].pair.add(cached, cached >= mine[3], ttft)  # the same test on both arms
-        during = [x for x in by_key.get(key, ()) if x[1] <= t < x[2]]
+        during = [x for x in by_key.get(key, ()) if x[1] <= t < x[2] and _counts_for(rec, x[5])]
         if during:
             first = during[0]
             seen[first[0]].key.add(cached, cached >= first[3], ttft)
         if ttft is None:
             continue
-        for pk, _start, _end, tokens, held_out in during:
+        for pk, _start, _end, tokens, held_out, _engine in during:
             if cached < tokens and not held_out:
                 seen[pk].miss_s += ttft
                 seen[pk].miss_n += 1
@@ -267,15 +279,19 @@ def credit_assignments(served: list[tuple], t0: datetime, t1: datetime) -> int:
             window_end__gt=t0,
         )
         .order_by("window_start", "pk")
-        .values_list("pk", "workload_key_id", "window_start", "window_end", "tokens")
+        .values_list(
+            "pk", "workload_key_id", "window_start", "window_end", "tokens", "item__target_id"
+        )
     )
     by_key: dict[int, list] = defaultdict(list)
-    for pk, key, start, end, tokens in draws:
-        by_key[key].append((pk, start.timestamp(), end.timestamp(), tokens))
+    for pk, key, start, end, tokens, target in draws:
+        by_key[key].append((pk, start.timestamp(), end.timestamp(), tokens, target))
     seen: dict[int, _Counts] = defaultdict(_Counts)
     for rec in served:
         key, _engine, t, cached = rec[:4]
-        mine = next((d for d in by_key.get(key, ()) if d[1] <= t < d[2]), None)
+        mine = next(
+            (d for d in by_key.get(key, ()) if d[1] <= t < d[2] and _counts_for(rec, d[4])), None
+        )
         if mine is not None:
             seen[mine[0]].add(cached, cached >= mine[3], rec[4] if len(rec) > 4 else None)
     for pk, c in seen.items():
@@ -285,6 +301,13 @@ def credit_assignments(served: list[tuple], t0: datetime, t1: datetime) -> int:
             d.ttft_samples = (d.ttft_samples + c.samples)[:DRAW_SAMPLES]
             d.save(update_fields=["ttft_samples"])
     return len(seen)
+
+
+def _counts_for(rec: tuple, engine: int | None) -> bool:
+    """Whether a served record counts for a replica or assignment on ``engine``: a gateway's
+    always (it sees every engine), an agent's only for its own engine."""
+    from_gateway = rec[5] if len(rec) > 5 else True
+    return from_gateway or rec[1] == engine
 
 
 @dataclass

@@ -105,6 +105,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.accounts.permissions.RolePermission"],
+    "DEFAULT_PARSER_CLASSES": [
+        "controlplane.api.parsers.JSONParser",  # recursion and overflow: 400, not 500
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",

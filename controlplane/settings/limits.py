@@ -8,6 +8,15 @@ PREWARM_MAX_DELTAS_PER_REPORT = get_from_env(
     "PREWARM_MAX_DELTAS_PER_REPORT", 200_000, type_cast=int
 )
 PREWARM_MAX_RECORDS_PER_BATCH = get_from_env("PREWARM_MAX_RECORDS_PER_BATCH", 20_000, type_cast=int)
+# Request records an agent's taps may post per minute, per node (a batch that would pass it is
+# refused whole, 429): one node cannot flood demand or the scores.
+PREWARM_AGENT_RECORDS_PER_MINUTE = get_from_env(
+    "PREWARM_AGENT_RECORDS_PER_MINUTE", 30_000, type_cast=int
+)
+# A record's time to first token above this is not plausible (400).
+PREWARM_RECORD_MAX_TTFT_SECONDS = get_from_env(
+    "PREWARM_RECORD_MAX_TTFT_SECONDS", 600.0, type_cast=float
+)
 # Largest history file the API takes (POST /api/history-imports/); `manage.py import_history`
 # reads files of any size.
 PREWARM_HISTORY_MAX_BYTES = get_from_env(

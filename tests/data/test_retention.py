@@ -74,8 +74,15 @@ def _simulate_day(day: int, gpus: list[int], keys: list[int], policy: Policy) ->
             "prompt_tokens",
             "cached_tokens",
             "served_records",
+            "gateway_requests",
+            "gateway_served_records",
         ],
-        [(k, at, 60, 3 + (k + i) % 7, 4000, 1000, 3) for k in keys for i, at in enumerate(minutes)],
+        [
+            (k, at, 60, n, 4000, 1000, 3, n, 3)  # a gateway's records, every one
+            for k in keys
+            for i, at in enumerate(minutes)
+            for n in [3 + (k + i) % 7]
+        ],
     )
     band = json.dumps([1.0] * 10)
     _insert(

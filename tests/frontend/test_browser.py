@@ -355,3 +355,106 @@ def test_forecasts_key_table_stays_beside_the_detail_panel(browser, live):
     assert detail["width"] >= 600, detail  # the chart keeps room to be read
     assert page.errors == []
     page.context.close()
+
+
+def test_admin_retires_a_node_allows_re_enrolment_and_reassigns_a_claimed_gpu(browser, live):
+    """The node page's and the GPU page's admin actions, through the REST API they call; a
+    viewer sees none of them (and the API refuses a hand-made one)."""
+    url = live["url"]
+    fleet = _run(live["env"], "manage.py", "create_enrolment_token", "--max-uses", "4").strip()
+    with httpx.Client(base_url=url) as anon:
+        ids, agents = {}, {}
+        for name in ("gpu-node-03", "gpu-node-04"):
+            resp = anon.post(
+                "/api/agents/enrol/", json={"enrolment_token": fleet, "hostname": name}
+            )
+            assert resp.status_code == 201, resp.text
+            ids[name] = resp.json()["node_id"]
+            agents[name] = httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {resp.json()['agent_token']}"}
+            )
+        gpu_uuid = "GPU-gpu-node-03-0"
+        assert (
+            agents["gpu-node-03"]
+            .post("/api/agents/report/", json=cluster.report(1, "gpu-node-03"))
+            .is_success
+        )
+        squat = cluster.report(1, "gpu-node-04")  # node 04 reports node 03's GPU
+        squat["gpus"][0]["uuid"] = gpu_uuid
+        squat["engines"][0]["gpu_uuids"] = [gpu_uuid]
+        resp = agents["gpu-node-04"].post("/api/agents/report/", json=squat)
+        assert resp.status_code == 200 and resp.json()["gpus_refused"] == [gpu_uuid], resp.text
+        try:
+            _admin_actions(browser, live, ids, agents, squat, anon, fleet)
+        finally:
+            for agent in agents.values():
+                agent.close()
+
+
+def _admin_actions(browser, live, ids, agents, squat, anon, fleet):
+    url, gpu_uuid = live["url"], squat["gpus"][0]["uuid"]
+    viewer = page_as(browser, live, "viewer")
+    gpus = viewer.evaluate(
+        f"async () => (await fetch('/api/gpus/?node={ids['gpu-node-03']}')).json()"
+    )["results"]
+    gpu = next(g["id"] for g in gpus if g["uuid"] == gpu_uuid)
+    viewer.goto(f"{url}/nodes/{ids['gpu-node-04']}/")
+    assert gpu_uuid in viewer.inner_text("#gpus-refused")  # shown on the claimant's page
+    viewer.goto(f"{url}/nodes/{ids['gpu-node-03']}/")
+    assert "claimed by gpu-node-04" in viewer.inner_text("table.data")
+    assert viewer.locator("#node-admin, #retire-node, #allow-reenrolment").count() == 0
+    status = viewer.evaluate(
+        """async ([node]) => (await fetch(`/api/nodes/${node}/`, {method: "PATCH",
+              headers: {"X-CSRFToken": document.querySelector('meta[name="csrf-token"]').content,
+                        "Content-Type": "application/json"},
+              body: JSON.stringify({state: "retired"})})).status""",
+        [ids["gpu-node-03"]],
+    )
+    assert status == 403
+    viewer.goto(f"{url}/gpus/{gpu}/")
+    assert "gpu-node-04" in viewer.inner_text("#gpu-claim")
+    assert viewer.locator("#reassign-gpu").count() == 0
+    shot(viewer, "14-gpu-claimed-viewer")
+    assert viewer.errors == []
+    viewer.context.close()
+
+    admin = page_as(browser, live, "admin")
+    admin.on("dialog", lambda dialog: dialog.accept())  # Retire asks first
+    # Reassign the claimed GPU to the node that claims it (it moved between hosts).
+    admin.goto(f"{url}/gpus/{gpu}/")
+    shot(admin, "14-gpu-claimed-admin")
+    assert admin.input_value('#reassign-gpu select[name="node"]') == str(ids["gpu-node-04"])
+    admin.fill('#reassign-gpu input[name="reason"]', "moved to gpu-node-04")
+    admin.click("#reassign-gpu button[type=submit]")
+    admin.wait_for_selector("#reassign-gpu .notice.ok")
+    admin.wait_for_selector("#gpu-claim", state="detached")  # reloaded: no claim left
+    data = admin.evaluate(f"async () => (await fetch('/api/gpus/{gpu}/')).json()")
+    assert (data["node"], data["claimed_by"]) == (ids["gpu-node-04"], None)
+    resp = agents["gpu-node-04"].post("/api/agents/report/", json={**squat, "seq": 2})
+    assert resp.json()["gpus_refused"] == [], resp.text  # its own GPU now
+    # Retire node 03: its agent is cut off.
+    node3 = ids["gpu-node-03"]
+    admin.goto(f"{url}/nodes/{node3}/")
+    shot(admin, "15-node-admin")
+    admin.click("#retire-node button[type=submit]")
+    admin.wait_for_selector("#retire-node .notice.ok")
+    admin.wait_for_selector("h1 .state-retired")  # reloaded, retired
+    assert admin.locator("#retire-node").count() == 0  # nothing left to retire
+    shot(admin, "16-node-retired")
+    assert admin.evaluate(f"async () => (await fetch('/api/nodes/{node3}/')).json()")["state"] == (
+        "retired"
+    )
+    assert agents["gpu-node-03"].post("/api/agents/heartbeat/", json={}).status_code == 401
+    # Allow node 04 to re-enrol: a fleet token without the node's proof is refused until then.
+    enrol = {"enrolment_token": fleet, "hostname": "gpu-node-04"}
+    refused = anon.post("/api/agents/enrol/", json=enrol)
+    assert refused.status_code == 403 and refused.json()["error"] == "node_name_taken"
+    admin.goto(f"{url}/nodes/{ids['gpu-node-04']}/")
+    admin.click("#allow-reenrolment button[type=submit]")
+    admin.wait_for_selector("#allow-reenrolment .notice.ok")
+    admin.wait_for_selector("#reenrol-allowed")  # reloaded: the approval and until when
+    shot(admin, "17-node-reenrolment-allowed")
+    assert anon.post("/api/agents/enrol/", json=enrol).status_code == 201
+    assert agents["gpu-node-04"].post("/api/agents/heartbeat/", json={}).status_code == 401
+    assert admin.errors == []
+    admin.context.close()

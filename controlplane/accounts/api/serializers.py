@@ -76,6 +76,7 @@ class EnrolmentTokenSerializer(serializers.ModelSerializer):
             "node",
             "max_uses",
             "uses",
+            "node_name",
             "token",
             "ttl_seconds",
         ]

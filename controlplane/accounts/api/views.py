@@ -65,6 +65,7 @@ class EnrolmentTokenViewSet(
             labels=v.get("labels", {}),
             created_by=user,
             max_uses=v.get("max_uses", 1),
+            node_name=v.get("node_name", ""),
         )
         serializer.instance = token
         token.token = raw

@@ -1,3 +1,4 @@
+from django.conf import settings
 from rest_framework import serializers
 
 from controlplane.core import history
@@ -50,8 +51,8 @@ class RequestRecordSerializer(serializers.Serializer):
     ttft_s = serializers.FloatField(
         required=False,
         min_value=0.0,
-        max_value=86400.0,
-        help_text="time to first token the gateway saw, seconds",
+        help_text="time to first token the gateway saw, seconds "
+        "(at most PREWARM_RECORD_MAX_TTFT_SECONDS)",
     )
 
     def validate(self, data):
@@ -59,6 +60,18 @@ class RequestRecordSerializer(serializers.Serializer):
             raise serializers.ValidationError({"keys": "give exactly one of keys or token_ids"})
         if not 0 < data["time"] < 10**11:
             raise serializers.ValidationError({"time": "not a plausible unix time"})
+        # Plausible or refused: these figures are what replicas are credited with.
+        cached = data.get("cached_tokens")
+        prompt = data.get("prompt_tokens")
+        if prompt is None and "token_ids" in data:
+            prompt = len(data["token_ids"])
+        if cached is not None and prompt is not None and cached > prompt:
+            raise serializers.ValidationError(
+                {"cached_tokens": "more cached tokens than the prompt has"}
+            )
+        most = settings.PREWARM_RECORD_MAX_TTFT_SECONDS
+        if data.get("ttft_s") is not None and data["ttft_s"] > most:
+            raise serializers.ValidationError({"ttft_s": f"a time to first token over {most:g} s"})
         return data
 
 

@@ -1,10 +1,12 @@
 import io
+import time
 
 from django.conf import settings
+from django.core.cache import cache
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -12,7 +14,9 @@ from controlplane.accounts.choices import Role, TokenKind
 from controlplane.accounts.throttling import TokenScopedRateThrottle
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
+from controlplane.api.parsers import JSONParser
 from controlplane.core.history import Defaults
+from controlplane.fleet.choices import served_tenants
 
 from .. import history, services
 from ..filtersets import HistoryImportFilterSet, MissBucketFilterSet, WorkloadKeyFilterSet
@@ -46,18 +50,49 @@ class RequestRecordsView(APIView):
             )
         batch = s.RequestBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
-        if request.auth.kind == TokenKind.AGENT:
-            own = f"{request.auth.node.name}/"
-            for i, rec in enumerate(batch.validated_data["records"]):
-                if not str(rec.get("engine") or "").startswith(own):
-                    raise ApiError(
-                        "not_own_engine",
-                        f"an agent's records name its own engines as '{own}engine_id'",
-                        f"records[{i}].engine",
-                        status_code=403,
-                    )
+        records = batch.validated_data["records"]
+        agent = request.auth.kind == TokenKind.AGENT
+        if agent:
+            _check_agent_records(request.auth.node, records)
         # An unknown serving engine is services.UnknownEngine: a 400 naming records.engine.
-        return Response(services.ingest_records(batch.validated_data["records"]))
+        return Response(services.ingest_records(records, from_gateway=not agent))
+
+
+def _check_agent_records(node, records: list[dict]) -> None:
+    """An agent speaks only for its own engines: its records name them, name only the tenants
+    the node serves (its ``prewarm/tenants`` label, where an admin set one), and stay within the
+    node's records-per-minute budget. Refused whole otherwise; nothing is written."""
+    own = f"{node.name}/"
+    tenants = served_tenants(node.labels)
+    for i, rec in enumerate(records):
+        if not str(rec.get("engine") or "").startswith(own):
+            raise ApiError(
+                "not_own_engine",
+                f"an agent's records name its own engines as '{own}engine_id'",
+                f"records[{i}].engine",
+                status_code=403,
+            )
+        if tenants is not None and rec["tenant"] not in tenants:
+            raise ApiError(
+                "tenant_not_served",
+                f"node {node.name}'s engines do not serve tenant {rec['tenant']!r}",
+                f"records[{i}].tenant",
+                status_code=403,
+            )
+    limit = settings.PREWARM_AGENT_RECORDS_PER_MINUTE
+    window = f"prewarm:agent-records:{node.pk}:{int(time.time() // 60)}"
+    cache.add(window, 0, 120)
+    try:
+        used = cache.incr(window, len(records))
+    except ValueError:  # expired between add and incr
+        cache.set(window, used := len(records), 120)
+    if used > limit:
+        raise ApiError(
+            "records_rate_limited",
+            f"at most {limit} request records a minute from one node",
+            "records",
+            status_code=429,
+        )
 
 
 class WorkloadKeyViewSet(viewsets.ReadOnlyModelViewSet):

@@ -20,11 +20,12 @@ class NodeSerializer(serializers.ModelSerializer):
             "last_seq",
             "reports_applied",
             "transports",
+            "reenrol_allowed_until",
             "created_at",
         ]
         read_only_fields = [
             "transports",
-            "state",
+            "reenrol_allowed_until",
             "last_seen",
             "last_seq",
             "reports_applied",
@@ -44,9 +45,16 @@ class GpuSerializer(serializers.ModelSerializer):
             "node_name",
             "uuid",
             *GPU_FIELDS,
+            "claimed_by",
+            "claimed_at",
             "updated_at",
         ]
         read_only_fields = fields
+
+
+class ReassignSerializer(serializers.Serializer):
+    node = serializers.PrimaryKeyRelatedField(queryset=Node.objects.all())
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
 
 class GpuSampleSerializer(serializers.ModelSerializer):

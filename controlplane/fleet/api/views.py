@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import viewsets
+from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -20,13 +20,19 @@ from ..residency import get_index
 from . import serializers as s
 
 
-class NodeViewSet(viewsets.ModelViewSet):
-    """GPU nodes; admins may relabel or retire them."""
+class NodeViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """GPU nodes; admins may relabel them, retire them (``{"state": "retired"}``: its tokens are
+    revoked, its sockets closed) or allow one to re-enrol without its agent's state."""
 
     queryset = Node.objects.all()
     serializer_class = s.NodeSerializer
     filterset_class = NodeFilterSet
-    http_method_names = ["get", "patch", "head", "options"]
+    http_method_names = ["get", "patch", "post", "head", "options"]
     write_role = Role.ADMIN
 
     def perform_update(self, serializer):
@@ -35,13 +41,36 @@ class NodeViewSet(viewsets.ModelViewSet):
             setattr(node, field, value)
         services.update_node(node, self.request, list(serializer.validated_data))
 
+    @extend_schema(request=None, responses=s.NodeSerializer)
+    @action(detail=True, methods=["post"], url_path="allow-reenrolment")
+    def allow_reenrolment(self, request, pk=None):
+        """For the next hour any usable enrolment token may re-enrol this node once (a host
+        rebuilt without its agent's state); audited."""
+        node = services.allow_reenrolment(self.get_object(), request)
+        return Response(s.NodeSerializer(node).data)
+
 
 class GpuViewSet(viewsets.ReadOnlyModelViewSet):
-    """GPUs as their agents last reported them."""
+    """GPUs as their agents last reported them; ``claimed_by`` names a node that reported a GPU
+    another owns (refused), and admins may reassign a GPU to a node."""
 
     queryset = Gpu.objects.select_related("node")
     serializer_class = s.GpuSerializer
     filterset_class = GpuFilterSet
+    action_roles = {"reassign": Role.ADMIN}
+
+    @extend_schema(request=s.ReassignSerializer, responses=s.GpuSerializer)
+    @action(detail=True, methods=["post"])
+    def reassign(self, request, pk=None):
+        data = s.ReassignSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        gpu = services.reassign_gpu(
+            self.get_object(),
+            data.validated_data["node"],
+            request,
+            reason=data.validated_data.get("reason", ""),
+        )
+        return Response(s.GpuSerializer(gpu).data)
 
     @extend_schema(responses=s.GpuSampleSerializer(many=True))
     @action(detail=True)

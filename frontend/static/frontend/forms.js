@@ -1,5 +1,6 @@
-// Edit forms (policies, overrides) submitted to the REST API: the server validates; errors are shown
-// next to their fields and nothing is saved.
+// Edit forms (policies, overrides, a node's and a GPU's admin actions) submitted to the REST API:
+// the server validates; errors are shown next to their fields and nothing is saved. A form with
+// data-confirm asks first (a destructive action).
 import { api, showNotice } from "./api.js";
 
 function value(input) {
@@ -37,6 +38,7 @@ function showErrors(form, body) {
 for (const form of document.querySelectorAll("form[data-api]")) {
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
+    if (form.dataset.confirm && !window.confirm(form.dataset.confirm)) return;
     clearErrors(form);
     const body = {};
     for (const input of form.querySelectorAll("input[name], select[name], textarea[name]")) {

@@ -17,13 +17,24 @@ class Command(BaseCommand):
         parser.add_argument(
             "--max-uses", type=int, default=1, help="agents it may enrol (a fleet token: > 1)"
         )
+        parser.add_argument(
+            "--node",
+            default="",
+            help="bind it to this node name: it enrols only that name, and may re-enrol it "
+            "(a reinstalled host whose agent lost its state)",
+        )
 
-    def handle(self, ttl, labels, max_uses, **opts):
+    def handle(self, ttl, labels, max_uses, node, **opts):
         labels = parse_labels(labels)
         if max_uses < 1:
             raise CommandError("--max-uses must be at least 1")
         _, raw = issue_enrolment_token(
-            None, ttl, labels=labels, max_uses=max_uses, reason="manage.py create_enrolment_token"
+            None,
+            ttl,
+            labels=labels,
+            max_uses=max_uses,
+            node_name=node,
+            reason="manage.py create_enrolment_token",
         )
         self.stdout.write(raw)
 
