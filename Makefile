@@ -118,7 +118,7 @@ test-services: $(filter-out chromium vllm-env lmcache-env,$(TEST_PREREQS))
 # real_ab needs two real vLLM engines (~6 GB, a minute or more to start) and real-time runs: even
 # --quick takes minutes, so it runs alone in `make bench-real`, not here. demo_memory samples a
 # whole demo's memory for minutes (a leak shows only over time): run it alone, as
-# docs/benchmarks.md "Memory of a long demo" says.
+# docs/benchmarks.md "Memory over hours" says.
 bench: install
 	@for b in $$(ls bench/[a-z]*.py | grep -v -e gpu_check -e real_ab -e demo_memory); do echo "== $$b"; $(PY) $$b --quick --json var/bench/$$(basename $$b .py).json || exit 1; done
 

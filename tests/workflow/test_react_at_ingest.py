@@ -85,10 +85,12 @@ def test_predictive_replans_a_bursts_onset_at_ingest(fleet):
 def test_predictive_falls_back_to_the_reactive_rule_at_ingest_where_a_holder_queues(fleet):
     react.BOUND.reset()
     fleet.policy("auto", strategy="predictive")
-    post_steady(fleet)  # steady demand, a holder with no queue: left to the forecasts
+    report_waiting(fleet, {}, seq=3)  # every engine reports no queue
+    fleet.report("node-a", burst.PREFIX, seq=4, metrics={"running": 0})  # the holder idles
+    post_steady(fleet)  # steady demand its idle holder takes: left to the forecasts
     assert not ReplicationPlan.objects.exists()
     # Its holder queues 40 requests: the guarded reactive fallback copies at ingest.
-    report_waiting(fleet, {"node-a": 40}, seq=3)
+    report_waiting(fleet, {"node-a": 40}, seq=5)
     react.BOUND.reset()
     post_steady(fleet)
     plan = ReplicationPlan.objects.filter(summary__trigger="ingest").first()
