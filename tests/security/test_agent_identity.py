@@ -12,7 +12,9 @@ import time
 
 import httpx
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import sync_to_async as in_views_thread
+from channels.db import database_sync_to_async as sync_to_async
+from django.db import connections
 from rest_framework.test import APIClient
 
 from controlplane.accounts.models import ApiToken, EnrolmentToken
@@ -225,14 +227,21 @@ async def _flush_until_applied(rep: Reporter) -> None:
         await asyncio.sleep(max(0.0, rep.retry_at - time.monotonic()))
 
 
+@pytest.fixture
+async def transport():
+    """The control plane's ASGI application in-process (its views run in asgiref's one
+    thread-sensitive thread, whose database connection is closed after the test)."""
+    from controlplane.asgi import application
+
+    yield httpx.ASGITransport(app=application)
+    await in_views_thread(connections.close_all)()
+
+
 @pytest.mark.django_db(transaction=True)
-async def test_a_reinstalled_agent_that_kept_its_state_re_enrols_on_its_own(tmp_path):
+async def test_a_reinstalled_agent_that_kept_its_state_re_enrols_on_its_own(tmp_path, transport):
     """The agent keeps the node's enrolment secret in state.json and presents it when it enrols
     again: a reinstall with a fresh enrolment token whose old agent token was revoked gets its
     own node back without an operator; an agent without that state is refused the name."""
-    from controlplane.asgi import application
-
-    transport = httpx.ASGITransport(app=application)
     state = tmp_path / "state"
     state.mkdir()
     first = _agent(state, await sync_to_async(fleet_token)(), transport)
