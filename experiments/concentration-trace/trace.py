@@ -93,15 +93,27 @@ def main() -> None:
         pol.tick_s = 15.0
     r = Simulation(setup.config, wl, pol, seed=seed).run()
     sel = wl.t >= 300.0
-    print(name, seed, "p99", float(np.percentile(r.ttft[sel], 99)), "mean", float(r.ttft[sel].mean()))
+    print(
+        name, seed, "p99", float(np.percentile(r.ttft[sel], 99)), "mean", float(r.ttft[sel].mean())
+    )
     print("guard", r.guard, "ingest", r.ingest)
     with open(out, "wb") as f:
         pickle.dump(
             {
-                "t": wl.t, "pid": wl.pid, "wkey": wl.prefix_wkey, "plen": [len(p) for p in wl.prefixes],
-                "ttft": r.ttft, "engine": r.engine_of, "cached": r.cached_tokens, "wait": waits,
-                "items": items, "fallback": fallback, "ticks": ticks,
-                "replicas": [(x.pid, x.engine, x.speculative, x.placed_at, x.nbytes) for x in r.replicas],
+                "t": wl.t,
+                "pid": wl.pid,
+                "wkey": wl.prefix_wkey,
+                "plen": [len(p) for p in wl.prefixes],
+                "ttft": r.ttft,
+                "engine": r.engine_of,
+                "cached": r.cached_tokens,
+                "wait": waits,
+                "items": items,
+                "fallback": fallback,
+                "ticks": ticks,
+                "replicas": [
+                    (x.pid, x.engine, x.speculative, x.placed_at, x.nbytes) for x in r.replicas
+                ],
                 "changes": [(c.eid, c.announce_s, c.serve_s) for c in setup.config.changes],
             },
             f,
