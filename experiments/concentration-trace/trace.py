@@ -14,7 +14,7 @@ import numpy as np
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.grid import job_for, parse_cells
 from controlplane.sim.policy_factory import make_policy
-from controlplane.sim.scenarios import build
+from controlplane.sim.seeds import setup_of
 
 
 class Args:
@@ -28,23 +28,7 @@ def main() -> None:
     name, seed, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     cell = sys.argv[4] if len(sys.argv) > 4 else "servegen:llama3-70b:scaleout"
     job = job_for(parse_cells(cell)[0], seed, Args())
-    setup = build(
-        workload=job.get("workload", "servegen"),
-        trace_dir=None,
-        start=None,
-        scenario=job["scenario"],
-        model=job["model"],
-        gpu=job.get("gpu", "h100"),
-        gpus_per_engine=job.get("gpus_per_engine"),
-        engines=job.get("engines", 16),
-        tenants=job.get("tenants", 30),
-        duration=job.get("duration"),
-        load=job.get("load", 0.55),
-        prefix_tokens=job.get("prefix_tokens"),
-        seed=seed,
-    )
-    if job.get("link_bytes_per_s"):
-        setup.config.network_bytes_per_s = job["link_bytes_per_s"]
+    setup = setup_of(job)
     pol = make_policy(name)
     wl = setup.workload
     n = len(wl)

@@ -5,6 +5,8 @@ gives reactive's copy back."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from controlplane.core.policy import spread
 from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, decide
 from controlplane.core.policy.demand import combined
@@ -42,11 +44,11 @@ def _case(fore_rate: float = 0.1):
     return cands, demand, engines, holds
 
 
-def _decide(strategy=STRATEGY_PREDICTIVE, narrowed=None, fore_rate=0.1):
+def _items(strategy=STRATEGY_PREDICTIVE, narrowed=None, fore_rate=0.1):
     cands, demand, engines, holds = _case(fore_rate)
     if strategy == STRATEGY_REACTIVE:  # the shipped reactive plans the measured part alone
         demand = spread.measured_part(demand, H)
-    items = decide(
+    return decide(
         strategy=strategy,
         candidates=cands,
         demand=demand,
@@ -56,7 +58,10 @@ def _decide(strategy=STRATEGY_PREDICTIVE, narrowed=None, fore_rate=0.1):
         overrides=Overrides(),
         narrowed=narrowed,
     )
-    return [(it.prefix_id, it.target) for it in items]
+
+
+def _decide(strategy=STRATEGY_PREDICTIVE, narrowed=None, fore_rate=0.1):
+    return [(it.prefix_id, it.target) for it in _items(strategy, narrowed, fore_rate)]
 
 
 def test_a_forecast_copy_that_narrows_a_measured_prefix_is_held_back_for_reactives():
@@ -84,16 +89,7 @@ def test_a_plan_that_spreads_measured_demand_as_reactive_does_is_unchanged():
 def test_no_copy_is_given_back_without_room_freed_for_it():
     cands, demand, engines, holds = _case()
     # The forecast's item is on another target: holding it back frees nothing on the joiner.
-    items = decide(
-        strategy=STRATEGY_PREDICTIVE,
-        candidates=cands,
-        demand=demand,
-        holdings=holds,
-        engines=engines,
-        budgets=BUDGETS,
-        overrides=Overrides(),
-    )
-    moved = [it.__class__(**{**it.__dict__, "target": "x"}) for it in items]
+    moved = [dataclasses.replace(it, target="x") for it in _items()]
     kept, seen = spread.spread(
         moved,
         candidates=cands,
