@@ -142,7 +142,8 @@ speculation-map: install data
 
 # Style and layers: ruff's rules, ruff's format (100 columns), mypy over the pure logic, the
 # import-linter layer contracts, the wire vocabulary quoted only in protocol.py
-# (tests/vocabulary.py states the rule), and cross-references that resolve (tests/crossrefs.py).
+# (tests/vocabulary.py states the rule), cross-references that resolve (tests/crossrefs.py), and
+# no product function over 80 lines or file over 450 (tests/sizes.py).
 # Part of `make test`; `$(PY) -m ruff format .` fixes the format.
 lint: install
 	$(PY) -m ruff check .
@@ -151,6 +152,7 @@ lint: install
 	$(VENV)/bin/lint-imports
 	$(PY) tests/vocabulary.py
 	$(PY) tests/crossrefs.py
+	$(PY) tests/sizes.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(LMCACHE_VENV) var

@@ -103,10 +103,11 @@ from _real_ab.output import build_doc, markdown, print_table, write_html
 
 from harness import launch
 from harness.lifecycle import Lifecycles, Operator
-from harness.realvllm.demo import REAL_POLICY, start_agent, wait_for_engines
+from harness.realvllm.demo import REAL_POLICY
 from harness.realvllm.driver import Gateway, Target, TraceRequest
 from harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
 from harness.realvllm.engine import vllm_python as find_vllm
+from harness.realvllm.engine_agents import start_agents
 from harness.realvllm.presets import REAL_PRESETS, RealPreset, add_preset_argument
 from harness.realvllm.record_tee import RecordTee
 from harness.realvllm.router import RouterFront, router_available
@@ -195,19 +196,19 @@ def one_run(
         launch.wait_for_port("127.0.0.1", args.port)
         children.web("127.0.0.1", args.port, env, run_dir)
         tee.start()
-        for i, e in enumerate(engines):
-            children.add(
-                start_agent(
-                    e,
-                    run_dir,
-                    tee.url,
-                    creds["enrolment_tokens"][i],
-                    env,
-                    front.taps[e.name],
-                    jobs_transport="long-poll",
-                )
-            )
-        if not wait_for_engines(cp, creds["operator_token"], {e.name for e in engines}, 120):
+        agents = start_agents(
+            children,
+            engines,
+            run_dir,
+            cp,
+            creds,
+            env,
+            front.taps,
+            report_to=tee.url,
+            jobs_transport="long-poll",
+            timeout_s=120,
+        )
+        if not agents:
             raise RuntimeError(f"the agents did not report both engines (logs in {run_dir})")
         front.router.start().wait_ready(120)
         # A load generator only: the router picks the engine, the taps post the records.

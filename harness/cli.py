@@ -117,7 +117,6 @@ def main_cluster(args) -> int:
     memtrace.start_from_env("cluster")
     from harness.virtual.agents import spawn_agents, stop_agents
     from harness.virtual.cluster import VirtualCluster
-    from harness.virtual.options import Options
     from harness.virtual.presets import build_preset
 
     if args.credentials:
@@ -133,27 +132,7 @@ def main_cluster(args) -> int:
         args.preset, engines=args.engines, tenants=args.tenants, seed=args.seed
     )
     workdir = Path(args.dir)
-    vc = VirtualCluster(
-        setup,
-        Options(
-            control_plane_url=args.control_plane.rstrip("/"),
-            gateway_token=args.gateway_token,
-            operator_token=args.operator_token,
-            workdir=workdir,
-            time_scale=args.time_scale or preset.time_scale,
-            payload_bytes=args.payload_bytes,
-            bind_host=args.bind_host,
-            advertise_host=args.advertise_host,
-            base_port=args.base_port,
-            http_port=args.http_port,
-            agent_listen_host=args.agent_listen_host,
-            agent_advertise=args.agent_advertise,
-            agent_base_port=args.agent_base_port,
-            loop=args.loop,
-            served_log=Path(args.served_log) if args.served_log else None,
-            history_days=args.history_days,
-        ),
-    )
+    vc = VirtualCluster(setup, _options(args, workdir, args.time_scale or preset.time_scale))
     procs = []
     try:
         configs = vc.agent_configs([] if args.spawn_agents else tokens)
@@ -193,6 +172,30 @@ def main_cluster(args) -> int:
         vc.close()
         stop_agents(procs)
     return 0
+
+
+def _options(args, workdir: Path, time_scale: float):
+    """The virtual cluster's options from the ``cluster`` command's arguments."""
+    from harness.virtual.options import Options
+
+    return Options(
+        control_plane_url=args.control_plane.rstrip("/"),
+        gateway_token=args.gateway_token,
+        operator_token=args.operator_token,
+        workdir=workdir,
+        time_scale=time_scale,
+        payload_bytes=args.payload_bytes,
+        bind_host=args.bind_host,
+        advertise_host=args.advertise_host,
+        base_port=args.base_port,
+        http_port=args.http_port,
+        agent_listen_host=args.agent_listen_host,
+        agent_advertise=args.agent_advertise,
+        agent_base_port=args.agent_base_port,
+        loop=args.loop,
+        served_log=Path(args.served_log) if args.served_log else None,
+        history_days=args.history_days,
+    )
 
 
 def _read_credentials(args) -> None:

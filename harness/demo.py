@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -43,17 +41,75 @@ from controlplane.sim.scenarios import link_bytes_per_s
 from harness.launch import (
     DEMO_DIR,
     ROOT,
-    SETTINGS,
     Children,
-    lock_run,
+    fresh_run,
     password,
     setup_control_plane,
-    wait_for_port,
 )
 from harness.processes import Proc
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    policy = _policy_fields(parser, args)
+    sys.path.insert(0, str(ROOT))
+    from harness.realvllm.presets import REAL_PRESETS
+
+    if args.preset in REAL_PRESETS:  # realvllm/demo.py
+        from harness.realvllm.demo import main as real_demo
+
+        return real_demo(args.host, args.port, REAL_PRESETS[args.preset])
+    from harness.virtual.presets import PRESETS
+
+    if args.preset not in PRESETS:
+        known = ", ".join([*PRESETS, *REAL_PRESETS])
+        parser.error(f"unknown preset {args.preset!r}; known: {known}")
+    preset = PRESETS[args.preset]
+    data = Path(args.data_dir).resolve() if args.data_dir else DEMO_DIR / args.preset
+    if args.data_dir and data.exists() and any(data.iterdir()):
+        # var/demo/<preset> is emptied at each start; a folder named here is never.
+        parser.error(f"--data-dir {data} is not empty: name a new folder")
+    engines = args.engines or preset.engines
+    other = next((name for name in PRESETS if name != args.preset), args.preset)
+    # Held by this process and inherited by every child (pass_fds below).
+    lock, env = fresh_run(
+        data,
+        args.host,
+        args.port,
+        beside=f"PRESET={other} PORT={args.port + 1}",
+        # The scoreboard prices copies at the virtual cluster's own link speed.
+        PREWARM_LINK_BYTES_PER_S=str(link_bytes_per_s(preset.scenario)),
+    )
+    secret = password()
+    print(f"preparing the demo ({preset.name}: {preset.description}) ...", flush=True)
+    credentials = data / "credentials.json"
+    try:
+        setup_control_plane(engines, secret, credentials, policy)
+    except CommandError as exc:
+        raise SystemExit(f"demo: {exc}") from None
+    url = f"http://{args.host}:{args.port}/"
+
+    children = Children()
+    children.exit_on_signals()
+    children.web(args.host, args.port, env, data, pass_fds=(lock,))
+    if env.get("DATABASE_URL") or env.get("REDIS_URL"):
+        children.celery(env, data, pass_fds=(lock,))
+    children.add(_cluster(args, preset.name, engines, url, data, env, lock))
+    print(
+        f"\nPrewarm is running at {url}\n"
+        f"  login: admin / {secret}  (also operator, viewer)\n"
+        f"  preset {preset.name}: {preset.description}; {engines} real agents\n"
+        f"  look at: {url} (cache map), {url}plans/, {url}jobs/, {url}scoreboard/\n"
+        f"  API docs: {url}api/docs/   logs: {data}/\n"
+        "Ctrl-C stops everything.\n",
+        flush=True,
+    )
+    children.watch()
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
@@ -75,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="replay the workload once, log every served request, then stop everything",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _policy_fields(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    """``--policy-fields`` read, and ``--engines`` and ``--tenants`` checked."""
     try:
         policy = json.loads(args.policy_fields)
     except json.JSONDecodeError as exc:
@@ -86,98 +146,44 @@ def main(argv: list[str] | None = None) -> int:
         args.tenants is not None and args.tenants < 1
     ):
         parser.error("--engines and --tenants must be at least 1")
-    sys.path.insert(0, str(ROOT))
-    from harness.realvllm.presets import REAL_PRESETS
+    return policy
 
-    if args.preset in REAL_PRESETS:  # realvllm/demo.py
-        from harness.realvllm.demo import main as real_demo
 
-        return real_demo(args.host, args.port, REAL_PRESETS[args.preset])
-    from harness.virtual.presets import PRESETS
-
-    if args.preset not in PRESETS:
-        known = ", ".join([*PRESETS, *REAL_PRESETS])
-        parser.error(f"unknown preset {args.preset!r}; known: {known}")
-    preset = PRESETS[args.preset]
-    data = Path(args.data_dir).resolve() if args.data_dir else DEMO_DIR / args.preset
-    if args.data_dir and data.exists() and any(data.iterdir()):
-        # var/demo/<preset> is emptied at each start; a folder named here is never.
-        parser.error(f"--data-dir {data} is not empty: name a new folder")
-    engines = args.engines or preset.engines
-    DEMO_DIR.mkdir(parents=True, exist_ok=True)
-    other = next((name for name in PRESETS if name != args.preset), args.preset)
-    # Held by this process and inherited by every child (pass_fds below).
-    lock = lock_run(data, beside=f"PRESET={other} PORT={args.port + 1}")
-    wait_for_port(args.host, args.port)
-    if data.exists():
-        shutil.rmtree(data)  # each run starts empty: the scoreboard is this run's
-    data.mkdir(parents=True)
-    secret = password()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "PREWARM_DATA_DIR": str(data),
-        "PYTHONUNBUFFERED": "1",
-        **SETTINGS,
-        # The scoreboard prices copies at the virtual cluster's own link speed.
-        "PREWARM_LINK_BYTES_PER_S": str(link_bytes_per_s(preset.scenario)),
-    }
-    os.environ.update(env)
-    print(f"preparing the demo ({preset.name}: {preset.description}) ...", flush=True)
-    credentials = data / "credentials.json"
-    try:
-        setup_control_plane(engines, secret, credentials, policy)
-    except CommandError as exc:
-        raise SystemExit(f"demo: {exc}") from None
-    url = f"http://{args.host}:{args.port}/"
-
-    children = Children()
-    children.exit_on_signals()
-    children.web(args.host, args.port, env, data, pass_fds=(lock,))
-    if env.get("DATABASE_URL") or env.get("REDIS_URL"):
-        children.celery(env, data, pass_fds=(lock,))
-    children.add(
-        Proc(
-            "cluster",
-            [
-                sys.executable,
-                "-m",
-                "harness.cli",
-                "cluster",
-                "--preset",
-                preset.name,
-                "--control-plane",
-                url.rstrip("/"),
-                "--dir",
-                str(data / "cluster"),
-                "--spawn-agents",
-                "--credentials",
-                str(credentials),
-                "--json",
-                str(data / "cluster-summary.json"),
-                "--engines",
-                str(engines),
-                "--seed",
-                str(args.seed),
-                *(["--tenants", str(args.tenants)] if args.tenants else []),
-                *(["--served-log", str(data / "served.csv")] if args.once else ["--loop"]),
-            ],
-            env,
-            pass_fds=(lock,),
-            session=True,  # its agents are in its group: none outlives the demo
-        )
-    )
-    print(
-        f"\nPrewarm is running at {url}\n"
-        f"  login: admin / {secret}  (also operator, viewer)\n"
-        f"  preset {preset.name}: {preset.description}; {engines} real agents\n"
-        f"  look at: {url} (cache map), {url}plans/, {url}jobs/, {url}scoreboard/\n"
-        f"  API docs: {url}api/docs/   logs: {data}/\n"
-        "Ctrl-C stops everything.\n",
-        flush=True,
-    )
-    children.watch()
-    return 0
+def _cluster(
+    args: argparse.Namespace,
+    preset: str,
+    engines: int,
+    url: str,
+    data: Path,
+    env: dict[str, str],
+    lock: int,
+) -> Proc:
+    """The virtual cluster (``prewarm-sim cluster``), which starts the agents of its nodes."""
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "cluster",
+        "--preset",
+        preset,
+        "--control-plane",
+        url.rstrip("/"),
+        "--dir",
+        str(data / "cluster"),
+        "--spawn-agents",
+        "--credentials",
+        str(data / "credentials.json"),
+        "--json",
+        str(data / "cluster-summary.json"),
+        "--engines",
+        str(engines),
+        "--seed",
+        str(args.seed),
+        *(["--tenants", str(args.tenants)] if args.tenants else []),
+        *(["--served-log", str(data / "served.csv")] if args.once else ["--loop"]),
+    ]
+    # Its agents are in its group (session): none outlives the demo.
+    return Proc("cluster", argv, env, pass_fds=(lock,), session=True)
 
 
 if __name__ == "__main__":

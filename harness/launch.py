@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import sys
@@ -122,6 +123,30 @@ def wait_for_port(host: str, port: int, timeout_s: float = WAIT_FOR_PREVIOUS_S) 
             print(f"waiting for port {port} on {host} to be free ...", flush=True)
             told = True
         time.sleep(0.5)
+
+
+def fresh_run(
+    data: Path, host: str, port: int, beside: str, **extra_env: str
+) -> tuple[int, dict[str, str]]:
+    """Start a demo run in ``data``: its lock taken (returned: hold it, and pass it to the
+    children that must keep it), the port free, the folder emptied (each run's scoreboard is its
+    own), and the demo's environment, ``extra_env`` over it, put in this process's and returned
+    for its children."""
+    DEMO_DIR.mkdir(parents=True, exist_ok=True)
+    lock = lock_run(data, beside=beside)
+    wait_for_port(host, port)
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "PREWARM_DATA_DIR": str(data),
+        "PYTHONUNBUFFERED": "1",
+        **SETTINGS,
+        **extra_env,
+    }
+    os.environ.update(env)
+    return lock, env
 
 
 def password() -> str:

@@ -22,8 +22,9 @@ from nodeagent.gpu import GpuSource, make_gpu_source
 from nodeagent.jobs import JobChannel, JobRunner, Journal
 from nodeagent.metrics import AgentMetrics
 from nodeagent.records import RecordSpool
-from nodeagent.reporter import Backoff, Reporter
+from nodeagent.reporter import Reporter
 from nodeagent.residency import EngineResidency
+from nodeagent.retry import Backoff
 from nodeagent.subscriber import EngineSubscriber
 from nodeagent.tap import RequestTap, TapThread
 from nodeagent.transfers.base import Background, Executor
@@ -74,7 +75,46 @@ class Agent:
             )
             for e in cfg.engines
         ]
-        t = cfg.transfer
+        self._make_transfers(state)
+        self.reporter = self._make_reporter(state)
+        # Request taps: records go through their own spool, sent once a report was applied (the
+        # control plane knows this node's engines from it).
+        self.records = RecordSpool(
+            cfg.control_plane_url,
+            state / "records",
+            lambda: self.reporter.state.agent_token,
+            lambda: self.reporter.last_applied_seq is not None,
+            interval_s=cfg.report_interval_s,
+            max_bytes=cfg.spool_max_bytes,
+            backoff=Backoff(cfg.backoff_initial_s, cfg.backoff_max_s),
+            timeout_s=cfg.request_timeout_s,
+            metrics=self.metrics,
+        )
+        self.taps = self._make_taps()
+        self.tap_thread = TapThread(self.taps) if self.taps else None
+        self.taps_by_engine = {t.engine.rpartition("/")[2]: t for t in self.taps}
+        self.runner = JobRunner(
+            Journal(state / "jobs.journal"),
+            self.store,
+            self.transports,
+            self.metrics,
+            cut_report=self.reporter.cut,
+        )
+        self.channel = JobChannel(
+            cfg.control_plane_url,
+            lambda: self.reporter.state.agent_token,
+            self.runner,
+            mode=cfg.jobs_transport,
+            long_poll_wait_s=cfg.long_poll_wait_s,
+            backoff=Backoff(cfg.backoff_initial_s, cfg.backoff_max_s),
+        )
+        self._last_gpu_status = ""
+        self._counted: dict[str, tuple[int, int]] = {}
+
+    def _make_transfers(self, state: Path) -> None:
+        """The enabled transports, their executors, the tcp transfer server and the address
+        this node advertises for transfers."""
+        cfg, t = self.cfg, self.cfg.transfer
         self.enabled_transports = enabled_transports(t)
         # The transfer server runs only for tcp, on the address the operator named.
         self.server: TcpTransferServer | None = None
@@ -107,7 +147,10 @@ class Agent:
             ),
         }
         self.transports = {n: available[n]() for n in self.enabled_transports}
-        self.reporter = Reporter(
+
+    def _make_reporter(self, state: Path) -> Reporter:
+        cfg = self.cfg
+        return Reporter(
             cfg.control_plane_url,
             state,
             self.residencies,
@@ -126,20 +169,11 @@ class Agent:
             spool_max_bytes=cfg.spool_max_bytes,
             metrics=self.metrics,
         )
-        # Request taps: records go through their own spool, sent once a report was applied (the
-        # control plane knows this node's engines from it).
-        self.records = RecordSpool(
-            cfg.control_plane_url,
-            state / "records",
-            lambda: self.reporter.state.agent_token,
-            lambda: self.reporter.last_applied_seq is not None,
-            interval_s=cfg.report_interval_s,
-            max_bytes=cfg.spool_max_bytes,
-            backoff=Backoff(cfg.backoff_initial_s, cfg.backoff_max_s),
-            timeout_s=cfg.request_timeout_s,
-            metrics=self.metrics,
-        )
-        self.taps = [
+
+    def _make_taps(self) -> list[RequestTap]:
+        """A request tap for each engine with ``tap_listen``, feeding the record spool."""
+        cfg = self.cfg
+        return [
             RequestTap(
                 f"{cfg.hostname}/{e.engine_id}",
                 e.tap_listen,
@@ -153,25 +187,6 @@ class Agent:
             for e in cfg.engines
             if e.tap_listen
         ]
-        self.tap_thread = TapThread(self.taps) if self.taps else None
-        self.taps_by_engine = {t.engine.rpartition("/")[2]: t for t in self.taps}
-        self.runner = JobRunner(
-            Journal(state / "jobs.journal"),
-            self.store,
-            self.transports,
-            self.metrics,
-            cut_report=self.reporter.cut,
-        )
-        self.channel = JobChannel(
-            cfg.control_plane_url,
-            lambda: self.reporter.state.agent_token,
-            self.runner,
-            mode=cfg.jobs_transport,
-            long_poll_wait_s=cfg.long_poll_wait_s,
-            backoff=Backoff(cfg.backoff_initial_s, cfg.backoff_max_s),
-        )
-        self._last_gpu_status = ""
-        self._counted: dict[str, tuple[int, int]] = {}
 
     def _on_batch(self, engine_id: str) -> Callable[[int], None]:
         """What a subscriber thread calls after each KV-event batch: count it, report it soon."""

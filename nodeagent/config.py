@@ -180,9 +180,8 @@ def _coerce(name: str, typ: Any, value: Any) -> Any:
                 raise ValueError(value)
             return {str(k): str(v) for k, v in value.items()}
     except (ValueError, TypeError):
-        raise ConfigError(
-            f"{name}: {value!r} is not a valid {getattr(typ, '__name__', typ)}"
-        ) from None
+        kind = getattr(typ, "__name__", typ)
+        raise ConfigError(f"{name}: {value!r} is not a valid {kind}") from None
     raise ConfigError(f"{name}: unsupported option type")
 
 
@@ -322,10 +321,7 @@ TRANSPORTS = (
     protocol.TRANSPORT_LMCACHE_MP,
 )
 # agent to agent: a peer connects to an address of this agent
-NEEDS_LISTEN = (
-    protocol.TRANSPORT_TCP,
-    protocol.TRANSPORT_NCCL,
-)  # agent to agent: a peer connects to an address of this agent
+NEEDS_LISTEN = (protocol.TRANSPORT_TCP, protocol.TRANSPORT_NCCL)
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]", "*")
 
 
@@ -350,6 +346,26 @@ def _host_port(name: str, value: str) -> None:
 
 def validate(cfg: AgentConfig) -> None:
     """Check cross-field rules; raise ConfigError with the first problem found."""
+    _validate_agent(cfg)
+    _validate_transfer(cfg.transfer)
+    for i, e in enumerate(cfg.engines):
+        if any(seen.engine_id == e.engine_id for seen in cfg.engines[:i]):
+            raise ConfigError(f"engine_id {e.engine_id!r} appears twice")
+        _validate_engine(e)
+    for name in ("lmcache_controller_url", "lmcache_coordinator_url"):
+        url = getattr(cfg, name)
+        if url and not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{name} {url!r} must start with http(s)://")
+    if why := tenant_rule_error(cfg.tap_tenant):
+        raise ConfigError(why)
+    if cfg.tap_token_ids_every_s <= 0:
+        raise ConfigError("tap_token_ids_every_s must be positive")
+    if cfg.lmcache_renew_s <= 0:
+        raise ConfigError("lmcache_renew_s must be positive")
+
+
+def _validate_agent(cfg: AgentConfig) -> None:
+    """The control plane, the state directory, the intervals and the sources."""
     if not cfg.control_plane_url:
         raise ConfigError(
             f"control_plane_url is required (--control-plane-url or {ENV_PREFIX}CONTROL_PLANE_URL)"
@@ -382,7 +398,9 @@ def validate(cfg: AgentConfig) -> None:
         )
     if cfg.metrics_listen:
         _host_port("metrics_listen", cfg.metrics_listen)
-    t = cfg.transfer
+
+
+def _validate_transfer(t: TransferConfig) -> None:
     unknown = [n for n in transport_names(t) if n not in TRANSPORTS]
     if unknown:
         raise ConfigError(
@@ -400,45 +418,33 @@ def validate(cfg: AgentConfig) -> None:
         raise ConfigError(f"transfer.block_store {t.block_store!r} must be memory, files or pinned")
     if t.block_store == "files" and not t.block_store_path:
         raise ConfigError("transfer.block_store = files needs transfer.block_store_path")
-    seen: set[str] = set()
-    for e in cfg.engines:
-        if not _ENGINE_ID.match(e.engine_id):
-            raise ConfigError(f"engine_id {e.engine_id!r} must be 1-64 of letters, digits, _.:-")
-        if e.engine_id in seen:
-            raise ConfigError(f"engine_id {e.engine_id!r} appears twice")
-        seen.add(e.engine_id)
-        if e.kind != "vllm":
-            raise ConfigError(f"engine {e.engine_id}: kind {e.kind!r} is not supported (vllm)")
-        if not e.kv_events.startswith(("tcp://", "ipc://", "inproc://")):
-            raise ConfigError(f"engine {e.engine_id}: kv_events must be a ZMQ endpoint (tcp://...)")
-        if e.kv_events_socket not in ("connect", "bind"):
+
+
+def _validate_engine(e: EngineConfig) -> None:
+    if not _ENGINE_ID.match(e.engine_id):
+        raise ConfigError(f"engine_id {e.engine_id!r} must be 1-64 of letters, digits, _.:-")
+    if e.kind != "vllm":
+        raise ConfigError(f"engine {e.engine_id}: kind {e.kind!r} is not supported (vllm)")
+    if not e.kv_events.startswith(("tcp://", "ipc://", "inproc://")):
+        raise ConfigError(f"engine {e.engine_id}: kv_events must be a ZMQ endpoint (tcp://...)")
+    if e.kv_events_socket not in ("connect", "bind"):
+        raise ConfigError(
+            f"engine {e.engine_id}: kv_events_socket {e.kv_events_socket!r} must be connect "
+            "(vLLM binds: tcp://*:P) or bind (vLLM connects: tcp://host:P)"
+        )
+    if e.replay and not e.replay.startswith(("tcp://", "ipc://", "inproc://")):
+        raise ConfigError(f"engine {e.engine_id}: replay must be a ZMQ endpoint (tcp://...)")
+    if e.block_size <= 0 or e.bytes_per_block < 0 or e.kv_capacity_blocks < 0:
+        raise ConfigError(f"engine {e.engine_id}: block_size > 0, byte and block counts >= 0")
+    if e.openai_url and not e.openai_url.startswith(("http://", "https://")):
+        raise ConfigError(f"engine {e.engine_id}: openai_url must start with http(s)://")
+    if e.kv_peer:
+        _host_port(f"engine {e.engine_id}: kv_peer", e.kv_peer)
+    if e.tap_listen:
+        _host_port(f"engine {e.engine_id}: tap_listen", e.tap_listen)
+        if not e.openai_url:
             raise ConfigError(
-                f"engine {e.engine_id}: kv_events_socket {e.kv_events_socket!r} must be connect "
-                "(vLLM binds: tcp://*:P) or bind (vLLM connects: tcp://host:P)"
+                f"engine {e.engine_id}: tap_listen needs openai_url (the engine the tap fronts)"
             )
-        if e.replay and not e.replay.startswith(("tcp://", "ipc://", "inproc://")):
-            raise ConfigError(f"engine {e.engine_id}: replay must be a ZMQ endpoint (tcp://...)")
-        if e.block_size <= 0 or e.bytes_per_block < 0 or e.kv_capacity_blocks < 0:
-            raise ConfigError(f"engine {e.engine_id}: block_size > 0, byte and block counts >= 0")
-        if e.openai_url and not e.openai_url.startswith(("http://", "https://")):
-            raise ConfigError(f"engine {e.engine_id}: openai_url must start with http(s)://")
-        if e.kv_peer:
-            _host_port(f"engine {e.engine_id}: kv_peer", e.kv_peer)
-        if e.tap_listen:
-            _host_port(f"engine {e.engine_id}: tap_listen", e.tap_listen)
-            if not e.openai_url:
-                raise ConfigError(
-                    f"engine {e.engine_id}: tap_listen needs openai_url (the engine the tap fronts)"
-                )
-        if e.warmup_timeout_s <= 0:
-            raise ConfigError(f"engine {e.engine_id}: warmup_timeout_s must be positive")
-    for name in ("lmcache_controller_url", "lmcache_coordinator_url"):
-        url = getattr(cfg, name)
-        if url and not url.startswith(("http://", "https://")):
-            raise ConfigError(f"{name} {url!r} must start with http(s)://")
-    if why := tenant_rule_error(cfg.tap_tenant):
-        raise ConfigError(why)
-    if cfg.tap_token_ids_every_s <= 0:
-        raise ConfigError("tap_token_ids_every_s must be positive")
-    if cfg.lmcache_renew_s <= 0:
-        raise ConfigError("lmcache_renew_s must be positive")
+    if e.warmup_timeout_s <= 0:
+        raise ConfigError(f"engine {e.engine_id}: warmup_timeout_s must be positive")

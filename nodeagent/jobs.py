@@ -26,7 +26,7 @@ import httpx
 import websockets
 
 from nodeagent.blockstore import BlockStore
-from nodeagent.reporter import Backoff
+from nodeagent.retry import Backoff
 from nodeagent.transfers.base import Executor, Job, JobError, TransferResult
 from wire import protocol
 

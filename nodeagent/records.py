@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from nodeagent.reporter import Backoff
+from nodeagent.retry import Backoff
 from nodeagent.spool import Spool
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import os
-import random
 import time
 import uuid
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import httpx
 import msgpack
 
 from nodeagent.residency import EngineResidency
+from nodeagent.retry import Backoff
 from nodeagent.spool import Spool
 from wire.protocol import (
     CONTENT_JSON,
@@ -39,24 +39,6 @@ from wire.protocol import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class Backoff:
-    """Exponential backoff with full jitter."""
-
-    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None):
-        self.initial_s = initial_s
-        self.max_s = max_s
-        self.failures = 0
-        self.rng = rng or random.Random()
-
-    def next_delay(self) -> float:
-        self.failures += 1
-        cap = min(self.max_s, self.initial_s * 2 ** (self.failures - 1))
-        return self.rng.uniform(cap / 2, cap)
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 @dataclass

@@ -35,9 +35,19 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", dest="html_path")
 
 
+# The subcommands: each adds its parser to these.
+_Subparsers = argparse._SubParsersAction
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="prewarm-sim", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
+    for add in (_add_run, _add_sweep, _add_seeds, _add_grid, _add_merge_runs):
+        add(sub)
+    return ap
+
+
+def _add_run(sub: _Subparsers) -> None:
     run = sub.add_parser("run", help="run policies on one workload and scenario")
     src = run.add_mutually_exclusive_group()
     src.add_argument("--workload", choices=WORKLOADS, default="servegen")
@@ -55,6 +65,9 @@ def parser() -> argparse.ArgumentParser:
         help="let predictive's day-scale forecast choose Prophet too (slower)",
     )
     _common(run)
+
+
+def _add_sweep(sub: _Subparsers) -> None:
     sw = sub.add_parser("sweep", help="map where speculation pays (heatmap)")
     sw.add_argument("--quick", action="store_true")
     sw.add_argument("--duration", type=float, default=1800.0)
@@ -62,6 +75,9 @@ def parser() -> argparse.ArgumentParser:
     sw.add_argument("--workers", type=int, default=1, help="worker processes")
     sw.add_argument("--trace-dir", help="a folder of ServeGen-format client files")
     _common(sw)
+
+
+def _add_seeds(sub: _Subparsers) -> None:
     sd = sub.add_parser(
         "seeds", help="predictive vs reactive vs the everywhere ceiling over seeds, with noise"
     )
@@ -86,6 +102,9 @@ def parser() -> argparse.ArgumentParser:
     sd.add_argument("--trace-dir", help="a folder of ServeGen-format client files")
     sd.add_argument("--workers", type=int, default=1, help="worker processes")
     sd.add_argument("--json", dest="json_path")
+
+
+def _add_grid(sub: _Subparsers) -> None:
     gr = sub.add_parser("grid", help="do-no-harm grid: predictive vs reactive per cell")
     gr.add_argument(
         "--cells",
@@ -114,6 +133,9 @@ def parser() -> argparse.ArgumentParser:
         help="run (and append to --jsonl) any --policies, no tables: rerun some policies of "
         "grid jobs, then merge-runs puts them beside the others",
     )
+
+
+def _add_merge_runs(sub: _Subparsers) -> None:
     mr = sub.add_parser(
         "merge-runs",
         help="grid JSONL with some policies rerun: a rerun's policies replace the base's",
@@ -121,7 +143,6 @@ def parser() -> argparse.ArgumentParser:
     mr.add_argument("base", help="the grid JSONL the reruns update")
     mr.add_argument("out", help="where the merged JSONL goes (seeds no rerun holds are left out)")
     mr.add_argument("reruns", nargs="+", help="JSONL files of `grid --runs-only`")
-    return ap
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,28 +89,7 @@ def build(
     blocks = int(cap_bytes // block_bytes)
     if blocks < 8:
         raise ValueError("KV capacity below 8 blocks per engine")
-    if trace_dir:
-        # Any folder of ServeGen-format client files (``chunk-<id>-trace.csv``): the same runs
-        # on another category without code changes.
-        if trace:
-            raise ValueError("give --trace or --trace-dir, not both")
-        kind, path = "servegen", Path(trace_dir)
-        if not path.is_dir():
-            raise ValueError(f"--trace-dir is not a folder: {path}")
-        if not any(path.glob("*-trace.csv")):
-            raise ValueError(f"--trace-dir holds no ServeGen client files (*-trace.csv): {path}")
-    elif trace:
-        if fmt not in FORMATS:
-            raise ValueError(f"--format must be one of {', '.join(FORMATS)}")
-        kind, path = fmt, Path(trace)
-        if not path.exists():
-            raise ValueError(f"trace not found: {path}")
-    else:
-        if workload not in WORKLOADS:
-            raise ValueError(f"unknown workload {workload!r}; known: {', '.join(WORKLOADS)}")
-        kind = {"azure-code": "azure"}.get(workload, workload)
-        path = bundled_path(workload)
-    notes: dict[str, str] = {}
+    kind, path = _trace_source(workload, trace, fmt, trace_dir)
     if kind == "servegen":
         wl = _servegen(
             path,
@@ -141,13 +120,73 @@ def build(
         scenario=scenario,
         network_bytes_per_s=STEADY_NETWORK_BPS,
     )
-    if scenario == "slowlink":
+    notes = _shape(cfg, wl)
+    if kind == "servegen":
+        notes["load"] = _load_note(cfg, wl, load)
+    notes["engine"] = ENGINE_NOTE
+    notes["cost_model"] = (
+        f"prefill at {cost.mfu:.0%} MFU of {cost.gpus} x {cost.gpu.name} "
+        f"+ {cost.batch_overhead_s * 1e3:.0f} ms per batch"
+    )
+    return Setup(cfg, wl, {**wl.assumptions, **notes})
+
+
+ENGINE_NOTE = (
+    "prefill servers (FIFO); TTFT = queueing + prefill of the uncached part "
+    "+ any tier promotion the queue does not hide"
+)
+
+
+def _load_note(cfg: ClusterConfig, wl: Workload, load: float) -> str:
+    """The ServeGen load asked for, and what this draw offers."""
+    ol = offered_load(cfg, wl)
+    return (
+        f"rates scaled so the busiest 5 minutes of expected demand put {load:.2f} "
+        f"on the fleet; this draw offers {ol['peak_5min']:.2f} in its busiest "
+        f"5 minutes and {ol['mean']:.2f} on average"
+    )
+
+
+def _trace_source(
+    workload: str | None, trace: str | None, fmt: str | None, trace_dir: str | None
+) -> tuple[str, Path]:
+    """The trace's format and path: a folder of ServeGen files, a named trace file or a
+    bundled workload."""
+    if trace_dir:
+        # Any folder of ServeGen-format client files (``chunk-<id>-trace.csv``): the same runs
+        # on another category without code changes.
+        if trace:
+            raise ValueError("give --trace or --trace-dir, not both")
+        path = Path(trace_dir)
+        if not path.is_dir():
+            raise ValueError(f"--trace-dir is not a folder: {path}")
+        if not any(path.glob("*-trace.csv")):
+            raise ValueError(f"--trace-dir holds no ServeGen client files (*-trace.csv): {path}")
+        return "servegen", path
+    if trace:
+        if fmt not in FORMATS:
+            raise ValueError(f"--format must be one of {', '.join(FORMATS)}")
+        path = Path(trace)
+        if not path.exists():
+            raise ValueError(f"trace not found: {path}")
+        return fmt, path
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r}; known: {', '.join(WORKLOADS)}")
+    return {"azure-code": "azure"}.get(workload, workload), bundled_path(workload)
+
+
+def _shape(cfg: ClusterConfig, wl: Workload) -> dict[str, str]:
+    """The scenario's cluster around the fleet (links, tiers or the scale-out's joins), and
+    what it assumes, stated."""
+    notes: dict[str, str] = {}
+    blocks, engines = cfg.kv_capacity_blocks, cfg.engines
+    if cfg.scenario == "slowlink":
         cfg.network_bytes_per_s = SLOW_NETWORK_BPS
         cfg.link_share_with_serving = 1.0
         notes["links"] = (
             "cross-node copies at 100 Gb/s, shared with serving traffic in proportion to load"
         )
-    elif scenario == "tiered":
+    elif cfg.scenario == "tiered":
         gpu_blocks = max(8, int(blocks * TIERED_GPU_SHARE))
         cfg.kv_capacity_blocks = gpu_blocks
         cfg.tiers = (
@@ -159,7 +198,7 @@ def build(
             f"CPU DRAM 4x at {CPU_TIER_BPS / 1e9:.0f} GB/s, SSD 16x at "
             f"{SSD_TIER_BPS / 1e9:.0f} GB/s; evicted blocks are demoted a tier"
         )
-    elif scenario == "scaleout":
+    elif cfg.scenario == "scaleout":
         cfg.changes = tuple(scaleout_schedule(wl, engines))
         cfg.balance_wait_s = BALANCE_WAIT_S
         notes["scaleout"] = (
@@ -171,22 +210,7 @@ def build(
         )
     else:
         notes["links"] = f"{STEADY_NETWORK_BPS / 1e9:.0f} GB/s network, NVLink inside a node"
-    if kind == "servegen":
-        ol = offered_load(cfg, wl)
-        notes["load"] = (
-            f"rates scaled so the busiest 5 minutes of expected demand put {load:.2f} "
-            f"on the fleet; this draw offers {ol['peak_5min']:.2f} in its busiest "
-            f"5 minutes and {ol['mean']:.2f} on average"
-        )
-    notes["engine"] = (
-        "prefill servers (FIFO); TTFT = queueing + prefill of the uncached part "
-        "+ any tier promotion the queue does not hide"
-    )
-    notes["cost_model"] = (
-        f"prefill at {cost.mfu:.0%} MFU of {cost.gpus} x {cost.gpu.name} "
-        f"+ {cost.batch_overhead_s * 1e3:.0f} ms per batch"
-    )
-    return Setup(cfg, wl, {**wl.assumptions, **notes})
+    return notes
 
 
 def _default_prefix_tokens(model: str) -> tuple[int, int]:

@@ -169,6 +169,16 @@ def summarize_cell(runs: list[dict]) -> dict:
         "ttft_s": {},
         "ttft_s_noise": {},
     }
+    _ttft(out, pols, runs, kept)
+    _gains_over_reactive(out, pols, runs, kept)
+    _predictive_over_baselines(out, pols, kept)
+    _ceiling_and_predictive(out, pols, runs, kept)
+    return out
+
+
+def _ttft(out: dict, pols: dict, runs: list[dict], kept: list[dict]) -> None:
+    """The offered load, each policy's mean and p99 TTFT over the kept seeds (with their noise)
+    and per seed."""
     loads = [r.get("offered_load") or {} for r in runs]
     out["offered_load"] = {
         k: sum(x.get(k, 0.0) for x in loads) / len(loads) for k in ("peak_5min", "mean")
@@ -188,6 +198,10 @@ def summarize_cell(runs: list[dict]) -> dict:
         ]
         for name in pols
     }
+
+
+def _gains_over_reactive(out: dict, pols: dict, runs: list[dict], kept: list[dict]) -> None:
+    """Each policy's paired gain over reactive: over the kept seeds and over all of them."""
     for name in ("predictive", CEILING, *BASELINES, "clairvoyant"):
         if name not in pols:
             continue
@@ -206,6 +220,10 @@ def summarize_cell(runs: list[dict]) -> dict:
             )
             out[f"{name}_gain_{stat}_all_seeds"] = a["mean"]
             out[f"{name}_gain_{stat}_all_seeds_noise"] = a["noise"]
+
+
+def _predictive_over_baselines(out: dict, pols: dict, kept: list[dict]) -> None:
+    """Predictive's paired gain over each baseline that ran beside it."""
     for base in BASELINES:
         if base not in pols or "predictive" not in pols:
             continue
@@ -219,6 +237,11 @@ def summarize_cell(runs: list[dict]) -> dict:
             out[f"predictive_over_{key}_{stat}_noise"] = g["noise"]
             out[f"predictive_over_{key}_{stat}_beyond_noise"] = g["beyond_noise"]
             out[f"predictive_over_{key}_{stat}_per_seed"] = g["per_seed"]
+
+
+def _ceiling_and_predictive(out: dict, pols: dict, runs: list[dict], kept: list[dict]) -> None:
+    """The gap closed against the ceiling, reactive's spread over seeds, predictive's VRAM,
+    precision and replicas, and each policy's bytes moved."""
     if CEILING in pols and "predictive" in pols:
         out["gap_closed_p99_bootstrap"] = bootstrap_gap(kept)
         # Not true by construction: a copy policy can beat the ceiling only where the
@@ -240,7 +263,6 @@ def summarize_cell(runs: list[dict]) -> dict:
         out.setdefault("bytes_moved_mean", {})[name] = sum(
             r["policies"][name]["bytes_moved"] for r in kept
         ) / len(kept)
-    return out
 
 
 def seeds_text(c: dict) -> str:

@@ -266,6 +266,14 @@ class Cluster(ControlPlaneAccess):
             EngineMetricsServer(0.85) if i == 0 else EngineMetricsServer(0.3, running=0),
         )
         node.store_dir.mkdir(parents=True, exist_ok=True)
+        if i == 0:  # the source: the engine holds the burst's prefix and the store its bytes
+            self._hold_prefix(node)
+        argv = self._agent_argv(i, node, self._gpu_file(i, name))
+        node.proc = Proc(f"agent-{name}", argv, self.env, self.dir).start()
+        return node
+
+    def _gpu_file(self, i: int, name: str) -> Path:
+        """The node's simulated GPU: one H100 with 20 GiB free."""
         gpus = self.dir / name / "gpus.json"
         gpus.write_text(
             json.dumps(
@@ -282,16 +290,24 @@ class Cluster(ControlPlaneAccess):
                 }
             )
         )
-        if i == 0:  # the source: the engine holds the burst's prefix and the store its bytes
-            store = FileBlockStore(node.store_dir)
-            for n, key in enumerate(burst.PREFIX):
-                data = (
-                    blockhash.to_hex(key).encode() * (BYTES_PER_BLOCK // 16)
-                    if n % 2
-                    else os.urandom(BYTES_PER_BLOCK)
-                )
-                store.write(key, data)
-                self.source_bytes[key] = data
+        return gpus
+
+    def _hold_prefix(self, node: Node) -> None:
+        """The burst's prefix in the source node's block store (kept in ``source_bytes``)."""
+        store = FileBlockStore(node.store_dir)
+        for n, key in enumerate(burst.PREFIX):
+            data = (
+                blockhash.to_hex(key).encode() * (BYTES_PER_BLOCK // 16)
+                if n % 2
+                else os.urandom(BYTES_PER_BLOCK)
+            )
+            store.write(key, data)
+            self.source_bytes[key] = data
+
+    def _agent_argv(self, i: int, node: Node, gpus: Path) -> list[str]:
+        """A real agent for the node: enrolled afresh, its one engine publishing on the node's
+        ZMQ sockets, transfers over tcp into its file block store."""
+        name = node.name
         enrol = self.manage("create_enrolment_token")
         engine = (
             f"engine_id=vllm-0,kv_events={node.publisher.endpoint},replay={node.publisher.replay_endpoint},"
@@ -299,7 +315,7 @@ class Cluster(ControlPlaneAccess):
             f"kv_capacity_blocks=100000,gpu_uuids=GPU-sim-{i},model={burst.MODEL},"
             f"metrics_url={node.engine_metrics.url}"
         )
-        argv = [
+        return [
             sys.executable,
             "-m",
             "nodeagent",
@@ -342,8 +358,6 @@ class Cluster(ControlPlaneAccess):
             "--transfer-chunk-bytes",
             str(BYTES_PER_BLOCK),
         ]
-        node.proc = Proc(f"agent-{name}", argv, self.env, self.dir).start()
-        return node
 
     @property
     def chains(self) -> dict[str, list[int]]:

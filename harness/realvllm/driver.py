@@ -58,6 +58,60 @@ log = logging.getLogger(__name__)
 
 
 def main(argv: list[str] | None = None) -> int:
+    p = _parser()
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s driver %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per request
+    if args.router and args.engine:
+        p.error("--router routes every request: no --engine with it")
+    if not args.router and not (args.engine and args.gateway_token):
+        p.error("without --router: --engine (one or more) and --gateway-token")
+    targets = _targets(p, args)
+    try:
+        if args.trace == "mooncake":
+            requests = mooncake(None, args.start_s, args.duration_s)
+        else:
+            requests = REAL_PRESETS[args.preset].requests(
+                duration_s=args.duration_s, rate=args.rate
+            )
+            args.speed = 1.0
+    except (OSError, ValueError) as exc:
+        print(f"driver: {exc}", file=sys.stderr)
+        return 2
+    gw = Gateway(args.control_plane, args.gateway_token, targets, post_records=not args.router)
+    stop = threading.Event()
+    if args.join:
+        joins = _joins(p, args, gw)
+        try:
+            joiner = Lifecycles(
+                Operator(args.control_plane, args.operator_token),
+                "request driver",
+                on_change=gw.set_serving,
+            )
+            if not joiner.find(set(joins)):
+                raise ValueError(f"engines {', '.join(sorted(joins))} are not all known")
+            joiner.hold(joins)
+        except (ValueError, RuntimeError, httpx.HTTPError) as exc:
+            print(f"driver: {exc}", file=sys.stderr)
+            return 2
+        threading.Thread(target=joiner.run, args=(joins, stop), daemon=True).start()
+    print(
+        f"driver: {len(requests)} requests of {args.trace} over "
+        f"{requests[-1].at_s / args.speed if requests else 0:.0f} s",
+        flush=True,
+    )
+    reporter = threading.Thread(target=_report_every, args=(gw, stop, 30.0), daemon=True)
+    reporter.start()
+    try:
+        gw.replay(requests, speed=args.speed, loop=args.loop, stop=stop)
+    except KeyboardInterrupt:
+        stop.set()
+        gw.flush()
+    print(f"driver: {json.dumps(gw.summary())}", flush=True)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Replay a Mooncake slice against real vLLM engines "
         "and post request records as a gateway."
@@ -105,13 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         "announcements only: whoever runs the router adds the engine to it)",
     )
     p.add_argument("--operator-token", default="", help="an operator's user token (for --join)")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s driver %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per request
-    if args.router and args.engine:
-        p.error("--router routes every request: no --engine with it")
-    if not args.router and not (args.engine and args.gateway_token):
-        p.error("without --router: --engine (one or more) and --gateway-token")
+    return p
+
+
+def _targets(p: argparse.ArgumentParser, args: argparse.Namespace) -> list[Target]:
+    """The router, or each ``--engine`` (its node the agent's hostname)."""
     model = REAL_PRESETS[args.preset].model.served_name
     targets = [Target("router", args.router, model=model)] if args.router else []
     for spec in args.engine:
@@ -120,59 +172,26 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not url.startswith("http") or not engine_id:
             p.error(f"--engine {spec!r}: expected NODE/ENGINE_ID=http://host:port")
         targets.append(Target(engine_id, url, model=model, node=node))
-    try:
-        if args.trace == "mooncake":
-            requests = mooncake(None, args.start_s, args.duration_s)
-        else:
-            requests = REAL_PRESETS[args.preset].requests(
-                duration_s=args.duration_s, rate=args.rate
-            )
-            args.speed = 1.0
-    except (OSError, ValueError) as exc:
-        print(f"driver: {exc}", file=sys.stderr)
-        return 2
-    gw = Gateway(args.control_plane, args.gateway_token, targets, post_records=not args.router)
-    stop = threading.Event()
-    if args.join:
-        if not args.operator_token:
-            p.error("--join needs --operator-token")
-        joins = {}
-        for spec in args.join:
-            engine_id, _, times = spec.partition("=")
-            try:
-                announce, serve = (float(x) for x in times.split(":"))
-            except ValueError:
-                p.error(f"--join {spec!r}: expected ENGINE_ID=ANNOUNCE_S:SERVE_S")
-            if (engine_id not in gw.targets and not args.router) or not 0 <= announce <= serve:
-                p.error(f"--join {spec!r}: an --engine, and 0 <= ANNOUNCE_S <= SERVE_S")
-            joins[engine_id] = (announce, serve)
+    return targets
+
+
+def _joins(
+    p: argparse.ArgumentParser, args: argparse.Namespace, gw: Gateway
+) -> dict[str, tuple[float, float]]:
+    """``--join``: each joining engine's (announce, serve) seconds."""
+    if not args.operator_token:
+        p.error("--join needs --operator-token")
+    joins = {}
+    for spec in args.join:
+        engine_id, _, times = spec.partition("=")
         try:
-            joiner = Lifecycles(
-                Operator(args.control_plane, args.operator_token),
-                "request driver",
-                on_change=gw.set_serving,
-            )
-            if not joiner.find(set(joins)):
-                raise ValueError(f"engines {', '.join(sorted(joins))} are not all known")
-            joiner.hold(joins)
-        except (ValueError, RuntimeError, httpx.HTTPError) as exc:
-            print(f"driver: {exc}", file=sys.stderr)
-            return 2
-        threading.Thread(target=joiner.run, args=(joins, stop), daemon=True).start()
-    print(
-        f"driver: {len(requests)} requests of {args.trace} over "
-        f"{requests[-1].at_s / args.speed if requests else 0:.0f} s",
-        flush=True,
-    )
-    reporter = threading.Thread(target=_report_every, args=(gw, stop, 30.0), daemon=True)
-    reporter.start()
-    try:
-        gw.replay(requests, speed=args.speed, loop=args.loop, stop=stop)
-    except KeyboardInterrupt:
-        stop.set()
-        gw.flush()
-    print(f"driver: {json.dumps(gw.summary())}", flush=True)
-    return 0
+            announce, serve = (float(x) for x in times.split(":"))
+        except ValueError:
+            p.error(f"--join {spec!r}: expected ENGINE_ID=ANNOUNCE_S:SERVE_S")
+        if (engine_id not in gw.targets and not args.router) or not 0 <= announce <= serve:
+            p.error(f"--join {spec!r}: an --engine, and 0 <= ANNOUNCE_S <= SERVE_S")
+        joins[engine_id] = (announce, serve)
+    return joins
 
 
 def _report_every(gw: Gateway, stop: threading.Event, every_s: float) -> None:
