@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from controlplane.core import misses
-from controlplane.core.policy import guard
+from controlplane.core.policy import guard, spread
 from controlplane.core.policy.inputs import queue_seconds
 from controlplane.core.policy.types import Budgets, EngineState
 from controlplane.core.residency import REMOVAL_WINDOW_S
@@ -55,6 +55,17 @@ class SimGuard:
     late: int = 0  # copies a request they were for arrived before (a lead shorter than them)
     evicted_seen: int = 0  # ``evicted`` misses fed to the guard (on targets of landed copies)
     copies: int = 0  # copies it watched (planner, onset and fallback alike)
+    # plans that would have left a prefix on fewer holders than measured demand alone
+    # (``core.policy.spread``): the prefixes, the copies given back, the items held back
+    narrowed: int = 0
+    restored: int = 0
+    held_back: int = 0
+
+    def spread(self, narrowed: list[spread.Narrowed]) -> None:
+        """A plan's prefixes the concentration signal saw narrowed, and what it did."""
+        self.narrowed += len(narrowed)
+        self.restored += sum(len(n.restored) for n in narrowed)
+        self.held_back += sum(len(n.held_back) for n in narrowed)
 
     def record(
         self,
@@ -122,7 +133,8 @@ class SimGuard:
     def stats(self) -> dict:
         """For the run's summary: rounds stepped, rounds that cut an allowance, the lowest
         allowance reached, and the signals' counts (copies a request they were for arrived
-        before, ``evicted`` misses on engines while they took copies)."""
+        before, ``evicted`` misses on engines while they took copies, prefixes a plan would
+        have narrowed and what was given back and held back for them)."""
         return {
             "rounds": self.rounds,
             "harmful_rounds": self.harmful_rounds,
@@ -130,6 +142,9 @@ class SimGuard:
             "late_copies": self.late,
             "evicted_misses": self.evicted_seen,
             "copies_watched": self.copies,
+            "narrowed": self.narrowed,
+            "spread_restored": self.restored,
+            "spread_held_back": self.held_back,
         }
 
     def observe(self, t: float, engines: list[EngineState], budgets: Budgets) -> None:

@@ -337,6 +337,7 @@ class PlannedPolicy(Reactive):
                     str(pid), keys, tokens, len(keys) * bb, wl.prefix_wkey[pid], service, recompute
                 )
             )
+        narrowed: list | None = None if self.guard is None else []
         items = decide(
             strategy=STRATEGY_REACTIVE if self.name == STRATEGY_REACTIVE else STRATEGY_PREDICTIVE,
             candidates=cands,
@@ -346,7 +347,10 @@ class PlannedPolicy(Reactive):
             budgets=self.budgets,
             overrides=self.overrides,
             guard=None if self.guard is None else self.guard.state,
+            narrowed=narrowed,  # the guard's concentration signal (core.policy.spread)
         )
+        if self.guard is not None and narrowed:
+            self.guard.spread(narrowed)
         if at_ingest:
             rates = {str(p): d.measured_rate for p, d in demand.items()}
             items = self.bound.admit(items, engines=engines, now=t, rates=rates)

@@ -80,6 +80,14 @@ TRACE_WORKLOADS = ("mooncake", "azure-code")
 
 def run_one(job: dict) -> dict:
     """One seed of one cell: every policy's summary (picklable, for worker processes)."""
+    setup = setup_of(job)
+    warmup_s = job.get("warmup", 0.0)  # not-vocabulary: seconds before measuring
+    doc, _ = run_policies(setup, job["policies"], seed=job["seed"], warmup_s=warmup_s)
+    return {**job, "policies": doc["policies"], "offered_load": doc["offered_load"]}
+
+
+def setup_of(job: dict):
+    """The cluster and workload of one seed of one cell (``run_one``'s)."""
     workload = job.get("workload", "servegen")
     start = None
     if workload in TRACE_WORKLOADS:
@@ -102,9 +110,7 @@ def run_one(job: dict) -> dict:
     )
     if job.get("link_bytes_per_s"):
         setup.config.network_bytes_per_s = job["link_bytes_per_s"]
-    warmup_s = job.get("warmup", 0.0)  # not-vocabulary: seconds before measuring
-    doc, _ = run_policies(setup, job["policies"], seed=job["seed"], warmup_s=warmup_s)
-    return {**job, "policies": doc["policies"], "offered_load": doc["offered_load"]}
+    return setup
 
 
 def run_jobs(jobs: list[dict], workers: int = 1) -> list[dict]:

@@ -12,6 +12,7 @@ import pytest
 
 from controlplane.core import misses
 from controlplane.core.policy import guard
+from controlplane.core.policy.spread import Narrowed
 from controlplane.core.policy.types import Budgets, EngineState
 from controlplane.core.prefix_cache import PrefixCache
 from controlplane.core.residency import REMOVAL_WINDOW_S
@@ -163,3 +164,10 @@ def test_predictive_classifies_its_misses_for_its_guard():
     assert s.group("t0") == guard.DECREASE and s.engine("e1") == guard.DECREASE
     assert policy.guard.stats()["evicted_misses"] == 2
     assert PlannedPolicy("predictive", guard=False).on_miss is None
+
+
+def test_the_plans_a_concentration_signal_saw_are_counted_in_the_runs_guard_stats():
+    g = SimGuard()
+    g.spread([Narrowed("7", 1, 3, ("e1", "e2"), ("9->e1",)), Narrowed("8", 2, 3)])
+    s = g.stats()
+    assert (s["narrowed"], s["spread_restored"], s["spread_held_back"]) == (2, 2, 1)

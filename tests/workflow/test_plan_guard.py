@@ -69,7 +69,10 @@ def test_copies_that_raise_their_targets_queue_cut_the_next_plans_budget(fleet):
 def test_copies_whose_targets_stay_idle_leave_the_budget_whole(fleet):
     _, g = _copies_land_then_targets_report(fleet, waiting=0)
     assert g["allowed"] == 1.0 and not g["engines"] and "full budget" in g["why"], g
+    # Its concentration signal: no prefix left on fewer holders than measured demand alone.
+    assert g["spread"] == {"narrowed": 0, "restored": 0, "held_back": 0, "why": ""}, g
     assert gauge() == 1.0
     board, html = scoreboard_guard(fleet)
     assert board["allowed"] == 1.0 and not board["engines"] and board["why"] == g["why"]
+    assert board["spread"] == g["spread"] and 'id="guard-spread"' not in html
     assert "Speculation allowed now: 100% of its budget" in html

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from controlplane.core.policy import guard as harm_guard
-from controlplane.core.policy import planner
+from controlplane.core.policy import planner, spread
 from controlplane.core.policy.inputs import EngineReport, engine_states
 from controlplane.core.policy.types import (
     Budgets,
@@ -43,18 +43,34 @@ def decide(
     budgets: Budgets,
     overrides: Overrides,
     guard: harm_guard.GuardState | None = None,
+    narrowed: list[spread.Narrowed] | None = None,
 ) -> list[PlannedMove]:
     """Items for ``strategy`` within ``budgets`` and ``overrides``. ``engines`` are reports
     (turned into engine states by the shared input rules) or states made by them already.
     ``guard``: the harm guard's allowances (``core.policy.guard``), which cut what the
-    planner's items may take where the last copies did harm."""
+    planner's items may take where the last copies did harm. ``narrowed``: where a list is
+    given, ``predictive``'s plan leaves no prefix on fewer holders than its measured demand
+    alone would (``core.policy.spread``, the guard's concentration signal), and the prefixes it
+    would have narrowed are appended to it."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}")
     if strategy == STRATEGY_OFF:
         return []
     states = states_of(engines, horizon_s=budgets.horizon_s)
     candidates = list(candidates)
+    demand, holdings = list(demand), list(holdings)
     items = planner.plan(candidates, demand, holdings, states, budgets, overrides)
+    if narrowed is not None and strategy == STRATEGY_PREDICTIVE:
+        items, seen = spread.spread(
+            items,
+            candidates=candidates,
+            demand=demand,
+            holdings=holdings,
+            engines=states,
+            budgets=budgets,
+            overrides=overrides,
+        )
+        narrowed.extend(seen)
     if guard is None:
         return items
     return harm_guard.admit(

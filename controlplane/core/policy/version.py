@@ -5,4 +5,4 @@ map (``controlplane.sim.speculation_map.stale``), which the scoreboard reads as 
 its test when it is older than this.
 """
 
-POLICY_VERSION = 2
+POLICY_VERSION = 3

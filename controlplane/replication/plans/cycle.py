@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.core.policy import guard as harm_guard
+from controlplane.core.policy import spread
 from controlplane.core.policy.backoff import queue_gate
 from controlplane.core.policy.decide import decide
 from controlplane.core.policy.ingest import IngestBound
@@ -158,6 +159,9 @@ def plan_and_apply(
     overrides = inputs.overrides
     if pinned:
         overrides = dataclasses.replace(overrides, pinned=overrides.pinned | pinned)
+    # The guard's concentration signal: predictive's plan leaves no prefix on fewer holders
+    # than its measured demand alone would (core.policy.spread); the summary says where.
+    narrowed: list[spread.Narrowed] = []
     planned = decide(
         strategy=policy.strategy,
         candidates=inputs.candidates,
@@ -166,6 +170,7 @@ def plan_and_apply(
         engines=inputs.engines,
         budgets=budgets,
         overrides=overrides,
+        narrowed=narrowed,
     )
     if pinned:  # the hot fanout's keys are planned as pins are, and say why
         planned = [
@@ -187,6 +192,7 @@ def plan_and_apply(
     )
     guard_summary = live_guard.summary(state, observed, inputs, planned, items)
     guard_summary["yielded"] = yielded
+    guard_summary["spread"] = spread.summary(narrowed)
     # One replica per (prefix, engine): copies planned, moving, landed or held (and held-out
     # pairs) are holders-to-be; the residency index alone does not show them yet.
     to_be = holders_to_be(now)

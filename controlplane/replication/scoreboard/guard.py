@@ -15,8 +15,9 @@ from ..models import ReplicationPlan
 def guard_state(until: datetime) -> dict | None:
     """``allowed`` (the lowest allowance: 1 is the full budget), the allowances below 1 per
     engine id and per prefix group, ``why``, the items it ``held_back`` in that plan, the
-    warm-ups that ``yielded`` to queued requests, and which plan and policy; None before any
-    plan carried a guard."""
+    warm-ups that ``yielded`` to queued requests, the prefixes the plan would have left on fewer
+    holders than measured demand alone (``spread``: counts and why), and which plan and
+    policy; None before any plan carried a guard."""
     plan = (
         ReplicationPlan.objects.filter(summary__has_key="guard", created_at__lt=until)
         .select_related("policy")
@@ -33,6 +34,7 @@ def guard_state(until: datetime) -> dict | None:
         "why": g.get("why", ""),
         "held_back": g.get("held_back", 0),
         "yielded": g.get("yielded", {}),
+        "spread": g.get("spread", {}),
         "plan": plan.pk,
         "policy": plan.policy.name if plan.policy else None,
         "at": plan.created_at.isoformat(),
