@@ -26,6 +26,7 @@ from controlplane.core.policy.types import (
     Overrides,
     PlannedMove,
 )
+from controlplane.core.policy.value import Calibration
 
 STRATEGY_PREDICTIVE = "predictive"
 STRATEGY_REACTIVE = "reactive"
@@ -43,18 +44,20 @@ def decide(
     budgets: Budgets,
     overrides: Overrides,
     guard: harm_guard.GuardState | None = None,
+    calibration: Calibration | None = None,
 ) -> list[PlannedMove]:
     """Items for ``strategy`` within ``budgets`` and ``overrides``. ``engines`` are reports
     (turned into engine states by the shared input rules) or states made by them already.
     ``guard``: the harm guard's allowances (``core.policy.guard``), which cut what the
-    planner's items may take where the last copies did harm."""
+    planner's items may take where the last copies did harm. ``calibration``: the value
+    model's correction from measured outcomes (``core.policy.value``)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}")
     if strategy == STRATEGY_OFF:
         return []
     states = states_of(engines, horizon_s=budgets.horizon_s)
     candidates = list(candidates)
-    items = planner.plan(candidates, demand, holdings, states, budgets, overrides)
+    items = planner.plan(candidates, demand, holdings, states, budgets, overrides, calibration)
     if guard is None:
         return items
     return harm_guard.admit(
