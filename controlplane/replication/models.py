@@ -184,6 +184,12 @@ class PlanItem(models.Model):
     cost_s = models.FloatField()
     confidence = models.FloatField()
     reason = models.TextField()
+    value_terms = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="the value model's terms, uncorrected (core.policy.value): what its outcome "
+        "is measured against",
+    )
     decision = models.CharField(
         max_length=16, choices=ItemDecision.CHOICES, default=ItemDecision.PENDING
     )

@@ -171,11 +171,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
+    from controlplane.sim.planned import UNCORRECTED
     from controlplane.sim.report import table, write_html, write_json
     from controlplane.sim.runner import run_policies
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in POLICIES]
+    unknown = [p for p in policies if p not in POLICIES and p not in UNCORRECTED]
     if unknown or not policies:
         raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
     if args.trace and not args.fmt:

@@ -405,6 +405,7 @@ class Simulation:
             backlog,
             getattr(policy, "guard_stats", {}),
             getattr(policy, "ingest_stats", {}),
+            getattr(policy, "value_stats", {}),
         )
 
     def _sample(self, t: float) -> dict:

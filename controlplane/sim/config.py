@@ -130,3 +130,4 @@ class RunResult:
     backlog_s: float = 0.0  # mean queue of the serving engines when the last request arrived
     guard: dict = field(default_factory=dict)  # the harm guard's rounds, where the policy has one
     ingest: dict = field(default_factory=dict)  # the ingest re-plan's counts (core.policy.ingest)
+    value: dict = field(default_factory=dict)  # modelled against measured (sim.valued)

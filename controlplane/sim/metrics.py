@@ -70,6 +70,9 @@ def summarize(
         "plan_items": r.plan_items,
         **({"guard": r.guard} if r.guard else {}),
         **({"ingest": r.ingest} if r.ingest else {}),
+        # The value model against what the planned copies served (``sim.valued``): the ratio
+        # measured / modelled over every kind, and per kind and term.
+        **({"value_ratio": r.value["ratio"], "value_model": r.value} if r.value else {}),
         "backlog_end_s": float(r.backlog_s),
         "saturated": bool(r.backlog_s > SATURATED_BACKLOG_S),
         "wall_s": float(r.wall_s),

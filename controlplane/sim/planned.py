@@ -64,12 +64,16 @@ from controlplane.sim.planned_demand import (
     oracle_demand,
 )
 from controlplane.sim.policies import Reactive
+from controlplane.sim.valued import SimValues
 from controlplane.sim.workloads.base import BLOCK_TOKENS
-from wire.protocol import ENGINE_SERVING, TIER_CPU, TIER_DISK
+from wire.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_CPU, TIER_DISK
 
 # ``predictive`` without the harm guard (``prewarm-sim seeds --policies ...``): the guard's
 # before/after on the same seeds in one run. Not among the default policies.
 UNGUARDED = "predictive-unguarded"
+# ... and the shipped strategies without the value model's correction (``sim.valued``): its
+# before/after on the same seeds.
+UNCORRECTED = ("reactive-uncorrected", "predictive-uncorrected")
 TREND_WINDOW_S = 30.0  # short window whose rate, above the 120 s one, says demand is rising
 MIN_EXPECTED_HITS = 1.6  # expected uses in the horizon: P(used) >= 0.8 for Poisson arrivals
 # A burst's onset (``core.policy.onset``) re-plans its prefix on arrival, not at the next tick.
@@ -90,6 +94,7 @@ class PlannedPolicy(Reactive):
         use_prophet: bool = False,
         guard: bool = True,
         ingest_bound: bool = True,
+        value_correction: bool = True,
     ) -> None:
         if name not in (STRATEGY_REACTIVE, STRATEGY_PREDICTIVE, "oracle", "clairvoyant"):
             raise ValueError(name)
@@ -118,6 +123,10 @@ class PlannedPolicy(Reactive):
         # The harm guard (``core.policy.guard``) fed by the simulated cluster (``sim.guarded``).
         self.guard = SimGuard() if guard else None
         self._round: tuple[dict, dict, dict] = ({}, {}, {})
+        # What each planned copy served against its modelled value, and the correction.
+        self.values = SimValues(correct=value_correction)
+        self._pid_now = -1  # the prefix of the request being served (for ``use``)
+        self._one_prefill: dict[int, float] = {}
 
     # -- setup -----------------------------------------------------------------------------
     def setup(self, sim) -> None:
@@ -171,6 +180,7 @@ class PlannedPolicy(Reactive):
         return len(q), len(q) / MEASURE_WINDOW_S
 
     def _before(self, sim, i, t, pid, keys) -> None:
+        self._pid_now = pid
         if self.name in (STRATEGY_REACTIVE, STRATEGY_PREDICTIVE):
             self._observe(sim, i, t, pid, keys)
             self._maybe_ingest(sim, t, pid, keys)
@@ -251,6 +261,17 @@ class PlannedPolicy(Reactive):
         return self.bound.stats() if self.name in (STRATEGY_REACTIVE, STRATEGY_PREDICTIVE) else {}
 
     @property
+    def value_stats(self) -> dict:
+        return self.values.stats()
+
+    def use(self, sim, e, chain, t):
+        pid = self._pid_now
+        if self.values.watching(pid, e.eid):
+            keys = sim.workload.prefixes[pid]
+            self.values.served(pid, e.eid, t, e.cache.match(keys) == len(keys))
+        return super().use(sim, e, chain, t)
+
+    @property
     def guard_stats(self) -> dict:
         return {} if self.guard is None else self.guard.stats()
 
@@ -313,6 +334,7 @@ class PlannedPolicy(Reactive):
         else:
             self._lam.update(lam)
         self._vf = self.value_fn(sim, t)
+        self.values.close(t)
         if not demand:
             return
         reports = adapter.engine_reports(sim, t, self._vf, cold_value_s=COLD_VALUE_S)
@@ -348,6 +370,7 @@ class PlannedPolicy(Reactive):
             overrides=self.overrides,
             guard=None if self.guard is None else self.guard.state,
             narrowed=narrowed,  # the guard's concentration signal (core.policy.spread)
+            calibration=self.values.calibration(),
         )
         if self.guard is not None and narrowed:
             self.guard.spread(narrowed)
@@ -355,6 +378,7 @@ class PlannedPolicy(Reactive):
             rates = {str(p): d.measured_rate for p, d in demand.items()}
             items = self.bound.admit(items, engines=engines, now=t, rates=rates)
         self._round = ({e.engine_id: e for e in engines}, demand, serving_queues(engines))
+        self._one_prefill.update((int(c.prefix_id), c.recompute_s) for c in cands)
         for it in items:
             self._execute(sim, it, t)
 
@@ -489,9 +513,24 @@ class PlannedPolicy(Reactive):
         if len(self.reasons) < 50:
             self.reasons.append(f"t={t:.0f}s {it.prefix_id}->{it.target}: {it.reason}")
 
+        joining = states.get(it.target)
+        lead = 0.0
+        if joining is not None and joining.lifecycle == ENGINE_WARMING:
+            lead = joining.starts_serving_in_s
+
+        def watch(land: float | None) -> None:  # its window: the horizon its value counts
+            self.values.record(
+                terms=it.terms,
+                prefix=pid,
+                engine=dst.eid,
+                lands_at=land,
+                ends_at=t + lead + self.budgets.horizon_s,
+                one_prefill_s=self._one_prefill.get(pid, 0.0),
+            )
+
         def go(when: float) -> None:
             if it.tier in (TIER_CPU, TIER_DISK):
-                sim.promote(dst, it.keys, when, ttl)
+                watch(sim.promote(dst, it.keys, when, ttl))
                 return
             src = sim.engines[int(it.source[1:])]
             # A copy that would land after the horizon (the link is busy with earlier copies)
@@ -512,6 +551,7 @@ class PlannedPolicy(Reactive):
                 budget=max(0.0, it.expected_ttft_saved_s - it.cost_s),
                 keep_s=self.budgets.horizon_s,
             )
+            watch(land)
             if self.guard is not None:
                 tgt = states.get(it.target)
                 self.guard.record(

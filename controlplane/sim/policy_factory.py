@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from controlplane.core.policy.reactive import ReactiveRule
 from controlplane.sim import routers
-from controlplane.sim.planned import UNGUARDED, PlannedPolicy
+from controlplane.sim.planned import UNCORRECTED, UNGUARDED, PlannedPolicy
 from controlplane.sim.policies import (
     POLICIES,
     ROUTING_REACTIVE,
@@ -39,6 +39,10 @@ def make_policy(name: str, **options) -> RoutingPolicy:
     elif name == UNGUARDED:
         # predictive without the harm guard: the guard's before/after in the same run
         return PlannedPolicy("predictive", **{**options, "guard": False})
+    elif name in UNCORRECTED:
+        # the value model's ratios kept, its correction not applied
+        # (its name stays the strategy's: the runner labels the run by the name asked for)
+        return PlannedPolicy(name.split("-")[0], **{**options, "value_correction": False})
     else:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
     p.name = name

@@ -19,6 +19,7 @@ COLUMNS = [
     ("bytes_moved", "GB moved", None),
     ("spec_vram_fraction_mean", "spec VRAM", "{:.4f}"),
     ("replica_precision", "precision", "{:.2f}"),
+    ("value_ratio", "value m/m", "{:.3f}"),  # measured / modelled (``sim.valued``)
     ("wall_s", "wall s", "{:.1f}"),
 ]
 

@@ -56,6 +56,7 @@ def test_shape_and_figures_from_scored_evidence(board, settings):
         "items",
         "recommendation",
         "guard",
+        "value_model",
     }
     assert board["guard"] is None  # no plan cycle ran: no plan carries the guard's state
     assert set(board["totals"]) == M_KEYS

@@ -11,6 +11,8 @@ the simulator measures is what runs.
 - ``retention``: which holders keep (lease) a prefix until the next round.
 - ``planner``: what to copy where, with ``backoff`` (its back-off on queues) and ``targets``
   (its choice of target and source).
+- ``value``: the value model's terms, modelled against measured, and the correction the
+  planner applies.
 - ``decide``: the strategy (``reactive``, ``predictive``, ``off``) and the planner call.
 - ``guard``: the harm guard (AIMD): what the last copies did cuts or grows the allowance of
   each engine and prefix group; ``decide`` applies it to the planner's items.

@@ -26,6 +26,7 @@ from controlplane.core.policy.types import (
     Overrides,
     PlannedMove,
 )
+from controlplane.core.policy.value import Calibration
 
 STRATEGY_PREDICTIVE = "predictive"
 STRATEGY_REACTIVE = "reactive"
@@ -44,6 +45,7 @@ def decide(
     overrides: Overrides,
     guard: harm_guard.GuardState | None = None,
     narrowed: list[spread.Narrowed] | None = None,
+    calibration: Calibration | None = None,
 ) -> list[PlannedMove]:
     """Items for ``strategy`` within ``budgets`` and ``overrides``. ``engines`` are reports
     (turned into engine states by the shared input rules) or states made by them already.
@@ -51,7 +53,8 @@ def decide(
     planner's items may take where the last copies did harm. ``narrowed``: where a list is
     given, ``predictive``'s plan leaves no prefix on fewer holders than its measured demand
     alone would (``core.policy.spread``, the guard's concentration signal), and the prefixes it
-    would have narrowed are appended to it."""
+    would have narrowed are appended to it. ``calibration``: the value model's correction from
+    measured outcomes (``core.policy.value``)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}")
     if strategy == STRATEGY_OFF:
@@ -59,7 +62,7 @@ def decide(
     states = states_of(engines, horizon_s=budgets.horizon_s)
     candidates = list(candidates)
     demand, holdings = list(demand), list(holdings)
-    items = planner.plan(candidates, demand, holdings, states, budgets, overrides)
+    items = planner.plan(candidates, demand, holdings, states, budgets, overrides, calibration)
     if narrowed is not None and strategy == STRATEGY_PREDICTIVE:
         items, seen = spread.spread(
             items,
@@ -69,6 +72,7 @@ def decide(
             engines=states,
             budgets=budgets,
             overrides=overrides,
+            calibration=calibration,
         )
         narrowed.extend(seen)
     if guard is None:

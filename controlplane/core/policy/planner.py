@@ -53,7 +53,8 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
   its holders is what a replica relieves, and it adds nothing to the engines that queue. The
   defaults (ratio 1, no queue limits, zero queue and displaced value) leave callers that do not
   pass these inputs as they were.
-Greedy by net benefit; each chosen replica reduces the prefix's overflow and the target's spare
+Each value is the model's terms (``core.policy.value``) times their correction from measured
+outcomes (none given: the model as is). Greedy by net benefit; each chosen replica reduces the prefix's overflow and the target's spare
 capacity, and re-enters the queue for a further replica. Budgets and overrides are hard limits.
 """
 
@@ -79,6 +80,8 @@ from controlplane.core.policy.types import (
     Overrides,
     PlannedMove,
 )
+from controlplane.core.policy.value import NONE as NO_CALIBRATION
+from controlplane.core.policy.value import PROMOTION, REPLICA, WARM_UP, Calibration, ValueTerms
 from wire.protocol import ENGINE_DRAINING, ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 
 __all__ = ["lam_text", "plan"]
@@ -105,6 +108,8 @@ class _Round:
     items: list[PlannedMove] = field(default_factory=list)
     promoted: dict[str, set[str]] = field(default_factory=dict)  # prefix -> engines promoted on
     warmed: dict[str, set[str]] = field(default_factory=dict)  # prefix -> engines warmed
+    # The value model's correction from measured outcomes (``core.policy.value``).
+    calibration: Calibration = NO_CALIBRATION
 
     def eligible(self, c: Candidate, d: Demand | None) -> bool:
         if c.prefix_id in self.overrides.pinned:
@@ -123,14 +128,17 @@ def plan(
     engines: Sequence[EngineState],
     budgets: Budgets | None = None,
     overrides: Overrides | None = None,
+    calibration: Calibration | None = None,
 ) -> list[PlannedMove]:
     """Plan items, best first, within ``budgets`` and ``overrides``: promotions from lower
-    tiers, then warm-ups of joining engines, then replicas greedy by net benefit."""
+    tiers, then warm-ups of joining engines, then replicas greedy by net benefit. Each item's
+    value is the model's, corrected by ``calibration`` (``core.policy.value``)."""
     budgets = budgets or Budgets()
     overrides = overrides or Overrides()
     if overrides.frozen:
         return []
     r = _index(candidates, demand, holdings, engines, budgets, overrides)
+    r.calibration = calibration or NO_CALIBRATION
     if not r.backoff:
         _promote(r)
     _warm_up(r)
@@ -217,7 +225,11 @@ def _promote(r: _Round) -> None:
                 reach = max(reach, 1.0)
             elif reach <= 0 or reach < b.min_expected_hits:
                 continue
-            benefit = min(promo_s, c.recompute_s) * min(1.0, reach) * conf
+            # reach > 0 here: up to one request waits the promotion (module doc)
+            terms = ValueTerms(
+                PROMOTION, reach, min(promo_s, c.recompute_s) * min(1.0, reach) / reach, conf
+            )
+            benefit = r.calibration.value(terms)
             cost = c.nbytes * e.displaced_s_per_byte * b.min_benefit_ratio
             if benefit <= cost or c.nbytes > r.bytes_left:
                 continue
@@ -232,7 +244,9 @@ def _promote(r: _Round) -> None:
                 f"reach it ({promo_s:.2f} s at tier bandwidth)"
             )
             r.items.append(
-                PlannedMove(pid, c.keys, eid, eid, tier, c.nbytes, start, benefit, 0.0, conf, why)
+                PlannedMove(
+                    pid, c.keys, eid, eid, tier, c.nbytes, start, benefit, 0.0, conf, why, terms
+                )
             )
 
 
@@ -259,13 +273,17 @@ def _warm_up(r: _Round) -> None:
             x = _rate(d, H) * H / max(1, active)
             if x < b.min_expected_hits:
                 continue
-            benefit = c.recompute_s * (1.0 - math.exp(-x)) * d.confidence
+            if x <= 0:
+                continue  # no request expected there: nothing to save
+            # The first request there saves its recompute: spread over the x expected.
+            terms = ValueTerms(WARM_UP, x, c.recompute_s * (1.0 - math.exp(-x)) / x, d.confidence)
+            benefit = r.calibration.value(terms)
             cost = copy_s * b.copy_cost_weight + c.nbytes * e.displaced_s_per_byte
             net = benefit - cost * b.min_benefit_ratio
             if net > 0 and not link_busy(src, e, copy_s, H):
-                rows.append((net, c.prefix_id, c, d, src, copy_s, benefit, x))
+                rows.append((net, c.prefix_id, c, d, src, copy_s, benefit, x, terms))
         rows.sort(key=lambda row: (-row[0], row[1]))
-        for _, pid, c, d, src, copy_s, benefit, x in rows:
+        for _, pid, c, d, src, copy_s, benefit, x, terms in rows:
             if c.nbytes > left or c.nbytes > r.bytes_left:
                 continue
             left -= c.nbytes
@@ -290,6 +308,7 @@ def _warm_up(r: _Round) -> None:
                     copy_s,
                     d.confidence,
                     why,
+                    terms,
                 )
             )
 
@@ -391,7 +410,8 @@ def _replica(
     # and serves only the rest of the horizon; the room it takes holds expected value.
     land_s = link_wait(r.by_engine[src], tgt, queued) + copy_s
     per_request = max(0.0, c.recompute_s - tgt.queue_s)
-    benefit = served * per_request * conf * max(0.0, 1.0 - land_s / H)
+    terms = ValueTerms(REPLICA, served, per_request, conf * max(0.0, 1.0 - land_s / H))
+    benefit = r.calibration.value(terms)
     cost = copy_s * b.copy_cost_weight + c.nbytes * tgt.displaced_s_per_byte
     if not pinned and benefit - cost * b.min_benefit_ratio <= 0:
         return None
@@ -407,7 +427,9 @@ def _replica(
         f"{best}{f' (joins in {lead:.0f} s)' if lead else ''}, each saving "
         f"{c.recompute_s:.2f} s of prefill; copy {copy_s:.2f} s"
     )
-    return PlannedMove(pid, c.keys, src, best, TIER_GPU, c.nbytes, start, benefit, cost, conf, why)
+    return PlannedMove(
+        pid, c.keys, src, best, TIER_GPU, c.nbytes, start, benefit, cost, conf, why, terms
+    )
 
 
 def _rate(d: Demand, horizon: float) -> float:

@@ -36,6 +36,7 @@ from controlplane.core.policy.types import (
     Overrides,
     PlannedMove,
 )
+from controlplane.core.policy.value import Calibration
 from wire.protocol import TIER_GPU
 
 
@@ -97,6 +98,7 @@ def spread(
     engines: Sequence[EngineState],
     budgets: Budgets,
     overrides: Overrides,
+    calibration: Calibration | None = None,
 ) -> tuple[list[PlannedMove], list[Narrowed]]:
     """``items`` (predictive's plan) with the copies that narrow a prefix's spread held back and
     reactive's given back (module doc); and the prefixes it narrowed."""
@@ -104,7 +106,9 @@ def spread(
     if not measured or overrides.frozen:
         return list(items), []
     holdings = list(holdings)
-    reactive = planner.plan(candidates, measured, holdings, engines, budgets, overrides)
+    reactive = planner.plan(
+        candidates, measured, holdings, engines, budgets, overrides, calibration
+    )
     eids = [e.engine_id for e in engines]
     now = holders_after(holdings, (), eids)
     pred = holders_after(holdings, items, eids)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from controlplane.core.policy.value import ValueTerms
 from wire.protocol import ENGINE_LIFECYCLES, ENGINE_SERVING, TIER_GPU
 
 LIFECYCLES = ENGINE_LIFECYCLES
@@ -137,3 +138,6 @@ class PlannedMove:
     cost_s: float
     confidence: float
     reason: str
+    # The value model's terms, uncorrected (``core.policy.value``): ``expected_ttft_saved_s``
+    # is their corrected value; the outcomes are measured against these.
+    terms: ValueTerms | None = None

@@ -141,6 +141,7 @@ class PlanItemSerializer(serializers.ModelSerializer):
             "bytes",
             "expected_ttft_saved_s",
             "creditable_ttft_s",
+            "value_terms",
             "demand",
             "cost_s",
             "confidence",

@@ -41,6 +41,7 @@ from . import guard as live_guard
 from .decisions import decide as decide_plan
 from .inputs import Inputs, chain_hex, gather, holders_to_be
 from .measured import measured_rates
+from .value import calibration as value_calibration
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,8 @@ def plan_and_apply(
         budgets=budgets,
         overrides=overrides,
         narrowed=narrowed,
+        # the value model corrected by what its copies measured (``plans.value``)
+        calibration=value_calibration(now),
     )
     if pinned:  # the hot fanout's keys are planned as pins are, and say why
         planned = [
@@ -322,6 +325,7 @@ def store(
                 cost_s=it.cost_s,
                 confidence=it.confidence,
                 reason=it.reason[:2000],
+                value_terms=it.terms.as_dict() if it.terms else {},
             )
         )
     PlanItem.objects.bulk_create(rows, batch_size=2000)

@@ -2,7 +2,7 @@
 
 The shape is the one `GET /api/scoreboard/` returns, so the dashboard and the API share it:
 ``{"window", "totals", "shadow_totals", "by_policy", "by_forecaster", "by_tenant", "holdout",
-"items", "recommendation", "guard"}`` with each metric block M = ``{"replicas", "hits", "hits_basis",
+"items", "recommendation", "guard", "value_model"}`` with each metric block M = ``{"replicas", "hits", "hits_basis",
 "hits_measured_replicas", "precision", "bytes_moved", "vram_byte_seconds", "host_byte_seconds",
 "ttft_saved_s", "saving_basis", "cost_s"}``: ``ttft_saved_s`` is counterfactual credit (at most
 one prefill of the placed tokens per used replica, ``saving_basis`` says from what) and
@@ -13,7 +13,9 @@ prefix's requests in one window rule for both arms, with a per-request TTFT diff
 what the scoreboard can credit it (one prefill) and what it was credited (``aggregation.py``);
 ``recommendation`` is the verdict (``verdict.py``), with the map's prior (``prior.py``);
 ``guard`` is how much speculation the harm guard allows as of the window's end and why, from the
-latest plan's summary (``guard.py``; None before any plan carried one).
+latest plan's summary (``guard.py``; None before any plan carried one); ``value_model`` is the
+planner's value model against what its copies measured, per kind and term, with the correction
+the plan cycle applies and the holdout's saving per request beside the model's (``value.py``).
 Precision is the share of *scored* replicas that were hit at least once (None until one is
 scored). ``hits_basis`` says where the hits come from: ``measured`` (every scored replica's hits
 are requests its engine served with the prefix cached, from gateways' records), ``estimated``
@@ -32,6 +34,7 @@ from .aggregation import _AGG, _grouped, _metrics, _public, items
 from .guard import guard_state
 from .holdout import holdout, randomization
 from .prior import where_on_the_map
+from .value import value_model
 from .verdict import recommendation
 
 __all__ = ["recommendation", "scoreboard", "where_on_the_map"]
@@ -60,4 +63,5 @@ def scoreboard(since: datetime | None = None, until: datetime | None = None) -> 
         "items": items(since, until),
         "recommendation": recommendation(live, shadow, by_tenant, ho),
         "guard": guard_state(until),
+        "value_model": value_model(since, until, ho),
     }
