@@ -26,6 +26,7 @@ from controlplane.api.parsers import JSONParser, MsgpackParser
 from controlplane.core.agent_report import ReportError, parse_report
 from controlplane.core.errors import DomainError
 from controlplane.fleet import services
+from controlplane.fleet.ingestion import apply_report
 from controlplane.fleet.models import Node
 
 from . import serializers as s
@@ -125,7 +126,7 @@ class ReportView(OwnTransaction, AgentView):
             raise ApiError("invalid_report", exc.detail, exc.field) from None
         except ValueError as exc:  # e.g. keys outside 64 bits
             raise ApiError("invalid_report", str(exc)) from None
-        body = services.apply_report(self.node(request), report)
+        body = apply_report(self.node(request), report)
         metrics.report_applied(
             time.perf_counter() - t0, sum(len(r.stored) + len(r.removed) for r in report.residency)
         )

@@ -175,8 +175,13 @@ def _per_model(engines: list[EngineView]) -> list[Finding]:
 
 
 def _per_engine(e: EngineView, now: float, limits: Limits) -> list[Finding]:
+    return [*_engine_config(e, limits), *_engine_events(e, limits), *_engine_tap(e, limits)]
+
+
+def _engine_config(e: EngineView, limits: Limits) -> list[Finding]:
+    """The engine's configuration against its agent's and the router's."""
     out: list[Finding] = []
-    d, cfg = e.doctor, e.doctor.get("cache_config") or {}
+    cfg = e.doctor.get("cache_config") or {}
     own = engine_block_size(e)
     if own and own != e.block_size:
         out.append(
@@ -198,7 +203,7 @@ def _per_engine(e: EngineView, now: float, limits: Limits) -> list[Finding]:
                 "start vLLM with --enable-prefix-caching",
             )
         )
-    topic = d.get("topic")
+    topic = e.doctor.get("topic")
     if topic is not None and limits.router_topic != ANY_TOPIC and topic != limits.router_topic:
         out.append(
             Finding(
@@ -210,9 +215,15 @@ def _per_engine(e: EngineView, now: float, limits: Limits) -> list[Finding]:
                 "the agent's topic to match), or PREWARM_DOCTOR_ROUTER_TOPIC to the router's",
             )
         )
-    tap = d.get("tap") or {}
+    return out
+
+
+def _engine_events(e: EngineView, limits: Limits) -> list[Finding]:
+    """Whether the engine's KV events reach its agent, and its replay socket answers."""
+    out: list[Finding] = []
+    d = e.doctor
     last_event = d.get("last_event_at") or 0.0
-    stored_at = tap.get("last_stored_at") or 0.0
+    stored_at = (d.get("tap") or {}).get("last_stored_at") or 0.0
     if stored_at and stored_at > last_event + limits.events_silent_s:
         never = not last_event
         subscribed = d.get("subscribed_topic") or ""
@@ -242,10 +253,19 @@ def _per_engine(e: EngineView, now: float, limits: Limits) -> list[Finding]:
                 "the same address",
             )
         )
+    return out
+
+
+def _engine_tap(e: EngineView, limits: Limits) -> list[Finding]:
+    """What the agent's request tap saw: prompts too short to cache, predicted hits served
+    cold."""
+    tap = e.doctor.get("tap") or {}
     requests = int(tap.get("requests") or 0)
     short = int(tap.get("short_prompts") or 0)
-    if requests >= limits.min_requests and short > limits.short_share * requests:
-        out.append(
+    predicted = int(tap.get("predicted_hits") or 0)
+    cold = int(tap.get("predicted_hits_served_cold") or 0)
+    return [
+        *_share_too_large(
             Finding(
                 SHORT_PROMPTS,
                 e.name,
@@ -253,12 +273,14 @@ def _per_engine(e: EngineView, now: float, limits: Limits) -> list[Finding]:
                 "tokens): nothing of them can be cached",
                 "a smaller --block-size on the engine (and block_size on its agent), or "
                 "longer shared prefixes",
-            )
-        )
-    predicted = int(tap.get("predicted_hits") or 0)
-    cold = int(tap.get("predicted_hits_served_cold") or 0)
-    if cold >= limits.min_requests and cold > limits.cold_share * predicted:
-        out.append(
+            ),
+            short,
+            of=requests,
+            share=limits.short_share,
+            counted=requests,
+            limits=limits,
+        ),
+        *_share_too_large(
             Finding(
                 PREDICTED_NOT_DELIVERED,
                 e.name,
@@ -267,9 +289,22 @@ def _per_engine(e: EngineView, now: float, limits: Limits) -> list[Finding]:
                 "the residency Prewarm and routers read is stale: check the event stream "
                 "(gaps, resyncs) and the engine's cache_salt / LoRA use; an engine reset "
                 "(POST /reset_prefix_cache) announces its clear only with its next step",
-            )
-        )
-    return out
+            ),
+            cold,
+            of=predicted,
+            share=limits.cold_share,
+            counted=cold,
+            limits=limits,
+        ),
+    ]
+
+
+def _share_too_large(
+    finding: Finding, part: int, *, of: int, share: float, counted: int, limits: Limits
+) -> list[Finding]:
+    """``finding`` where ``part`` is more than ``share`` of ``of``, once ``counted`` requests
+    make the share mean something (fewer than ``limits.min_requests`` say nothing)."""
+    return [finding] if counted >= limits.min_requests and part > share * of else []
 
 
 def examine(

@@ -25,6 +25,15 @@ log = logging.getLogger(__name__)
 MAX_GROUPS_PER_TENANT_MODEL = 64
 GROUP_TOKENS = 1024
 HOUR = 3600
+# A demand bucket's counters, in the order ingest counts them.
+BUCKET_COUNTS = (
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "served_records",
+    "gateway_requests",
+    "gateway_served_records",
+)
 
 
 def _keys_of(record: dict) -> list[int]:
@@ -153,11 +162,6 @@ def ingest_records(records: list[dict], *, from_gateway: bool = True) -> dict:
     bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
     now = timezone.now()
     engines = _serving_engines(records)
-    served: list[tuple[int, int, float, int, float | None, bool]] = []
-    reasons = settings.PREWARM_MISS_REASONS
-    served_chains: list[tuple[WorkloadKey, str, list[int], dict]] = []
-    counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
-    keep_tokens = settings.PREWARM_KEEP_PREFIX_TOKEN_IDS
     parsed = []
     for rec in records:
         chain = _keys_of(rec)
@@ -166,46 +170,84 @@ def ingest_records(records: list[dict], *, from_gateway: bool = True) -> dict:
         )
     keys = KeyResolver()
     resolved = keys.resolve({ident for _, _, ident in parsed})
-    created = keys.created
-    arrivals: dict[int, list[float]] = defaultdict(list)
-    first: dict[int, float] = {}  # each key's earliest record of the batch
+    batch = _BatchCounts(engines, bucket_s, now, from_gateway)
     for rec, chain, ident in parsed:
-        wk, group = resolved[ident]
-        first[wk.pk] = min(first.get(wk.pk, rec["time"]), rec["time"])
+        batch.add(rec, chain, *resolved[ident])
+    _save_keys(keys, batch.first, now)
+    _add_to_buckets(batch.counts, bucket_s)
+    # Each served request's hit or miss reason, against the residency of this moment.
+    if batch.served_chains:
+        misses.count(_served_rows(batch.served_chains, batch.served), bucket_s)
+    # Replication credits its replicas with the requests they served (it sits above demand).
+    requests_served.send(sender=ingest_records, served=batch.served)
+    # ... and reacts to a hot spot or a burst's onset within seconds (replication.plans.react).
+    records_ingested.send(sender=ingest_records, arrivals=dict(batch.arrivals))
+    if settings.PREWARM_OTEL_EXPORT and engines:
+        transaction.on_commit(lambda: _export_spans(records, engines))
+    return {
+        "accepted": len(records),
+        "buckets_touched": len(batch.counts),
+        "workload_keys_created": keys.created,
+    }
+
+
+class _BatchCounts:
+    """What a batch of records adds, per workload key: demand per bucket (requests, prompt
+    tokens, cached tokens, served records, and the gateway's share of requests and served
+    records), served rows, arrival times and its earliest record."""
+
+    def __init__(self, engines: dict[str, int], bucket_s: int, now, from_gateway: bool) -> None:
+        self.engines, self.bucket_s = engines, bucket_s
+        self.now, self.from_gateway = now, from_gateway
+        self.keep_tokens = settings.PREWARM_KEEP_PREFIX_TOKEN_IDS
+        self.reasons = settings.PREWARM_MISS_REASONS
+        self.counts: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0])
+        self.served: list[tuple[int, int, float, int, float | None, bool]] = []
+        self.served_chains: list[tuple[WorkloadKey, str, list[int], dict]] = []
+        self.arrivals: dict[int, list[float]] = defaultdict(list)
+        self.first: dict[int, float] = {}  # each key's earliest record of the batch
+
+    def add(self, rec: dict, chain: list[int], wk: WorkloadKey, group: str) -> None:
+        """One record of ``wk`` (counted under ``group``); narrows the key's shared prefix."""
+        self.first[wk.pk] = min(self.first.get(wk.pk, rec["time"]), rec["time"])
         if group != OTHER:
-            arrivals[wk.pk].append(float(rec["time"]))
-        if group != OTHER:
+            self.arrivals[wk.pk].append(float(rec["time"]))
             narrow_prefix(wk, chain, rec["block_size"])
         if (
-            keep_tokens
+            self.keep_tokens
             and "token_ids" in rec
             and wk.token_ids_wanted_until
-            and wk.token_ids_wanted_until > now
+            and wk.token_ids_wanted_until > self.now
             and wk.prefix_keys
             and group != OTHER
         ):
             _keep_prefix_tokens(wk, rec, chain)
-        start = int(rec["time"] // bucket_s * bucket_s)
-        c = counts[(wk.pk, start)]
+        start = int(rec["time"] // self.bucket_s * self.bucket_s)
+        c = self.counts[(wk.pk, start)]
         c[0] += 1
         c[1] += rec.get("prompt_tokens") or len(chain) * rec["block_size"]
         c[2] += rec.get("cached_tokens", 0)
-        c[4] += from_gateway
+        c[4] += self.from_gateway
         if rec.get("engine") not in (None, "") and "cached_tokens" in rec:
             c[3] += 1
-            c[5] += from_gateway
-            served.append(
+            c[5] += self.from_gateway
+            self.served.append(
                 (
                     wk.pk,
-                    engines[str(rec["engine"])],
+                    self.engines[str(rec["engine"])],
                     rec["time"],
                     rec["cached_tokens"],
                     rec.get("ttft_s"),
-                    from_gateway,
+                    self.from_gateway,
                 )
             )
-            if reasons:
-                served_chains.append((wk, group, chain, rec))
+            if self.reasons:
+                self.served_chains.append((wk, group, chain, rec))
+
+
+def _save_keys(keys: KeyResolver, first: dict[int, float], now) -> None:
+    """The batch's workload keys seen now, live from their first records, their narrowed
+    prefixes and kept token ids saved."""
     for wk in sorted(keys.cache.values(), key=lambda w: w.pk):  # row locks in one order
         fields = ["last_seen"]
         wk.last_seen = now
@@ -217,44 +259,23 @@ def ingest_records(records: list[dict], *, from_gateway: bool = True) -> dict:
         if getattr(wk, "_tokens_dirty", False):
             fields.append("prefix_token_ids")
         wk.save(update_fields=fields)
-    for (key_id, start), (n, toks, cached, nserved, gw, gw_served) in sorted(counts.items()):
-        at = datetime.fromtimestamp(start, tz=UTC)
-        bucket, made = DemandBucket.objects.get_or_create(
-            key_id=key_id,
-            start=at,
-            seconds=bucket_s,
-            defaults={
-                "requests": n,
-                "prompt_tokens": toks,
-                "cached_tokens": cached,
-                "served_records": nserved,
-                "gateway_requests": gw,
-                "gateway_served_records": gw_served,
-            },
-        )
-        if not made:
-            DemandBucket.objects.filter(pk=bucket.pk).update(
-                requests=F("requests") + n,
-                prompt_tokens=F("prompt_tokens") + toks,
-                cached_tokens=F("cached_tokens") + cached,
-                served_records=F("served_records") + nserved,
-                gateway_requests=F("gateway_requests") + gw,
-                gateway_served_records=F("gateway_served_records") + gw_served,
-            )
-    # Each served request's hit or miss reason, against the residency of this moment.
-    if served_chains:
-        misses.count(_served_rows(served_chains, served), bucket_s)
-    # Replication credits its replicas with the requests they served (it sits above demand).
-    requests_served.send(sender=ingest_records, served=served)
-    # ... and reacts to a hot spot or a burst's onset within seconds (replication.plans.react).
-    records_ingested.send(sender=ingest_records, arrivals=dict(arrivals))
-    if settings.PREWARM_OTEL_EXPORT and engines:
-        transaction.on_commit(lambda: _export_spans(records, engines))
-    return {
-        "accepted": len(records),
-        "buckets_touched": len(counts),
-        "workload_keys_created": created,
-    }
+
+
+def _add_to_buckets(counts: dict[tuple[int, int], list[int]], bucket_s: int) -> None:
+    """Each (key, bucket start)'s counts added to its ``DemandBucket``."""
+    for (key_id, start), c in sorted(counts.items()):
+        _add_to_bucket(key_id, datetime.fromtimestamp(start, tz=UTC), bucket_s, c)
+
+
+def _add_to_bucket(key_id: int, start: datetime, seconds: int, counts: list[int]) -> None:
+    """Add ``counts`` (in ``BUCKET_COUNTS`` order) to the key's bucket at ``start``, made with
+    them where missing."""
+    values = dict(zip(BUCKET_COUNTS, counts, strict=True))
+    bucket, made = DemandBucket.objects.get_or_create(
+        key_id=key_id, start=start, seconds=seconds, defaults=values
+    )
+    if not made:
+        DemandBucket.objects.filter(pk=bucket.pk).update(**{c: F(c) + n for c, n in values.items()})
 
 
 def _export_spans(records: list[dict], engines: dict[str, int]) -> None:
@@ -361,38 +382,10 @@ def downsample_demand(now=None) -> dict:
     sums = (
         fine.annotate(hour=TruncHour("start"))
         .values("key_id", "hour")
-        .annotate(
-            n=Sum("requests"),
-            toks=Sum("prompt_tokens"),
-            cached=Sum("cached_tokens"),
-            served=Sum("served_records"),
-            gw=Sum("gateway_requests"),
-            gw_served=Sum("gateway_served_records"),
-        )
+        .annotate(**{f"s_{c}": Sum(c) for c in BUCKET_COUNTS})
     )
     for row in sums:
-        bucket, made = DemandBucket.objects.get_or_create(
-            key_id=row["key_id"],
-            start=row["hour"],
-            seconds=HOUR,
-            defaults={
-                "requests": row["n"],
-                "prompt_tokens": row["toks"],
-                "cached_tokens": row["cached"],
-                "served_records": row["served"],
-                "gateway_requests": row["gw"],
-                "gateway_served_records": row["gw_served"],
-            },
-        )
-        if not made:
-            DemandBucket.objects.filter(pk=bucket.pk).update(
-                requests=F("requests") + row["n"],
-                prompt_tokens=F("prompt_tokens") + row["toks"],
-                cached_tokens=F("cached_tokens") + row["cached"],
-                served_records=F("served_records") + row["served"],
-                gateway_requests=F("gateway_requests") + row["gw"],
-                gateway_served_records=F("gateway_served_records") + row["gw_served"],
-            )
+        _add_to_bucket(row["key_id"], row["hour"], HOUR, [row[f"s_{c}"] for c in BUCKET_COUNTS])
     merged, _ = fine.delete()
     return {
         "demand_buckets_deleted": deleted,

@@ -155,80 +155,23 @@ def cache_map(
     limit = max(1, min(limit, MAX_ENGINES_PER_PAGE))
     prefixes = max(1, min(prefixes, MAX_PREFIXES))
     now = timezone.now()
-    engines_qs = (
-        Engine.objects.select_related("node")
-        .prefetch_related("gpus__node")
-        .order_by("node__name", "engine_id")
-    )
-    if engine_ids is not None:
-        engines_qs = engines_qs.filter(pk__in=engine_ids)
-    total = engines_qs.count()
-    engines = list(engines_qs[offset : offset + limit])
+    total, engines = _engine_page(offset, limit, engine_ids)
     ids = [e.pk for e in engines]
     keys = hottest_prefixes(prefixes)
 
     index = get_index()
     spec_held, spec_bytes = _speculative(ids, now)
     flying = _in_flight(ids)
-    id_set = set(ids)
-    depth: dict[tuple[int, int], tuple[int, str]] = {}
-    for col, key in enumerate(keys):
-        chain = [blockhash.from_hex(k) for k in key.prefix_keys]
-        for holder in index.holders(chain, limit=max(total, 1) + 16):
-            if holder.engine in id_set:
-                depth[(holder.engine, col)] = (holder.depth, holder.tier)
+    depth = _held_depths(index, keys, set(ids), total)
 
     rows = []
     gpu_blocks = {}
     for engine in engines:
-        cells, depths, tiers = [], [], []
-        for col, key in enumerate(keys):
-            n = len(key.prefix_keys)
-            d, tier = depth.get((engine.pk, col), (0, ""))
-            chain = _chain_key(key.prefix_keys)
-            spec = spec_held.get((engine.pk, chain))
-            if (engine.pk, chain) in flying and d < n:
-                state = IN_FLIGHT
-            elif (spec == CONFIRMED and d >= n) or spec == CONFIRMED_HOST:
-                state = SPECULATIVE
-                if spec == CONFIRMED_HOST and d < n:
-                    tier = (
-                        protocol.TIER_CPU
-                    )  # confirmed by LMCache, in a tier vLLM's KV events do not report
-            elif spec == LANDED:
-                state = LANDED
-            elif spec == LOST and d < n:
-                state = LOST
-            elif d >= n:
-                state = RESIDENT
-            elif d > 0:
-                state = PARTIAL
-            else:
-                state = ABSENT
-            cells.append(state)
-            depths.append(d)
-            tiers.append(tier[:1])
+        cells = [
+            _cell(engine.pk, col, key, depth, spec_held, flying) for col, key in enumerate(keys)
+        ]
         gpu_blocks[engine.pk] = index.usage(engine.pk).blocks.get(protocol.TIER_GPU, 0)
-        rows.append(
-            {
-                "id": engine.pk,
-                "name": engine.engine_id,
-                "node": engine.node.name,
-                "node_id": engine.node_id,
-                "node_state": engine.node.state,
-                "model": engine.model,
-                "lifecycle": engine.lifecycle,
-                "synced": engine.residency_synced,
-                "engine_scoped_at": engine.engine_scoped_at.isoformat()
-                if engine.engine_scoped_at
-                else None,
-                "engine_scoped_blocks": engine.engine_scoped_blocks,
-                "gpus": [g.pk for g in engine.gpus.all()],
-                "cells": "".join(cells),
-                "depths": depths,
-                "tiers": "".join(t or "-" for t in tiers),
-            }
-        )
+        rows.append(_engine_row(engine, cells))
     return {
         "generated_at": now.isoformat(),
         "engines_total": total,
@@ -249,4 +192,78 @@ def cache_map(
         ],
         "engines": rows,
         "gpus": _gpu_split(engines, gpu_blocks, spec_bytes),
+    }
+
+
+def _engine_page(offset: int, limit: int, engine_ids: list[int] | None) -> tuple[int, list]:
+    """How many engines the map has, and the page's engines (by node, then engine id)."""
+    engines_qs = (
+        Engine.objects.select_related("node")
+        .prefetch_related("gpus__node")
+        .order_by("node__name", "engine_id")
+    )
+    if engine_ids is not None:
+        engines_qs = engines_qs.filter(pk__in=engine_ids)
+    total = engines_qs.count()
+    return total, list(engines_qs[offset : offset + limit])
+
+
+def _held_depths(index, keys: list, id_set: set[int], total: int) -> dict:
+    """(engine pk, prefix column) -> (blocks of the prefix it holds, tier), for the page's
+    engines."""
+    depth: dict[tuple[int, int], tuple[int, str]] = {}
+    for col, key in enumerate(keys):
+        chain = [blockhash.from_hex(k) for k in key.prefix_keys]
+        for holder in index.holders(chain, limit=max(total, 1) + 16):
+            if holder.engine in id_set:
+                depth[(holder.engine, col)] = (holder.depth, holder.tier)
+    return depth
+
+
+def _cell(
+    engine: int, col: int, key, depth: dict, spec_held: dict, flying: set
+) -> tuple[str, int, str]:
+    """One engine's cell for one prefix: its state, the blocks it holds and their tier."""
+    n = len(key.prefix_keys)
+    d, tier = depth.get((engine, col), (0, ""))
+    chain = _chain_key(key.prefix_keys)
+    spec = spec_held.get((engine, chain))
+    if (engine, chain) in flying and d < n:
+        state = IN_FLIGHT
+    elif (spec == CONFIRMED and d >= n) or spec == CONFIRMED_HOST:
+        state = SPECULATIVE
+        if spec == CONFIRMED_HOST and d < n:
+            # Confirmed by LMCache, in a tier vLLM's KV events do not report.
+            tier = protocol.TIER_CPU
+    elif spec == LANDED:
+        state = LANDED
+    elif spec == LOST and d < n:
+        state = LOST
+    elif d >= n:
+        state = RESIDENT
+    elif d > 0:
+        state = PARTIAL
+    else:
+        state = ABSENT
+    return state, d, tier
+
+
+def _engine_row(engine: Engine, cells: list[tuple[str, int, str]]) -> dict:
+    return {
+        "id": engine.pk,
+        "name": engine.engine_id,
+        "node": engine.node.name,
+        "node_id": engine.node_id,
+        "node_state": engine.node.state,
+        "model": engine.model,
+        "lifecycle": engine.lifecycle,
+        "synced": engine.residency_synced,
+        "engine_scoped_at": engine.engine_scoped_at.isoformat()
+        if engine.engine_scoped_at
+        else None,
+        "engine_scoped_blocks": engine.engine_scoped_blocks,
+        "gpus": [g.pk for g in engine.gpus.all()],
+        "cells": "".join(state for state, _, _ in cells),
+        "depths": [d for _, d, _ in cells],
+        "tiers": "".join(tier[:1] or "-" for _, _, tier in cells),
     }

@@ -81,14 +81,27 @@ class StateCollector:
 
     def _collect(self):
         now = timezone.now()
+        yield self._agents()
+        yield from self._latest_plan()
+        yield self._plan_items(now)
+        yield from self._jobs()
+        yield self._replicas(now)
+        yield from self._scores(now)
+        yield from self._misses(now)
+        yield from self._doctor()
+        yield from self._last_scored()
+
+    def _agents(self):
         nodes = GaugeMetricFamily(
             "prewarm_agents", "Enrolled agents (nodes) by state", labels=["state"]
         )
         counts = dict(Node.objects.values_list("state").annotate(n=Count("id")))
         for state, _ in NodeState.CHOICES:
             nodes.add_metric([state], counts.get(state, 0))
-        yield nodes
+        return nodes
 
+    def _latest_plan(self):
+        """The latest plan cycle's time, when it was made and what its harm guard allowed."""
         latest = ReplicationPlan.objects.order_by("-created_at", "-id").first()
         cycle = GaugeMetricFamily(
             "prewarm_plan_cycle_seconds", "Gather + plan time of the latest plan cycle"
@@ -111,6 +124,7 @@ class StateCollector:
         yield at
         yield allowed
 
+    def _plan_items(self, now):
         items = GaugeMetricFamily(
             "prewarm_plan_items",
             "Items of the plans made in the last hour, by decision",
@@ -123,8 +137,10 @@ class StateCollector:
         )
         for decision, _ in ItemDecision.CHOICES:
             items.add_metric([decision], counts.get(decision, 0))
-        yield items
+        return items
 
+    def _jobs(self):
+        """Jobs on record by state and transport, and the bytes moved by the finished ones."""
         jobs = GaugeMetricFamily(
             "prewarm_jobs",
             "Replication jobs on record by state and transport",
@@ -154,6 +170,7 @@ class StateCollector:
         yield jobs
         yield moved
 
+    def _replicas(self, now):
         replicas = GaugeMetricFamily(
             "prewarm_replicas",
             "Speculative replicas in place (not evicted or expired)",
@@ -166,8 +183,10 @@ class StateCollector:
         )
         replicas.add_metric(["live"], held.get(False, 0))
         replicas.add_metric(["shadow"], held.get(True, 0))
-        yield replicas
+        return replicas
 
+    def _scores(self, now):
+        """The scoreboard's precision, hits and verdict (live and shadow replicas)."""
         board = scoreboard(until=now)
         precision = GaugeMetricFamily(
             "prewarm_replica_precision",
@@ -191,15 +210,6 @@ class StateCollector:
         for v in VERDICTS:
             verdict.add_metric([v], 1 if v == current else 0)
         yield verdict
-        yield from self._misses(now)
-        yield from self._doctor()
-        newest = SpeculativeReplica.objects.aggregate(at=Max("scored_at"))["at"]
-        if newest is not None:
-            last = GaugeMetricFamily(
-                "prewarm_score_last_timestamp_seconds", "When a replica was last scored"
-            )
-            last.add_metric([], newest.timestamp())
-            yield last
 
     def _misses(self, now):
         """Served requests of the last hour by reason and hit rates, for the top tenants (by
@@ -238,6 +248,15 @@ class StateCollector:
         for check in doctor.CHECKS:
             series.add_metric([check], found.get(check, 0))
         yield series
+
+    def _last_scored(self):
+        newest = SpeculativeReplica.objects.aggregate(at=Max("scored_at"))["at"]
+        if newest is not None:
+            last = GaugeMetricFamily(
+                "prewarm_score_last_timestamp_seconds", "When a replica was last scored"
+            )
+            last.add_metric([], newest.timestamp())
+            yield last
 
 
 REGISTRY.register(StateCollector())

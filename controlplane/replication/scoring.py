@@ -204,7 +204,19 @@ def credit_served(served: list[tuple], **_signal) -> int:
     t0 = datetime.fromtimestamp(min(r[2] for r in served), tz=UTC)
     t1 = datetime.fromtimestamp(max(r[2] for r in served), tz=UTC)
     credit_assignments(served, t0, t1)
-    rows = list(
+    by_pair, by_key = _holds(served, t0, t1)
+    if not by_key:
+        return 0
+    seen = _tally_served(served, by_pair, by_key)
+    _write_tallies(seen)
+    return len(seen)
+
+
+def _holds(served: list[tuple], t0: datetime, t1: datetime) -> tuple[dict, dict]:
+    """The live (confirmed) and held-out replicas of the served keys whose holds overlap
+    ``t0``..``t1``, earliest placed first, by (key, engine) and by key: (pk, hold start, hold
+    end, tokens placed, held out, engine)."""
+    rows = (
         SpeculativeReplica.objects.filter(
             shadow=False,
             workload_key_id__in={r[0] for r in served},
@@ -226,14 +238,18 @@ def credit_served(served: list[tuple], **_signal) -> int:
             "held_out",
         )
     )
-    if not rows:
-        return 0
     by_pair, by_key = defaultdict(list), defaultdict(list)
     for pk, engine, key, placed, expires, evicted, chain, bs, tokens, held_out in rows:
         end = min(expires, evicted) if evicted else expires
         row = (pk, placed.timestamp(), end.timestamp(), tokens or len(chain) * bs, held_out, engine)
         by_pair[(key, engine)].append(row)
         by_key[key].append(row)
+    return by_pair, by_key
+
+
+def _tally_served(served: list[tuple], by_pair: dict, by_key: dict) -> dict[int, _Tally]:
+    """Each served record counted for its pair's replica and its key's (see ``credit_served``),
+    and as a miss TTFT for the live replicas of its key whose tokens it did not cover."""
     seen: dict[int, _Tally] = defaultdict(_Tally)
     for rec in served:
         key, engine, t, cached = rec[:4]
@@ -251,6 +267,11 @@ def credit_served(served: list[tuple], **_signal) -> int:
             if cached < tokens and not held_out:
                 seen[pk].miss_s += ttft
                 seen[pk].miss_n += 1
+    return seen
+
+
+def _write_tallies(seen: dict[int, _Tally]) -> None:
+    """Add each replica's tallies to its row (counters as increments, TTFT samples capped)."""
     for pk, tally in seen.items():
         p, k = tally.pair, tally.key
         SpeculativeReplica.objects.filter(pk=pk).update(
@@ -264,7 +285,6 @@ def credit_served(served: list[tuple], **_signal) -> int:
             r.ttft_samples = (r.ttft_samples + p.samples)[:TTFT_SAMPLES]
             r.key_ttft_samples = (r.key_ttft_samples + k.samples)[:TTFT_SAMPLES]
             r.save(update_fields=["ttft_samples", "key_ttft_samples"])
-    return len(seen)
 
 
 def credit_assignments(served: list[tuple], t0: datetime, t1: datetime) -> int:

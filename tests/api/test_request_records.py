@@ -51,6 +51,25 @@ def test_real_trace_rolls_into_buckets_and_groups(gateway, settings):
             assert all(r["keys"][: len(wk.prefix_keys)] == wk.prefix_keys for r in members)
 
 
+def test_a_later_batch_adds_to_the_buckets_it_lands_in(gateway):
+    records = [
+        {"time": 1764540000 + i, "model": "m", "tenant": "t", "keys": ["01", "02"]}
+        | {"block_size": 16, "prompt_tokens": 40 + i, "cached_tokens": 16}
+        for i in range(3)
+    ]
+    counters = ("requests", "prompt_tokens", "cached_tokens", "gateway_requests")
+    for _ in range(2):
+        resp = gateway.post("/api/request-records/", {"records": records}, format="json")
+        assert resp.status_code == 200, resp.content
+    (bucket,) = DemandBucket.objects.values(*counters)
+    assert bucket == {
+        "requests": 6,
+        "prompt_tokens": 2 * (40 + 41 + 42),
+        "cached_tokens": 2 * 3 * 16,
+        "gateway_requests": 6,
+    }
+
+
 def test_token_ids_hash_like_the_published_function(gateway):
     tokens = list(range(2048))
     rec = {"time": 1764540000, "model": "m", "tenant": "t", "token_ids": tokens, "block_size": 16}

@@ -19,6 +19,7 @@ CONVERTED = [
     "controlplane/core/residency.py",
     "controlplane/api/parsers.py",
     "controlplane/fleet/services.py",
+    "controlplane/fleet/ingestion.py",
     "controlplane/fleet/api/views.py",
     "controlplane/replication/choices.py",
     "nodeagent/reporter.py",
@@ -53,7 +54,7 @@ CONVERTED = [
 NOT_WIRE = {
     "controlplane/replication/choices.py": {"pending", "approved"},
     "controlplane/core/agent_report.py": {"lost"},
-    "controlplane/fleet/services.py": {"lost"},
+    "controlplane/fleet/ingestion.py": {"lost"},
     "controlplane/fleet/api/views.py": {"lost"},
     "nodeagent/jobs.py": {"evict"},  # an executor's method name
     "nodeagent/reporter.py": {"failed"},

@@ -3,9 +3,9 @@ from rest_framework import serializers
 
 from wire import protocol
 
+from ..ingestion import ENGINE_FIELDS, GPU_FIELDS
 from ..models import Engine, Gpu, GpuSample, Node
 from ..residency import get_index
-from ..services import ENGINE_FIELDS, GPU_FIELDS
 
 
 class NodeSerializer(serializers.ModelSerializer):

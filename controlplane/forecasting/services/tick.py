@@ -47,8 +47,6 @@ def forecast_tick(horizon_s: float, now=None) -> dict:
         burst_risk_arrays,
         forecast_arrays,
     )
-    from controlplane.core.forecast.prophet_model import interpolate_fit
-    from controlplane.core.forecast.series import z_for
 
     t0 = time.perf_counter()
     bucket_s = settings.PREWARM_DEMAND_BUCKET_SECONDS
@@ -77,6 +75,30 @@ def forecast_tick(horizon_s: float, now=None) -> dict:
     risk = burst_risk_arrays(y, n, bucket_s, horizon_s)
     t_arrays = time.perf_counter()
     slow = slow_states(ids, end) if SLOW_MODEL in wanted else {}
+    rows = _forecast_rows(ids, n, res, risk, slow, bucket_s, end, horizon)
+    t_rows = time.perf_counter()
+    store_forecasts(rows)
+    t_write = time.perf_counter()
+    stamp.update(
+        forecast=len(rows),
+        prophet=sum(r["model"] == SLOW_MODEL for r in rows),
+        ms={
+            "read": round((t_read - t0) * 1e3, 1),
+            "arrays": round((t_arrays - t_read) * 1e3, 1),
+            "rows": round((t_rows - t_arrays) * 1e3, 1),
+            "write": round((t_write - t_rows) * 1e3, 1),
+            "total": round((t_write - t0) * 1e3, 1),
+        },
+    )
+    return stamp
+
+
+def _forecast_rows(
+    ids, n, res, risk, slow: dict, bucket_s: int, end: float, horizon: int
+) -> list[dict]:
+    """One ``Forecast`` row a key: the backtested baseline's, or Prophet's where its state won."""
+    from controlplane.core.forecast.series import z_for
+
     z = z_for(0.8)
     start = datetime.fromtimestamp(end, tz=UTC)
     rows = []
@@ -93,16 +115,7 @@ def forecast_tick(horizon_s: float, now=None) -> dict:
             scores[SLOW_MODEL] = fit.backtest_mase
             if fit.chosen and fit.bucket_seconds == bucket_s:
                 model, mase = SLOW_MODEL, fit.backtest_mase
-                p = np.maximum(
-                    interpolate_fit(
-                        fit.values, fit.end.timestamp(), fit.fit_seconds, bucket_s, end, horizon
-                    ),
-                    0.0,
-                )
-                half = z * fit.sigma
-                yhat, lower, upper = (
-                    np.round(a, 4).tolist() for a in (p, np.maximum(p - half, 0.0), p + half)
-                )
+                yhat, lower, upper = _prophet_bands(fit, bucket_s, end, horizon, z)
                 note = f"prophet won its backtest when fitted at {fit.end:%H:%M} (MASE {mase:.3g})"
         elif int(n[i]) * bucket_s >= PROPHET_MIN_HISTORY_S:
             note += "; prophet not fitted yet (slow-model queue)"
@@ -122,18 +135,17 @@ def forecast_tick(horizon_s: float, now=None) -> dict:
                 note=note[:4000],
             )
         )
-    t_rows = time.perf_counter()
-    store_forecasts(rows)
-    t_write = time.perf_counter()
-    stamp.update(
-        forecast=len(rows),
-        prophet=sum(r["model"] == SLOW_MODEL for r in rows),
-        ms={
-            "read": round((t_read - t0) * 1e3, 1),
-            "arrays": round((t_arrays - t_read) * 1e3, 1),
-            "rows": round((t_rows - t_arrays) * 1e3, 1),
-            "write": round((t_write - t_rows) * 1e3, 1),
-            "total": round((t_write - t0) * 1e3, 1),
-        },
+    return rows
+
+
+def _prophet_bands(fit, bucket_s: int, end: float, horizon: int, z: float) -> tuple:
+    """Prophet's forecast and band over the horizon, read from the key's fitted state (rounded
+    for storage)."""
+    from controlplane.core.forecast.prophet_model import interpolate_fit
+
+    p = np.maximum(
+        interpolate_fit(fit.values, fit.end.timestamp(), fit.fit_seconds, bucket_s, end, horizon),
+        0.0,
     )
-    return stamp
+    half = z * fit.sigma
+    return tuple(np.round(a, 4).tolist() for a in (p, np.maximum(p - half, 0.0), p + half))

@@ -52,7 +52,8 @@ from wire import blockhash, protocol
 
 from ..choices import Confirmation, JobAction, JobState, Transport
 from ..models import ReplicationJob, SpeculativeReplica
-from .states import EventError, IllegalTransition, transition
+from .messages import EventError
+from .states import IllegalTransition, transition
 
 log = logging.getLogger(__name__)
 HOLDERS_LIMIT = 256

@@ -16,7 +16,6 @@ lost otherwise.
 from __future__ import annotations
 
 import logging
-import uuid
 from datetime import timedelta
 
 from django.conf import settings
@@ -25,20 +24,26 @@ from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.audit.services import record
-from controlplane.core.agent_report import check_document
 from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Engine
 from controlplane.queues import Queue, task
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
 from wire import protocol
-from wire.protocol import ProtocolError
 
 from ..choices import JobAction, JobState, Transport
 from ..models import ReplicationJob, SpeculativeReplica
 from . import confirm
-from .messages import SOURCE, TARGET, assign_message, roles_of, tokens_for
-from .states import EventError, IllegalTransition, transition
+from .messages import (
+    SOURCE,
+    TARGET,
+    EventError,
+    assign_message,
+    check_event,
+    roles_of,
+    tokens_for,
+)
+from .states import IllegalTransition, transition
 
 log = logging.getLogger(__name__)
 DELIVERY_STATES = (JobState.DISPATCHED, JobState.RUNNING)  # sent; agents at work
@@ -144,55 +149,6 @@ def pending_for_node(node_id: int) -> list[dict]:
             if engine.node_id == node_id and job.acks.get(role) != job.attempt:
                 out.append(assign_message(job, role))
     return out
-
-
-# An event's fields, typed and bounded (docs/agent-protocol.md): what a malformed one gets is an
-# EventError (400, or {"type": "error"} on the socket), never an exception from deeper down.
-EVENT_INT_FIELDS = ("bytes_done", "bytes", "cached_tokens", "prompt_tokens", "report_seq")
-EVENT_STR_FIELDS = {"state": 32, "checksum": 128, "error": 2000, "detail": 2000, "executor": 64}
-CONFIRMATION_INT_FIELDS = ("tokens", "before")
-CONFIRMATION_STR_FIELDS = {"by": 64, "instance_id": 200, "error": 2000}
-EVENT_MAX_INT = 2**62  # bytes and tokens; well inside the 64-bit columns they are stored in
-
-
-def _typed(doc: dict, ints: tuple, strs: dict, where: str = "") -> None:
-    for name in ints:
-        value = doc.get(name)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= EVENT_MAX_INT
-        ):
-            raise EventError(
-                f"{name} must be an integer in [0, {EVENT_MAX_INT}]", field=where + name
-            )
-    for name, most in strs.items():
-        value = doc.get(name)
-        if value is not None and (not isinstance(value, str) or len(value) > most):
-            raise EventError(
-                f"{name} must be a string of at most {most} characters", field=where + name
-            )
-
-
-def check_event(msg: dict) -> None:
-    """Refuse a malformed agent event (EventError naming the field) before anything is read."""
-    try:
-        check_document(msg, "")
-    except ProtocolError as exc:
-        raise EventError(exc.detail, field=exc.field or "job_id") from None
-    kind = msg.get("type")
-    if kind not in protocol.AGENT_MESSAGES:
-        raise EventError(f"unknown event type {kind!r}", field="type")
-    try:
-        uuid.UUID(str(msg.get("job_id")))
-    except ValueError:
-        raise EventError(f"unknown job {msg.get('job_id')!r}", status=404) from None
-    _typed(msg, EVENT_INT_FIELDS, EVENT_STR_FIELDS)
-    confirmation = msg.get("confirmation") if kind == protocol.MSG_JOB_RESULT else msg
-    if kind == protocol.MSG_JOB_RESULT and confirmation is not None:
-        if not isinstance(confirmation, dict):
-            raise EventError("confirmation must be an object", field="confirmation")
-        _typed(confirmation, CONFIRMATION_INT_FIELDS, CONFIRMATION_STR_FIELDS, "confirmation.")
-    elif kind == protocol.MSG_JOB_CONFIRM:
-        _typed(msg, CONFIRMATION_INT_FIELDS, CONFIRMATION_STR_FIELDS)
 
 
 def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:

@@ -1,4 +1,5 @@
-"""The ``job.assign`` message for each role an agent plays in a job, and what it carries.
+"""The ``job.assign`` message for each role an agent plays in a job, and what it carries; the
+events agents send back, checked before anything is read (``check_event``).
 
 Roles: a ``replicate`` job goes to the source node (role ``source``) and the target node (role
 ``target``); an ``evict`` job to the target only.
@@ -7,10 +8,14 @@ Roles: a ``replicate`` job goes to the source node (role ``source``) and the tar
 from __future__ import annotations
 
 import time
+import uuid
 import zlib
 
+from controlplane.core.agent_report import check_document
+from controlplane.core.errors import DomainError
 from controlplane.fleet.models import Engine
 from wire import blockhash, protocol
+from wire.protocol import ProtocolError
 
 from ..choices import JobAction, Transport
 from ..models import ReplicationJob, SpeculativeReplica
@@ -104,3 +109,62 @@ def tokens_for(job: ReplicationJob) -> list[int] | None:
     ] != [k.lower().rjust(16, "0") for k in job.prefix_keys]:
         return None
     return tokens
+
+
+class EventError(DomainError, ValueError):
+    """An agent event that cannot be applied (unknown job, wrong node, malformed): 400 on
+    ``job_id`` unless the raiser names another field or status (an unknown job is a 404)."""
+
+    code = "invalid_event"
+
+    def __init__(self, detail: str, *, field: str = "job_id", status: int = 400):
+        super().__init__(detail, field=field, status=status)
+
+
+# An event's fields, typed and bounded (docs/agent-protocol.md): what a malformed one gets is an
+# EventError (400, or {"type": "error"} on the socket), never an exception from deeper down.
+EVENT_INT_FIELDS = ("bytes_done", "bytes", "cached_tokens", "prompt_tokens", "report_seq")
+EVENT_STR_FIELDS = {"state": 32, "checksum": 128, "error": 2000, "detail": 2000, "executor": 64}
+CONFIRMATION_INT_FIELDS = ("tokens", "before")
+CONFIRMATION_STR_FIELDS = {"by": 64, "instance_id": 200, "error": 2000}
+EVENT_MAX_INT = 2**62  # bytes and tokens; well inside the 64-bit columns they are stored in
+
+
+def _typed(doc: dict, ints: tuple, strs: dict, where: str = "") -> None:
+    for name in ints:
+        value = doc.get(name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= EVENT_MAX_INT
+        ):
+            raise EventError(
+                f"{name} must be an integer in [0, {EVENT_MAX_INT}]", field=where + name
+            )
+    for name, most in strs.items():
+        value = doc.get(name)
+        if value is not None and (not isinstance(value, str) or len(value) > most):
+            raise EventError(
+                f"{name} must be a string of at most {most} characters", field=where + name
+            )
+
+
+def check_event(msg: dict) -> None:
+    """Refuse a malformed agent event (EventError naming the field) before anything is read."""
+    try:
+        check_document(msg, "")
+    except ProtocolError as exc:
+        raise EventError(exc.detail, field=exc.field or "job_id") from None
+    kind = msg.get("type")
+    if kind not in protocol.AGENT_MESSAGES:
+        raise EventError(f"unknown event type {kind!r}", field="type")
+    try:
+        uuid.UUID(str(msg.get("job_id")))
+    except ValueError:
+        raise EventError(f"unknown job {msg.get('job_id')!r}", status=404) from None
+    _typed(msg, EVENT_INT_FIELDS, EVENT_STR_FIELDS)
+    confirmation = msg.get("confirmation") if kind == protocol.MSG_JOB_RESULT else msg
+    if kind == protocol.MSG_JOB_RESULT and confirmation is not None:
+        if not isinstance(confirmation, dict):
+            raise EventError("confirmation must be an object", field="confirmation")
+        _typed(confirmation, CONFIRMATION_INT_FIELDS, CONFIRMATION_STR_FIELDS, "confirmation.")
+    elif kind == protocol.MSG_JOB_CONFIRM:
+        _typed(msg, CONFIRMATION_INT_FIELDS, CONFIRMATION_STR_FIELDS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from controlplane.core.errors import Conflict, DomainError
+from controlplane.core.errors import Conflict
 
 from ..choices import JobState
 from ..models import JobTransition, ReplicationJob
@@ -17,16 +17,6 @@ class IllegalTransition(Conflict, ValueError):
 
     def __init__(self, detail: str):
         super().__init__(detail, field="state")
-
-
-class EventError(DomainError, ValueError):
-    """An agent event that cannot be applied (unknown job, wrong node, malformed): 400 on
-    ``job_id`` unless the raiser names another field or status (an unknown job is a 404)."""
-
-    code = "invalid_event"
-
-    def __init__(self, detail: str, *, field: str = "job_id", status: int = 400):
-        super().__init__(detail, field=field, status=status)
 
 
 def can_transition(current: str, to: str) -> bool:

@@ -132,25 +132,41 @@ def recommendation(live: dict, shadow: dict, by_tenant: list[dict], ho: dict | N
     needed = getattr(settings, "PREWARM_SCOREBOARD_MIN_REPLICAS", MIN_SCORED_FOR_VERDICT)
     base = {"prior": prior, "holdout_assignments": pairs, "firm": False}
     if scored < needed:
-        text = (
-            f"Only {scored} speculative replicas have been scored (live and shadow); at least "
-            f"{needed} are needed before this cluster's own verdict means anything{pairs_note}. "
-            f"Keep the policy in shadow mode and look again later ({sweep_note})"
+        return _too_few_scored(base, scored, needed, pairs_note, sweep_note)
+    return _modelled_verdict(live, shadow, by_tenant, base, pairs_note, sweep_note)
+
+
+def _too_few_scored(base: dict, scored: int, needed: int, pairs_note: str, sweep_note: str) -> dict:
+    """``insufficient_data``: too few replicas scored for this cluster's own verdict; the map's
+    prior, if any, stands in meanwhile."""
+    prior = base["prior"]
+    text = (
+        f"Only {scored} speculative replicas have been scored (live and shadow); at least "
+        f"{needed} are needed before this cluster's own verdict means anything{pairs_note}. "
+        f"Keep the policy in shadow mode and look again later ({sweep_note})"
+    )
+    if prior is not None:
+        text += (
+            f". Until then the prior is the simulator's map: "
+            f"'{prior.replace('_', ' ')}' at this cluster's placement time and load"
         )
-        if prior is not None:
-            text += (
-                f". Until then the prior is the simulator's map: "
-                f"'{prior.replace('_', ' ')}' at this cluster's placement time and load"
-            )
-            if prior == "uncertain":
-                text += " (its seeds neither show a gain nor rule one out)"
-        return {
-            **base,
-            "verdict": "insufficient_data",
-            "basis": "map" if prior else "none",
-            "tenants_that_benefit": [],
-            "text": text + ".",
-        }
+        if prior == "uncertain":
+            text += " (its seeds neither show a gain nor rule one out)"
+    return {
+        **base,
+        "verdict": "insufficient_data",
+        "basis": "map" if prior else "none",
+        "tenants_that_benefit": [],
+        "text": text + ".",
+    }
+
+
+def _modelled_verdict(
+    live: dict, shadow: dict, by_tenant: list[dict], base: dict, pairs_note: str, sweep_note: str
+) -> dict:
+    """The cluster's own scores (live replicas, else shadow ones) against placement cost, read
+    with the map's prior."""
+    prior = base["prior"]
     hits = [
         t["tenant"]
         for t in by_tenant
