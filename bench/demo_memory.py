@@ -6,8 +6,9 @@ by side: ``embedded`` (daphne with the Celery worker and beat as threads of the 
 and beat each a process of their own, as a deployment runs them). Both run the virtual cluster,
 which starts one real agent per virtual node. Once each says it is running, the resident set
 size of each process of its tree is read from ``/proc`` every ``--every`` seconds for
-``--minutes``; then each is stopped with SIGINT (as Ctrl-C does). Every sample row carries the
-1-minute load average.
+``--minutes``, with its anonymous memory beside (``smaps_rollup``: heap, allocator arenas, thread
+stacks; the JSON's ``anon_kb``); then each is stopped with SIGINT (as Ctrl-C does). Every sample
+row carries the 1-minute load average.
 
 The verdict: each process's slope (least squares, MB a minute) over the last ``--window``
 minutes (30), or over the second half of a shorter run; the run fails (exit 1) when any is above
@@ -17,8 +18,8 @@ samples every 10 s for 40 s (a smoke run; no verdict). ``--tracemalloc DIR``: ev
 writes heap snapshots there and the end prints each process's top growers
 (``nodeagent/memtrace.py``). docs/benchmarks.md "Memory over hours".
 
-    PYTHONPATH=$PWD PREWARM_SHARED_DATA=/work/shared/data nice -n 10 \\
-        .venv/bin/python bench/demo_memory.py --port 8140 --json var/bench/demo_memory.json
+    PYTHONPATH=$PWD PREWARM_SHARED_DATA=/work/shared/data \\
+        .venv/bin/python bench/demo_memory.py --port 8140 --json bench/results/demo_memory.json
 """
 
 from __future__ import annotations
