@@ -8,7 +8,8 @@ heap. Measured in the burst demo (experiments/demo-memory): the web process's Py
 at 16-98 MiB traced while its allocator held 130-170 MiB free, so RSS sat at the high-water mark
 of the largest peaks and rose with each new one. ``malloc_trim(0)`` walks every arena and
 releases the free pages inside them (``madvise``), not only the top: RSS then follows what is in
-use. A trim costs milliseconds and holds one arena's lock at a time.
+use. A trim walks the free chunks, holding one arena's lock at a time: on the shared 2-core
+machine at load average 50, 0.5 s after 300 MB was freed, 55 ms when nothing new was.
 
 No Django here: the caller passes the period (``PREWARM_MALLOC_TRIM_SECONDS``). Not glibc (musl,
 macOS): nothing to call, nothing started.
