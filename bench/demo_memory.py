@@ -6,8 +6,9 @@ by side: ``embedded`` (daphne with the Celery worker and beat as threads of the 
 and beat each a process of their own, as a deployment runs them). Both run the virtual cluster,
 which starts one real agent per virtual node. Once each says it is running, the resident set
 size of each process of its tree is read from ``/proc`` every ``--every`` seconds for
-``--minutes``; then each is stopped with SIGINT (as Ctrl-C does). Every sample row carries the
-1-minute load average.
+``--minutes``, with its anonymous memory beside (``smaps_rollup``: heap, allocator arenas, thread
+stacks; the JSON's ``anon_kb``); then each is stopped with SIGINT (as Ctrl-C does). Every sample
+row carries the 1-minute load average.
 
 The verdict: each process's slope (least squares, MB a minute) over the last ``--window``
 minutes (30), or over the second half of a shorter run; the run fails (exit 1) when any is above
@@ -17,8 +18,8 @@ samples every 10 s for 40 s (a smoke run; no verdict). ``--tracemalloc DIR``: ev
 writes heap snapshots there and the end prints each process's top growers
 (``nodeagent/memtrace.py``). docs/benchmarks.md "Memory over hours".
 
-    PYTHONPATH=$PWD PREWARM_SHARED_DATA=/work/shared/data nice -n 10 \\
-        .venv/bin/python bench/demo_memory.py --port 8140 --json var/bench/demo_memory.json
+    PYTHONPATH=$PWD PREWARM_SHARED_DATA=/work/shared/data \\
+        .venv/bin/python bench/demo_memory.py --port 8140 --json bench/results/demo_memory.json
 """
 
 from __future__ import annotations
@@ -80,23 +81,30 @@ def label(args: list[str]) -> str | None:
     return None
 
 
-def rss_kb(pid: int) -> int | None:
+def kb_field(path: str, key: str) -> int | None:
+    """A ``Key:  N kB`` field of a /proc file, or None (gone, or no such field)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
                 return int(line.split()[1])
     except OSError:
         return None
     return None
 
 
-def sample(root: int) -> dict[str, int]:
-    """label -> RSS in kB of each process of ``root``'s tree."""
+def rss_kb(pid: int) -> int | None:
+    return kb_field(f"/proc/{pid}/status", "VmRSS:")
+
+
+def sample(root: int) -> tuple[dict[str, int], dict[str, int]]:
+    """label -> RSS in kB of each process of ``root``'s tree, and label -> its anonymous memory
+    (``smaps_rollup``: the heap, allocator arenas and thread stacks, not mapped files)."""
     procs = processes()
     kids: dict[int, list[int]] = {}
     for pid, (ppid, _) in procs.items():
         kids.setdefault(ppid, []).append(pid)
     out: dict[str, int] = {}
+    anon: dict[str, int] = {}
     pending = [root]
     while pending:
         pid = pending.pop()
@@ -106,8 +114,10 @@ def sample(root: int) -> dict[str, int]:
         name = label(procs[pid][1])
         rss = rss_kb(pid)
         if name and rss is not None:
-            out[name if name not in out else f"{name} {pid}"] = rss
-    return out
+            key = name if name not in out else f"{name} {pid}"
+            out[key] = rss
+            anon[key] = kb_field(f"/proc/{pid}/smaps_rollup", "Anonymous:") or 0
+    return out, anon
 
 
 def slope(points: list[tuple[float, float]]) -> float | None:
@@ -238,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         env.setdefault("PREWARM_TRACEMALLOC_EVERY_S", str(args.every))
     runs: list[Run] = []
     samples: dict[str, list[tuple[float, float, dict[str, int]]]] = {m: [] for m in modes}
+    anons: dict[str, list[tuple[float, float, dict[str, int]]]] = {m: [] for m in modes}
     try:
         for i, mode in enumerate(modes):
             runs.append(Run(mode, args, env, args.port + i))
@@ -250,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(max(0.0, t0 + i * args.every - time.monotonic()))
             t, load = time.monotonic() - t0, os.getloadavg()[0]
             for r in runs:
-                s = sample(r.proc.pid)
+                s, anon = sample(r.proc.pid)
                 samples[r.mode].append((t, load, s))
+                anons[r.mode].append((t, load, anon))
                 print(
                     f"{t:6.0f}s load {load:5.2f} {r.mode:8s} "
                     + " ".join(f"{k}={v // 1024}" for k, v in sorted(s.items())),
@@ -274,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
                 + " ".join(f"{s[name] // 1024:6d}" if name in s else "     -" for _, _, s in rows)
             )
         span = f"last {args.window:.0f} min" if covered else "second half"
-        print(f"slope over the {span}, MB a minute (limit {args.max_slope}):")
+        print(
+            f"slope over the {span}, MB a minute (limit {args.max_slope}; anonymous memory beside):"
+        )
+        anon_slopes = slopes(anons[mode], args.window)
         for name, value in slopes(rows, args.window).items():
             mark = ""
             if value is not None and value > args.max_slope:
@@ -282,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                 if covered:
                     failed.append(f"{mode} {name}")
             shown = "-" if value is None else f"{value:+.3f}"
+            other = anon_slopes.get(name)
+            shown += "" if other is None else f"  (anon {other:+.3f})"
             print(f"  {name:20s} {shown}{mark}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -290,10 +307,11 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     mode: {
                         "samples": [
-                            {"t_s": round(t, 1), "load_1m": load, "rss_kb": s}
-                            for t, load, s in rows
+                            {"t_s": round(t, 1), "load_1m": load, "rss_kb": s, "anon_kb": a}
+                            for (t, load, s), (_, _, a) in zip(rows, anons[mode], strict=True)
                         ],
                         "slope_mb_per_min": slopes(rows, args.window),
+                        "anon_slope_mb_per_min": slopes(anons[mode], args.window),
                     }
                     for mode, rows in samples.items()
                 },

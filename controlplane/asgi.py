@@ -20,6 +20,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from controlplane import memtrim  # noqa: E402
 from controlplane.routing import websocket_urlpatterns  # noqa: E402
 
 AGENT_SOCKET_PREFIX = "/ws/agent/"
@@ -41,6 +42,8 @@ application = ProtocolTypeRouter(
         "websocket": websocket_app(URLRouter(websocket_urlpatterns)),
     }
 )
+
+memtrim.start(settings.PREWARM_MALLOC_TRIM_SECONDS)  # RSS follows what is in use, not peaks
 
 if settings.EMBEDDED and settings.PREWARM_EMBEDDED_WORKER:
     from controlplane.embedded_worker import start as start_embedded_worker

@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from celery import Celery
+from celery import Celery, signals
 
 from controlplane.queues import Queue, route
 from nodeagent import memtrace
@@ -52,3 +52,13 @@ app.autodiscover_tasks(
 # Threads that never touched an app (web request threads, the embedded worker) fall back to the
 # default app: make that this one, not an unconfigured Celery().
 app.set_default()
+
+
+@signals.worker_init.connect
+@signals.worker_process_init.connect  # a prefork pool's child runs the tasks: it trims too
+def _start_memtrim(**_) -> None:
+    from django.conf import settings
+
+    from controlplane import memtrim
+
+    memtrim.start(settings.PREWARM_MALLOC_TRIM_SECONDS)

@@ -51,6 +51,10 @@ PREWARM_MISS_BURST_LEAD_SECONDS = get_from_env(
     "PREWARM_MISS_BURST_LEAD_SECONDS", 300, type_cast=int
 )
 
+# The web process and Celery workers hand the C allocator's free memory back to the system this
+# often, seconds (glibc's malloc_trim, controlplane/memtrim.py); 0: never.
+PREWARM_MALLOC_TRIM_SECONDS = get_from_env("PREWARM_MALLOC_TRIM_SECONDS", 60.0, type_cast=float)
+
 # Replication workflow (docs/workflow.md).
 # Job delivery: attempts and the backoff between them (base * 2^(attempt-1), capped).
 PREWARM_JOB_MAX_ATTEMPTS = get_from_env("PREWARM_JOB_MAX_ATTEMPTS", 3, type_cast=int)
