@@ -17,9 +17,8 @@ from controlplane.audit.services import record, save_audited, snapshot
 from controlplane.core.agent_report import Report
 from controlplane.core.errors import Conflict, Forbidden, Invalid
 from controlplane.core.residency import Delta
-from controlplane.realtime import groups
-from controlplane.realtime.publish import publish
-from wire import protocol
+from controlplane.realtime import events
+from controlplane.realtime.publish import publish_event
 from wire.protocol import MODE_SNAPSHOT
 
 from .choices import TENANTS_LABEL, EngineLifecycle, NodeState
@@ -509,12 +508,10 @@ def apply_report(node: Node, report: Report) -> dict:
                 if isinstance(result, Exception):
                     log.error("residency_reported receiver %r failed: %s", receiver, result)
         if changes or report.gpus:
-            publish(
-                groups.CLUSTER,
-                protocol.EVENT_RESIDENCY_DELTA,
-                {
-                    "node": node.pk,
-                    "engines": {
+            publish_event(
+                events.residency_delta(
+                    node.pk,
+                    {
                         str(engines[r.engine_id].pk): {
                             "stored": len(r.stored),
                             "removed": len(r.removed),
@@ -522,7 +519,7 @@ def apply_report(node: Node, report: Report) -> dict:
                         }
                         for r in report.residency
                     },
-                    "gpus": [
+                    [
                         {
                             "uuid": g["uuid"],
                             "memory_used": g["memory_used"],
@@ -531,8 +528,8 @@ def apply_report(node: Node, report: Report) -> dict:
                         for g in report.gpus
                         if g["uuid"] not in refused
                     ],
-                    "at": now.timestamp(),
-                },
+                    now.timestamp(),
+                )
             )
     return {
         "applied_seq": report.seq,
@@ -571,5 +568,5 @@ def mark_stale_nodes() -> list[int]:
                 object_id=str(node_id),
                 reason=f"no report for {settings.PREWARM_NODE_STALE_SECONDS:.0f}s",
             )
-            publish(groups.CLUSTER, protocol.EVENT_NODE_STALE, {"node": node_id})
+            publish_event(events.node_stale(node_id))
     return stale

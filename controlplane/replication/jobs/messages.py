@@ -10,6 +10,7 @@ import time
 import zlib
 
 from controlplane.fleet.models import Engine
+from controlplane.realtime import events
 from wire import blockhash, protocol
 
 from ..choices import JobAction, Transport
@@ -104,3 +105,10 @@ def tokens_for(job: ReplicationJob) -> list[int] | None:
     ] != [k.lower().rjust(16, "0") for k in job.prefix_keys]:
         return None
     return tokens
+
+
+def job_update(job: ReplicationJob, detail: str = "") -> events.Event:
+    """The dashboard's ``job.update`` for ``job`` as it stands; ``detail``: why it got here."""
+    return events.job_update(
+        str(job.pk), job.state, job.attempt, job.bytes_done, job.error or "", detail
+    )
