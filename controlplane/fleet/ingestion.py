@@ -13,9 +13,8 @@ from controlplane.audit.services import record
 from controlplane.core.agent_report import Report
 from controlplane.core.errors import Conflict, Forbidden
 from controlplane.core.residency import Delta
-from controlplane.realtime import groups
-from controlplane.realtime.publish import publish
-from wire import protocol
+from controlplane.realtime import events
+from controlplane.realtime.publish import publish_event
 from wire.protocol import MODE_SNAPSHOT
 
 from .choices import NodeState
@@ -187,12 +186,10 @@ def _announce_stored(node: Node, report: Report, deltas: list[Delta]) -> None:
 def _publish_residency(
     node: Node, report: Report, engines: dict[str, Engine], refused: list[str], now
 ) -> None:
-    publish(
-        groups.CLUSTER,
-        protocol.EVENT_RESIDENCY_DELTA,
-        {
-            "node": node.pk,
-            "engines": {
+    publish_event(
+        events.residency_delta(
+            node.pk,
+            {
                 str(engines[r.engine_id].pk): {
                     "stored": len(r.stored),
                     "removed": len(r.removed),
@@ -200,7 +197,7 @@ def _publish_residency(
                 }
                 for r in report.residency
             },
-            "gpus": [
+            [
                 {
                     "uuid": g["uuid"],
                     "memory_used": g["memory_used"],
@@ -209,8 +206,8 @@ def _publish_residency(
                 for g in report.gpus
                 if g["uuid"] not in refused
             ],
-            "at": now.timestamp(),
-        },
+            now.timestamp(),
+        )
     )
 
 

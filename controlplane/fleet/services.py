@@ -16,9 +16,8 @@ from controlplane.accounts.models import ApiToken, EnrolmentToken, digest
 from controlplane.accounts.services import revoke_node_tokens
 from controlplane.audit.services import record, save_audited, snapshot
 from controlplane.core.errors import Conflict, Forbidden, Invalid
-from controlplane.realtime import groups
-from controlplane.realtime.publish import publish
-from wire import protocol
+from controlplane.realtime import events
+from controlplane.realtime.publish import publish_event
 
 from .choices import TENANTS_LABEL, EngineLifecycle, NodeState
 from .ingestion import forget_engine_gpus
@@ -287,5 +286,5 @@ def mark_stale_nodes() -> list[int]:
                 object_id=str(node_id),
                 reason=f"no report for {settings.PREWARM_NODE_STALE_SECONDS:.0f}s",
             )
-            publish(groups.CLUSTER, protocol.EVENT_NODE_STALE, {"node": node_id})
+            publish_event(events.node_stale(node_id))
     return stale

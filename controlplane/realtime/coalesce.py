@@ -6,7 +6,8 @@ drops an object, only intermediate values of it.
 
 A delta carries only what a page reads (frontend/static/frontend/*.js): the engines whose residency
 changed (the cache map refetches those rows, GPU memory with them), each job's state, progress and
-error (the jobs page), each plan's state (the plans page, the cache map's header). ``events`` (how
+error (the jobs page), each plan's state (the plans page, the cache map's header), keyed as the
+events are (``job_id``, ``plan_id``: ``realtime/events.py``). ``events`` (how
 many were merged) and ``at`` (the newest event's time) let a client check that nothing was lost and
 how late it is. Events no page reads (a node gone stale, a stored forecast, readiness) are not sent.
 """
@@ -46,16 +47,16 @@ class Coalescer:
                 return False  # GPU figures only: the cache map reads them with its rows
             self.engines.update(int(e) for e in engines)
         elif event.startswith("job."):
-            job = str(payload.get("job") or payload.get("job_id") or "")
+            job = str(payload.get("job_id") or "")
             if not job:
                 return False
-            merged = self.jobs.setdefault(job, {"job": job})
+            merged = self.jobs.setdefault(job, {"job_id": job})
             merged.update({k: payload[k] for k in JOB_FIELDS if k in payload})
         elif event.startswith("plan."):
-            plan = payload.get("plan")
+            plan = payload.get("plan_id")
             if plan is None:
                 return False
-            merged = self.plans.setdefault(str(plan), {"plan": plan})
+            merged = self.plans.setdefault(str(plan), {"plan_id": plan})
             merged.update({k: payload[k] for k in PLAN_FIELDS if k in payload})
         else:
             return False

@@ -11,6 +11,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
+from .events import Event
+
 log = logging.getLogger(__name__)
 _home_loop: asyncio.AbstractEventLoop | None = None
 
@@ -59,3 +61,8 @@ def publish(group: str, message_type: str, payload: dict[str, Any]) -> None:
     """Send ``payload`` to a Channels group once the current transaction commits."""
     payload = _string_keys(payload)
     transaction.on_commit(lambda: send_now(group, message_type, payload))
+
+
+def publish_event(event: Event) -> None:
+    """Send a dashboard event (built by ``realtime.events``) once the current transaction commits."""
+    publish(event.group, event.name, event.payload)

@@ -219,6 +219,12 @@ def test_viewer_cannot_approve_and_operator_can(browser, live):
     shot(viewer, "05-plan-viewer")
     viewer.context.close()
 
+    # The plans list, open in another tab, follows the decision live (a plan.decided delta).
+    watcher = page_as(browser, live, "viewer")
+    watcher.goto(f"{live['url']}/plans/")
+    watcher.wait_for_selector('#live[data-state="open"]')
+    listed = f'tr[data-plan="{plan}"] [data-field="state"]'
+
     operator = page_as(browser, live, "operator")
     operator.goto(f"{live['url']}/plans/{plan}/")
     assert operator.inner_text(f'tr[data-item="{items[0]}"] [data-field="decision"]') == "pending"
@@ -230,6 +236,9 @@ def test_viewer_cannot_approve_and_operator_can(browser, live):
     operator.wait_for_selector(f'tr[data-item="{items[1]}"] .state-rejected')
     assert operator.inner_text("#plan-state") == "partially_approved"
     shot(operator, "06-plan-operator-decided")
+    watcher.wait_for_selector(f"{listed}.state-partially_approved", timeout=LIVE_CEILING_MS)
+    assert watcher.errors == []
+    watcher.context.close()
     data = operator.evaluate(f"async () => (await fetch('/api/plans/{plan}/')).json()")
     assert {i["id"]: i["decision"] for i in data["items"]} == {
         items[0]: "approved",
@@ -238,6 +247,38 @@ def test_viewer_cannot_approve_and_operator_can(browser, live):
     }
     assert operator.errors == []
     operator.context.close()
+
+
+def test_jobs_page_follows_a_job_live(browser, live):
+    """The seeded running job (both its engines on gpu-node-01): its agent's progress and result
+    reach its row on the jobs page as job.update deltas, keyed by job_id."""
+    url, agent = live["url"], live["agents"][0]
+    page = page_as(browser, live, "viewer")
+    jobs = page.evaluate("async () => (await fetch('/api/replication-jobs/')).json()")["results"]
+    job = next(j for j in jobs if j["state"] == "running")
+    page.goto(f"{url}/jobs/")
+    page.wait_for_selector('#live[data-state="open"]')
+    row = f'tr[data-job="{job["id"]}"]'
+    assert page.get_attribute(f"{row} .progress", "aria-valuenow") != "75"
+    events = f"/api/agents/jobs/{job['id']}/events/"
+    assert agent.post(events, json={"type": "job.ack", "job_id": job["id"]}).status_code == 200
+    progress = {"type": "job.progress", "job_id": job["id"], "bytes_done": job["bytes"] * 3 // 4}
+    assert agent.post(events, json=progress).status_code == 200
+    page.wait_for_selector(f'{row} .progress[aria-valuenow="75"]', timeout=LIVE_CEILING_MS)
+    result = {
+        "type": "job.result",
+        "job_id": job["id"],
+        "state": "succeeded",
+        "checksum": "ab" * 32,
+        "bytes": job["bytes"],
+        "error": None,
+    }
+    assert agent.post(events, json=result).status_code == 200
+    page.wait_for_selector(f"{row} .state-landed", timeout=LIVE_CEILING_MS)
+    assert page.get_attribute(f"{row} .progress", "aria-valuenow") == "100"
+    shot(page, "07-jobs-live")
+    assert page.errors == []
+    page.context.close()
 
 
 def test_invalid_policy_is_refused_and_nothing_saved(browser, live):

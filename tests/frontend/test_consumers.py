@@ -9,7 +9,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 from rest_framework.test import APIClient
 
-from controlplane.realtime import groups
+from controlplane.realtime import events, groups
 from controlplane.realtime.publish import send_now
 from frontend.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, DashboardConsumer
 from harness import fleet_seed as cluster
@@ -118,7 +118,7 @@ async def test_a_burst_is_coalesced_and_nothing_is_lost():
         layer = get_channel_layer()
         started = time.monotonic()
         for i in range(200):
-            payload = {"node": 1, "engines": {str(i): {"stored": 1}}, "gpus": [], "at": float(i)}
+            payload = events.residency_delta(1, {str(i): {"stored": 1}}, [], float(i)).payload
             await layer.group_send(
                 groups.CLUSTER,
                 {"type": "residency_delta", "event": "residency.delta", "payload": payload},
@@ -127,9 +127,9 @@ async def test_a_burst_is_coalesced_and_nothing_is_lost():
             await layer.group_send(
                 groups.JOBS,
                 {
-                    "type": "job_progress",
-                    "event": "job.progress",
-                    "payload": {"job": "j1", "bytes_done": pct},
+                    "type": "job_update",
+                    "event": "job.update",
+                    "payload": events.job_update("j1", "running", 1, pct, "").payload,
                 },
             )
         sending_s = time.monotonic() - started
@@ -140,7 +140,7 @@ async def test_a_burst_is_coalesced_and_nothing_is_lost():
         engines = sorted(e for m in messages for e in m.get("residency", {}).get("engines", []))
         assert engines == list(range(200))
         last_job = [j for m in messages for j in m.get("jobs", [])][-1]
-        assert last_job == {"job": "j1", "bytes_done": 100}
+        assert last_job == {"job_id": "j1", "state": "running", "bytes_done": 100, "error": ""}
         # Coalesced: one message per interval at most, however long the burst took to arrive.
         sent = TimedConsumer.flushed_at
         assert len(sent) == len(messages)
@@ -160,10 +160,12 @@ async def test_unknown_event_types_do_not_break_the_socket():
         await sync_to_async(send_now)(
             groups.CLUSTER, "forecast.stored", {"key": 7, "model": "ewma"}
         )
-        await sync_to_async(send_now)(
-            groups.PLANS, "plan.decided", {"plan": 5, "state": "approved"}
-        )
+        await sync_to_async(send_now)(*events.plan_decided(5, "approved"))
         delta = await comm.receive_json_from(timeout=WAIT_S)
-        assert delta == {"type": "delta", "events": 1, "plans": [{"plan": 5, "state": "approved"}]}
+        assert delta == {
+            "type": "delta",
+            "events": 1,
+            "plans": [{"plan_id": 5, "state": "approved"}],
+        }
     finally:
         await comm.disconnect()

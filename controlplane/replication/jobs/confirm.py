@@ -46,13 +46,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.fleet.residency import get_index
-from controlplane.realtime import groups
-from controlplane.realtime.publish import publish
+from controlplane.realtime.publish import publish_event
 from wire import blockhash, protocol
 
 from ..choices import Confirmation, JobAction, JobState, Transport
 from ..models import ReplicationJob, SpeculativeReplica
-from .messages import EventError
+from .messages import EventError, job_update
 from .states import IllegalTransition, transition
 
 log = logging.getLogger(__name__)
@@ -135,11 +134,7 @@ def _create_replica(job: ReplicationJob) -> SpeculativeReplica:
 
 
 def _publish(job: ReplicationJob, why: str) -> None:
-    publish(
-        groups.JOBS,
-        protocol.EVENT_JOB_UPDATE,
-        {"job": str(job.pk), "state": job.state, "detail": why[:200]},
-    )
+    publish_event(job_update(job, why))
 
 
 def confirm(

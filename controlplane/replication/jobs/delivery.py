@@ -28,7 +28,7 @@ from controlplane.fleet.choices import NodeState
 from controlplane.fleet.models import Engine
 from controlplane.queues import Queue, task
 from controlplane.realtime import groups
-from controlplane.realtime.publish import publish
+from controlplane.realtime.publish import publish, publish_event
 from wire import protocol
 
 from ..choices import JobAction, JobState, Transport
@@ -40,6 +40,7 @@ from .messages import (
     EventError,
     assign_message,
     check_event,
+    job_update,
     roles_of,
     tokens_for,
 )
@@ -129,11 +130,7 @@ def dispatch(job_id) -> ReplicationJob | None:
 def _push(job: ReplicationJob, roles: dict[str, Engine]) -> None:
     for role, engine in roles.items():
         publish(groups.agent(engine.node_id), protocol.MSG_JOB_ASSIGN, assign_message(job, role))
-    publish(
-        groups.JOBS,
-        protocol.EVENT_JOB_UPDATE,
-        {"job": str(job.pk), "state": job.state, "attempt": job.attempt},
-    )
+    publish_event(job_update(job))
 
 
 def pending_for_node(node_id: int) -> list[dict]:
@@ -191,16 +188,7 @@ def apply_event(node_id: int, msg: dict) -> ReplicationJob | None:
                 job.save(update_fields=["bytes_done", "updated_at"])
         else:
             job = _result(job, node_id, roles, msg)
-        publish(
-            groups.JOBS,
-            protocol.EVENT_JOB_UPDATE,
-            {
-                "job": str(job.pk),
-                "state": job.state,
-                "bytes_done": job.bytes_done,
-                "error": job.error,
-            },
-        )
+        publish_event(job_update(job))
     return job
 
 
@@ -306,11 +294,7 @@ def end(job: ReplicationJob, to: str, why: str) -> ReplicationJob | None:
     except IllegalTransition:
         return None
     _cancel_on_agents(job)
-    publish(
-        groups.JOBS,
-        protocol.EVENT_JOB_UPDATE,
-        {"job": str(job.pk), "state": job.state, "error": job.error},
-    )
+    publish_event(job_update(job, why))
     return job
 
 

@@ -14,6 +14,7 @@ import zlib
 from controlplane.core.agent_report import check_document
 from controlplane.core.errors import DomainError
 from controlplane.fleet.models import Engine
+from controlplane.realtime import events
 from wire import blockhash, protocol
 from wire.protocol import ProtocolError
 
@@ -168,3 +169,10 @@ def check_event(msg: dict) -> None:
         _typed(confirmation, CONFIRMATION_INT_FIELDS, CONFIRMATION_STR_FIELDS, "confirmation.")
     elif kind == protocol.MSG_JOB_CONFIRM:
         _typed(msg, CONFIRMATION_INT_FIELDS, CONFIRMATION_STR_FIELDS)
+
+
+def job_update(job: ReplicationJob, detail: str = "") -> events.Event:
+    """The dashboard's ``job.update`` for ``job`` as it stands; ``detail``: why it got here."""
+    return events.job_update(
+        str(job.pk), job.state, job.attempt, job.bytes_done, job.error or "", detail
+    )

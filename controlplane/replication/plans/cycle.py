@@ -29,10 +29,10 @@ from controlplane.fleet.choices import EngineLifecycle
 from controlplane.fleet.models import Engine
 from controlplane.fleet.residency import get_index
 from controlplane.forecasting.models import Forecast
-from controlplane.realtime import groups
-from controlplane.realtime.publish import publish
+from controlplane.realtime import events
+from controlplane.realtime.publish import publish_event
 from wire import blockhash
-from wire.protocol import EVENT_ENGINE_READINESS, EVENT_PLAN_CREATED, TIER_GPU
+from wire.protocol import TIER_GPU
 
 from ..choices import OverrideKind, PlanState, PolicyMode, PolicyStrategy, Transport
 from ..models import PlanItem, Policy, ReplicationPlan, SpeculativeReplica
@@ -103,11 +103,7 @@ def update_readiness(inputs: Inputs, planned: list[PlannedMove]) -> dict[int, fl
     for pk, r in out.items():
         Engine.objects.filter(pk=pk).update(readiness=r)
     if out:
-        publish(
-            groups.CLUSTER,
-            EVENT_ENGINE_READINESS,
-            {"readiness": {str(k): v for k, v in out.items()}},
-        )
+        publish_event(events.engine_readiness({str(k): v for k, v in out.items()}))
     return out
 
 
@@ -332,11 +328,7 @@ def store(
     if policy.default_transport in Transport.NEEDS_TOKENS:
         # Its executor addresses KV by token ids: keep them for the keys this plan uses.
         want_prefix_tokens({r.workload_key_id for r in rows if r.workload_key_id})
-    publish(
-        groups.PLANS,
-        EVENT_PLAN_CREATED,
-        {"plan": plan.pk, "mode": plan.mode, "state": plan.state, "items": len(rows)},
-    )
+    publish_event(events.plan_created(plan.pk, plan.mode, plan.state, len(rows)))
     return plan
 
 

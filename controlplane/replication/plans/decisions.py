@@ -13,8 +13,8 @@ from django.utils import timezone
 from controlplane.audit.services import record
 from controlplane.core.errors import Invalid
 from controlplane.fleet.choices import EngineLifecycle, NodeState
-from controlplane.realtime import groups
-from controlplane.realtime.publish import publish
+from controlplane.realtime import events
+from controlplane.realtime.publish import publish_event
 from wire import protocol
 
 from ..choices import (
@@ -259,5 +259,5 @@ def decide(
         },
         reason=reason,
     )
-    publish(groups.PLANS, protocol.EVENT_PLAN_DECIDED, {"plan": plan.pk, "state": plan.state})
+    publish_event(events.plan_decided(plan.pk, plan.state))
     return plan, refused

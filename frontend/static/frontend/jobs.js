@@ -6,7 +6,7 @@ let unseen = 0;
 onLive((msg) => {
   if (msg.type !== "delta" || !msg.jobs) return;
   for (const job of msg.jobs) {
-    const row = document.querySelector(`tr[data-job="${job.job}"]`);
+    const row = document.querySelector(`tr[data-job="${job.job_id}"]`);
     if (!row) { unseen++; continue; }
     if (job.state) {
       const s = row.querySelector('[data-field="state"]');

@@ -54,7 +54,7 @@ if (form) {
 onLive((msg) => {
   if (msg.type !== "delta" || !msg.plans) return;
   for (const p of msg.plans) {
-    const row = document.querySelector(`tr[data-plan="${p.plan}"] [data-field="state"]`);
+    const row = document.querySelector(`tr[data-plan="${p.plan_id}"] [data-field="state"]`);
     if (row && p.state) { row.textContent = p.state; row.className = `state state-${p.state}`; }
     else if (!row && !form) {
       const note = document.getElementById("new-plans");
