@@ -32,7 +32,7 @@ import numpy as np
 
 from controlplane.core.demand import burst_probability, demand_for
 from controlplane.core.forecast import BurstTracker
-from controlplane.core.policy import ingest, onset, retention
+from controlplane.core.policy import ingest, knobs, onset, retention
 from controlplane.core.policy.backoff import cluster_queue_s
 from controlplane.core.policy.decide import (
     STRATEGY_PREDICTIVE,
@@ -45,15 +45,7 @@ from controlplane.core.policy.ingest import INGEST_BATCH_S
 from controlplane.core.policy.inputs import COLD_VALUE_S
 from controlplane.core.policy.onset import ONSET_MIN_ARRIVALS, ONSET_REPLAN_S, ONSET_WINDOW_S
 from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders
-from controlplane.core.policy.types import (
-    BENEFIT_MARGIN,
-    MAX_CLUSTER_QUEUE_S,
-    MAX_TARGET_QUEUE_S,
-    Budgets,
-    Candidate,
-    Demand,
-    Overrides,
-)
+from controlplane.core.policy.types import Budgets, Candidate, Demand, Overrides
 from controlplane.sim import adapter
 from controlplane.sim.engine import WARMING
 from controlplane.sim.guarded import SimGuard, queue_of, serving_queues
@@ -74,16 +66,25 @@ TREND_WINDOW_S = 30.0  # short window whose rate, above the 120 s one, says dema
 MIN_EXPECTED_HITS = 1.6  # expected uses in the horizon: P(used) >= 0.8 for Poisson arrivals
 # A burst's onset (``core.policy.onset``) re-plans its prefix on arrival, not at the next tick.
 ONSET_LOOKAHEAD_S = 30.0  # clairvoyant: the true arrivals its on-arrival re-plan looks at
-# Cost-charged speculation: one setting for every trace and cell, shared with the control plane's
-# default policy (``core.policy.types.BENEFIT_MARGIN``, ``MAX_TARGET_QUEUE_S``, ``MAX_CLUSTER_QUEUE_S``;
-# docs/simulator.md, "What predictive's items are charged").
+# The simulator's setting for the planned policies, over the policy's defaults (``core.policy
+# .knobs``; its charges stay at theirs, docs/simulator.md, "What predictive's items are
+# charged"): a speculative slice as large as its engines' (``ClusterConfig.spec_fraction``), a
+# 2-minute horizon and a 5-minute TTL for 20-minute traces, replicas only for 1.6 expected uses,
+# and no transfer budget (the largest the policy allows). ``policy_factory`` passes it in.
+SIMULATED = {
+    "max_spec_vram_fraction": 0.25,
+    "ttl_s": 300.0,
+    "horizon_s": 120.0,
+    "min_expected_hits": MIN_EXPECTED_HITS,
+    "max_bytes_per_interval": float(knobs.MAX_BYTES_PER_INTERVAL.high),
+}
 
 
 class PlannedPolicy(Reactive):
     def __init__(
         self,
         name: str,
-        budgets: Budgets | None = None,
+        budgets: Budgets,
         overrides: Overrides | None = None,
         tick_s: float = 15.0,
         reactive_rule: ReactiveRule | None = None,
@@ -96,15 +97,7 @@ class PlannedPolicy(Reactive):
         super().__init__(reactive_rule)
         self.name = name
         self.tick_s = tick_s
-        self.budgets = budgets or Budgets(
-            max_spec_vram_fraction=0.25,
-            ttl_s=300.0,
-            horizon_s=120.0,
-            min_expected_hits=MIN_EXPECTED_HITS,
-            min_benefit_ratio=BENEFIT_MARGIN,
-            max_queue_s=MAX_TARGET_QUEUE_S,
-            max_cluster_queue_s=MAX_CLUSTER_QUEUE_S,
-        )
+        self.budgets = budgets
         self.overrides = overrides or Overrides()
         self.use_prophet = use_prophet
         self.forecast_log: dict[str, list] = {}

@@ -5,8 +5,9 @@ above both and neither imports the other back."""
 from __future__ import annotations
 
 from controlplane.core.policy.reactive import ReactiveRule
+from controlplane.core.policy.types import Budgets
 from controlplane.sim import routers
-from controlplane.sim.planned import UNGUARDED, PlannedPolicy
+from controlplane.sim.planned import SIMULATED, UNGUARDED, PlannedPolicy
 from controlplane.sim.policies import (
     POLICIES,
     ROUTING_REACTIVE,
@@ -35,10 +36,12 @@ def make_policy(name: str, **options) -> RoutingPolicy:
     elif name == "hot-fanout":
         return HotFanout()
     elif name in ("reactive", "predictive", "clairvoyant"):
-        return PlannedPolicy(name, **options)
+        return PlannedPolicy(name, **{"budgets": Budgets(**SIMULATED), **options})
     elif name == UNGUARDED:
         # predictive without the harm guard: the guard's before/after in the same run
-        return PlannedPolicy("predictive", **{**options, "guard": False})
+        return PlannedPolicy(
+            "predictive", **{"budgets": Budgets(**SIMULATED), **options, "guard": False}
+        )
     else:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
     p.name = name

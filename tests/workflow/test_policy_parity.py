@@ -25,12 +25,13 @@ from controlplane.core.costmodel import TIER_BYTES_PER_S
 from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, decide
 from controlplane.core.policy.demand import MEASURE_WINDOW_S
 from controlplane.core.policy.inputs import COLD_VALUE_S, engine_states
-from controlplane.core.policy.types import Budgets, Candidate, Demand, Holding, Overrides
+from controlplane.core.policy.types import Candidate, Demand, Holding, Overrides
 from controlplane.core.prefix_cache import PrefixCache
 from controlplane.replication.plans import inputs as live
 from controlplane.sim import adapter as simulated
 from controlplane.sim.engine import SERVING, WARMING, Engine, OffloadTier
 from controlplane.sim.planned import PlannedPolicy
+from tests.planner_settings import uncharged
 from wire.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 
 T = 1000.0  # the snapshot's time
@@ -188,7 +189,7 @@ def live_reports(snap, report=None):
 
 def simulated_reactive_demand(snap) -> list[Demand]:
     """The simulator's ``reactive`` policy fed the snapshot's arrivals: its demand at ``T``."""
-    policy = PlannedPolicy(STRATEGY_REACTIVE, budgets=Budgets(horizon_s=H, min_confidence=0.0))
+    policy = PlannedPolicy(STRATEGY_REACTIVE, budgets=uncharged(horizon_s=H, min_confidence=0.0))
     policy.trackers, policy.short, policy.onset, policy.minute, policy.seen = {}, {}, {}, {}, {}
     for k, times in snap["arrivals"].items():
         for t in times:
@@ -199,17 +200,17 @@ def simulated_reactive_demand(snap) -> list[Demand]:
 def live_reactive_demand(snap) -> list[Demand]:
     """The live plan cycle's reactive demand: each key's requests of the last minute
     (``plans.measured``) through the live rule (``plans.inputs.demand_of``)."""
-    policy = SimpleNamespace(horizon_seconds=H, min_confidence=0.0, strategy=STRATEGY_REACTIVE)
+    budgets = uncharged(horizon_s=H, min_confidence=0.0)
     out = []
     for k, times in snap["arrivals"].items():
         n = sum(1 for t in times if t > T - MEASURE_WINDOW_S)
         if n:
-            out.append(live.demand_of(str(k), n / MEASURE_WINDOW_S, None, 0.0, policy))
+            out.append(live.demand_of(str(k), n / MEASURE_WINDOW_S, None, 0.0, budgets))
     return out
 
 
 def plan_of(reports, hold, snap, strategy=STRATEGY_PREDICTIVE, demand=None):
-    budgets = Budgets(horizon_s=H, max_spec_vram_fraction=0.5, min_confidence=0.0)
+    budgets = uncharged(horizon_s=H, max_spec_vram_fraction=0.5, min_confidence=0.0)
     items = decide(
         strategy=strategy,
         candidates=snap["cands"],

@@ -146,14 +146,7 @@ def plan_and_apply(
 ) -> ReplicationPlan | None:
     """The shared policy's items for ``inputs`` (``core.policy.decide``: the planner under the
     policy's budgets and overrides), stored as a plan; then the policy's mode decides."""
-    budgets = Budgets(
-        max_spec_vram_fraction=policy.max_spec_vram_fraction,
-        max_bytes_per_interval=policy.max_bytes_per_interval,
-        min_confidence=policy.min_confidence,
-        ttl_s=policy.replica_ttl_seconds,
-        horizon_s=policy.horizon_seconds,
-        **charges(policy),
-    )
+    budgets = Budgets.of(policy)
     gate = queue_gate(inputs.engines, budgets)
     overrides = inputs.overrides
     if pinned:
@@ -215,18 +208,6 @@ def plan_and_apply(
     elif policy.mode == PolicyMode.AUTO and items:
         decide_plan(plan.pk, None, True, reason=f"auto mode: approved within budgets ({trigger})")
     return plan
-
-
-def charges(policy: Policy) -> dict:
-    """The policy's charges for speculation as ``planner.Budgets`` fields (empty limits: none)."""
-    inf = float("inf")
-    return {
-        "min_benefit_ratio": policy.min_benefit_ratio,
-        "max_queue_s": inf if policy.max_queue_seconds is None else policy.max_queue_seconds,
-        "max_cluster_queue_s": inf
-        if policy.max_cluster_queue_seconds is None
-        else policy.max_cluster_queue_seconds,
-    }
 
 
 def _with_token_ids(

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from controlplane.audit.services import record
 from controlplane.core.errors import Invalid
+from controlplane.core.policy.types import Budgets
 from controlplane.fleet.choices import EngineLifecycle, NodeState
 from controlplane.realtime import groups
 from controlplane.realtime.publish import publish
@@ -74,8 +75,9 @@ def _arms(now) -> dict[int, tuple[bool, int | None]]:
     return arms
 
 
-def bytes_this_interval(policy: Policy) -> int:
-    since = timezone.now() - timedelta(seconds=policy.interval_seconds)
+def bytes_this_interval(interval_s: int) -> int:
+    """Bytes of the copies created in the last ``interval_s`` (the policy's transfer budget)."""
+    since = timezone.now() - timedelta(seconds=interval_s)
     return (
         ReplicationJob.objects.filter(created_at__gte=since, action=JobAction.REPLICATE)
         .exclude(state=JobState.CANCELLED)
@@ -102,21 +104,30 @@ def refusal_for(item: PlanItem, policy: Policy, to_be: dict | None = None) -> st
         return f"node {target.node.name} is excluded by an override"
     if overrides.filter(kind=OverrideKind.EXCLUDE_ENGINE, engine_id=target.pk).exists():
         return f"engine {target} is excluded by an override"
-    cap = policy.max_spec_vram_fraction * target.kv_capacity_bytes
+    return _over_budget(item, Budgets.of(policy), policy.interval_seconds)
+
+
+def _over_budget(item: PlanItem, budgets: Budgets, interval_s: int) -> str | None:
+    """Why ``item`` would exceed the policy's budgets (the planner's, ``Budgets.of``), or None."""
+    target = item.target
+    cap = budgets.spec_cap_bytes(target.kv_capacity_bytes)
     used = spec_bytes_by_engine([target.pk]).get(target.pk, 0)
     if used + item.bytes > cap:
         return (
             f"speculative VRAM budget of {target}: {used + item.bytes:,} bytes would exceed "
-            f"{policy.max_spec_vram_fraction:.0%} of KV capacity ({cap:,.0f} bytes)"
+            f"{budgets.max_spec_vram_fraction:.0%} of KV capacity ({cap:,.0f} bytes)"
         )
-    moved = bytes_this_interval(policy)
-    if moved + item.bytes > policy.max_bytes_per_interval:
+    moved = bytes_this_interval(interval_s)
+    if moved + item.bytes > budgets.max_bytes_per_interval:
         return (
-            f"transfer budget: {moved + item.bytes:,} bytes in {policy.interval_seconds}s would exceed "
-            f"{policy.max_bytes_per_interval:,}"
+            f"transfer budget: {moved + item.bytes:,} bytes in {interval_s}s would exceed "
+            f"{budgets.max_bytes_per_interval:,.0f}"
         )
-    if item.confidence < policy.min_confidence:
-        return f"confidence {item.confidence:.2f} is below the policy minimum {policy.min_confidence:.2f}"
+    if item.confidence < budgets.min_confidence:
+        return (
+            f"confidence {item.confidence:.2f} is below the policy minimum "
+            f"{budgets.min_confidence:.2f}"
+        )
     return None
 
 

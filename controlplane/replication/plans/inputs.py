@@ -21,7 +21,14 @@ from controlplane.core.demand import demand_for
 from controlplane.core.policy.decide import STRATEGY_PREDICTIVE
 from controlplane.core.policy.demand import combined
 from controlplane.core.policy.inputs import COLD_VALUE_S, EngineReport, engine_states, spec_room
-from controlplane.core.policy.types import Candidate, Demand, EngineState, Holding, Overrides
+from controlplane.core.policy.types import (
+    Budgets,
+    Candidate,
+    Demand,
+    EngineState,
+    Holding,
+    Overrides,
+)
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.fleet.choices import EngineLifecycle, NodeState
 from controlplane.fleet.models import Engine
@@ -45,7 +52,7 @@ class Inputs:
     overrides: Overrides
     keys: dict[str, KeyRow]
     forecasters: dict[str, str]
-    horizon_s: float = 300.0  # the policy's horizon the demand is over
+    horizon_s: float  # the policy's horizon the demand is over
 
 
 # Plain rows instead of model instances: a cycle reads 100k keys and forecasts, and building
@@ -351,7 +358,8 @@ def gather(
     if only is None and not predictive:
         only = list(measured)
     keys = _workload_keys(only)
-    horizon = float(policy.horizon_seconds)
+    budgets = Budgets.of(policy)
+    horizon = budgets.horizon_s
     forecasts = _latest_forecasts() if predictive else {}
     rows = [
         (pid, key, forecasts.get(key.pk))
@@ -376,7 +384,7 @@ def gather(
         bpb = peers[0].bytes_per_block or int(cm.kv_bytes_per_token * peers[0].block_size)
         cands.append(Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, t[0], t[1]))
         exp = next(forecast_expected) if f is not None else 0.0
-        demand.append(demand_of(pid, measured.get(key.pk, 0.0), f, exp, policy))
+        demand.append(demand_of(pid, measured.get(key.pk, 0.0), f, exp, budgets))
         if f is not None:
             forecasters[pid] = f.model
     # One batched residency read for every prefix (100k holders() calls were 100k round trips);
@@ -395,12 +403,12 @@ def gather(
 
 
 def demand_of(
-    pid: str, measured_rate: float, f: ForecastRow | None, expected: float, policy: Policy
+    pid: str, measured_rate: float, f: ForecastRow | None, expected: float, budgets: Budgets
 ) -> Demand:
     """One key's demand by the shared rule (``core.policy.demand.combined``): its measured rate,
     and its forecast's (``expected`` requests in the horizon, through the demand model the
     simulator shares, ``core.demand``) where there is one."""
-    horizon = float(policy.horizon_seconds)
+    horizon = budgets.horizon_s
     forecast = None
     if f is not None:
         forecast = demand_for(
@@ -415,7 +423,7 @@ def demand_of(
         measured_rate=measured_rate,
         horizon_s=horizon,
         forecast=forecast,
-        min_confidence=policy.min_confidence,
+        min_confidence=budgets.min_confidence,
     )
 
 
