@@ -41,6 +41,7 @@ from controlplane.core.policy.decide import (
     states_of,
 )
 from controlplane.core.policy.demand import MEASURE_WINDOW_S, combined
+from controlplane.core.policy.guard import GuardState
 from controlplane.core.policy.ingest import INGEST_BATCH_S
 from controlplane.core.policy.inputs import COLD_VALUE_S
 from controlplane.core.policy.onset import ONSET_MIN_ARRIVALS, ONSET_REPLAN_S, ONSET_WINDOW_S
@@ -338,8 +339,8 @@ class PlannedPolicy(Reactive):
             engines=engines,
             budgets=self.budgets,
             overrides=self.overrides,
-            guard=None if self.guard is None else self.guard.state,
-        )
+            guard=GuardState() if self.guard is None else self.guard.state,
+        ).items
         if at_ingest:
             rates = {str(p): d.measured_rate for p, d in demand.items()}
             items = self.bound.admit(items, engines=engines, now=t, rates=rates)

@@ -7,6 +7,7 @@ import pytest
 
 from controlplane.core.policy.decide import decide
 from controlplane.core.policy.demand import combined, forecast_rate
+from controlplane.core.policy.guard import GuardState
 from controlplane.core.policy.ingest import (
     HYSTERESIS,
     MAX_LINK_QUEUE_S,
@@ -64,18 +65,19 @@ def test_predictive_plans_at_least_what_reactive_plans_on_measured_demand():
         engines=engines,
         budgets=uncharged(horizon_s=H, min_confidence=0.0),
         overrides=Overrides(),
+        guard=GuardState(),
     )
     reactive = decide(
         strategy="reactive",
         demand=[combined("p", measured_rate=4.0, horizon_s=H, min_confidence=0.0)],
         **args,
-    )
+    ).items
     zero = Demand("p", 0.0, 0.0, 0.0, 0.9)
     predictive = decide(
         strategy="predictive",
         demand=[combined("p", measured_rate=4.0, horizon_s=H, forecast=zero, min_confidence=0.0)],
         **args,
-    )
+    ).items
     assert reactive and [(m.prefix_id, m.target) for m in reactive] == [
         (m.prefix_id, m.target) for m in predictive
     ]
@@ -124,7 +126,8 @@ def burst(bound: IngestBound, *, seconds=60, copy_s=5.0, rate=lambda t: 40.0) ->
             engines=_states(),
             budgets=uncharged(horizon_s=H, min_confidence=0.0, max_spec_vram_fraction=0.5),
             overrides=Overrides(),
-        )
+            guard=GuardState(),
+        ).items
         # Live and simulated: a target already receiving the prefix is not sent it twice.
         items = [i for i in items if i.target not in {e for _, e in landing}][:1]
         for it in bound.admit(items, engines=_states(), now=float(t), rates={"p": r}):
@@ -167,8 +170,9 @@ def test_a_target_whose_link_is_busy_takes_no_ingest_copy():
         holdings=[Holding("p", "e0")],
         budgets=uncharged(horizon_s=H, min_confidence=0.0),
         overrides=Overrides(),
+        guard=GuardState(),
     )
     busy = _states(link_queue_s=MAX_LINK_QUEUE_S + 1)
-    items = decide(engines=busy, **args)
+    items = decide(engines=busy, **args).items
     assert items and not bound.admit(items, engines=busy, now=0.0, rates={"p": 40.0})
     assert bound.held_back_items == len(items)
