@@ -93,7 +93,7 @@ KNOBS: tuple[Knob, ...] = (
     MAX_CLUSTER_QUEUE_SECONDS,
 )
 BY_FIELD = {k.field: k for k in KNOBS}
-BY_BUDGET = {k.budget: k for k in KNOBS if k.budget is not None}
+BY_BUDGET: dict[str, Knob] = {k.budget: k for k in KNOBS if k.budget}
 
 
 def budget_values(policy) -> dict[str, float]:
@@ -101,7 +101,7 @@ def budget_values(policy) -> dict[str, float]:
     attributes): each knob's value under its budget's name, empty limits infinite. The one
     translation from a policy to the core's budgets (``types.Budgets.of``)."""
     out = {}
-    for k in BY_BUDGET.values():
+    for name, k in BY_BUDGET.items():
         value = getattr(policy, k.field)
-        out[k.budget] = math.inf if value is None else float(value)
+        out[name] = math.inf if value is None else float(value)
     return out
