@@ -44,6 +44,7 @@ from pathlib import Path
 
 from _common import REPO, parser, percentile, table, write_json
 
+from controlplane.core.policy import knobs
 from wire import protocol
 
 TICK_ONLY = "PREWARM_AGENT_REPORT_MIN_INTERVAL_S"
@@ -209,7 +210,7 @@ def run_setup(setup: str, engines: int, iterations: int) -> dict:
                 plan_every_seconds=3600,
                 forecast_every_seconds=3600,
                 max_bytes_per_interval=10**13,
-                max_spec_vram_fraction=0.5,
+                max_spec_vram_fraction=knobs.MAX_SPEC_VRAM_FRACTION.high,
             )
             dash = DashboardClient(cluster)
             _wait(

@@ -141,7 +141,7 @@ def _manage(env: dict[str, str], code: str) -> None:
         raise RuntimeError(f"control-plane set-up failed: {out.stderr.strip()[-800:]}")
 
 
-def policy_fields(policy: str, holdout_fraction: float = 0.5) -> dict[str, Any]:
+def policy_fields(policy: str, holdout_fraction: float) -> dict[str, Any]:
     """The arm's live policy: the real demo's, with its strategy and the holdout fraction every
     arm shares (``none`` copies nothing either way)."""
     strategy = {"none": "off", "reactive": "reactive", "predictive": "predictive"}[policy]

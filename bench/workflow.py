@@ -193,7 +193,7 @@ def main(argv=None) -> int:
             inputs.demand,
             inputs.holdings,
             inputs.engines,
-            Budgets(max_spec_vram_fraction=0.1, min_confidence=0.4, horizon_s=600),
+            Budgets.of(policy),  # what the cycle above planned with
             inputs.overrides,
         )
         planner_s = time.perf_counter() - t0

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from io import StringIO
 from pathlib import Path
 
+from controlplane.core.policy import knobs
 from harness.processes import Proc, celery_beat_argv, celery_worker_argv, daphne_argv, wait_healthy
 from wire.protocol import TRANSPORT_WARMUP
 
@@ -44,7 +45,7 @@ POLICY = {
     "horizon_seconds": 60,
     "replica_ttl_seconds": 60,
     "min_confidence": 0.3,
-    "max_spec_vram_fraction": 0.5,
+    "max_spec_vram_fraction": knobs.MAX_SPEC_VRAM_FRACTION.high,
     "interval_seconds": 60,
     "max_bytes_per_interval": 2 * 1024**4,
     "holdout_fraction": 0.5,

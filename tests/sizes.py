@@ -31,10 +31,12 @@ def product_files(root: Path) -> list[str]:
     else:
         files = [str(p.relative_to(root)) for p in root.rglob("*.py")]
     return sorted(
-        f
-        for f in files
-        if f.startswith(PRODUCT_DIRS) and "/migrations/" not in f and (root / f).is_file()
-    )
+        {
+            f
+            for f in files
+            if f.startswith(PRODUCT_DIRS) and "/migrations/" not in f and (root / f).is_file()
+        }
+    )  # a set: during a merge git lists an unmerged file once per stage
 
 
 def _functions(tree: ast.AST):

@@ -3,9 +3,10 @@
 import uuid
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from controlplane.core.policy.types import BENEFIT_MARGIN, MAX_CLUSTER_QUEUE_S, MAX_TARGET_QUEUE_S
+from controlplane.core.policy import knobs
 
 from .choices import (
     ItemDecision,
@@ -18,6 +19,26 @@ from .choices import (
     StorageTier,
     Transport,
 )
+
+
+def _knob(knob: knobs.Knob) -> dict:
+    """A policy field's default and validators, from its knob (``core.policy.knobs``)."""
+    kw: dict = {
+        "default": knob.default,
+        "validators": [MinValueValidator(knob.low), MaxValueValidator(knob.high)],
+    }
+    if knob.nullable:
+        kw |= {"null": True, "blank": True}
+    return kw
+
+
+def _knob_range(knob: knobs.Knob) -> models.CheckConstraint:
+    """The knob's range in the database (empty allowed where it means no limit)."""
+    name, low, high = knob.field, knob.low, knob.high
+    within = models.Q(**{f"{name}__gte": low, f"{name}__lte": high})
+    if knob.nullable:
+        within = models.Q(**{f"{name}__isnull": True}) | within
+    return models.CheckConstraint(condition=within, name=f"{name}_range")
 
 
 class Policy(models.Model):
@@ -37,41 +58,39 @@ class Policy(models.Model):
         default=False, help_text="reactive: also fan hot prefixes out as Mooncake Store does"
     )
     max_spec_vram_fraction = models.FloatField(
-        default=0.05, help_text="max share of each GPU's KV capacity for speculative replicas"
+        **_knob(knobs.MAX_SPEC_VRAM_FRACTION),
+        help_text="max share of each GPU's KV capacity for speculative replicas",
     )
-    max_bytes_per_interval = models.BigIntegerField(default=200 * 1024**3)
-    interval_seconds = models.PositiveIntegerField(default=60)
-    min_confidence = models.FloatField(default=0.5)
-    replica_ttl_seconds = models.PositiveIntegerField(default=900)
-    horizon_seconds = models.PositiveIntegerField(default=600, help_text="how far ahead plans look")
-    forecast_every_seconds = models.PositiveIntegerField(default=300)
-    plan_every_seconds = models.PositiveIntegerField(default=30)
+    max_bytes_per_interval = models.BigIntegerField(**_knob(knobs.MAX_BYTES_PER_INTERVAL))
+    interval_seconds = models.PositiveIntegerField(**_knob(knobs.INTERVAL_SECONDS))
+    min_confidence = models.FloatField(**_knob(knobs.MIN_CONFIDENCE))
+    replica_ttl_seconds = models.PositiveIntegerField(**_knob(knobs.REPLICA_TTL_SECONDS))
+    horizon_seconds = models.PositiveIntegerField(
+        **_knob(knobs.HORIZON_SECONDS), help_text="how far ahead plans look"
+    )
+    forecast_every_seconds = models.PositiveIntegerField(**_knob(knobs.FORECAST_EVERY_SECONDS))
+    plan_every_seconds = models.PositiveIntegerField(**_knob(knobs.PLAN_EVERY_SECONDS))
     default_transport = models.CharField(
         max_length=16, choices=Transport.CHOICES, default=Transport.TCP
     )
     holdout_fraction = models.FloatField(
-        null=True,
-        blank=True,
+        **_knob(knobs.HOLDOUT_FRACTION),
         help_text="share of approved speculative items withheld at random as the control arm "
         "(empty: PREWARM_HOLDOUT_FRACTION, 0.15 unless configured)",
     )
-    # What speculation is charged (core.policy.types: the simulator's defaults). Empty limits: none.
+    # What speculation is charged (core.policy.knobs). Empty limits: none.
     min_benefit_ratio = models.FloatField(
-        default=BENEFIT_MARGIN,
+        **_knob(knobs.MIN_BENEFIT_RATIO),
         help_text="a speculative item is planned only when its expected TTFT saving is at least "
         "this many times what it takes (copy time, the target engine's queue); >= 1",
     )
     max_queue_seconds = models.FloatField(
-        null=True,
-        blank=True,
-        default=MAX_TARGET_QUEUE_S,
+        **_knob(knobs.MAX_QUEUE_SECONDS),
         help_text="no speculative item lands on a serving engine whose queue (its agent's "
         "waiting requests, in seconds of prefill) is longer (empty: no limit)",
     )
     max_cluster_queue_seconds = models.FloatField(
-        null=True,
-        blank=True,
-        default=MAX_CLUSTER_QUEUE_S,
+        **_knob(knobs.MAX_CLUSTER_QUEUE_SECONDS),
         help_text="while the serving engines queue longer than this on average, plan no "
         "speculative copy or promotion, only warm-ups of joining engines (empty: no limit)",
     )
@@ -84,32 +103,7 @@ class Policy(models.Model):
             models.UniqueConstraint(
                 fields=["active"], condition=models.Q(active=True), name="one_active_policy"
             ),
-            models.CheckConstraint(
-                condition=models.Q(max_spec_vram_fraction__gte=0, max_spec_vram_fraction__lte=0.5),
-                name="spec_vram_fraction_range",
-            ),
-            models.CheckConstraint(
-                condition=models.Q(min_confidence__gte=0, min_confidence__lte=1),
-                name="min_confidence_range",
-            ),
-            models.CheckConstraint(
-                condition=models.Q(holdout_fraction__isnull=True)
-                | models.Q(holdout_fraction__gte=0, holdout_fraction__lte=1),
-                name="holdout_fraction_range",
-            ),
-            models.CheckConstraint(
-                condition=models.Q(min_benefit_ratio__gte=1), name="min_benefit_ratio_range"
-            ),
-            models.CheckConstraint(
-                condition=models.Q(max_queue_seconds__isnull=True)
-                | models.Q(max_queue_seconds__gte=0),
-                name="max_queue_seconds_range",
-            ),
-            models.CheckConstraint(
-                condition=models.Q(max_cluster_queue_seconds__isnull=True)
-                | models.Q(max_cluster_queue_seconds__gte=0),
-                name="max_cluster_queue_seconds_range",
-            ),
+            *(_knob_range(k) for k in knobs.KNOBS),
         ]
 
     def __str__(self) -> str:

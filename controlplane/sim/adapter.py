@@ -12,8 +12,9 @@ policy's value function, cheapest first: ``core.policy.inputs.spec_room`` block 
 from __future__ import annotations
 
 from controlplane.core.policy.inputs import EngineReport
-from controlplane.core.policy.types import Holding
+from controlplane.core.policy.types import Candidate, Holding
 from controlplane.sim.engine import GONE, PLANNED, SERVING, WARMING
+from controlplane.sim.workloads.base import BLOCK_TOKENS
 from wire.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 
 
@@ -60,6 +61,26 @@ def engine_reports(sim, t: float, value_of, *, cold_value_s: float) -> list[Engi
                 displaced_s=displaced,
                 starts_serving_in_s=0.0 if e.state == SERVING else _serve_time(sim, e) - t,
                 tier_bytes_per_s={tier.name: tier.bytes_per_s for tier in e.tiers},
+            )
+        )
+    return out
+
+
+def candidates(sim, pids, min_blocks: int, mean_suffix: float) -> list[Candidate]:
+    """The prefixes ``pids`` at least ``min_blocks`` long, as the planner's candidates: their
+    bytes, and the prefill of a mean request with the prefix cached and without it."""
+    wl, bb = sim.workload, sim.block_bytes
+    out = []
+    for pid in pids:
+        keys = wl.prefixes[pid]
+        if len(keys) < min_blocks:
+            continue
+        tokens = len(keys) * BLOCK_TOKENS
+        service = sim.prefill_s(mean_suffix, tokens)
+        recompute = sim.prefill_s(mean_suffix + tokens, 0.0) - service
+        out.append(
+            Candidate(
+                str(pid), keys, tokens, len(keys) * bb, wl.prefix_wkey[pid], service, recompute
             )
         )
     return out

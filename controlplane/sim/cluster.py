@@ -44,6 +44,9 @@ from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
 LOAD_WINDOW_S = 60.0  # time constant of the cluster-load average that link sharing uses
 
 
+SUFFIX_BASE = 1 << 63  # a request's own suffix blocks: keys above every prefix's
+
+
 class Simulation:
     """Replays ``workload`` on the cluster under ``policy`` (see ``controlplane.sim.policies``)."""
 
@@ -306,33 +309,15 @@ class Simulation:
         self.suffixes = suffixes
         route = policy.route
         before = policy.before_route
-        # A policy that watches misses (the harm guard's feed) is told of each request served
-        # with nothing of its prefix cached, before serving it changes the engine's cache; the
-        # engines then keep when they last removed each prefix's first block.
-        on_miss = getattr(policy, "on_miss", None)
-        if on_miss is not None:
-            roots = {p[0] for p in prefixes if p}
-            for x in self.engines:
-                x.cache.watch(roots)
-        events = self.events
-        tick = policy.tick_s
-        next_tick = 0.0 if tick else math.inf
+        on_miss = self._watch_misses()
+        self._next_tick = 0.0 if policy.tick_s else math.inf
         sample_every = max(1.0, wl.duration_s / 200.0) if wl.duration_s else 10.0
         next_sample = 0.0
         samples: list[dict] = []
         wall0 = time.perf_counter()
-        B = BLOCK_TOKENS
-        suffix_base = 1 << 63
         for i in range(n):
             t = times[i]
-            while next_tick <= t or events.next_time() <= t:
-                if next_tick <= events.next_time():
-                    self.now = next_tick
-                    policy.on_tick(self, next_tick)
-                    next_tick += tick
-                else:
-                    events.run_until(min(t, next_tick - 1e-12))
-            self.now = t
+            self._advance_to(t)
             if t >= next_sample:
                 samples.append(self._sample(t))
                 next_sample = t + sample_every
@@ -341,52 +326,93 @@ class Simulation:
             if before is not None:
                 before(self, i, t, pid, keys)
             e, m, promo_s, lower = route(self, i, t, keys)
-            total = len(keys) * B + suffixes[i]
-            cached = (m + sum(k for _, k in lower)) * B if lower else m * B
-            wait = e.free_at - t if e.free_at > t else 0.0
-            service = self.prefill_s(total - cached, cached)
-            if promo_s > wait:
-                service += promo_s - wait  # loading from a lower tier overlaps the queue
-            start = t + wait
-            e.free_at = start + service
-            e.queue.append((t, e.free_at))
-            e.busy_s += service
-            e.served += 1
-            self._add_work(t, service)
-            ttft[i] = wait + service
+            cached, input_tok[i], ttft[i] = self._serve(e, t, keys, suffixes[i], m, promo_s, lower)
             cached_tok[i] = cached
-            input_tok[i] = total
             engine_of[i] = e.eid
             if not cached and on_miss is not None:
                 on_miss(self, e, pid, keys, t)
-            # Full suffix blocks are the request's own: unique keys, cached like any block.
-            own = (suffixes[i]) // B
-            chain = (
-                keys if not own else keys + tuple(suffix_base | (i << 8) | j for j in range(own))
-            )
-            if lower:
-                done = m
-                for tier, k in lower:
-                    tier.cache.remove(keys[done : done + k], t)
-                    done += k
-            evicted = policy.use(self, e, chain, t)
-            if evicted and e.tiers:
-                e.demote(evicted, t)
+            self._store(e, i, t, keys, suffixes[i], m, lower)
             if progress is not None and i % 4096 == 0:
                 progress(i, n)
         last = times[-1] if times else 0.0
         backlog = sum(e.wait(last) for e in self.serving) / max(1, len(self.serving))
         end = max(last, wl.duration_s)
-        events.run_until(end)
+        self.events.run_until(end)
         samples.append(self._sample(end))
+        if progress is not None:
+            progress(n, n)
+        arrays = (ttft, cached_tok, input_tok, engine_of)
+        return self._result(end, arrays, samples, backlog, time.perf_counter() - wall0)
+
+    def _watch_misses(self):
+        """A policy that watches misses (the harm guard's feed) is told of each request served
+        with nothing of its prefix cached, before serving it changes the engine's cache; the
+        engines then keep when they last removed each prefix's first block. Its hook, or None."""
+        on_miss = getattr(self.policy, "on_miss", None)
+        if on_miss is not None:
+            roots = {p[0] for p in self.workload.prefixes if p}
+            for x in self.engines:
+                x.cache.watch(roots)
+        return on_miss
+
+    def _advance_to(self, t: float) -> None:
+        """Run the policy's ticks and the scheduled events due by ``t``, in time order."""
+        events, tick = self.events, self.policy.tick_s
+        while self._next_tick <= t or events.next_time() <= t:
+            if self._next_tick <= events.next_time():
+                self.now = self._next_tick
+                self.policy.on_tick(self, self._next_tick)
+                self._next_tick += tick
+            else:
+                events.run_until(min(t, self._next_tick - 1e-12))
+        self.now = t
+
+    def _serve(self, e, t: float, keys, suffix: int, m: int, promo_s: float, lower):
+        """Queue the request on ``e`` (FIFO prefill): (tokens cached, tokens in, its TTFT)."""
+        total = len(keys) * BLOCK_TOKENS + suffix
+        cached = (m + sum(k for _, k in lower)) * BLOCK_TOKENS if lower else m * BLOCK_TOKENS
+        wait = e.free_at - t if e.free_at > t else 0.0
+        service = self.prefill_s(total - cached, cached)
+        if promo_s > wait:
+            service += promo_s - wait  # loading from a lower tier overlaps the queue
+        e.free_at = t + wait + service
+        e.queue.append((t, e.free_at))
+        e.busy_s += service
+        e.served += 1
+        self._add_work(t, service)
+        return cached, total, wait + service
+
+    def _store(self, e, i: int, t: float, keys, suffix: int, m: int, lower) -> None:
+        """The request's blocks cached on ``e`` (those promoted leave their lower tier; what
+        the policy evicts is demoted)."""
+        # Full suffix blocks are the request's own: unique keys, cached like any block.
+        own = suffix // BLOCK_TOKENS
+        chain = keys if not own else keys + tuple(SUFFIX_BASE | (i << 8) | j for j in range(own))
+        if lower:
+            done = m
+            for tier, k in lower:
+                tier.cache.remove(keys[done : done + k], t)
+                done += k
+        evicted = self.policy.use(self, e, chain, t)
+        if evicted and e.tiers:
+            e.demote(evicted, t)
+
+    def _result(
+        self,
+        end: float,
+        arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        samples,
+        backlog: float,
+        wall_s: float,
+    ) -> RunResult:
         spec_bs = 0.0
         used: dict[int, bool] = {}
         for e in self.engines:
             e.cache.finish(end)
             spec_bs += e.cache.spec_block_seconds
             used.update(e.cache.replica_used)
-        if progress is not None:
-            progress(n, n)
+        policy, wl = self.policy, self.workload
+        ttft, cached_tok, input_tok, engine_of = arrays
         return RunResult(
             policy.name,
             ttft,
@@ -397,7 +423,7 @@ class Simulation:
             spec_bs * self.block_bytes,
             self.replicas,
             used,
-            time.perf_counter() - wall0,
+            wall_s,
             samples,
             getattr(policy, "forecast_log", {}),
             getattr(policy, "plan_items", 0),

@@ -11,13 +11,9 @@ share (``core.policy.demand``):
   requests, held over the horizon, certain). It has no routing-time copy (the live one has
   none); the routing-time rule is ``routing-reactive`` (``policies.Reactive``).
 - ``predictive`` is reactive plus foresight: the same measured demand, which no forecast
-  lowers, plus what its forecast sees beyond it with its confidence: per prefix the recent
-  rate and inter-arrival CV (``BurstTracker``), the ramp of the same windows a day earlier,
-  and the day-scale forecast of the key's history (``forecast_counts``, best model by
-  backtest); burst risk against the holders' capacity weighs a 2x burst; a burst's onset is
-  its rate now. It keeps the routing-time rule as its fallback, and leases what it plans for
-  (``core.policy.retention``). While engines are joining a scale-out, prefixes with no recent
-  traffic but a day-scale forecast level are candidates for their warm-up too.
+  lowers, plus what its forecast (``planned_forecast``) sees beyond it with its confidence. It
+  keeps the routing-time rule as its fallback, and leases what it plans for
+  (``core.policy.retention``).
 - ``clairvoyant`` feeds the planner the true arrivals of the next horizon (count, 30-second
   peak, first arrival): a reference, not a bound.
 """
@@ -27,12 +23,12 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
-from controlplane.core.demand import burst_probability, demand_for
 from controlplane.core.forecast import BurstTracker
-from controlplane.core.policy import ingest, onset, retention
+from controlplane.core.policy import ingest, knobs, onset, retention
 from controlplane.core.policy.backoff import cluster_queue_s
 from controlplane.core.policy.decide import (
     STRATEGY_PREDICTIVE,
@@ -41,32 +37,24 @@ from controlplane.core.policy.decide import (
     states_of,
 )
 from controlplane.core.policy.demand import MEASURE_WINDOW_S, combined
+from controlplane.core.policy.guard import GuardState
 from controlplane.core.policy.ingest import INGEST_BATCH_S
 from controlplane.core.policy.inputs import COLD_VALUE_S
 from controlplane.core.policy.onset import ONSET_MIN_ARRIVALS, ONSET_REPLAN_S, ONSET_WINDOW_S
 from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders
-from controlplane.core.policy.types import (
-    BENEFIT_MARGIN,
-    MAX_CLUSTER_QUEUE_S,
-    MAX_TARGET_QUEUE_S,
-    Budgets,
-    Candidate,
-    Demand,
-    Overrides,
-)
+from controlplane.core.policy.types import Budgets, Demand, Overrides
 from controlplane.sim import adapter
-from controlplane.sim.engine import WARMING
 from controlplane.sim.guarded import SimGuard, queue_of, serving_queues
 from controlplane.sim.planned_demand import (
-    DAY_BUCKETS,
     MAX_CANDIDATES,
     day_forecasts,
     oracle_demand,
 )
+from controlplane.sim.planned_execute import execute
+from controlplane.sim.planned_forecast import predicted
 from controlplane.sim.policies import Reactive
 from controlplane.sim.valued import SimValues
 from controlplane.sim.workloads.base import BLOCK_TOKENS
-from wire.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_CPU, TIER_DISK
 
 # ``predictive`` without the harm guard (``prewarm-sim seeds --policies ...``): the guard's
 # before/after on the same seeds in one run. Not among the default policies.
@@ -78,16 +66,25 @@ TREND_WINDOW_S = 30.0  # short window whose rate, above the 120 s one, says dema
 MIN_EXPECTED_HITS = 1.6  # expected uses in the horizon: P(used) >= 0.8 for Poisson arrivals
 # A burst's onset (``core.policy.onset``) re-plans its prefix on arrival, not at the next tick.
 ONSET_LOOKAHEAD_S = 30.0  # clairvoyant: the true arrivals its on-arrival re-plan looks at
-# Cost-charged speculation: one setting for every trace and cell, shared with the control plane's
-# default policy (``core.policy.types.BENEFIT_MARGIN``, ``MAX_TARGET_QUEUE_S``, ``MAX_CLUSTER_QUEUE_S``;
-# docs/simulator.md, "What predictive's items are charged").
+# The simulator's setting for the planned policies, over the policy's defaults (``core.policy
+# .knobs``; its charges stay at theirs, docs/simulator.md, "What predictive's items are
+# charged"): a speculative slice as large as its engines' (``ClusterConfig.spec_fraction``), a
+# 2-minute horizon and a 5-minute TTL for 20-minute traces, replicas only for 1.6 expected uses,
+# and no transfer budget (the largest the policy allows). ``policy_factory`` passes it in.
+SIMULATED: dict[str, Any] = {
+    "max_spec_vram_fraction": 0.25,
+    "ttl_s": 300.0,
+    "horizon_s": 120.0,
+    "min_expected_hits": MIN_EXPECTED_HITS,
+    "max_bytes_per_interval": float(knobs.MAX_BYTES_PER_INTERVAL.high),
+}
 
 
 class PlannedPolicy(Reactive):
     def __init__(
         self,
         name: str,
-        budgets: Budgets | None = None,
+        budgets: Budgets,
         overrides: Overrides | None = None,
         tick_s: float = 15.0,
         reactive_rule: ReactiveRule | None = None,
@@ -101,15 +98,7 @@ class PlannedPolicy(Reactive):
         super().__init__(reactive_rule)
         self.name = name
         self.tick_s = tick_s
-        self.budgets = budgets or Budgets(
-            max_spec_vram_fraction=0.25,
-            ttl_s=300.0,
-            horizon_s=120.0,
-            min_expected_hits=MIN_EXPECTED_HITS,
-            min_benefit_ratio=BENEFIT_MARGIN,
-            max_queue_s=MAX_TARGET_QUEUE_S,
-            max_cluster_queue_s=MAX_CLUSTER_QUEUE_S,
-        )
+        self.budgets = budgets
         self.overrides = overrides or Overrides()
         self.use_prophet = use_prophet
         self.forecast_log: dict[str, list] = {}
@@ -344,21 +333,7 @@ class PlannedPolicy(Reactive):
                 self._retain(sim, demand, t, H, cluster_queue_s(engines))
             if self.guard is not None:
                 self.guard.observe(t, engines, self.budgets)
-        wl = sim.workload
-        bb = sim.block_bytes
-        cands = []
-        for pid in demand:
-            keys = wl.prefixes[pid]
-            if len(keys) < self.rule.min_blocks:
-                continue
-            tokens = len(keys) * BLOCK_TOKENS
-            service = sim.prefill_s(self.mean_suffix, tokens)
-            recompute = sim.prefill_s(self.mean_suffix + tokens, 0.0) - service
-            cands.append(
-                Candidate(
-                    str(pid), keys, tokens, len(keys) * bb, wl.prefix_wkey[pid], service, recompute
-                )
-            )
+        cands = adapter.candidates(sim, demand, self.rule.min_blocks, self.mean_suffix)
         narrowed: list | None = None if self.guard is None else []
         items = decide(
             strategy=STRATEGY_REACTIVE if self.name == STRATEGY_REACTIVE else STRATEGY_PREDICTIVE,
@@ -368,10 +343,10 @@ class PlannedPolicy(Reactive):
             engines=engines,
             budgets=self.budgets,
             overrides=self.overrides,
-            guard=None if self.guard is None else self.guard.state,
+            guard=GuardState() if self.guard is None else self.guard.state,
             narrowed=narrowed,  # the guard's concentration signal (core.policy.spread)
             calibration=self.values.calibration(),
-        )
+        ).items
         if self.guard is not None and narrowed:
             self.guard.spread(narrowed)
         if at_ingest:
@@ -385,7 +360,7 @@ class PlannedPolicy(Reactive):
     def _demand(self, sim, t, H, only: tuple[int, ...] | None = None) -> dict[int, Demand]:
         """Each prefix's demand by the shared rule (``core.policy.demand``): the measured rate
         (predictive: or its onset's), plus, under predictive, its forecast's excess."""
-        forecast = self._predicted(sim, t, H, only) if self.name == STRATEGY_PREDICTIVE else {}
+        forecast = predicted(self, sim, t, H, only) if self.name == STRATEGY_PREDICTIVE else {}
         pids = list(self.trackers if only is None else only)
         pids += [p for p in forecast if p not in self.trackers]
         rows = []
@@ -407,88 +382,6 @@ class PlannedPolicy(Reactive):
         rows.sort(key=lambda x: (-x[0], x[1]))
         return {pid: d for _, pid, d in rows[:MAX_CANDIDATES] if d.expected_requests > 0}
 
-    def _predicted(self, sim, t, H, only: tuple[int, ...] | None = None) -> dict[int, Demand]:
-        wl = sim.workload
-        rows: list[tuple[float, int, BurstTracker | None, float | None]] = []
-        pids = self.trackers if only is None else only
-        for pid in pids:
-            tr = self.trackers[pid]
-            if self.seen.get(pid, 0) < 3:
-                continue  # no signal yet: the reactive rule covers it
-            r = tr.rate(t)
-            if r <= 0:
-                continue
-            # A rising rate (the short window above the long one) is extrapolated over the
-            # horizon: a ramp is planned for while it builds, not once the 2-minute rate shows it.
-            rs = self.short[pid].rate(t)
-            if rs > r:
-                r = rs + (rs - r)
-            # A burst's onset: the last seconds' rate, when it is one, is the rate now.
-            r = max(r, self._onset_rate(pid, t))
-            key = wl.prefix_wkey[pid]
-            lam = r
-            hist = wl.history.get(key)
-            if hist is not None and len(hist) >= DAY_BUCKETS:
-                b0 = len(hist) - DAY_BUCKETS + int(t // wl.history_bucket_s)
-                b1 = len(hist) - DAY_BUCKETS + int((t + H) // wl.history_bucket_s)
-                if 0 <= b0 and b1 < len(hist) and hist[b0] > 0:
-                    ratio = min(3.0, max(0.5, hist[b1] / hist[b0]))
-                    lam = r * (0.5 + 0.5 * ratio)  # recent rate blended with yesterday's ramp
-            day = self.day.get(key)
-            mase = self.day_mase.get(key)
-            if day is not None and mase is not None and mase < 1.0:
-                b = min(len(day) - 1, int((t + H / 2) // wl.history_bucket_s))
-                level = max(0.0, float(day[b])) / wl.history_bucket_s
-                lam = 0.75 * lam + 0.25 * max(level, 0.0)
-            else:
-                # No day-scale forecast better than the naive one: the recent rate is the
-                # naive (last-value) forecast, whose MASE is 1 by definition.
-                mase = 1.0
-            rows.append((lam, pid, tr, mase))
-        if only is None and any(e.state == WARMING for e in sim.engines):
-            # Engines joining a scale-out are warmed from the day-scale forecast too: a prefix
-            # with no recent traffic yet but a forecast level for the coming window.
-            have = {pid for _, pid, _, _ in rows}
-            for pid, key in enumerate(wl.prefix_wkey):
-                day = self.day.get(key)
-                if pid in have or day is None:
-                    continue
-                b = min(len(day) - 1, int((t + H / 2) // wl.history_bucket_s))
-                level = max(0.0, float(day[b])) / wl.history_bucket_s
-                if level > 0:
-                    rows.append((level, pid, None, self.day_mase.get(key)))
-        rows.sort(key=lambda x: (-x[0], x[1]))
-        out = {}
-        load = sim.load(t)
-        cfg = sim.config
-        link = cfg.network_bytes_per_s * max(0.05, 1.0 - cfg.link_share_with_serving * load)
-        for lam, pid, tracker, mase in rows[:MAX_CANDIDATES]:
-            keys = wl.prefixes[pid]
-            tokens = len(keys) * BLOCK_TOKENS
-            service = sim.prefill_s(self.mean_suffix, tokens)
-            holders = sum(1 for e in sim.serving if e.cache.match(keys) == len(keys))
-            # Burst risk against the holders' capacity (the shared demand model, core.demand),
-            # over the horizon plus the time a copy would take now: a copy that is slow on a
-            # busy link must start ahead of a burst that a fast one could follow.
-            cap = max(1, holders) * (1.0 - load) / service
-            risk, recent = 0.0, 0.0
-            if tracker is not None and tracker.exposure(t) > 0:
-                recent = max(tracker.rate(t), self.short[pid].rate(t), self._onset_rate(pid, t))
-                lead = H + len(keys) * sim.block_bytes / link
-                risk = burst_probability(
-                    recent, tracker.cv(t), lead, tracker.exposure(t), capacity_rate=cap
-                )
-            out[pid] = demand_for(
-                str(pid),
-                expected_requests=lam * H,
-                horizon_s=H,
-                burst_probability=risk,
-                recent_rate=recent,
-                backtest_mase=mase,
-            )
-            self.forecast_log.setdefault(wl.prefix_wkey[pid], []).append((t, lam))
-        return out
-
     def _retain(self, sim, demand, t, H, queue_s: float) -> None:
         """Keep (lease) what the same ranking values on its holders until the next round
         (``core.policy.retention``)."""
@@ -505,71 +398,7 @@ class PlannedPolicy(Reactive):
                     e.cache.pin(keys, until)
 
     def _execute(self, sim, it, t) -> None:
-        pid = int(it.prefix_id)
-        dst = sim.engines[int(it.target[1:])]
-        ttl = self.budgets.ttl_s
-        states, _demand, queues = self._round
-        self.plan_items += 1
-        if len(self.reasons) < 50:
-            self.reasons.append(f"t={t:.0f}s {it.prefix_id}->{it.target}: {it.reason}")
-
-        joining = states.get(it.target)
-        lead = 0.0
-        if joining is not None and joining.lifecycle == ENGINE_WARMING:
-            lead = joining.starts_serving_in_s
-
-        def watch(land: float | None) -> None:  # its window: the horizon its value counts
-            self.values.record(
-                terms=it.terms,
-                prefix=pid,
-                engine=dst.eid,
-                lands_at=land,
-                ends_at=t + lead + self.budgets.horizon_s,
-                one_prefill_s=self._one_prefill.get(pid, 0.0),
-            )
-
-        def go(when: float) -> None:
-            if it.tier in (TIER_CPU, TIER_DISK):
-                watch(sim.promote(dst, it.keys, when, ttl))
-                return
-            src = sim.engines[int(it.source[1:])]
-            # A copy that would land after the horizon (the link is busy with earlier copies)
-            # serves a forecast that is stale by then: skip it rather than queue on the link.
-            eta = sim.copy_eta(src, dst, it.nbytes, when)
-            if eta - when > self.budgets.horizon_s:
-                self.skipped += 1
-                return
-            land = sim.start_copy(
-                pid,
-                it.keys,
-                src,
-                dst,
-                when,
-                speculative=True,
-                ttl_s=ttl,
-                value_of=self._vf,
-                budget=max(0.0, it.expected_ttft_saved_s - it.cost_s),
-                keep_s=self.budgets.horizon_s,
-            )
-            watch(land)
-            if self.guard is not None:
-                tgt = states.get(it.target)
-                self.guard.record(
-                    target=it.target,
-                    queue_before_s=None
-                    if tgt is None or tgt.lifecycle != ENGINE_SERVING
-                    else tgt.queue_s,
-                    group=sim.workload.prefix_wkey[pid],
-                    prefix=pid,
-                    queues_at_plan=queues,
-                    planned_at=t,
-                    lands_at=land,
-                )
-
-        if it.start_in_s > 0:
-            sim.events.at(t + it.start_in_s, go)
-        else:
-            go(t)
+        execute(self, sim, it, t)
 
     def _copied(self, sim, pid: int, src, dst, t: float, land: float | None) -> None:
         """A routing-time (fallback) copy started: the harm guard watches it as it watches the

@@ -5,8 +5,9 @@ above both and neither imports the other back."""
 from __future__ import annotations
 
 from controlplane.core.policy.reactive import ReactiveRule
+from controlplane.core.policy.types import Budgets
 from controlplane.sim import routers
-from controlplane.sim.planned import UNCORRECTED, UNGUARDED, PlannedPolicy
+from controlplane.sim.planned import SIMULATED, UNCORRECTED, UNGUARDED, PlannedPolicy
 from controlplane.sim.policies import (
     POLICIES,
     ROUTING_REACTIVE,
@@ -35,14 +36,19 @@ def make_policy(name: str, **options) -> RoutingPolicy:
     elif name == "hot-fanout":
         return HotFanout()
     elif name in ("reactive", "predictive", "clairvoyant"):
-        return PlannedPolicy(name, **options)
+        return PlannedPolicy(name, **{"budgets": Budgets(**SIMULATED), **options})
     elif name == UNGUARDED:
         # predictive without the harm guard: the guard's before/after in the same run
-        return PlannedPolicy("predictive", **{**options, "guard": False})
+        return PlannedPolicy(
+            "predictive", **{"budgets": Budgets(**SIMULATED), **options, "guard": False}
+        )
     elif name in UNCORRECTED:
         # the value model's ratios kept, its correction not applied
         # (its name stays the strategy's: the runner labels the run by the name asked for)
-        return PlannedPolicy(name.split("-")[0], **{**options, "value_correction": False})
+        return PlannedPolicy(
+            name.split("-")[0],
+            **{"budgets": Budgets(**SIMULATED), **options, "value_correction": False},
+        )
     else:
         raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
     p.name = name

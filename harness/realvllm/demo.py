@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from controlplane.core.policy import knobs
 from harness import launch
 from harness.processes import Proc
 from harness.realvllm.engine import (
@@ -48,7 +49,7 @@ REAL_POLICY = {
     "horizon_seconds": 120,
     "replica_ttl_seconds": 120,
     "min_confidence": 0.3,
-    "max_spec_vram_fraction": 0.5,
+    "max_spec_vram_fraction": knobs.MAX_SPEC_VRAM_FRACTION.high,  # the largest allowed
     "interval_seconds": 60,
     "max_bytes_per_interval": 1 << 30,
 }

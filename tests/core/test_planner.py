@@ -4,13 +4,13 @@ import pytest
 
 from controlplane.core.policy.planner import plan
 from controlplane.core.policy.types import (
-    Budgets,
     Candidate,
     Demand,
     EngineState,
     Holding,
     Overrides,
 )
+from tests.planner_settings import uncharged
 from wire.protocol import TIER_CPU
 
 GB = 1e9
@@ -27,23 +27,23 @@ def hot(pid="p", nbytes=5 * GB, expected=600.0):
 
 def test_overflowing_prefix_gets_replicas_with_reasons():
     c, d = hot()
-    items = plan([c], [d], [Holding("p", "e0")], engines(), Budgets(horizon_s=60))
+    items = plan([c], [d], [Holding("p", "e0")], engines(), uncharged(horizon_s=60))
     assert items and all(i.target != "e0" and i.source == "e0" for i in items)
     assert all(i.expected_ttft_saved_s > i.cost_s and i.reason for i in items)
 
 
 def test_never_exceeds_vram_fraction_or_bytes_per_interval():
     c, d = hot(nbytes=5 * GB)
-    b = Budgets(max_spec_vram_fraction=0.04, horizon_s=60)  # 4 GB per engine: 5 GB never fits
+    b = uncharged(max_spec_vram_fraction=0.04, horizon_s=60)  # 4 GB per engine: 5 GB never fits
     assert plan([c], [d], [Holding("p", "e0")], engines(), b) == []
-    b = Budgets(max_bytes_per_interval=11 * GB, horizon_s=60)
+    b = uncharged(max_bytes_per_interval=11 * GB, horizon_s=60)
     items = plan([c], [d], [Holding("p", "e0")], engines(), b)
     assert len(items) == 2 and sum(i.nbytes for i in items) <= 11 * GB
 
 
 def test_only_free_room_is_used():
     c, d = hot(nbytes=5 * GB)
-    items = plan([c], [d], [Holding("p", "e0")], engines(free=1 * GB), Budgets(horizon_s=60))
+    items = plan([c], [d], [Holding("p", "e0")], engines(free=1 * GB), uncharged(horizon_s=60))
     assert items == []  # would have to evict non-speculative blocks
 
 
@@ -54,9 +54,9 @@ def test_overrides_win():
     only_holder_left = Overrides(
         excluded_engines=frozenset({"e1"}), excluded_nodes=frozenset({"n1"})
     )
-    assert plan([c], [d], h, engines(), Budgets(horizon_s=60), only_holder_left) == []
+    assert plan([c], [d], h, engines(), uncharged(horizon_s=60), only_holder_left) == []
     items = plan(
-        [c], [d], h, engines(), Budgets(horizon_s=60), Overrides(excluded_nodes=frozenset({"n1"}))
+        [c], [d], h, engines(), uncharged(horizon_s=60), Overrides(excluded_nodes=frozenset({"n1"}))
     )
     assert [i.target for i in items] == ["e1"]
     low = Demand("p", 1.0, 0.0, 0.0, 0.1)  # below min confidence
@@ -86,9 +86,9 @@ def test_no_promotion_beside_an_hbm_copy_that_takes_the_demand():
     ]
     held = [Holding("p", "e0"), Holding("p", "e1", TIER_CPU)]
     light = Demand("p", 60.0, 0.0, 0.0, 0.9)  # 0.5/s: e0 alone takes 0.8 x 0.8 / 0.2 = 3.2/s
-    assert plan([c], [light], held, e, Budgets(horizon_s=120)) == []
+    assert plan([c], [light], held, e, uncharged(horizon_s=120)) == []
     heavy = Demand("p", 1200.0, 0.0, 0.0, 0.9)  # 10/s: 6.8/s beyond e0 reach e1 (CPU)
-    items = plan([c], [heavy], held, e, Budgets(horizon_s=120))
+    items = plan([c], [heavy], held, e, uncharged(horizon_s=120))
     assert [(i.target, i.tier) for i in items] == [("e1", TIER_CPU)]
     assert "816.0 requests expected to reach it" in items[0].reason
 
@@ -96,16 +96,16 @@ def test_no_promotion_beside_an_hbm_copy_that_takes_the_demand():
 def test_a_rounds_copies_are_spread_over_the_holders_links():
     c, d = hot(expected=6000.0)
     e = [EngineState(f"e{i}", f"n{i}", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.2) for i in range(6)]
-    items = plan([c], [d], [Holding("p", "e0"), Holding("p", "e1")], e, Budgets(horizon_s=60))
+    items = plan([c], [d], [Holding("p", "e0"), Holding("p", "e1")], e, uncharged(horizon_s=60))
     assert len(items) == 4
     assert sorted(i.source for i in items) == ["e0", "e0", "e1", "e1"]
 
 
 def test_budget_validation():
     with pytest.raises(ValueError):
-        Budgets(max_spec_vram_fraction=1.5)
+        uncharged(max_spec_vram_fraction=1.5)
     with pytest.raises(ValueError):
-        Budgets(ttl_s=0)
+        uncharged(ttl_s=0)
 
 
 def test_joining_engine_is_warmed_before_it_serves():
@@ -113,15 +113,15 @@ def test_joining_engine_is_warmed_before_it_serves():
     d = Demand("p", 60.0, 0.0, 0.0, 0.9)  # 1/s: no overflow on the holder, no ordinary replica
     es = engines(3, load=0.1)
     es[2] = EngineState("e2", "n1", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.1, "warming", 30.0)
-    items = plan([c], [d], [Holding("p", "e0")], es, Budgets(horizon_s=60))
+    items = plan([c], [d], [Holding("p", "e0")], es, uncharged(horizon_s=60))
     assert [(i.source, i.target) for i in items] == [("e0", "e2")]
     assert "warm e2" in items[0].reason and items[0].expected_ttft_saved_s > items[0].cost_s
     later = EngineState("e2", "n1", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.1, "warming", 600.0)
-    assert plan([c], [d], [Holding("p", "e0")], es[:2] + [later], Budgets(horizon_s=60)) == []
-    tight = Budgets(horizon_s=60, max_warming_fraction=0.01)  # 1 GB: 5 GB never fits
+    assert plan([c], [d], [Holding("p", "e0")], es[:2] + [later], uncharged(horizon_s=60)) == []
+    tight = uncharged(horizon_s=60, max_warming_fraction=0.01)  # 1 GB: 5 GB never fits
     assert plan([c], [d], [Holding("p", "e0")], es, tight) == []
     with pytest.raises(ValueError):
-        Budgets(max_warming_fraction=1.5)
+        uncharged(max_warming_fraction=1.5)
 
 
 def test_no_speculation_on_busy_targets_or_links():
@@ -131,16 +131,16 @@ def test_no_speculation_on_busy_targets_or_links():
         EngineState(f"e{i}", f"n{i // 2}", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.2 if i == 0 else 0.75)
         for i in range(4)
     ]
-    assert plan([c], [d], h, busy, Budgets(horizon_s=60)) == []  # every target above 0.7
-    assert plan([c], [d], h, busy, Budgets(horizon_s=60, max_load=0.8))
+    assert plan([c], [d], h, busy, uncharged(horizon_s=60)) == []  # every target above 0.7
+    assert plan([c], [d], h, busy, uncharged(horizon_s=60, max_load=0.8))
     # 5 GB at 12.5 GB/s is 0.4 s; 29.7 s already queued on the source's link lands it after
     # half the 60 s horizon: skipped. 29.5 s does not.
     for queued, planned in ((29.7, False), (29.5, True)):
         es = engines()
         es[0] = EngineState("e0", "n0", 100 * GB, 100 * GB, 0.0, 12.5e9, 0.2, link_queue_s=queued)
-        assert bool(plan([c], [d], h, es, Budgets(horizon_s=60))) is planned
+        assert bool(plan([c], [d], h, es, uncharged(horizon_s=60))) is planned
     with pytest.raises(ValueError):
-        Budgets(max_load=0.0)
+        uncharged(max_load=0.0)
 
 
 def test_a_copy_goes_to_the_engine_with_the_most_spare_capacity_that_has_room():

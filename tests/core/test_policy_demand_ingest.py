@@ -7,6 +7,7 @@ import pytest
 
 from controlplane.core.policy.decide import decide
 from controlplane.core.policy.demand import combined, forecast_rate
+from controlplane.core.policy.guard import GuardState
 from controlplane.core.policy.ingest import (
     HYSTERESIS,
     MAX_LINK_QUEUE_S,
@@ -15,7 +16,8 @@ from controlplane.core.policy.ingest import (
     wants_replan,
 )
 from controlplane.core.policy.inputs import EngineReport, engine_states
-from controlplane.core.policy.types import Budgets, Candidate, Demand, Holding, Overrides
+from controlplane.core.policy.types import Candidate, Demand, Holding, Overrides
+from tests.planner_settings import uncharged
 
 H = 120.0
 
@@ -23,7 +25,7 @@ H = 120.0
 @pytest.mark.parametrize("forecast_rate_per_s", [0.0, 0.5, 2.0])
 def test_a_forecast_below_measured_demand_never_drops_it(forecast_rate_per_s):
     forecast = Demand("p", forecast_rate_per_s * H, 0.0, forecast_rate_per_s, 0.9)
-    d = combined("p", measured_rate=3.0, horizon_s=H, forecast=forecast)
+    d = combined("p", measured_rate=3.0, horizon_s=H, forecast=forecast, min_confidence=0.0)
     assert d.expected_requests >= 3.0 * H and d.confidence == 1.0
     assert d.measured_rate == 3.0 and d.forecast_rate == forecast_rate_per_s
 
@@ -32,13 +34,13 @@ def test_a_forecast_adds_what_it_sees_beyond_measured_demand_with_its_confidence
     forecast = Demand("p", 5.0 * H, 0.5, 20.0, 0.5)  # a burst to 20/s with p = 0.5
     f = forecast_rate(forecast, H)
     assert f == pytest.approx(12.5)
-    d = combined("p", measured_rate=1.0, horizon_s=H, forecast=forecast)
+    d = combined("p", measured_rate=1.0, horizon_s=H, forecast=forecast, min_confidence=0.0)
     assert d.expected_requests / H == pytest.approx(1.0 + 0.5 * (12.5 - 1.0))
     # Below the policy's confidence floor, the forecast adds nothing; the measured rate stays.
     low = combined("p", measured_rate=1.0, horizon_s=H, forecast=forecast, min_confidence=0.6)
     assert low.expected_requests == pytest.approx(1.0 * H)
     # A burst's onset is the rate now.
-    onset = combined("p", measured_rate=1.0, horizon_s=H, onset_rate=6.0)
+    onset = combined("p", measured_rate=1.0, horizon_s=H, onset_rate=6.0, min_confidence=0.0)
     assert onset.measured_rate == 6.0 and onset.expected_requests == pytest.approx(6.0 * H)
 
 
@@ -61,18 +63,21 @@ def test_predictive_plans_at_least_what_reactive_plans_on_measured_demand():
         candidates=cands,
         holdings=[Holding("p", "a")],
         engines=engines,
-        budgets=Budgets(horizon_s=H, min_confidence=0.0),
+        budgets=uncharged(horizon_s=H, min_confidence=0.0),
         overrides=Overrides(),
+        guard=GuardState(),
     )
     reactive = decide(
-        strategy="reactive", demand=[combined("p", measured_rate=4.0, horizon_s=H)], **args
-    )
+        strategy="reactive",
+        demand=[combined("p", measured_rate=4.0, horizon_s=H, min_confidence=0.0)],
+        **args,
+    ).items
     zero = Demand("p", 0.0, 0.0, 0.0, 0.9)
     predictive = decide(
         strategy="predictive",
-        demand=[combined("p", measured_rate=4.0, horizon_s=H, forecast=zero)],
+        demand=[combined("p", measured_rate=4.0, horizon_s=H, forecast=zero, min_confidence=0.0)],
         **args,
-    )
+    ).items
     assert reactive and [(m.prefix_id, m.target) for m in reactive] == [
         (m.prefix_id, m.target) for m in predictive
     ]
@@ -116,12 +121,13 @@ def burst(bound: IngestBound, *, seconds=60, copy_s=5.0, rate=lambda t: 40.0) ->
         items = decide(
             strategy="reactive",
             candidates=[cand],
-            demand=[combined("p", measured_rate=r, horizon_s=H)],
+            demand=[combined("p", measured_rate=r, horizon_s=H, min_confidence=0.0)],
             holdings=[Holding("p", h) for h in sorted(holders)],
             engines=_states(),
-            budgets=Budgets(horizon_s=H, min_confidence=0.0, max_spec_vram_fraction=1.0),
+            budgets=uncharged(horizon_s=H, min_confidence=0.0, max_spec_vram_fraction=0.5),
             overrides=Overrides(),
-        )
+            guard=GuardState(),
+        ).items
         # Live and simulated: a target already receiving the prefix is not sent it twice.
         items = [i for i in items if i.target not in {e for _, e in landing}][:1]
         for it in bound.admit(items, engines=_states(), now=float(t), rates={"p": r}):
@@ -160,12 +166,13 @@ def test_a_target_whose_link_is_busy_takes_no_ingest_copy():
     args = dict(
         strategy="reactive",
         candidates=[cand],
-        demand=[combined("p", measured_rate=40.0, horizon_s=H)],
+        demand=[combined("p", measured_rate=40.0, horizon_s=H, min_confidence=0.0)],
         holdings=[Holding("p", "e0")],
-        budgets=Budgets(horizon_s=H, min_confidence=0.0),
+        budgets=uncharged(horizon_s=H, min_confidence=0.0),
         overrides=Overrides(),
+        guard=GuardState(),
     )
     busy = _states(link_queue_s=MAX_LINK_QUEUE_S + 1)
-    items = decide(engines=busy, **args)
+    items = decide(engines=busy, **args).items
     assert items and not bound.admit(items, engines=busy, now=0.0, rates={"p": 40.0})
     assert bound.held_back_items == len(items)

@@ -9,7 +9,6 @@ import pytest
 from controlplane.core.policy import guard
 from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, decide
 from controlplane.core.policy.types import (
-    Budgets,
     Candidate,
     Demand,
     EngineState,
@@ -17,6 +16,7 @@ from controlplane.core.policy.types import (
     Overrides,
     PlannedMove,
 )
+from tests.planner_settings import uncharged
 from wire.protocol import ENGINE_WARMING
 
 LIMIT = 1.0
@@ -97,8 +97,10 @@ def test_state_round_trips_through_json_and_bad_json_reads_as_full_budget():
     }
 
 
-def _plan(state):
-    budgets = Budgets(horizon_s=300.0, min_confidence=0.0, max_spec_vram_fraction=0.5)
+def _plan(state, planned: bool = False):
+    """The (prefix, target) of the items ``decide`` admits under ``state`` (``planned``: of
+    the planner's items, before the guard)."""
+    budgets = uncharged(horizon_s=300.0, min_confidence=0.0, max_spec_vram_fraction=0.5)
     cands = [Candidate(p, (i,), 16, 1 << 20, "g" + p, 0.5, 3.0) for i, p in enumerate("pq")]
     demand = [Demand(p, 1200.0) for p in "pq"]
     engines = [
@@ -108,7 +110,7 @@ def _plan(state):
         EngineState("w", "n4", 1e10, 1e9, 0.0, 1e10, 0.0, lifecycle=ENGINE_WARMING),
     ]
     holds = [Holding(p, "a") for p in "pq"]
-    items = decide(
+    decision = decide(
         strategy=STRATEGY_PREDICTIVE,
         candidates=cands,
         demand=demand,
@@ -118,18 +120,19 @@ def _plan(state):
         overrides=Overrides(),
         guard=state,
     )
+    items = decision.planned if planned else decision.items
     return {(it.prefix_id, it.target) for it in items}
 
 
 def test_the_limit_is_the_planners_target_queue_limit_else_the_back_offs():
-    assert guard.queue_limit_s(Budgets(max_queue_s=2.0, max_cluster_queue_s=1.0)) == 2.0
-    assert guard.queue_limit_s(Budgets(max_cluster_queue_s=1.0)) == 1.0
-    assert guard.queue_limit_s(Budgets()) == guard.QUEUE_LIMIT_S
+    assert guard.queue_limit_s(uncharged(max_queue_s=2.0, max_cluster_queue_s=1.0)) == 2.0
+    assert guard.queue_limit_s(uncharged(max_cluster_queue_s=1.0)) == 1.0
+    assert guard.queue_limit_s(uncharged()) == guard.QUEUE_LIMIT_S
 
 
 def test_the_allowances_cut_the_planners_items_per_engine_and_per_group():
     full = _plan(guard.GuardState())
-    assert full == _plan(None)  # at full allowance the guard changes nothing
+    assert full == _plan(guard.GuardState(), planned=True)  # full allowance: nothing changes
     assert {t for _, t in full} == {"b", "c", "w"}, full
     # c's slice is 2 MiB (0.5 x 4 MiB): at a quarter it takes no 1 MiB copy.
     assert {t for _, t in _plan(guard.GuardState(engines={"c": 0.25}))} == {"b", "w"}

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from controlplane.core.policy import onset
-from controlplane.core.policy.decide import decide
+from controlplane.core.policy.decide import Decision, decide
+from controlplane.core.policy.guard import GuardState
 from controlplane.core.policy.ingest import IngestBound, wants_replan
 from controlplane.core.policy.inputs import EngineReport, engine_states, spec_room
-from controlplane.core.policy.types import Budgets, Candidate, Demand, Holding, Overrides
+from controlplane.core.policy.types import Candidate, Demand, Holding, Overrides
+from tests.planner_settings import uncharged
 
 
 def report(eid, lifecycle="serving", **kw):
@@ -60,10 +62,11 @@ def test_strategy_off_plans_nothing_and_an_unknown_one_is_refused():
         demand=[Demand("p", 1200.0)],
         holdings=[Holding("p", "a")],
         engines=[report("a", running=1), report("b", free_bytes=100.0)],
-        budgets=Budgets(horizon_s=300.0, min_confidence=0.0),
+        budgets=uncharged(horizon_s=300.0, min_confidence=0.0),
         overrides=Overrides(),
+        guard=GuardState(),
     )
-    assert [m.target for m in decide(strategy="reactive", **args)] == ["b"]
-    assert decide(strategy="off", **args) == []
+    assert [m.target for m in decide(strategy="reactive", **args).items] == ["b"]
+    assert decide(strategy="off", **args) == Decision([], [])
     with pytest.raises(ValueError):
         decide(strategy="sometimes", **args)

@@ -20,6 +20,7 @@ from controlplane.sim.cluster import Simulation
 from controlplane.sim.guarded import SimGuard
 from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.workloads.base import Workload
+from tests.planner_settings import uncharged
 from tests.sim.test_sim import _small
 
 
@@ -52,7 +53,7 @@ def test_evicted_misses_on_a_target_that_took_a_copy_cut_its_allowance_and_say_w
     g = _copied()
     for t in (5.0, 6.0):
         assert _miss(g, t=t, removed_at=4.5) == misses.EVICTED
-    g.observe(10.0, _engines(), Budgets())
+    g.observe(10.0, _engines(), uncharged())
     assert g.state.engine("e1") == guard.DECREASE and not g.state.groups
     out = guard.summary(g.state)
     assert out["allowed"] == guard.DECREASE
@@ -73,14 +74,14 @@ def test_misses_that_are_not_evicted_ones_on_a_copys_target_cut_nothing(where):
     g = _copied()
     for t in (5.0, 6.0):
         _miss(g, t=t, **where)
-    g.observe(10.0, _engines(), Budgets())
+    g.observe(10.0, _engines(), uncharged())
     assert not g.state.engines and guard.summary(g.state)["allowed"] == 1.0
 
 
 def test_a_request_its_copy_was_for_served_before_it_landed_cuts_its_group():
     g = _copied(prefix=7, planned_at=0.0, lands_at=4.0)
     assert _miss(g, prefix=7, t=1.5, warming=True) == misses.WARMING
-    g.observe(10.0, _engines(), Budgets())
+    g.observe(10.0, _engines(), uncharged())
     assert g.state.group("t0") == guard.DECREASE and not g.state.engines
     why = guard.summary(g.state)["why"]
     assert "group:t0 cut to 0.5: a copy took 4.0 s to land; a request it was for came 1.5 s" in why
@@ -91,7 +92,7 @@ def test_a_request_its_copy_was_for_served_before_it_landed_cuts_its_group():
 def test_a_warming_miss_of_another_copy_leaves_the_group_whole(where):
     g = _copied(prefix=7)
     _miss(g, **{"prefix": 7, "t": 1.5, "warming": True, **where})
-    g.observe(10.0, _engines(), Budgets())
+    g.observe(10.0, _engines(), uncharged())
     assert not g.state.groups and g.stats()["late_copies"] == 0
 
 
@@ -145,10 +146,10 @@ def test_a_predictive_run_feeds_the_guard_its_miss_reasons():
 def test_predictive_classifies_its_misses_for_its_guard():
     """``predictive``'s miss hook gives its guard the simulated cluster's facts: a copy of the
     prefix to the engine in flight (``warming``), the engine's removal of its first block."""
-    from controlplane.sim.planned import PlannedPolicy
+    from controlplane.sim.planned import SIMULATED, PlannedPolicy
 
     cfg, w = _small()
-    policy = PlannedPolicy("predictive")
+    policy = PlannedPolicy("predictive", Budgets(**SIMULATED))
     policy.guard = _copied(prefix=7, planned_at=0.0, lands_at=4.0)
     sim = Simulation(dataclasses.replace(cfg, engines=3), w, policy)
     e1 = sim.engines[1]
@@ -159,11 +160,11 @@ def test_predictive_classifies_its_misses_for_its_guard():
     for t in (5.0, 6.0):
         policy.on_miss(sim, e1, 9, (90, 91), t)
     policy.on_miss(sim, e1, 8, (80, 81), 6.0)  # never removed, nothing in flight: not counted
-    policy.guard.observe(10.0, _engines(), Budgets())
+    policy.guard.observe(10.0, _engines(), uncharged())
     s = policy.guard.state
     assert s.group("t0") == guard.DECREASE and s.engine("e1") == guard.DECREASE
     assert policy.guard.stats()["evicted_misses"] == 2
-    assert PlannedPolicy("predictive", guard=False).on_miss is None
+    assert PlannedPolicy("predictive", Budgets(**SIMULATED), guard=False).on_miss is None
 
 
 def test_the_plans_a_concentration_signal_saw_are_counted_in_the_runs_guard_stats():

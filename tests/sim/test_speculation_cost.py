@@ -9,13 +9,14 @@ import pytest
 from controlplane.core.costmodel import CostModel
 from controlplane.core.policy.planner import plan
 from controlplane.core.policy.reactive import HOT_MAX_REPLICAS
-from controlplane.core.policy.types import Budgets, Candidate, Demand, EngineState, Holding
+from controlplane.core.policy.types import Candidate, Demand, EngineState, Holding
 from controlplane.sim.cli import main
 from controlplane.sim.cluster import ClusterConfig, Simulation
 from controlplane.sim.policy_factory import make_policy
 from controlplane.sim.runner import run_policies
 from controlplane.sim.scenarios import build, bundled_path
 from controlplane.sim.workloads.base import Workload
+from tests.planner_settings import uncharged
 from wire.protocol import TIER_GPU
 
 GB = 1e9
@@ -51,7 +52,7 @@ def _hot():
 
 def test_planner_backs_off_while_the_cluster_queues_but_still_warms_joining_engines():
     c, d, h = _hot()
-    b = Budgets(horizon_s=60, max_cluster_queue_s=1.0)
+    b = uncharged(horizon_s=60, max_cluster_queue_s=1.0)
     assert plan([c], [d], h, _engines(), b)  # no queue: copies are planned
     busy = _engines(queue=(3.0, 3.0, 3.0, 0.0))  # serving engines queue 2.25 s on average
     assert plan([c], [d], h, busy, b) == []
@@ -64,7 +65,7 @@ def test_the_back_off_leaves_out_the_queue_of_the_prefixs_own_holders():
     # Its one holder queues 6 s (its own burst), the engines that could take a replica none:
     # the mean (1.5 s) is over the limit, but what queues is what a replica relieves.
     c, d, h = _hot()
-    b = Budgets(horizon_s=60, max_cluster_queue_s=1.0)
+    b = uncharged(horizon_s=60, max_cluster_queue_s=1.0)
     items = plan([c], [d], h, _engines(queue=(6.0, 0.0, 0.0, 0.0)), b)
     assert items and "e0" not in {it.target for it in items}
     # The same queue on an engine that does not hold it: the cluster queues, the planner waits.
@@ -73,7 +74,7 @@ def test_the_back_off_leaves_out_the_queue_of_the_prefixs_own_holders():
 
 def test_planner_skips_targets_that_queue_and_charges_their_queue():
     c, d, h = _hot()
-    b = Budgets(horizon_s=60, max_queue_s=2.0)
+    b = uncharged(horizon_s=60, max_queue_s=2.0)
     items = plan([c], [d], h, _engines(queue=(0.0, 5.0, 0.0, 0.0)), b)
     assert items and "e1" not in {it.target for it in items}
     # A target queueing 1.9 s: each spilled request saves 2.0 - 1.9 s, not the recompute.
@@ -89,14 +90,14 @@ def test_planner_margin_and_displaced_value():
     # worth it, but not by the margin of 2.
     d = Demand("p", (5.6 + 2 / 60) * 60, 0.0, 0.0, 1.0)
     es = _engines(displaced=0.4 / GB)
-    assert plan([c], [d], h, es, Budgets(horizon_s=60))
-    assert not plan([c], [d], h, es, Budgets(horizon_s=60, min_benefit_ratio=2.0))
-    assert plan([c], [d], h, _engines(), Budgets(horizon_s=60, min_benefit_ratio=2.0))
+    assert plan([c], [d], h, es, uncharged(horizon_s=60))
+    assert not plan([c], [d], h, es, uncharged(horizon_s=60, min_benefit_ratio=2.0))
+    assert plan([c], [d], h, _engines(), uncharged(horizon_s=60, min_benefit_ratio=2.0))
 
 
 def test_budgets_refuse_a_margin_below_one():
     with pytest.raises(ValueError):
-        Budgets(min_benefit_ratio=0.5)
+        uncharged(min_benefit_ratio=0.5)
 
 
 def _hot_workload(n=40, gap=0.1):

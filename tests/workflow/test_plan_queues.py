@@ -1,5 +1,5 @@
 """The live plan cycle charges speculation for the queues its agents report (issue 20): the
-same charged planner the simulator runs, with the policy's limits (core.policy.types' defaults)."""
+same charged planner the simulator runs, with the policy's limits (the knobs' defaults, core.policy.knobs)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from controlplane.core.policy import planner
 from controlplane.core.policy.types import Budgets, Candidate, Demand, EngineState, Holding
 from controlplane.fleet.models import Engine
 from controlplane.replication.models import Policy, ReplicationPlan
-from controlplane.replication.plans.cycle import charges
 from controlplane.replication.tasks import plan_cycle
 from harness import burst
 from tests.workflow.test_workflow import run_cycle
@@ -27,7 +26,7 @@ def test_a_new_policy_charges_speculation_for_queues(db):
     past two seconds gets no copy, and none at all while the other engines queue a second on
     average; with no queues the same demand is copied."""
     p = Policy.objects.create(name="fresh")
-    budgets = Budgets(horizon_s=300.0, min_confidence=0.0, **charges(p))
+    budgets = Budgets.of(p, horizon_s=300.0, min_confidence=0.0)
     c = Candidate("p", (1, 2, 3), 48, 3 << 20, "t", 0.5, 3.0)
     d = Demand("p", 1200.0)  # 4/s: the holder takes 0.8/s, each replica 1.6/s
 

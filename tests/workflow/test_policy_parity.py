@@ -24,13 +24,15 @@ import pytest
 from controlplane.core.costmodel import TIER_BYTES_PER_S
 from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, decide
 from controlplane.core.policy.demand import MEASURE_WINDOW_S
+from controlplane.core.policy.guard import FLOOR, GuardState
 from controlplane.core.policy.inputs import COLD_VALUE_S, engine_states
-from controlplane.core.policy.types import Budgets, Candidate, Demand, Holding, Overrides
+from controlplane.core.policy.types import Candidate, Demand, Holding, Overrides
 from controlplane.core.prefix_cache import PrefixCache
 from controlplane.replication.plans import inputs as live
 from controlplane.sim import adapter as simulated
 from controlplane.sim.engine import SERVING, WARMING, Engine, OffloadTier
 from controlplane.sim.planned import PlannedPolicy
+from tests.planner_settings import uncharged
 from wire.protocol import ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 
 T = 1000.0  # the snapshot's time
@@ -188,7 +190,7 @@ def live_reports(snap, report=None):
 
 def simulated_reactive_demand(snap) -> list[Demand]:
     """The simulator's ``reactive`` policy fed the snapshot's arrivals: its demand at ``T``."""
-    policy = PlannedPolicy(STRATEGY_REACTIVE, budgets=Budgets(horizon_s=H, min_confidence=0.0))
+    policy = PlannedPolicy(STRATEGY_REACTIVE, budgets=uncharged(horizon_s=H, min_confidence=0.0))
     policy.trackers, policy.short, policy.onset, policy.minute, policy.seen = {}, {}, {}, {}, {}
     for k, times in snap["arrivals"].items():
         for t in times:
@@ -199,17 +201,34 @@ def simulated_reactive_demand(snap) -> list[Demand]:
 def live_reactive_demand(snap) -> list[Demand]:
     """The live plan cycle's reactive demand: each key's requests of the last minute
     (``plans.measured``) through the live rule (``plans.inputs.demand_of``)."""
-    policy = SimpleNamespace(horizon_seconds=H, min_confidence=0.0, strategy=STRATEGY_REACTIVE)
+    budgets = uncharged(horizon_s=H, min_confidence=0.0)
     out = []
     for k, times in snap["arrivals"].items():
         n = sum(1 for t in times if t > T - MEASURE_WINDOW_S)
         if n:
-            out.append(live.demand_of(str(k), n / MEASURE_WINDOW_S, None, 0.0, policy))
+            out.append(live.demand_of(str(k), n / MEASURE_WINDOW_S, None, 0.0, budgets))
     return out
 
 
-def plan_of(reports, hold, snap, strategy=STRATEGY_PREDICTIVE, demand=None):
-    budgets = Budgets(horizon_s=H, max_spec_vram_fraction=0.5, min_confidence=0.0)
+def hotter(snap: dict, factor: float = 100.0) -> dict:
+    """The snapshot with its demand ``factor`` times higher: beyond what the holders serve, so
+    serving engines take copies too (at the snapshot's demand only joining engines do, and the
+    guard lets warm-ups through)."""
+    demand = {
+        k: dataclasses.replace(d, expected_requests=d.expected_requests * factor)
+        for k, d in snap["demand"].items()
+    }
+    return {**snap, "demand": demand}
+
+
+# The harm guard's allowances after harm (``core.policy.guard``): half the engines cut to the floor,
+# the snapshot's prefix group to half. Both adapters' plans go through ``decide`` with it, the
+# one shape the live cycle and the simulator apply it in.
+CUT = GuardState(engines={f"e{i}": FLOOR for i in range(0, 8, 2)}, groups={"t": 0.5})
+
+
+def plan_of(reports, hold, snap, strategy=STRATEGY_PREDICTIVE, demand=None, guard=None):
+    budgets = uncharged(horizon_s=H, max_spec_vram_fraction=0.5, min_confidence=0.0)
     items = decide(
         strategy=strategy,
         candidates=snap["cands"],
@@ -218,7 +237,8 @@ def plan_of(reports, hold, snap, strategy=STRATEGY_PREDICTIVE, demand=None):
         engines=reports,
         budgets=budgets,
         overrides=Overrides(),
-    )
+        guard=guard or GuardState(),
+    ).items
     return [
         (i.prefix_id, i.source, i.target, i.tier, round(i.expected_ttft_saved_s, 6)) for i in items
     ]
@@ -240,6 +260,9 @@ def differences(seed: int, report=None) -> list[str]:
                 out.append(f"seed {seed} {x.engine_id}.{f.name}: simulator {u} != live {v}")
     if plan_of(sim_reports, sim_hold, snap) != plan_of(live_r, live_hold, snap):
         out.append(f"seed {seed}: the plans differ")
+    hot = hotter(snap)
+    if plan_of(sim_reports, sim_hold, hot, guard=CUT) != plan_of(live_r, live_hold, hot, guard=CUT):
+        out.append(f"seed {seed}: the guarded plans differ")
     sim_d, live_d = simulated_reactive_demand(snap), live_reactive_demand(snap)
     if sorted(sim_d, key=repr) != sorted(live_d, key=repr):
         out.append(f"seed {seed}: reactive demand: simulator {sim_d} != live {live_d}")
@@ -262,6 +285,10 @@ def test_both_adapters_give_the_same_engines_and_the_same_plan():
     assert any(e["warming"] for s in snaps for e in s["engines"])
     planned = [plan_of(*live_reports(snapshot(s)), snapshot(s)) for s in SEEDS]
     assert sum(1 for p in planned if p) >= 10
+    # ... and the guard's cut, the same on both sides, changes plans of the hotter snapshots.
+    hot = [hotter(snapshot(s)) for s in SEEDS]
+    cut = [plan_of(*live_reports(h), h, guard=CUT) != plan_of(*live_reports(h), h) for h in hot]
+    assert sum(cut) >= 5
     reactive = [
         plan_of(
             *live_reports(snapshot(s)),

@@ -385,7 +385,8 @@ def test_expected_many_matches_the_scalar_sum_for_every_shape():
     different start, bucket size and length, negative forecasts, and a forecast in the past."""
     from datetime import UTC, datetime, timedelta
 
-    from controlplane.replication.plans.inputs import ForecastRow, _expected, expected_many
+    from controlplane.replication.plans.expected import _expected, expected_many
+    from controlplane.replication.plans.inputs import ForecastRow
 
     now = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
     rows = [

@@ -5,6 +5,8 @@ control plane (``controlplane.replication.plans``) each feed it through a thin a
 the simulator measures is what runs.
 
 - ``types``: the vocabulary (candidates, demand, holdings, engine states, budgets, items).
+- ``knobs``: each policy knob's default and range, declared once (the model, the API, the
+  budgets and the launchers read them).
 - ``inputs``: the input rules (load, queue, link queue, room and displaced value), decided once.
 - ``onset``: a burst's onset seen on arrivals, and when it re-plans the prefix at once.
 - ``reactive``: the guarded reactive rule, its measured-demand test, Mooncake's hot fanout.

@@ -6,13 +6,15 @@
   is the measured recent rate; no forecast); ``hot_fanout`` adds Mooncake's hot-key fanout.
 - ``off``: nothing is planned.
 
-Budgets and overrides bound every strategy (the planner enforces them); the approval mode is
+Budgets and overrides bound every strategy (the planner enforces them), and the harm guard cuts
+what the planner's items may take where the last copies did harm; the approval mode is
 the caller's (the live control plane stores the items as a plan for its mode).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from controlplane.core.policy import guard as harm_guard
 from controlplane.core.policy import planner, spread
@@ -34,6 +36,15 @@ STRATEGY_OFF = "off"
 STRATEGIES = (STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, STRATEGY_OFF)
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What ``decide`` planned: the planner's items, and those the harm guard admits (what the
+    caller executes or stores)."""
+
+    planned: list[PlannedMove]
+    items: list[PlannedMove]
+
+
 def decide(
     *,
     strategy: str,
@@ -43,29 +54,30 @@ def decide(
     engines: Sequence[EngineReport] | Sequence[EngineState],
     budgets: Budgets,
     overrides: Overrides,
-    guard: harm_guard.GuardState | None = None,
+    guard: harm_guard.GuardState,
     narrowed: list[spread.Narrowed] | None = None,
     calibration: Calibration | None = None,
-) -> list[PlannedMove]:
-    """Items for ``strategy`` within ``budgets`` and ``overrides``. ``engines`` are reports
-    (turned into engine states by the shared input rules) or states made by them already.
-    ``guard``: the harm guard's allowances (``core.policy.guard``), which cut what the
-    planner's items may take where the last copies did harm. ``narrowed``: where a list is
-    given, ``predictive``'s plan leaves no prefix on fewer holders than its measured demand
-    alone would (``core.policy.spread``, the guard's concentration signal), and the prefixes it
+) -> Decision:
+    """Items for ``strategy`` within ``budgets`` and ``overrides``, cut by the harm guard's
+    allowances (``guard``, ``core.policy.guard``: where the last copies did harm; a fresh
+    ``GuardState()`` cuts nothing). ``engines`` are reports (turned into engine states by the
+    shared input rules) or states made by them already. The live plan cycle and the simulator
+    both call it so: the guard applies in one place. ``narrowed``: where a list is given,
+    ``predictive``'s plan leaves no prefix on fewer holders than its measured demand alone
+    would (``core.policy.spread``, the guard's concentration signal), and the prefixes it
     would have narrowed are appended to it. ``calibration``: the value model's correction from
     measured outcomes (``core.policy.value``)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}")
     if strategy == STRATEGY_OFF:
-        return []
+        return Decision([], [])
     states = states_of(engines, horizon_s=budgets.horizon_s)
     candidates = list(candidates)
     demand, holdings = list(demand), list(holdings)
-    items = planner.plan(candidates, demand, holdings, states, budgets, overrides, calibration)
+    planned = planner.plan(candidates, demand, holdings, states, budgets, overrides, calibration)
     if narrowed is not None and strategy == STRATEGY_PREDICTIVE:
-        items, seen = spread.spread(
-            items,
+        planned, seen = spread.spread(
+            planned,
             candidates=candidates,
             demand=demand,
             holdings=holdings,
@@ -75,11 +87,10 @@ def decide(
             calibration=calibration,
         )
         narrowed.extend(seen)
-    if guard is None:
-        return items
-    return harm_guard.admit(
-        items, state=guard, engines=states, candidates=candidates, budgets=budgets
+    items = harm_guard.admit(
+        planned, state=guard, engines=states, candidates=candidates, budgets=budgets
     )
+    return Decision(planned, items)
 
 
 def states_of(

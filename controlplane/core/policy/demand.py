@@ -35,7 +35,7 @@ def combined(
     horizon_s: float,
     forecast: Demand | None = None,
     onset_rate: float = 0.0,
-    min_confidence: float = 0.0,
+    min_confidence: float,
 ) -> Demand:
     """The demand of one prefix (module doc): the measured rate (or the onset's, the larger),
     plus the forecast's excess over it times its confidence."""

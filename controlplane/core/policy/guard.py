@@ -218,7 +218,7 @@ def admit(
         if e is None or e.lifecycle == ENGINE_WARMING:
             out.append(it)
             continue
-        cap_e = state.engine(it.target) * budgets.max_spec_vram_fraction * e.kv_capacity_bytes
+        cap_e = budgets.spec_cap_bytes(e.kv_capacity_bytes, state.engine(it.target))
         used_e = e.spec_bytes + taken_e.get(it.target, 0.0) + it.nbytes
         used_g = taken_g.get(g, 0.0) + it.nbytes
         if state.engine(it.target) < 1.0 and used_e > cap_e:

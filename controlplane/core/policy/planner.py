@@ -174,7 +174,7 @@ def _index(candidates, demand, holdings, engines, budgets, overrides) -> _Round:
     room = {
         e.engine_id: max(
             0.0,
-            min(e.free_bytes, budgets.max_spec_vram_fraction * e.kv_capacity_bytes - e.spec_bytes),
+            min(e.free_bytes, budgets.spec_cap_bytes(e.kv_capacity_bytes) - e.spec_bytes),
         )
         for e in engines
     }

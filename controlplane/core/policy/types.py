@@ -1,26 +1,16 @@
 """The policy's vocabulary: what callers tell the planner (candidates, demand, holdings, engine
-states, budgets, overrides) and what it answers (``PlannedMove``), with the default charges."""
+states, budgets, overrides) and what it answers (``PlannedMove``). The budgets' defaults and
+ranges are the policy's knobs (``knobs``)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+from controlplane.core.policy import knobs
 from controlplane.core.policy.value import ValueTerms
 from wire.protocol import ENGINE_LIFECYCLES, ENGINE_SERVING, TIER_GPU
 
 LIFECYCLES = ENGINE_LIFECYCLES
-
-# The charged planner's settings, one set for every trace and cell (docs/simulator.md, "What
-# predictive's items are charged"): the simulator's ``predictive`` and ``oracle`` use them, and so does a new
-# ``replication.models.Policy`` (an operator tunes them there). A speculative item's expected
-# saving must be BENEFIT_MARGIN x what it takes (copy time, the displaced blocks' expected value,
-# the target's queue); none lands on a serving engine queueing over MAX_TARGET_QUEUE_S; while the
-# serving engines queue MAX_CLUSTER_QUEUE_S on average the planner backs off (warm-ups of joining
-# engines, and copies of a prefix whose holders alone carry the queue).
-BENEFIT_MARGIN = 2.0
-MAX_TARGET_QUEUE_S = 2.0
-MAX_CLUSTER_QUEUE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -77,11 +67,14 @@ class EngineState:
 
 @dataclass(frozen=True)
 class Budgets:
-    max_spec_vram_fraction: float = 0.10
-    max_bytes_per_interval: float = float("inf")
-    min_confidence: float = 0.5
-    ttl_s: float = 600.0
-    horizon_s: float = 300.0
+    """What bounds the planner. The policy's knobs (``knobs.KNOBS``: their defaults and ranges)
+    and the planner's own settings; ``Budgets.of`` makes them from a policy."""
+
+    max_spec_vram_fraction: float = knobs.MAX_SPEC_VRAM_FRACTION.budget_default
+    max_bytes_per_interval: float = knobs.MAX_BYTES_PER_INTERVAL.budget_default
+    min_confidence: float = knobs.MIN_CONFIDENCE.budget_default
+    ttl_s: float = knobs.REPLICA_TTL_SECONDS.budget_default
+    horizon_s: float = knobs.HORIZON_SECONDS.budget_default
     target_utilisation: float = 0.8
     copy_cost_weight: float = 1.0
     max_replicas_per_prefix: int = 64
@@ -90,31 +83,36 @@ class Budgets:
     # A replica (or warm-up copy) is planned only when at least this many requests are expected
     # to use it in the horizon: 1.6 makes P(used at least once) >= 0.8 for Poisson arrivals.
     min_expected_hits: float = 0.0
-    # Cost-charged speculation (``charged_plan``; the defaults leave ``plan`` as it was):
-    # benefit must exceed cost x ``min_benefit_ratio``; no speculative copy lands on a serving
-    # engine queueing longer than ``max_queue_s``, and none at all (warm-ups of joining engines
-    # aside) while the serving engines queue ``max_cluster_queue_s`` on average.
-    min_benefit_ratio: float = 1.0
-    max_queue_s: float = math.inf
-    max_cluster_queue_s: float = math.inf
+    # What speculation is charged (``knobs``: ``min_benefit_ratio``, ``max_queue_seconds``,
+    # ``max_cluster_queue_seconds``): benefit must exceed cost x ``min_benefit_ratio``; no
+    # speculative copy lands on a serving engine queueing longer than ``max_queue_s``, and none
+    # at all (warm-ups of joining engines aside) while the serving engines queue
+    # ``max_cluster_queue_s`` on average. Infinite: no limit.
+    min_benefit_ratio: float = knobs.MIN_BENEFIT_RATIO.budget_default
+    max_queue_s: float = knobs.MAX_QUEUE_SECONDS.budget_default
+    max_cluster_queue_s: float = knobs.MAX_CLUSTER_QUEUE_SECONDS.budget_default
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.max_spec_vram_fraction <= 1.0:
-            raise ValueError("max_spec_vram_fraction must be in [0, 1]")
+        for name, knob in knobs.BY_BUDGET.items():
+            if not knob.allows(getattr(self, name)):
+                raise ValueError(f"{name} must be in [{knob.low:g}, {knob.high:g}]")
         if not 0.0 <= self.max_warming_fraction <= 1.0:
             raise ValueError("max_warming_fraction must be in [0, 1]")
-        if self.horizon_s <= 0 or self.ttl_s <= 0:
-            raise ValueError("horizon_s and ttl_s must be > 0")
-        if self.max_bytes_per_interval < 0:
-            raise ValueError("max_bytes_per_interval must be >= 0")
         if not 0.0 < self.max_load <= 1.0:
             raise ValueError("max_load must be in (0, 1]")
         if not self.min_expected_hits >= 0.0:
             raise ValueError("min_expected_hits must be >= 0")
-        if not self.min_benefit_ratio >= 1.0:
-            raise ValueError("min_benefit_ratio must be >= 1")
-        if not (self.max_queue_s >= 0.0 and self.max_cluster_queue_s >= 0.0):
-            raise ValueError("max_queue_s and max_cluster_queue_s must be >= 0")
+
+    @classmethod
+    def of(cls, policy, **settings) -> Budgets:
+        """The budgets of ``policy`` (a policy row, or anything with its fields as attributes;
+        ``knobs.budget_values``), with ``settings`` (the planner's own fields) over them."""
+        return cls(**{**knobs.budget_values(policy), **settings})
+
+    def spec_cap_bytes(self, kv_capacity_bytes: float, allowance: float = 1.0) -> float:
+        """The speculative bytes an engine of ``kv_capacity_bytes`` may hold: its slice
+        (``max_spec_vram_fraction``), scaled by the harm guard's ``allowance``."""
+        return allowance * self.max_spec_vram_fraction * kv_capacity_bytes
 
 
 @dataclass(frozen=True)

@@ -43,21 +43,8 @@ class PolicySerializer(serializers.ModelSerializer):
         read_only_fields = ["updated_at"]
         # Activating a policy deactivates the others (PolicyViewSet._save): no uniqueness check.
         validators: list = []
-        extra_kwargs = {
-            "active": {"validators": []},
-            "max_spec_vram_fraction": {"min_value": 0.0, "max_value": 0.5},
-            "min_confidence": {"min_value": 0.0, "max_value": 1.0},
-            "holdout_fraction": {"min_value": 0.0, "max_value": 1.0},
-            "max_bytes_per_interval": {"min_value": 0, "max_value": 2**62},
-            "interval_seconds": {"min_value": 1, "max_value": 86400},
-            "replica_ttl_seconds": {"min_value": 10, "max_value": 7 * 86400},
-            "horizon_seconds": {"min_value": 10, "max_value": 7 * 86400},
-            "forecast_every_seconds": {"min_value": 10, "max_value": 86400},
-            "plan_every_seconds": {"min_value": 1, "max_value": 86400},
-            "min_benefit_ratio": {"min_value": 1.0, "max_value": 1000.0},
-            "max_queue_seconds": {"min_value": 0.0, "max_value": 86400.0},
-            "max_cluster_queue_seconds": {"min_value": 0.0, "max_value": 86400.0},
-        }
+        # The knobs' ranges come with the model fields' validators (core.policy.knobs).
+        extra_kwargs = {"active": {"validators": []}}
 
 
 def _validate_chain(value):

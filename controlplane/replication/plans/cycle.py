@@ -20,7 +20,7 @@ from django.utils import timezone
 from controlplane.core.policy import guard as harm_guard
 from controlplane.core.policy import spread
 from controlplane.core.policy.backoff import queue_gate
-from controlplane.core.policy.decide import decide
+from controlplane.core.policy.decide import Decision, decide
 from controlplane.core.policy.ingest import IngestBound
 from controlplane.core.policy.types import Budgets, PlannedMove
 from controlplane.demand.models import WorkloadKey
@@ -143,71 +143,37 @@ def plan_and_apply(
     rates: dict[str, float] | None = None,  # ... and its keys' rates now
 ) -> ReplicationPlan | None:
     """The shared policy's items for ``inputs`` (``core.policy.decide``: the planner under the
-    policy's budgets and overrides), stored as a plan; then the policy's mode decides."""
-    budgets = Budgets(
-        max_spec_vram_fraction=policy.max_spec_vram_fraction,
-        max_bytes_per_interval=policy.max_bytes_per_interval,
-        min_confidence=policy.min_confidence,
-        ttl_s=policy.replica_ttl_seconds,
-        horizon_s=policy.horizon_seconds,
-        **charges(policy),
-    )
+    policy's budgets and overrides, cut by the harm guard), stored as a plan; then the policy's
+    mode decides."""
+    budgets = Budgets.of(policy)
     gate = queue_gate(inputs.engines, budgets)
-    overrides = inputs.overrides
-    if pinned:
-        overrides = dataclasses.replace(overrides, pinned=overrides.pinned | pinned)
+    # The harm guard's state: stepped by the plan cycle, kept by plans made at ingest.
+    state, observed = live_guard.state_for(policy, inputs, budgets, now, step=trigger == "cycle")
     # The guard's concentration signal: predictive's plan leaves no prefix on fewer holders
     # than its measured demand alone would (core.policy.spread); the summary says where.
     narrowed: list[spread.Narrowed] = []
-    planned = decide(
-        strategy=policy.strategy,
-        candidates=inputs.candidates,
-        demand=inputs.demand,
-        holdings=inputs.holdings,
-        engines=inputs.engines,
-        budgets=budgets,
-        overrides=overrides,
-        narrowed=narrowed,
-        # the value model corrected by what its copies measured (``plans.value``)
-        calibration=value_calibration(now),
-    )
-    if pinned:  # the hot fanout's keys are planned as pins are, and say why
-        planned = [
-            dataclasses.replace(it, reason="hot fanout: " + it.reason.removeprefix("pinned; "))
-            if it.prefix_id in pinned
-            else it
-            for it in planned
-        ]
-    # The harm guard (what ``decide(guard=...)`` applies; here apart, so the summary can say
-    # how many items it held back): stepped by the plan cycle, kept by plans made at ingest.
-    state, observed = live_guard.state_for(policy, inputs, budgets, now, step=trigger == "cycle")
-    items = harm_guard.admit(
-        planned, state=state, engines=inputs.engines, candidates=inputs.candidates, budgets=budgets
-    )
+    decision = _decide(policy, inputs, budgets, state, pinned, narrowed, now)
     # Speculation only into spare capacity: a warm-up (a prefill on its target) yields to the
     # requests queued there; the summary says which targets it held back.
     items, yielded = harm_guard.spare_only(
-        items, engines=inputs.engines, takes_compute=policy.default_transport == Transport.WARMUP
+        decision.items,
+        engines=inputs.engines,
+        takes_compute=policy.default_transport == Transport.WARMUP,
     )
-    guard_summary = live_guard.summary(state, observed, inputs, planned, items)
+    guard_summary = live_guard.summary(state, observed, inputs, decision.planned, items)
     guard_summary["yielded"] = yielded
     guard_summary["spread"] = spread.summary(narrowed)
-    # One replica per (prefix, engine): copies planned, moving, landed or held (and held-out
-    # pairs) are holders-to-be; the residency index alone does not show them yet.
-    to_be = holders_to_be(now)
-    pins = _pin_items(inputs) if trigger == "cycle" else []
-    items = [it for it in pins + items if (chain_hex(it.keys), int(it.target)) not in to_be]
+    items = _not_held_yet(inputs, items, now, with_pins=trigger == "cycle")
     if bound is not None:  # the ingest re-plan's bound per target (core.policy.ingest)
         items = bound.admit(items, engines=inputs.engines, now=time.monotonic(), rates=rates or {})
     items, waiting = _with_token_ids(policy, inputs, items)
     if not items and not store_empty:
         return None
-    planned_s = time.perf_counter() - t0
     plan = store(
         policy,
         inputs,
         items,
-        planned_s,
+        time.perf_counter() - t0,
         waiting,
         gate,
         trigger,
@@ -222,16 +188,53 @@ def plan_and_apply(
     return plan
 
 
-def charges(policy: Policy) -> dict:
-    """The policy's charges for speculation as ``planner.Budgets`` fields (empty limits: none)."""
-    inf = float("inf")
-    return {
-        "min_benefit_ratio": policy.min_benefit_ratio,
-        "max_queue_s": inf if policy.max_queue_seconds is None else policy.max_queue_seconds,
-        "max_cluster_queue_s": inf
-        if policy.max_cluster_queue_seconds is None
-        else policy.max_cluster_queue_seconds,
-    }
+def _decide(
+    policy: Policy,
+    inputs: Inputs,
+    budgets: Budgets,
+    guard: harm_guard.GuardState,
+    pinned: frozenset[str],
+    narrowed: list[spread.Narrowed],
+    now,
+) -> Decision:
+    """``core.policy.decide`` on the inputs, the hot fanout's keys pinned (planned as pins are,
+    and saying why), the value model corrected by what its copies measured (``plans.value``);
+    the prefixes predictive's plan would have narrowed go to ``narrowed``."""
+    overrides = inputs.overrides
+    if pinned:
+        overrides = dataclasses.replace(overrides, pinned=overrides.pinned | pinned)
+    decision = decide(
+        strategy=policy.strategy,
+        candidates=inputs.candidates,
+        demand=inputs.demand,
+        holdings=inputs.holdings,
+        engines=inputs.engines,
+        budgets=budgets,
+        overrides=overrides,
+        guard=guard,
+        narrowed=narrowed,
+        calibration=value_calibration(now),
+    )
+    if not pinned:
+        return decision
+    fanout = [
+        dataclasses.replace(it, reason="hot fanout: " + it.reason.removeprefix("pinned; "))
+        if it.prefix_id in pinned
+        else it
+        for it in decision.items
+    ]
+    return dataclasses.replace(decision, items=fanout)
+
+
+def _not_held_yet(
+    inputs: Inputs, items: list[PlannedMove], now, *, with_pins: bool
+) -> list[PlannedMove]:
+    """One replica per (prefix, engine): copies planned, moving, landed or held (and held-out
+    pairs) are holders-to-be; the residency index alone does not show them yet. ``with_pins``:
+    the pins' items first (the plan cycle's)."""
+    to_be = holders_to_be(now)
+    pins = _pin_items(inputs) if with_pins else []
+    return [it for it in pins + items if (chain_hex(it.keys), int(it.target)) not in to_be]
 
 
 def _with_token_ids(

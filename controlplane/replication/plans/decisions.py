@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from controlplane.audit.services import record
 from controlplane.core.errors import Invalid
+from controlplane.core.policy.types import Budgets
 from controlplane.fleet.choices import EngineLifecycle, NodeState
 from controlplane.realtime import events
 from controlplane.realtime.publish import publish_event
@@ -74,8 +75,9 @@ def _arms(now) -> dict[int, tuple[bool, int | None]]:
     return arms
 
 
-def bytes_this_interval(policy: Policy) -> int:
-    since = timezone.now() - timedelta(seconds=policy.interval_seconds)
+def bytes_this_interval(interval_s: int) -> int:
+    """Bytes of the copies created in the last ``interval_s`` (the policy's transfer budget)."""
+    since = timezone.now() - timedelta(seconds=interval_s)
     return (
         ReplicationJob.objects.filter(created_at__gte=since, action=JobAction.REPLICATE)
         .exclude(state=JobState.CANCELLED)
@@ -102,21 +104,30 @@ def refusal_for(item: PlanItem, policy: Policy, to_be: dict | None = None) -> st
         return f"node {target.node.name} is excluded by an override"
     if overrides.filter(kind=OverrideKind.EXCLUDE_ENGINE, engine_id=target.pk).exists():
         return f"engine {target} is excluded by an override"
-    cap = policy.max_spec_vram_fraction * target.kv_capacity_bytes
+    return _over_budget(item, Budgets.of(policy), policy.interval_seconds)
+
+
+def _over_budget(item: PlanItem, budgets: Budgets, interval_s: int) -> str | None:
+    """Why ``item`` would exceed the policy's budgets (the planner's, ``Budgets.of``), or None."""
+    target = item.target
+    cap = budgets.spec_cap_bytes(target.kv_capacity_bytes)
     used = spec_bytes_by_engine([target.pk]).get(target.pk, 0)
     if used + item.bytes > cap:
         return (
             f"speculative VRAM budget of {target}: {used + item.bytes:,} bytes would exceed "
-            f"{policy.max_spec_vram_fraction:.0%} of KV capacity ({cap:,.0f} bytes)"
+            f"{budgets.max_spec_vram_fraction:.0%} of KV capacity ({cap:,.0f} bytes)"
         )
-    moved = bytes_this_interval(policy)
-    if moved + item.bytes > policy.max_bytes_per_interval:
+    moved = bytes_this_interval(interval_s)
+    if moved + item.bytes > budgets.max_bytes_per_interval:
         return (
-            f"transfer budget: {moved + item.bytes:,} bytes in {policy.interval_seconds}s would exceed "
-            f"{policy.max_bytes_per_interval:,}"
+            f"transfer budget: {moved + item.bytes:,} bytes in {interval_s}s would exceed "
+            f"{budgets.max_bytes_per_interval:,.0f}"
         )
-    if item.confidence < policy.min_confidence:
-        return f"confidence {item.confidence:.2f} is below the policy minimum {policy.min_confidence:.2f}"
+    if item.confidence < budgets.min_confidence:
+        return (
+            f"confidence {item.confidence:.2f} is below the policy minimum "
+            f"{budgets.min_confidence:.2f}"
+        )
     return None
 
 
@@ -175,35 +186,72 @@ def decide(
         .select_related("policy")
         .get(pk=plan_id)
     )
-    items = plan.items.select_related("target__node", "source")
-    if item_ids:
-        found = {i.pk: i for i in items.filter(pk__in=item_ids)}
-        missing = set(item_ids) - set(found)
-        if missing:
-            raise Invalid(
-                f"items {sorted(missing)} are not in plan {plan.pk}",
-                code="unknown_items",
-                field="items",
-            )
-        selected = list(found.values())
-    else:
-        selected = list(items.filter(decision=ItemDecision.PENDING))
-    refused: dict[int, str] = {}
+    selected = _selected(plan, item_ids)
     before = {"state": plan.state}
-    if plan.state not in PlanState.OPEN:
-        refused = {
-            i.pk: f"plan is {plan.state}" for i in selected if i.decision == ItemDecision.PENDING
-        }
-        return plan, refused
-    if approve and plan.mode == PolicyMode.SHADOW:
-        return plan, {
-            i.pk: "shadow mode moves nothing: switch the policy to manual or auto" for i in selected
-        }
-    if approve and frozen():
-        return plan, {i.pk: "a freeze override is active" for i in selected}
+    closed = _closed(plan, selected, approve)
+    if closed is not None:
+        return plan, closed
     now = timezone.now()
     user = getattr(who, "user", who)
     user = user if getattr(user, "is_authenticated", False) else None
+    refused = _decide_items(plan, selected, approve, user, now)
+    plan.state = _plan_state(plan)
+    plan.decided_at, plan.decided_by = now, user
+    plan.save(update_fields=["state", "decided_at", "decided_by"])
+    record(
+        who,
+        "plan.approved" if approve else "plan.rejected",
+        plan,
+        before=before,
+        after={
+            "state": plan.state,
+            "items": [i.pk for i in selected if i.pk not in refused],
+            "refused": refused,
+        },
+        reason=reason,
+    )
+    publish_event(events.plan_decided(plan.pk, plan.state))
+    return plan, refused
+
+
+def _selected(plan: ReplicationPlan, item_ids: list[int] | None) -> list[PlanItem]:
+    """The items named (all of them in the plan, or ``Invalid``), else the pending ones."""
+    items = plan.items.select_related("target__node", "source")
+    if not item_ids:
+        return list(items.filter(decision=ItemDecision.PENDING))
+    found = {i.pk: i for i in items.filter(pk__in=item_ids)}
+    missing = set(item_ids) - set(found)
+    if missing:
+        raise Invalid(
+            f"items {sorted(missing)} are not in plan {plan.pk}",
+            code="unknown_items",
+            field="items",
+        )
+    return list(found.values())
+
+
+def _closed(plan: ReplicationPlan, selected: list[PlanItem], approve: bool) -> dict | None:
+    """Why no item of ``selected`` can be decided now (per item), or None: the plan is no longer
+    open, or (to approve) it is a shadow plan or a freeze is on."""
+    if plan.state not in PlanState.OPEN:
+        return {
+            i.pk: f"plan is {plan.state}" for i in selected if i.decision == ItemDecision.PENDING
+        }
+    if approve and plan.mode == PolicyMode.SHADOW:
+        return {
+            i.pk: "shadow mode moves nothing: switch the policy to manual or auto" for i in selected
+        }
+    if approve and frozen():
+        return {i.pk: "a freeze override is active" for i in selected}
+    return None
+
+
+def _decide_items(
+    plan: ReplicationPlan, selected: list[PlanItem], approve: bool, user, now
+) -> dict[int, str]:
+    """Each pending item approved (a job, or held out) or rejected; returns the refused ones'
+    reasons (an item decided the other way already, or over the budgets)."""
+    refused: dict[int, str] = {}
     to_be = holders_to_be(now) if approve else {}
     share = holdout_fraction(plan.policy)
     arms = _arms(now) if approve and share > 0 else {}
@@ -221,43 +269,38 @@ def decide(
                 refused[item.pk] = why
                 continue
             to_be[(chain_hex(item.prefix_keys), item.target_id)] = f"plan item #{item.pk}"
-            # Speculative items only (a pin is an operator's order, not a bet to measure).
-            key = item.workload_key_id
-            if key and share > 0 and key not in arms:
-                draw = holdout.assign(plan.policy, item, share, now)
-                arms[key] = (draw.held_out, draw.pk)
-            held, item.holdout_draw_id = arms.get(key, (False, None))
-            if held:
-                _hold_out(item, plan.policy, now)
-                decision = ItemDecision.HELD_OUT
-            else:
-                _job_for(item, plan.policy)
+            decision = _approve(item, plan.policy, share, arms, now)
         item.decision = decision
         item.decided_by, item.decided_at, item.refusal = user, now, ""
         item.save(update_fields=["decision", "decided_by", "decided_at", "refusal", "holdout_draw"])
+    return refused
+
+
+def _approve(item: PlanItem, policy: Policy, share: float, arms: dict, now) -> str:
+    """An approved item on its arm: a job handed to delivery, or held out (the control arm).
+    Speculative items only are drawn (a pin is an operator's order, not a bet to measure)."""
+    key = item.workload_key_id
+    if key and share > 0 and key not in arms:
+        draw = holdout.assign(policy, item, share, now)
+        arms[key] = (draw.held_out, draw.pk)
+    held, item.holdout_draw_id = arms.get(key, (False, None))
+    if held:
+        _hold_out(item, policy, now)
+        return ItemDecision.HELD_OUT
+    _job_for(item, policy)
+    return ItemDecision.APPROVED
+
+
+def _plan_state(plan: ReplicationPlan) -> str:
+    """The plan's state from its items' decisions (a held-out item counts as approved)."""
     states = {
         ItemDecision.APPROVED if d == ItemDecision.HELD_OUT else d
         for d in plan.items.values_list("decision", flat=True)
     }
     if states == {ItemDecision.APPROVED}:
-        plan.state = PlanState.APPROVED
-    elif states == {ItemDecision.REJECTED}:
-        plan.state = PlanState.REJECTED
-    elif ItemDecision.APPROVED in states:
-        plan.state = PlanState.PARTIAL
-    plan.decided_at, plan.decided_by = now, user
-    plan.save(update_fields=["state", "decided_at", "decided_by"])
-    record(
-        who,
-        "plan.approved" if approve else "plan.rejected",
-        plan,
-        before=before,
-        after={
-            "state": plan.state,
-            "items": [i.pk for i in selected if i.pk not in refused],
-            "refused": refused,
-        },
-        reason=reason,
-    )
-    publish_event(events.plan_decided(plan.pk, plan.state))
-    return plan, refused
+        return PlanState.APPROVED
+    if states == {ItemDecision.REJECTED}:
+        return PlanState.REJECTED
+    if ItemDecision.APPROVED in states:
+        return PlanState.PARTIAL
+    return plan.state

@@ -8,7 +8,6 @@ from collections import namedtuple
 from dataclasses import dataclass
 from datetime import UTC, timedelta
 
-import numpy as np
 from django.conf import settings
 from django.db import connection
 from django.db.models import Q, Sum, TextField
@@ -21,7 +20,14 @@ from controlplane.core.demand import demand_for
 from controlplane.core.policy.decide import STRATEGY_PREDICTIVE
 from controlplane.core.policy.demand import combined
 from controlplane.core.policy.inputs import COLD_VALUE_S, EngineReport, engine_states, spec_room
-from controlplane.core.policy.types import Candidate, Demand, EngineState, Holding, Overrides
+from controlplane.core.policy.types import (
+    Budgets,
+    Candidate,
+    Demand,
+    EngineState,
+    Holding,
+    Overrides,
+)
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.fleet.choices import EngineLifecycle, NodeState
 from controlplane.fleet.models import Engine
@@ -34,6 +40,7 @@ from ..choices import JobAction, JobState, OverrideKind
 from ..models import Policy, ReplicationJob, SpeculativeReplica
 from ..services import active_overrides
 from .costs import cost_model_for
+from .expected import expected_many
 
 
 @dataclass
@@ -45,7 +52,7 @@ class Inputs:
     overrides: Overrides
     keys: dict[str, KeyRow]
     forecasters: dict[str, str]
-    horizon_s: float = 300.0  # the policy's horizon the demand is over
+    horizon_s: float  # the policy's horizon the demand is over
 
 
 # Plain rows instead of model instances: a cycle reads 100k keys and forecasts, and building
@@ -351,7 +358,8 @@ def gather(
     if only is None and not predictive:
         only = list(measured)
     keys = _workload_keys(only)
-    horizon = float(policy.horizon_seconds)
+    budgets = Budgets.of(policy)
+    horizon = budgets.horizon_s
     forecasts = _latest_forecasts() if predictive else {}
     rows = [
         (pid, key, forecasts.get(key.pk))
@@ -376,7 +384,7 @@ def gather(
         bpb = peers[0].bytes_per_block or int(cm.kv_bytes_per_token * peers[0].block_size)
         cands.append(Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, t[0], t[1]))
         exp = next(forecast_expected) if f is not None else 0.0
-        demand.append(demand_of(pid, measured.get(key.pk, 0.0), f, exp, policy))
+        demand.append(demand_of(pid, measured.get(key.pk, 0.0), f, exp, budgets))
         if f is not None:
             forecasters[pid] = f.model
     # One batched residency read for every prefix (100k holders() calls were 100k round trips);
@@ -395,12 +403,12 @@ def gather(
 
 
 def demand_of(
-    pid: str, measured_rate: float, f: ForecastRow | None, expected: float, policy: Policy
+    pid: str, measured_rate: float, f: ForecastRow | None, expected: float, budgets: Budgets
 ) -> Demand:
     """One key's demand by the shared rule (``core.policy.demand.combined``): its measured rate,
     and its forecast's (``expected`` requests in the horizon, through the demand model the
     simulator shares, ``core.demand``) where there is one."""
-    horizon = float(policy.horizon_seconds)
+    horizon = budgets.horizon_s
     forecast = None
     if f is not None:
         forecast = demand_for(
@@ -415,47 +423,8 @@ def demand_of(
         measured_rate=measured_rate,
         horizon_s=horizon,
         forecast=forecast,
-        min_confidence=policy.min_confidence,
+        min_confidence=budgets.min_confidence,
     )
-
-
-def _expected(f: ForecastRow, now, horizon: float) -> float:
-    """Requests the forecast expects in [now, now + horizon) (buckets overlapping it, pro rata)."""
-    t0 = f.start.timestamp()
-    a, b = now.timestamp(), now.timestamp() + horizon
-    total = 0.0
-    for i, y in enumerate(f.yhat):
-        lo, hi = t0 + i * f.bucket_seconds, t0 + (i + 1) * f.bucket_seconds
-        overlap = max(0.0, min(hi, b) - max(lo, a))
-        total += max(0.0, float(y)) * overlap / f.bucket_seconds
-    if total == 0.0 and f.yhat and a >= t0 + len(f.yhat) * f.bucket_seconds:
-        total = (
-            max(0.0, float(f.yhat[-1])) * horizon / f.bucket_seconds
-        )  # past its horizon: last level
-    return total
-
-
-def expected_many(rows: list[ForecastRow], now, horizon: float) -> np.ndarray:
-    """``_expected`` of many forecasts: the forecasts of one cycle share start, bucket and
-    length, so each such group is one matrix-vector product of its yhat rows with the overlap
-    weights of its buckets."""
-    groups: dict[tuple, list[int]] = {}
-    for i, f in enumerate(rows):
-        groups.setdefault((f.start, f.bucket_seconds, len(f.yhat)), []).append(i)
-    out = np.zeros(len(rows))
-    a = now.timestamp()
-    for (start, bucket, n), idx in groups.items():
-        if n == 0:
-            continue
-        t0 = start.timestamp()
-        lo = t0 + bucket * np.arange(n, dtype=float)
-        overlap = np.clip(np.minimum(lo + bucket, a + horizon) - np.maximum(lo, a), 0.0, None)
-        y = np.clip(np.array([rows[i].yhat for i in idx], dtype=float), 0.0, None)
-        total = y @ (overlap / bucket)
-        if a >= t0 + n * bucket:  # past its horizon: the last level
-            total = np.where(total == 0.0, y[:, -1] * horizon / bucket, total)
-        out[idx] = total
-    return out
 
 
 def _overrides() -> Overrides:
