@@ -35,8 +35,9 @@ def run(keys, horizon_s: float = float(HORIZON_SECONDS.default)) -> dict:
         from django.db import connection
 
         from controlplane.demand.models import DemandBucket, WorkloadKey
-        from controlplane.forecasting import services
         from controlplane.forecasting.models import Forecast
+        from controlplane.forecasting.services import tick
+        from controlplane.forecasting.services import window as window_module
 
         call_command("migrate", verbosity=0)
         t0 = time.perf_counter()
@@ -46,9 +47,9 @@ def run(keys, horizon_s: float = float(HORIZON_SECONDS.default)) -> dict:
         now = datetime.now(UTC)
         out: dict = {"keys": len(keys), "bucket_rows": rows, "seed_seconds": round(seed_s, 1)}
         load0 = os.getloadavg()[0]
-        services.reset_windows()
+        window_module.reset_windows()
         t0 = time.perf_counter()
-        cold = services.forecast_tick(horizon_s, now=now)
+        cold = tick.forecast_tick(horizon_s, now=now)
         out["cold"] = {**cold, "seconds": round(time.perf_counter() - t0, 2)}
         # One bucket later: every key's next window arrives (the held-back actuals' first).
         later = now + timedelta(seconds=BUCKET_S)
@@ -66,7 +67,7 @@ def run(keys, horizon_s: float = float(HORIZON_SECONDS.default)) -> dict:
         with connection.cursor() as cur:
             cur.execute("ANALYZE")
         t0 = time.perf_counter()
-        warm = services.forecast_tick(horizon_s, now=later)
+        warm = tick.forecast_tick(horizon_s, now=later)
         out["incremental"] = {**warm, "seconds": round(time.perf_counter() - t0, 2)}
         out["forecasts_stored"] = Forecast.objects.count()
         # Baseline in the same run: the bare COPY of the rows each tick read (bytes only, no
@@ -74,7 +75,7 @@ def run(keys, horizon_s: float = float(HORIZON_SECONDS.default)) -> dict:
         end = later.timestamp() // BUCKET_S * BUCKET_S
         for name, since in (
             ("cold_read", end - window * BUCKET_S),
-            ("incremental_read", end - (1 + services.REREAD_BUCKETS) * BUCKET_S),
+            ("incremental_read", end - (1 + window_module.REREAD_BUCKETS) * BUCKET_S),
         ):
             t0 = time.perf_counter()
             n = 0

@@ -17,8 +17,8 @@ from pathlib import Path
 import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from nodeagent.engine_residency import EngineResidency  # noqa: E402
 from nodeagent.kvevents import decode_payload  # noqa: E402
-from nodeagent.residency import EngineResidency  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PREWARM_SHARED_DATA", REPO.parent / "shared" / "data"))

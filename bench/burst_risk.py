@@ -26,8 +26,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controlplane.core.demand import BURST_FACTOR  # noqa: E402
-from controlplane.core.forecast import burst_risk  # noqa: E402
-from controlplane.core.traces import load_servegen_windows  # noqa: E402
+from controlplane.core.forecast.burst import burst_risk  # noqa: E402
+from controlplane.core.traces.servegen import load_servegen_windows  # noqa: E402
 
 BINS = [0.0, 0.05, 0.2, 0.4, 0.6, 0.8, 0.95, 1.0001]
 

@@ -47,15 +47,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controlplane.core.demand import BURST_FACTOR  # noqa: E402
-from controlplane.core.forecast import FORECASTERS, forecast_counts, forecast_many  # noqa: E402
 from controlplane.core.forecast.arrays import (  # noqa: E402
     ARRAY_MODELS,
     burst_risk_arrays,
     forecast_arrays,
     right_aligned,
 )
+from controlplane.core.forecast.select import FORECASTERS, forecast_counts, forecast_many  # noqa: E402
 from controlplane.core.forecast.series import mase_scale  # noqa: E402
-from controlplane.core.traces import load_servegen_windows  # noqa: E402
+from controlplane.core.traces.servegen import load_servegen_windows  # noqa: E402
 from harness.processes import DatabaseUnavailable  # noqa: E402
 
 BUCKET_S = 600
@@ -98,7 +98,7 @@ def tick_timing(keys, sample: int, horizon: int = 1) -> dict:
     _ = d.sum(axis=1) + (d * d).sum(axis=1) + y.sum(axis=1)
     numpy_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    res = forecast_arrays(y, lengths, bucket_seconds=BUCKET_S, horizon=horizon)
+    res = forecast_arrays(y, lengths, bucket_s=BUCKET_S, horizon=horizon)
     arrays_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     burst_risk_arrays(y, lengths, BUCKET_S, horizon * BUCKET_S)
@@ -108,7 +108,7 @@ def tick_timing(keys, sample: int, horizon: int = 1) -> dict:
     t0 = time.perf_counter()
     for i in picked:
         h = y[i, width - lengths[i] :]
-        forecast_counts(h, start=0.0, bucket_seconds=BUCKET_S, horizon=horizon, models=ARRAY_MODELS)
+        forecast_counts(h, start=0.0, bucket_s=BUCKET_S, horizon=horizon, models=ARRAY_MODELS)
     per_key_s = (time.perf_counter() - t0) * len(keys) / len(picked)
     return {
         "keys": len(keys),
@@ -132,7 +132,7 @@ def prophet_refit_seconds(keys, sample: int) -> dict:
     step = max(1, len(keys) // sample)
     for h, _a, start in keys[::step][:sample]:
         t0 = time.perf_counter()
-        r = forecast_counts(h, start=start, bucket_seconds=BUCKET_S, horizon=HORIZON)
+        r = forecast_counts(h, start=start, bucket_s=BUCKET_S, horizon=HORIZON)
         if r.model == "prophet" and r.fitted is not None:
             r.fitted.fit_values(26)  # type: ignore[attr-defined]
         times.append(time.perf_counter() - t0)
@@ -164,7 +164,7 @@ def burst_detection(keys, yhat_before: dict) -> dict:
     actual = np.array([a for _h, a, _s in keys])
     width = TICK_DAYS * 86400 // BUCKET_S
     y, lengths = right_aligned(full, width)
-    res = forecast_arrays(y, lengths, bucket_seconds=BUCKET_S, horizon=HORIZON)
+    res = forecast_arrays(y, lengths, bucket_s=BUCKET_S, horizon=HORIZON)
     out = {}
     for name in FORECASTERS:
         row = {}
@@ -202,7 +202,7 @@ def timed_run(keys, models, workers):
     t0 = time.perf_counter()
     results = forecast_many(
         [(h, start) for h, _, start in keys],
-        bucket_seconds=BUCKET_S,
+        bucket_s=BUCKET_S,
         horizon=HORIZON,
         models=models,
         workers=workers,
@@ -224,7 +224,7 @@ def score_key(key) -> tuple[dict[str, list[float]], dict[str, np.ndarray]]:
     for name, forecaster in FORECASTERS.items():
         if forecaster.refusal(len(history), BUCKET_S):
             continue
-        yhat = forecaster.fit(history, bucket_seconds=BUCKET_S, end=start).predict(HORIZON).yhat
+        yhat = forecaster.fit(history, bucket_s=BUCKET_S, end=start).predict(HORIZON).yhat
         yhats[name] = yhat
         errors = np.abs(actual - yhat)
         out[name] = [errors[lead - 1] / scale for lead in LEADS.values()]

@@ -167,7 +167,7 @@ async def latency(url: str, agents: list[Agent], seconds: float, n: int) -> list
 
 def baseline(n_reports: int, n: int) -> float:
     from controlplane.core.agent_report import parse_report
-    from controlplane.core.residency import Delta, InProcessResidencyIndex
+    from controlplane.core.residency_index import Delta, InProcessResidencyIndex
 
     idx, rng = InProcessResidencyIndex(), random.Random(1)
     bodies = [body(i + 2, "b", n, rng) for i in range(n_reports)]
@@ -184,7 +184,7 @@ def components(n_reports: int, n: int) -> dict:
     import json
 
     from controlplane.core.agent_report import parse_report
-    from controlplane.core.residency import Delta
+    from controlplane.core.residency_index import Delta
 
     rng = random.Random(2)
     ints = [body(i + 2, "b", n, rng) for i in range(n_reports)]

@@ -47,10 +47,10 @@ def setup_django(tmp: str) -> None:
 
 def world(rng: random.Random):
     """Engines, the index's residency and removals; returns (engine ids, prefixes, holders)."""
-    from controlplane.core.residency import Delta
+    from controlplane.core.residency_index import Delta
     from controlplane.demand.models import MissBucket, WorkloadKey
+    from controlplane.fleet.configured_index import get_index
     from controlplane.fleet.models import Engine, Node
-    from controlplane.fleet.residency import get_index
 
     MissBucket.objects.all().delete()
     WorkloadKey.objects.all().delete()

@@ -45,10 +45,10 @@ def setup(tmp: str):
 def populate(engines: int, prefixes: int, seed: int = 7):
     from datetime import UTC, datetime
 
-    from controlplane.core.residency import Delta
+    from controlplane.core.residency_index import Delta
     from controlplane.demand.models import WorkloadKey
+    from controlplane.fleet.configured_index import get_index
     from controlplane.fleet.models import Engine, Node
-    from controlplane.fleet.residency import get_index
     from controlplane.forecasting.models import Forecast
     from controlplane.replication.models import Policy
     from wire import blockhash, protocol
@@ -96,7 +96,7 @@ def populate(engines: int, prefixes: int, seed: int = 7):
             Forecast(
                 key=k,
                 start=now,
-                bucket_seconds=60,
+                bucket_s=60,
                 horizon=10,
                 yhat=[rng.expovariate(1 / 20)] * 10,
                 lower=[0] * 10,

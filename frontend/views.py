@@ -29,8 +29,8 @@ from controlplane.core.misses import MISSES, REASONS
 from controlplane.demand.filtersets import MissBucketFilterSet, WorkloadKeyFilterSet
 from controlplane.demand.models import DemandBucket, MissBucket, WorkloadKey
 from controlplane.fleet.choices import NodeState
+from controlplane.fleet.configured_index import get_index
 from controlplane.fleet.models import Engine, Gpu, GpuSample, Node
-from controlplane.fleet.residency import get_index
 from controlplane.readmodels.cachemap import DEFAULT_ENGINES_PER_PAGE, DEFAULT_PREFIXES, STATES
 from controlplane.readmodels.dashboard import cluster_summary
 from controlplane.readmodels.doctor import report as doctor_report
@@ -251,7 +251,7 @@ def forecasts(request):
             "actual": [b.requests for b in buckets],
         }
         if forecast is not None:
-            step = timedelta(seconds=forecast.bucket_seconds)
+            step = timedelta(seconds=forecast.bucket_s)
             chart.update(
                 forecast_at=[
                     (forecast.start + i * step).isoformat() for i in range(len(forecast.yhat))

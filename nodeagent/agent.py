@@ -18,12 +18,12 @@ from nodeagent.blockstore import BlockStore, FileBlockStore, MemoryBlockStore
 from nodeagent.config import NEEDS_LISTEN, AgentConfig, enabled_transports, listens_everywhere
 from nodeagent.config import transport_names as configured_transports
 from nodeagent.engine_metrics import scrape
+from nodeagent.engine_residency import EngineResidency
 from nodeagent.gpu import GpuSource, make_gpu_source
 from nodeagent.jobs import JobChannel, JobRunner, Journal
 from nodeagent.metrics import AgentMetrics
 from nodeagent.records import RecordSpool
 from nodeagent.reporter import Reporter
-from nodeagent.residency import EngineResidency
 from nodeagent.retry import Backoff
 from nodeagent.subscriber import EngineSubscriber
 from nodeagent.tap import RequestTap, TapThread

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import msgpack
 
-from nodeagent.residency import EngineResidency
+from nodeagent.engine_residency import EngineResidency
 from nodeagent.retry import Backoff
 from nodeagent.spool import Spool
 from wire.protocol import (

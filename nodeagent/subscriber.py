@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import zmq
 
+from nodeagent.engine_residency import EngineResidency
 from nodeagent.kvevents import EventDecodeError, decode_payload, decode_seq, encode_seq
-from nodeagent.residency import EngineResidency
 
 log = logging.getLogger(__name__)
 

@@ -25,13 +25,13 @@ def _no_random_holdout(request, settings):
 def _fresh_residency_index(settings):
     """Every test starts with an empty residency index (in-process or Redis)."""
     try:
-        from controlplane.fleet.residency import get_index, reset_index
+        from controlplane.fleet.configured_index import get_index, reset_index
     except Exception:  # Django not configured for pure-logic tests
         yield
         return
     reset_index()
     get_index().clear()
-    from controlplane.forecasting.services import reset_windows
+    from controlplane.forecasting.services.window import reset_windows
 
     reset_windows()  # a test's database is rolled back: its key ids come round again
     yield

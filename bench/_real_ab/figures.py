@@ -290,10 +290,8 @@ def gpu_ratio(requests: list[TraceRequest], model: str = "llama3-70b", gpu: str 
         while n < min(prev, len(r.token_ids)) and first.token_ids[n] == r.token_ids[n]:
             n += 1
         heads[r.tenant] = n
-    cold = [cost.prefill_seconds(len(r.token_ids)) for r in requests]
-    hot = [
-        cost.prefill_seconds(len(r.token_ids) - heads[r.tenant], heads[r.tenant]) for r in requests
-    ]
+    cold = [cost.prefill_s(len(r.token_ids)) for r in requests]
+    hot = [cost.prefill_s(len(r.token_ids) - heads[r.tenant], heads[r.tenant]) for r in requests]
     return {
         "model": model,
         "gpu": f"{cost.gpus} x {gpu}",

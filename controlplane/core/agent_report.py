@@ -28,7 +28,7 @@ ReportError = ProtocolError  # a report that breaks the protocol; ``field`` says
 @dataclass
 class ResidencyEntry:
     """One engine's parsed residency entry (the agent's own per-engine state is
-    ``nodeagent.residency.EngineResidency``)."""
+    ``nodeagent.engine_residency.EngineResidency``)."""
 
     engine_id: str
     mode: str  # protocol.MODE_DELTA | protocol.MODE_SNAPSHOT

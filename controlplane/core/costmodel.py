@@ -135,7 +135,7 @@ class CostModel:
         attention = 4.0 * m.layers * m.d_model * new_tokens * (cached_tokens + new_tokens / 2.0)
         return dense + attention
 
-    def prefill_seconds(self, new_tokens: float, cached_tokens: float = 0.0) -> float:
+    def prefill_s(self, new_tokens: float, cached_tokens: float = 0.0) -> float:
         """Time to prefill ``new_tokens`` after ``cached_tokens`` already in the KV cache."""
         if new_tokens < 0 or cached_tokens < 0:
             raise ValueError("token counts must be >= 0")
@@ -143,7 +143,7 @@ class CostModel:
             self.flops_per_s
         )
 
-    def batch_prefill_seconds(self, requests: list[tuple[float, float]]) -> float:
+    def batch_prefill_s(self, requests: list[tuple[float, float]]) -> float:
         """One batch of (new, cached) prefills: the overhead once, the FLOPs summed."""
         flops = sum(self.prefill_flops(n, c) for n, c in requests)
         return self.batch_overhead_s + flops / self.flops_per_s
@@ -152,7 +152,7 @@ class CostModel:
         return tokens * self.kv_bytes_per_token
 
 
-def transfer_seconds(nbytes: float, bytes_per_s: float, latency_s: float = 0.0) -> float:
+def transfer_s(nbytes: float, bytes_per_s: float, latency_s: float = 0.0) -> float:
     """Time to move ``nbytes`` over a link of ``bytes_per_s`` (already net of sharing)."""
     if bytes_per_s <= 0:
         return math.inf

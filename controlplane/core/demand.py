@@ -22,8 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from controlplane.core.forecast import burst_risk
-from controlplane.core.forecast.burst import BURST_FACTOR
+from controlplane.core.forecast.burst import BURST_FACTOR, burst_risk
 from controlplane.core.policy.types import Demand
 
 UNSCORED_CONFIDENCE = 0.5

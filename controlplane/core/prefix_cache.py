@@ -2,7 +2,7 @@
 
 This models the KV cache *inside* one engine (what vLLM's prefix cache does on a GPU, or one
 offload tier beside it). It is distinct from the control plane's cluster-wide residency index
-(``controlplane/core/residency.py``: block -> engines, longest-prefix lookup across the fleet),
+(``controlplane/core/residency_index.py``: block -> engines, longest-prefix lookup across the fleet),
 which is built from KV events; the simulator uses this class to play the engines themselves.
 
 Keys are canonical chained keys (``wire/blockhash.py``), so a key already implies

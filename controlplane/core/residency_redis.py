@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 import msgpack
 import redis
 
-from .residency import (
+from .residency_index import (
     BIT,
     MEDIA,
     REMOVAL_CAP,

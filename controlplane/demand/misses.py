@@ -19,7 +19,7 @@ from django.conf import settings
 
 from controlplane.core import misses as m
 from controlplane.core.prefix_groups import group_depth
-from controlplane.fleet.residency import get_index
+from controlplane.fleet.configured_index import get_index
 
 from .models import MissBucket
 

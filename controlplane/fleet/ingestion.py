@@ -12,14 +12,14 @@ from django.utils import timezone
 from controlplane.audit.services import record
 from controlplane.core.agent_report import Report
 from controlplane.core.errors import Conflict, Forbidden
-from controlplane.core.residency import Delta
+from controlplane.core.residency_index import Delta
 from controlplane.realtime import events
 from controlplane.realtime.publish import publish_event
 from wire.protocol import MODE_SNAPSHOT
 
 from .choices import NodeState
+from .configured_index import get_index
 from .models import Engine, Gpu, GpuSample, Node
-from .residency import get_index
 from .signals import residency_reported
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ from controlplane.realtime import events
 from controlplane.realtime.publish import publish_event
 
 from .choices import TENANTS_LABEL, EngineLifecycle, NodeState
+from .configured_index import get_index
 from .ingestion import forget_engine_gpus
 from .models import Engine, Gpu, Node
-from .residency import get_index
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ class ForecastAdmin(admin.ModelAdmin):
         "model",
         "generated_at",
         "horizon",
-        "bucket_seconds",
+        "bucket_s",
         "backtest_mase",
         "burst_risk",
     )

@@ -11,7 +11,7 @@ class Forecast(models.Model):
     )
     generated_at = models.DateTimeField(auto_now_add=True, db_index=True)
     start = models.DateTimeField(help_text="start of the first forecast bucket")
-    bucket_seconds = models.PositiveIntegerField()
+    bucket_s = models.PositiveIntegerField(db_column="bucket_seconds")
     horizon = models.PositiveIntegerField(help_text="number of buckets")
     yhat = models.JSONField()
     lower = models.JSONField()
@@ -41,8 +41,10 @@ class FittedModel(models.Model):
     model = models.CharField(max_length=40)
     fitted_at = models.DateTimeField(db_index=True)
     end = models.DateTimeField(help_text="end of the history it was fitted on")
-    bucket_seconds = models.PositiveIntegerField()
-    fit_seconds = models.PositiveIntegerField(help_text="the fit bucket (an hour for Prophet)")
+    bucket_s = models.PositiveIntegerField(db_column="bucket_seconds")
+    fit_s = models.PositiveIntegerField(
+        db_column="fit_seconds", help_text="the fit bucket (an hour for Prophet)"
+    )
     values = models.JSONField(default=list, help_text="expected count per fit bucket from end")
     sigma = models.FloatField(default=0.0, help_text="in-sample residual RMS per bucket")
     backtest_mase = models.FloatField(null=True, blank=True)

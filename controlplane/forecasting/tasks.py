@@ -1,7 +1,7 @@
 """Forecast tasks: take ids, idempotent, a vanished key is logged and skipped.
 
 A cycle is one task: ``forecast_all`` (``forecast`` queue) forecasts every active key at once
-(``services.forecast_tick``: array work, Prophet read from its fitted state), then sends the
+(``tick.forecast_tick``: array work, Prophet read from its fitted state), then sends the
 Prophet refits the per-hour budget grants since the previous cycle to the ``forecast-slow``
 queue (``fit_slow_model``, staggered over the interval), and returns how many keys got a
 forecast. In the chain ``tick`` builds (``controlplane.replication.tasks``: forecast, then plan)
@@ -13,9 +13,8 @@ from __future__ import annotations
 import logging
 import time
 
+from controlplane.forecasting.services import slow_fits, storage, tick
 from controlplane.queues import Queue, task
-
-from . import services
 
 log = logging.getLogger(__name__)
 DEFAULT_HORIZON_S = 600.0  # without a policy to say otherwise
@@ -25,7 +24,7 @@ DEFAULT_HORIZON_S = 600.0  # without a policy to say otherwise
 def forecast_all(horizon_s: float = DEFAULT_HORIZON_S) -> int:
     """Forecast every recently active key in one array pass; returns how many got a forecast.
     Then queue the Prophet refits due since the previous cycle (off the tick path)."""
-    stamp = services.forecast_tick(horizon_s)
+    stamp = tick.forecast_tick(horizon_s)
     log.info("forecast tick: %s", stamp)
     schedule_slow_fits(horizon_s)
     return stamp["forecast"]
@@ -40,7 +39,7 @@ def schedule_slow_fits(horizon_s: float) -> int:
     now = time.time()
     since = now - _last_schedule.get("at", now - 3600.0)
     _last_schedule["at"] = now
-    due = services.slow_fits_due(since_last_s=since)
+    due = slow_fits.slow_fits_due(since_last_s=since)
     step = min(since, 3600.0) / max(len(due), 1)
     for i, key_id in enumerate(due):
         fit_slow_model.apply_async((key_id, horizon_s), countdown=round(i * step, 1))
@@ -51,7 +50,7 @@ def schedule_slow_fits(horizon_s: float) -> int:
 def fit_slow_model(key_id: int, horizon_s: float = DEFAULT_HORIZON_S) -> int | None:
     """Refit one key's Prophet state (``forecast-slow`` queue)."""
     try:
-        f = services.fit_slow_model(key_id, horizon_s)
+        f = slow_fits.fit_slow_model(key_id, horizon_s)
     except ValueError as exc:  # a history no model accepts: skip the key
         log.warning("slow fit of key %s refused: %s", key_id, exc)
         return None
@@ -61,4 +60,4 @@ def fit_slow_model(key_id: int, horizon_s: float = DEFAULT_HORIZON_S) -> int | N
 @task(Queue.DEFAULT)
 def retention() -> dict:
     """Old forecasts go; each key's latest stays (docs/reliability.md)."""
-    return services.prune_forecasts()
+    return storage.prune_forecasts()

@@ -12,8 +12,8 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from controlplane.demand.models import WorkloadKey
+from controlplane.fleet.configured_index import get_index
 from controlplane.fleet.models import Engine
-from controlplane.fleet.residency import get_index
 from controlplane.replication.choices import JobAction, JobState
 from controlplane.replication.models import ReplicationJob, SpeculativeReplica
 from wire import blockhash, protocol

@@ -14,7 +14,7 @@ from .models import (
     ReplicationPlan,
     SpeculativeReplica,
 )
-from .plans.decisions import decide
+from .plans.decisions import decide_plan
 
 
 @admin.register(Policy)
@@ -51,7 +51,7 @@ class OverrideAdmin(ServiceAdmin):
 
 def _decide(modeladmin, request, queryset, approve: bool):
     for plan in queryset:
-        _, refused = decide(plan.pk, request, approve, reason="admin")
+        _, refused = decide_plan(plan.pk, request, approve, reason="admin")
         for item, why in refused.items():
             modeladmin.message_user(request, f"plan {plan.pk} item {item}: {why}", messages.WARNING)
 

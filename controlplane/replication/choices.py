@@ -5,7 +5,7 @@ What travels to agents (tiers, transports, job actions and states) takes its spe
 """
 
 from controlplane.choiceset import ChoiceSet
-from controlplane.core.policy import decide as strategies
+from controlplane.core.policy import strategy
 from wire import protocol
 
 
@@ -16,17 +16,17 @@ class PolicyMode(ChoiceSet):
 
 
 class PolicyStrategy(ChoiceSet):
-    """What decides copies (``controlplane.core.policy.decide``, shared with the simulator)."""
+    """What decides copies (``controlplane.core.policy.strategy``, shared with the simulator)."""
 
     PREDICTIVE = (
-        strategies.STRATEGY_PREDICTIVE,
+        strategy.STRATEGY_PREDICTIVE,
         "Predictive: forecasts and burst onsets, with the reactive fallback",
     )
     REACTIVE = (
-        strategies.STRATEGY_REACTIVE,
+        strategy.STRATEGY_REACTIVE,
         "Reactive: copy once measured demand outruns the holders",
     )
-    OFF = strategies.STRATEGY_OFF, "Off: no replication"
+    OFF = strategy.STRATEGY_OFF, "Off: no replication"
 
 
 class OverrideKind(ChoiceSet):

@@ -55,7 +55,7 @@ from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from controlplane.demand.models import DemandBucket
-from controlplane.fleet.residency import get_index
+from controlplane.fleet.configured_index import get_index
 from wire import blockhash
 
 from .choices import StorageTier, Transport

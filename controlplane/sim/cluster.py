@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from controlplane.core.costmodel import transfer_seconds
+from controlplane.core.costmodel import transfer_s
 from controlplane.core.prefix_cache import PrefixCache
 from controlplane.sim.config import (  # noqa: F401 - the cluster model, re-exported
     ClusterConfig,
@@ -176,7 +176,7 @@ class Simulation:
         else:
             start = max(now, src.demand_free_at, dst.demand_free_at)
         bw = self.link_bytes_per_s(src, dst, start)
-        return start + transfer_seconds(nbytes, bw, self.config.link_latency_s)
+        return start + transfer_s(nbytes, bw, self.config.link_latency_s)
 
     def start_copy(
         self,

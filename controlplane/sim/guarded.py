@@ -1,4 +1,4 @@
-"""The simulator's feed to the harm guard (``controlplane.core.policy.guard``): the signals the
+"""The simulator's feed to the harm guard (``controlplane.core.policy.harm_guard``): the signals the
 live control plane reads from its agents and records, taken from the simulated cluster.
 
 Each speculative copy ``predictive`` starts is watched: its target's queue when it was planned
@@ -23,10 +23,10 @@ import math
 from dataclasses import dataclass, field
 
 from controlplane.core import misses
-from controlplane.core.policy import guard, spread
-from controlplane.core.policy.inputs import queue_seconds
+from controlplane.core.policy import harm_guard, spread
+from controlplane.core.policy.inputs import estimate_queue_s
 from controlplane.core.policy.types import Budgets, EngineState
-from controlplane.core.residency import REMOVAL_WINDOW_S
+from controlplane.core.residency_index import REMOVAL_WINDOW_S
 from controlplane.sim.adapter import waiting_requests
 from wire.protocol import ENGINE_SERVING
 
@@ -46,7 +46,7 @@ class Watched:
 
 @dataclass
 class SimGuard:
-    state: guard.GuardState = field(default_factory=guard.GuardState)
+    state: harm_guard.GuardState = field(default_factory=harm_guard.GuardState)
     watched: list[Watched] = field(default_factory=list)
     rounds: int = 0
     harmful_rounds: int = 0
@@ -157,7 +157,7 @@ class SimGuard:
                 left.append(w)
             elif w.target in queue:
                 landed.append(
-                    guard.Landed(
+                    harm_guard.Landed(
                         target=w.target,
                         group=w.group,
                         queue_before_s=w.queue_before_s,
@@ -174,23 +174,23 @@ class SimGuard:
         self.evicted = {}
         self.evicted_seen += sum(evicted.values())
         before = self.state
-        self.state = guard.observe(
+        self.state = harm_guard.observe(
             before,
-            guard.Signals(landed=landed, evicted_misses=evicted),
-            limit_s=guard.queue_limit_s(budgets),
+            harm_guard.Signals(landed=landed, evicted_misses=evicted),
+            limit_s=harm_guard.queue_limit_s(budgets),
         )
         self.rounds += 1
         cut = any(self.state.engine(k) < before.engine(k) for k in self.state.engines) or any(
             self.state.group(k) < before.group(k) for k in self.state.groups
         )
         self.harmful_rounds += cut
-        self.min_allowed = min(self.min_allowed, guard.summary(self.state)["allowed"])
+        self.min_allowed = min(self.min_allowed, harm_guard.summary(self.state)["allowed"])
 
 
 def queue_of(e, t: float) -> float:
     """A simulated engine's queue in seconds by the shared input rule (waiting x request)."""
     waiting, request_s = waiting_requests(e, t)
-    return queue_seconds(waiting=waiting, request_s=request_s)
+    return estimate_queue_s(waiting=waiting, request_s=request_s)
 
 
 def serving_queues(engines: list[EngineState]) -> dict[str, float]:

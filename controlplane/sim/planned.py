@@ -1,7 +1,7 @@
 """``reactive``, ``predictive`` and ``clairvoyant``: the shared policy on cache-aware routing.
 
 Every ``tick_s`` (the live plan cycle) the policy describes the cluster to the shared policy
-(``core.policy.decide``, through ``sim.adapter``: the input rules of the live plan cycle) and
+(``core.policy.strategy``, through ``sim.adapter``: the input rules of the live plan cycle) and
 executes its items as speculative copies with a TTL, or as promotions from a lower tier; and on
 each arrival it re-plans the arriving prefix where the live ingest re-plan would
 (``core.policy.ingest``, with its storm bound). Demand comes from the one rule both strategies
@@ -27,21 +27,21 @@ from typing import Any
 
 import numpy as np
 
-from controlplane.core.forecast import BurstTracker
+from controlplane.core.forecast.burst import BurstTracker
 from controlplane.core.policy import ingest, knobs, onset, retention
 from controlplane.core.policy.backoff import cluster_queue_s
-from controlplane.core.policy.decide import (
-    STRATEGY_PREDICTIVE,
-    STRATEGY_REACTIVE,
-    decide,
-    states_of,
-)
 from controlplane.core.policy.demand import MEASURE_WINDOW_S, combined
-from controlplane.core.policy.guard import GuardState
+from controlplane.core.policy.harm_guard import GuardState
 from controlplane.core.policy.ingest import INGEST_BATCH_S
 from controlplane.core.policy.inputs import COLD_VALUE_S
 from controlplane.core.policy.onset import ONSET_MIN_ARRIVALS, ONSET_REPLAN_S, ONSET_WINDOW_S
 from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders
+from controlplane.core.policy.strategy import (
+    STRATEGY_PREDICTIVE,
+    STRATEGY_REACTIVE,
+    plan_moves,
+    states_of,
+)
 from controlplane.core.policy.types import Budgets, Demand, Overrides
 from controlplane.sim import adapter
 from controlplane.sim.guarded import SimGuard, queue_of, serving_queues
@@ -109,7 +109,7 @@ class PlannedPolicy(Reactive):
         # The ingest re-plan's storm bound (``core.policy.ingest``), and its counts.
         self.bound = ingest.IngestBound(enabled=ingest_bound)
         self.reasons: list[str] = []
-        # The harm guard (``core.policy.guard``) fed by the simulated cluster (``sim.guarded``).
+        # The harm guard (``core.policy.harm_guard``) fed by the simulated cluster (``sim.guarded``).
         self.guard = SimGuard() if guard else None
         self._round: tuple[dict, dict, dict] = ({}, {}, {})
         # What each planned copy served against its modelled value, and the correction.
@@ -335,7 +335,7 @@ class PlannedPolicy(Reactive):
                 self.guard.observe(t, engines, self.budgets)
         cands = adapter.candidates(sim, demand, self.rule.min_blocks, self.mean_suffix)
         narrowed: list | None = None if self.guard is None else []
-        items = decide(
+        items = plan_moves(
             strategy=STRATEGY_REACTIVE if self.name == STRATEGY_REACTIVE else STRATEGY_PREDICTIVE,
             candidates=cands,
             demand=demand.values(),

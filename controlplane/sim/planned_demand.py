@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from controlplane.core.forecast import forecast_counts
+from controlplane.core.forecast.select import forecast_counts
 from controlplane.core.policy.types import Demand
 
 DAY_BUCKETS = 144  # 10-minute buckets in a day
@@ -29,7 +29,7 @@ def day_forecasts(wl, use_prophet: bool) -> tuple[dict[str, np.ndarray], dict[st
             res = forecast_counts(
                 hist,
                 start=0.0,
-                bucket_seconds=int(wl.history_bucket_s),
+                bucket_s=int(wl.history_bucket_s),
                 horizon=horizon,
                 models=models,
                 backtest_folds=2,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.core.demand import burst_probability, demand_for
-from controlplane.core.forecast import BurstTracker
+from controlplane.core.forecast.burst import BurstTracker
 from controlplane.core.policy.types import Demand
 from controlplane.sim.engine import WARMING
 from controlplane.sim.planned_demand import DAY_BUCKETS, MAX_CANDIDATES

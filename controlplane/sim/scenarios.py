@@ -236,7 +236,7 @@ def _servegen(
     # the target, and some seeds saturated.
     lengths = sg.prefix_lengths(list(chosen), ptok, seed)
     work = sg.peak_work_rate(
-        chosen, start, duration, {n: cost.prefill_seconds(700, lengths[n]) for n in chosen}
+        chosen, start, duration, {n: cost.prefill_s(700, lengths[n]) for n in chosen}
     )
     if work <= 0:
         raise ValueError("no ServeGen traffic in the chosen window")

@@ -26,7 +26,7 @@ kw, PID, T0, T1, POLICIES, setup = prefix_window_args(sys.argv)
 def cluster_queue(sim, t, pol):
     """The serving engines' mean queue as the planner reads it (the shared input rules)."""
     from controlplane.core.policy.backoff import cluster_queue_s
-    from controlplane.core.policy.decide import states_of
+    from controlplane.core.policy.strategy import states_of
     from controlplane.sim import adapter
     from controlplane.sim.planned import COLD_VALUE_S
 

@@ -2,7 +2,9 @@
 
 Programmatic use::
 
-    from harness.virtual import Options, VirtualCluster, build_preset
+    from harness.virtual.cluster import VirtualCluster
+    from harness.virtual.options import Options
+    from harness.virtual.presets import build_preset
 
     setup, preset = build_preset("burst")
     vc = VirtualCluster(setup, Options(control_plane_url=url, gateway_token=gw,
@@ -15,10 +17,3 @@ Programmatic use::
 
 CLI: ``prewarm-sim cluster --preset burst --control-plane URL ...`` (``docs/simulator.md``).
 """
-
-from harness.virtual.cluster import VirtualCluster
-from harness.virtual.options import Options
-from harness.virtual.presets import PRESETS, build_preset
-from harness.virtual.stats import Stats
-
-__all__ = ["Options", "PRESETS", "Stats", "VirtualCluster", "build_preset"]

@@ -2,7 +2,7 @@
 /metrics: the blocks a prompt would hit, its first-block hashes, its cache settings."""
 
 from nodeagent.engine_metrics import parse_vllm_metrics
-from nodeagent.residency import EngineResidency
+from nodeagent.engine_residency import EngineResidency
 from wire import blockhash
 
 TOKENS = list(range(100, 164))  # two 32-token blocks

@@ -12,8 +12,8 @@ import msgpack
 import pytest
 
 from harness.realvllm.engine import EngineUnavailable, vllm_python
+from nodeagent.engine_residency import EngineResidency
 from nodeagent.kvevents import BlockStored, decode_payload, normalise
-from nodeagent.residency import EngineResidency
 from tests.realvllm.conftest import unavailable
 from wire import blockhash
 

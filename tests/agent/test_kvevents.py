@@ -3,8 +3,8 @@
 import msgpack
 import pytest
 
+from nodeagent.engine_residency import FLAG_ENGINE_SCOPED, EngineResidency
 from nodeagent.kvevents import EventDecodeError, decode_payload, decode_seq
-from nodeagent.residency import FLAG_ENGINE_SCOPED, EngineResidency
 from tests.agent.conftest import VERSIONS, load_messages
 from wire.blockhash import ROOT_PARENT, block_key, engine_scoped_key, to_hex
 

@@ -6,6 +6,7 @@ import msgpack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nodeagent.engine_residency import EngineResidency
 from nodeagent.kvevents import (
     CLEARED,
     REMOVED,
@@ -14,7 +15,6 @@ from nodeagent.kvevents import (
     decode_payload,
     decode_seq,
 )
-from nodeagent.residency import EngineResidency
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
+from nodeagent.engine_residency import EngineResidency
 from nodeagent.kvevents import decode_payload
 from nodeagent.reporter import Reporter
-from nodeagent.residency import EngineResidency
 from tests.agent.conftest import load_messages
 
 

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from harness.event_publisher import TestPublisher
-from nodeagent.residency import EngineResidency
+from nodeagent.engine_residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
 from tests.agent.conftest import load_messages
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from controlplane.core.costmodel import CostModel, transfer_seconds
+from controlplane.core.costmodel import CostModel, transfer_s
 
 
 def test_kv_bytes_per_token_from_model_shape():
@@ -18,21 +18,21 @@ def test_prefill_seconds_hand_computed():
     # 1000 new tokens, nothing cached: dense 2*8.03e9*1000 = 1.606e13 FLOPs;
     # attention 4*32*4096*1000*500 = 2.62144e11; at 0.5 * 989e12 FLOP/s plus 20 ms.
     expected = 0.02 + (1.606e13 + 2.62144e11) / (0.5 * 989e12)
-    assert c.prefill_seconds(1000) == pytest.approx(expected, rel=1e-12)
+    assert c.prefill_s(1000) == pytest.approx(expected, rel=1e-12)
     # Cached context only adds attention: 4*32*4096*1000*4000 more FLOPs.
     more = 4 * 32 * 4096 * 1000 * 4000 / (0.5 * 989e12)
-    assert c.prefill_seconds(1000, 4000) == pytest.approx(expected + more, rel=1e-12)
+    assert c.prefill_s(1000, 4000) == pytest.approx(expected + more, rel=1e-12)
 
 
 def test_batch_pays_overhead_once():
     c = CostModel.preset("llama3-8b", "a800", gpus=1)
-    one = c.prefill_seconds(500)
-    assert c.batch_prefill_seconds([(500, 0), (500, 0)]) == pytest.approx(2 * one - 0.02)
+    one = c.prefill_s(500)
+    assert c.batch_prefill_s([(500, 0), (500, 0)]) == pytest.approx(2 * one - 0.02)
 
 
 def test_transfer_and_bad_input():
-    assert transfer_seconds(25e9, 12.5e9, 0.005) == pytest.approx(2.005)
-    assert math.isinf(transfer_seconds(1, 0))
+    assert transfer_s(25e9, 12.5e9, 0.005) == pytest.approx(2.005)
+    assert math.isinf(transfer_s(1, 0))
     with pytest.raises(ValueError):
         CostModel.preset("llama3-70b", "h100", gpus=1)  # 141 GB of weights on 80 GB
     with pytest.raises(ValueError):

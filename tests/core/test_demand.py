@@ -3,7 +3,7 @@
 import pytest
 
 from controlplane.core import demand as dm
-from controlplane.core.forecast import burst_risk
+from controlplane.core.forecast.burst import burst_risk
 
 
 def test_confidence_rule():

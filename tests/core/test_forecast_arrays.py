@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from controlplane.core.demand import risk_from_counts
-from controlplane.core.forecast import forecast_counts
 from controlplane.core.forecast.arrays import (
     _NEGBIN_CHUNK_CELLS,
     ARRAY_MODELS,
@@ -13,6 +12,7 @@ from controlplane.core.forecast.arrays import (
     forecast_arrays,
     right_aligned,
 )
+from controlplane.core.forecast.select import forecast_counts
 
 
 def histories(n_keys: int, max_len: int, seed: int) -> list[np.ndarray]:
@@ -42,15 +42,13 @@ def histories(n_keys: int, max_len: int, seed: int) -> list[np.ndarray]:
 def test_every_key_as_the_per_key_path_has_it(bucket_s, horizon, folds):
     series = histories(160, 500, seed=bucket_s + horizon)
     y, lengths = right_aligned(series)
-    res = forecast_arrays(
-        y, lengths, bucket_seconds=bucket_s, horizon=horizon, backtest_folds=folds
-    )
+    res = forecast_arrays(y, lengths, bucket_s=bucket_s, horizon=horizon, backtest_folds=folds)
     seen_models = set()
     for i, s in enumerate(series):
         one = forecast_counts(
             s,
             start=0.0,
-            bucket_seconds=bucket_s,
+            bucket_s=bucket_s,
             horizon=horizon,
             models=list(ARRAY_MODELS),
             backtest_folds=folds,
@@ -79,11 +77,9 @@ def test_every_key_as_the_per_key_path_has_it(bucket_s, horizon, folds):
 def test_a_subset_of_models_and_an_unscored_key():
     series = [np.array([3.0]), np.array([1.0, 2.0, 4.0]), np.arange(40.0)]
     y, lengths = right_aligned(series)
-    res = forecast_arrays(y, lengths, bucket_seconds=600, horizon=5, models=["ewma", "last_value"])
+    res = forecast_arrays(y, lengths, bucket_s=600, horizon=5, models=["ewma", "last_value"])
     for i, s in enumerate(series):
-        one = forecast_counts(
-            s, start=0.0, bucket_seconds=600, horizon=5, models=["ewma", "last_value"]
-        )
+        one = forecast_counts(s, start=0.0, bucket_s=600, horizon=5, models=["ewma", "last_value"])
         assert res.model_name(i) == one.model
         np.testing.assert_allclose(res.yhat[i], one.yhat, rtol=1e-12)
     assert np.isnan(res.backtest_mase[0]) and res.model_name(0) == "last_value"
@@ -92,11 +88,11 @@ def test_a_subset_of_models_and_an_unscored_key():
 def test_bad_input_is_refused():
     y, lengths = right_aligned([np.array([1.0, 2.0])])
     with pytest.raises(ValueError, match="no array form"):
-        forecast_arrays(y, lengths, bucket_seconds=600, horizon=2, models=["prophet"])
+        forecast_arrays(y, lengths, bucket_s=600, horizon=2, models=["prophet"])
     with pytest.raises(ValueError, match="non-negative"):
-        forecast_arrays(-y, lengths, bucket_seconds=600, horizon=2)
+        forecast_arrays(-y, lengths, bucket_s=600, horizon=2)
     with pytest.raises(ValueError, match="1..width"):
-        forecast_arrays(y, np.array([0]), bucket_seconds=600, horizon=2)
+        forecast_arrays(y, np.array([0]), bucket_s=600, horizon=2)
 
 
 def test_burst_risk_of_every_key_as_risk_from_counts():

@@ -3,15 +3,13 @@
 import numpy as np
 import pytest
 
-from controlplane.core.forecast import FORECASTERS, mase
 from controlplane.core.forecast.baselines import ewma_levels
-from controlplane.core.forecast.series import aggregate, as_counts, mase_scale, z_for
+from controlplane.core.forecast.select import FORECASTERS
+from controlplane.core.forecast.series import aggregate, as_counts, mase, mase_scale, z_for
 
 
-def fit_predict(name, history, horizon, bucket_seconds=3600):
-    fitted = FORECASTERS[name].fit(
-        np.asarray(history, float), bucket_seconds=bucket_seconds, end=0.0
-    )
+def fit_predict(name, history, horizon, bucket_s=3600):
+    fitted = FORECASTERS[name].fit(np.asarray(history, float), bucket_s=bucket_s, end=0.0)
     return fitted.predict(horizon)
 
 

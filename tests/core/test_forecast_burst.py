@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from controlplane.core.forecast import BurstTracker, burst_risk
-from controlplane.core.traces import shared_data_dir
+from controlplane.core.forecast.burst import BurstTracker, burst_risk
+from controlplane.core.traces.paths import shared_data_dir
 
 # Inter-arrival fits of real ServeGen m-large windows (chunk-0-trace.csv rows 1, 3, 4).
 SERVEGEN_FITS = [

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from controlplane.core.forecast import forecast_counts, forecast_many
 from controlplane.core.forecast.backtest import fold_origins
+from controlplane.core.forecast.select import forecast_counts, forecast_many
 
 BASELINES = ["last_value", "ewma", "seasonal_naive", "seasonal_blend"]
 HOUR = 3600
@@ -30,18 +30,18 @@ def test_fold_origins_are_newest_non_overlapping_blocks():
 
 def test_clear_daily_cycle_picks_a_seasonal_model():
     y = daily_cycle(7)
-    r = forecast_counts(y, start=7 * 86400.0, bucket_seconds=HOUR, horizon=12, models=BASELINES)
+    r = forecast_counts(y, start=7 * 86400.0, bucket_s=HOUR, horizon=12, models=BASELINES)
     assert r.model in ("seasonal_naive", "seasonal_blend")
     assert r.scores["seasonal_naive"] < r.scores["last_value"]
     assert r.backtest_mase == r.scores[r.model] and r.folds[r.model] == 3
     assert len(r.yhat) == len(r.lower) == len(r.upper) == 12
     assert (r.lower <= r.yhat).all() and (r.yhat <= r.upper).all()
-    assert r.start == 7 * 86400.0 and r.bucket_seconds == HOUR
+    assert r.start == 7 * 86400.0 and r.bucket_s == HOUR
 
 
 def test_random_walk_picks_persistence_over_seasonal_naive():
     y = random_walk(24 * 7)
-    r = forecast_counts(y, start=0.0, bucket_seconds=HOUR, horizon=3, models=BASELINES)
+    r = forecast_counts(y, start=0.0, bucket_s=HOUR, horizon=3, models=BASELINES)
     assert r.model in ("last_value", "ewma")
     assert r.scores["seasonal_naive"] > r.scores[r.model]
     assert r.yhat[0] == pytest.approx(y[-1], rel=0.1)
@@ -49,15 +49,15 @@ def test_random_walk_picks_persistence_over_seasonal_naive():
 
 def test_prophet_refused_below_two_days_with_a_note():
     y = daily_cycle(1)[:18]  # 3 h of 10-minute buckets
-    r = forecast_counts(y, start=0.0, bucket_seconds=600, horizon=6)
+    r = forecast_counts(y, start=0.0, bucket_s=600, horizon=6)
     assert "prophet" not in r.scores and r.model != "prophet"
     assert "only 3 h of history: baselines only, Prophet needs >= 2 days" in r.note
     with pytest.raises(ValueError, match="Prophet needs"):
-        forecast_counts(y, start=0.0, bucket_seconds=600, horizon=6, models=["prophet"])
+        forecast_counts(y, start=0.0, bucket_s=600, horizon=6, models=["prophet"])
 
 
 def test_too_short_to_backtest_falls_back_to_unscored_last_value():
-    r = forecast_counts([4.0, 6.0], start=0.0, bucket_seconds=60, horizon=5)
+    r = forecast_counts([4.0, 6.0], start=0.0, bucket_s=60, horizon=5)
     assert r.model == "last_value" and r.backtest_mase is None and r.scores == {}
     assert "too short to backtest" in r.note
     np.testing.assert_array_equal(r.yhat, [6.0] * 5)
@@ -68,7 +68,7 @@ def test_too_short_to_backtest_falls_back_to_unscored_last_value():
     [
         (dict(counts=[]), "empty"),
         (dict(counts=[1, -2, 3]), "non-negative"),
-        (dict(bucket_seconds=0), "bucket_seconds"),
+        (dict(bucket_s=0), "bucket_s"),
         (dict(horizon=0), "horizon"),
         (dict(models=["arima"]), "unknown models"),
         (dict(interval=1.5), "interval"),
@@ -76,7 +76,7 @@ def test_too_short_to_backtest_falls_back_to_unscored_last_value():
     ],
 )
 def test_bad_input_is_refused(kwargs, message):
-    args = dict(counts=[1.0, 2.0, 3.0], start=0.0, bucket_seconds=60, horizon=2) | kwargs
+    args = dict(counts=[1.0, 2.0, 3.0], start=0.0, bucket_s=60, horizon=2) | kwargs
     counts = args.pop("counts")
     with pytest.raises(ValueError, match=message):
         forecast_counts(counts, **args)
@@ -84,7 +84,7 @@ def test_bad_input_is_refused(kwargs, message):
 
 def test_forecast_many_in_a_pool_matches_inline():
     series = [(daily_cycle(3, seed), 0.0) for seed in range(4)]
-    kw = dict(bucket_seconds=HOUR, horizon=6, models=BASELINES)
+    kw = dict(bucket_s=HOUR, horizon=6, models=BASELINES)
     pooled = forecast_many(series, workers=2, **kw)
     inline = forecast_many(series, workers=1, **kw)
     for a, b in zip(pooled, inline, strict=True):

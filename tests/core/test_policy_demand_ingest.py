@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core.policy.decide import decide
 from controlplane.core.policy.demand import combined, forecast_rate
-from controlplane.core.policy.guard import GuardState
+from controlplane.core.policy.harm_guard import GuardState
 from controlplane.core.policy.ingest import (
     HYSTERESIS,
     MAX_LINK_QUEUE_S,
@@ -16,6 +15,7 @@ from controlplane.core.policy.ingest import (
     wants_replan,
 )
 from controlplane.core.policy.inputs import EngineReport, engine_states
+from controlplane.core.policy.strategy import plan_moves
 from controlplane.core.policy.types import Candidate, Demand, Holding, Overrides
 from tests.planner_settings import uncharged
 
@@ -67,13 +67,13 @@ def test_predictive_plans_at_least_what_reactive_plans_on_measured_demand():
         overrides=Overrides(),
         guard=GuardState(),
     )
-    reactive = decide(
+    reactive = plan_moves(
         strategy="reactive",
         demand=[combined("p", measured_rate=4.0, horizon_s=H, min_confidence=0.0)],
         **args,
     ).items
     zero = Demand("p", 0.0, 0.0, 0.0, 0.9)
-    predictive = decide(
+    predictive = plan_moves(
         strategy="predictive",
         demand=[combined("p", measured_rate=4.0, horizon_s=H, forecast=zero, min_confidence=0.0)],
         **args,
@@ -118,7 +118,7 @@ def burst(bound: IngestBound, *, seconds=60, copy_s=5.0, rate=lambda t: 40.0) ->
         r = rate(t)
         if not bound.due("p", now=float(t), rate=r, in_flight=bool(landing)):
             continue
-        items = decide(
+        items = plan_moves(
             strategy="reactive",
             candidates=[cand],
             demand=[combined("p", measured_rate=r, horizon_s=H, min_confidence=0.0)],
@@ -173,6 +173,6 @@ def test_a_target_whose_link_is_busy_takes_no_ingest_copy():
         guard=GuardState(),
     )
     busy = _states(link_queue_s=MAX_LINK_QUEUE_S + 1)
-    items = decide(engines=busy, **args).items
+    items = plan_moves(engines=busy, **args).items
     assert items and not bound.admit(items, engines=busy, now=0.0, rates={"p": 40.0})
     assert bound.held_back_items == len(items)

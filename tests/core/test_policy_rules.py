@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from controlplane.core.policy import onset
-from controlplane.core.policy.decide import Decision, decide
-from controlplane.core.policy.guard import GuardState
+from controlplane.core.policy.harm_guard import GuardState
 from controlplane.core.policy.ingest import IngestBound, wants_replan
 from controlplane.core.policy.inputs import EngineReport, engine_states, spec_room
+from controlplane.core.policy.strategy import Decision, plan_moves
 from controlplane.core.policy.types import Candidate, Demand, Holding, Overrides
 from tests.planner_settings import uncharged
 
@@ -66,7 +66,7 @@ def test_strategy_off_plans_nothing_and_an_unknown_one_is_refused():
         overrides=Overrides(),
         guard=GuardState(),
     )
-    assert [m.target for m in decide(strategy="reactive", **args).items] == ["b"]
-    assert decide(strategy="off", **args) == Decision([], [])
+    assert [m.target for m in plan_moves(strategy="reactive", **args).items] == ["b"]
+    assert plan_moves(strategy="off", **args) == Decision([], [])
     with pytest.raises(ValueError):
-        decide(strategy="sometimes", **args)
+        plan_moves(strategy="sometimes", **args)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 from controlplane.core.policy import spread
-from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, decide
 from controlplane.core.policy.demand import combined
+from controlplane.core.policy.strategy import STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, plan_moves
 from controlplane.core.policy.types import (
     Budgets,
     Candidate,
@@ -48,7 +48,7 @@ def _items(strategy=STRATEGY_PREDICTIVE, narrowed=None, fore_rate=0.1):
     cands, demand, engines, holds = _case(fore_rate)
     if strategy == STRATEGY_REACTIVE:  # the shipped reactive plans the measured part alone
         demand = spread.measured_part(demand, H)
-    return decide(
+    return plan_moves(
         strategy=strategy,
         candidates=cands,
         demand=demand,

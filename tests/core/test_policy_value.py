@@ -6,8 +6,8 @@ import math
 import pytest
 
 from controlplane.core.policy import value
-from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, decide
 from controlplane.core.policy.planner import plan
+from controlplane.core.policy.strategy import STRATEGY_PREDICTIVE, plan_moves
 from controlplane.core.policy.types import (
     Budgets,
     Candidate,
@@ -169,6 +169,6 @@ def test_decide_hands_the_correction_to_the_planner():
         budgets=Budgets(horizon_s=60),
         overrides=Overrides(),
     )
-    raw = decide(**kw)
-    cut = decide(**kw, calibration=Calibration({(REPLICA, REQUESTS): 0.25}))
+    raw = plan_moves(**kw)
+    cut = plan_moves(**kw, calibration=Calibration({(REPLICA, REQUESTS): 0.25}))
     assert cut[0].expected_ttft_saved_s == pytest.approx(0.25 * raw[0].expected_ttft_saved_s)

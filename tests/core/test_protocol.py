@@ -16,14 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # Still to convert (another branch is changing them): controlplane/sim/*.
 CONVERTED = [
     "controlplane/core/agent_report.py",
-    "controlplane/core/residency.py",
+    "controlplane/core/residency_index.py",
     "controlplane/api/parsers.py",
     "controlplane/fleet/services.py",
     "controlplane/fleet/ingestion.py",
     "controlplane/fleet/api/views.py",
     "controlplane/replication/choices.py",
     "nodeagent/reporter.py",
-    "nodeagent/residency.py",
+    "nodeagent/engine_residency.py",
     "nodeagent/jobs.py",
     "nodeagent/agent.py",
     "nodeagent/transfers/base.py",

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from controlplane.core.residency import Delta, Holder, InProcessResidencyIndex
+from controlplane.core.residency_index import Delta, Holder, InProcessResidencyIndex
 
 REDIS_URL = os.environ.get("PREWARM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 

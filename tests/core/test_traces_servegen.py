@@ -5,8 +5,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controlplane.core.traces import load_servegen_windows, shared_data_dir
-from controlplane.core.traces.servegen import SERVEGEN_M_LARGE, ServegenFormatError
+from controlplane.core.traces.paths import shared_data_dir
+from controlplane.core.traces.servegen import (
+    SERVEGEN_M_LARGE,
+    ServegenFormatError,
+    load_servegen_windows,
+)
 
 M_LARGE = shared_data_dir() / SERVEGEN_M_LARGE
 
@@ -16,7 +20,7 @@ def test_bundled_m_large_has_162_tenants_of_14_days():
     assert len(tenants) == 162
     assert list(tenants)[:3] == ["chunk-0", "chunk-1", "chunk-2"]
     t0 = tenants["chunk-0"]
-    assert len(t0) == 14 * 144 and t0.window_seconds == 600.0
+    assert len(t0) == 14 * 144 and t0.window_s == 600.0
     # First row of chunk-0-trace.csv, read by hand.
     assert t0.window_start_s[0] == 0 and t0.pattern[0] == "Weibull"
     assert t0.rate[0] == pytest.approx(1.3316666666666668)
@@ -34,7 +38,7 @@ def test_single_file_and_numeric_order(tmp_path: Path):
     tenants = load_servegen_windows(tmp_path)
     assert list(tenants) == ["chunk-2", "chunk-10"]
     one = load_servegen_windows(tmp_path / "chunk-2-trace.csv")
-    assert one["chunk-2"].window_seconds == 60.0
+    assert one["chunk-2"].window_s == 60.0
     np.testing.assert_array_equal(one["chunk-2"].expected_counts(), [60.0, 0.0])
 
 

@@ -18,7 +18,7 @@ from controlplane.demand.services import downsample_demand
 from controlplane.fleet.models import Gpu, GpuSample, Node
 from controlplane.fleet.retention import downsample_gpu_samples
 from controlplane.forecasting.models import Forecast
-from controlplane.forecasting.services import prune_forecasts
+from controlplane.forecasting.services.storage import prune_forecasts
 from controlplane.replication.models import JobTransition, Policy, ReplicationJob, ReplicationPlan
 from controlplane.replication.services import prune_finished
 
@@ -91,7 +91,7 @@ def _simulate_day(day: int, gpus: list[int], keys: list[int], policy: Policy) ->
             "key_id",
             "generated_at",
             "start",
-            "bucket_seconds",
+            "bucket_s",
             "horizon",
             "yhat",
             "lower",

@@ -123,7 +123,7 @@ def plans() -> dict:
     Forecast.objects.create(
         key=key,
         start=now.replace(second=0, microsecond=0),
-        bucket_seconds=60,
+        bucket_s=60,
         horizon=30,
         yhat=[40 + i for i in range(30)],
         lower=[30 + i for i in range(30)],
@@ -155,7 +155,7 @@ def long_names() -> dict:
     Forecast.objects.create(
         key=key,
         start=now,
-        bucket_seconds=60,
+        bucket_s=60,
         horizon=30,
         yhat=[4.0] * 30,
         lower=[2.0] * 30,

@@ -155,7 +155,7 @@ def test_forecast_page_shows_actual_and_band(world):
     Forecast.objects.create(
         key=key,
         start=timezone.now() + timedelta(minutes=1),
-        bucket_seconds=60,
+        bucket_s=60,
         horizon=3,
         yhat=[5, 6, 7],
         lower=[4, 5, 6],

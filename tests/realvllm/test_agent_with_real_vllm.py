@@ -11,7 +11,7 @@ import pytest
 
 from harness.processes import wait_for
 from harness.realvllm.engine import BLOCK_SIZE
-from nodeagent.residency import EngineResidency
+from nodeagent.engine_residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber
 from tests.realvllm.helpers import (
     Announced,

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from controlplane.core import misses
-from controlplane.core.policy import guard
+from controlplane.core.policy import harm_guard
 from controlplane.core.policy.spread import Narrowed
 from controlplane.core.policy.types import Budgets, EngineState
 from controlplane.core.prefix_cache import PrefixCache
-from controlplane.core.residency import REMOVAL_WINDOW_S
+from controlplane.core.residency_index import REMOVAL_WINDOW_S
 from controlplane.sim.cluster import Simulation
 from controlplane.sim.guarded import SimGuard
 from controlplane.sim.policy_factory import make_policy
@@ -54,9 +54,9 @@ def test_evicted_misses_on_a_target_that_took_a_copy_cut_its_allowance_and_say_w
     for t in (5.0, 6.0):
         assert _miss(g, t=t, removed_at=4.5) == misses.EVICTED
     g.observe(10.0, _engines(), uncharged())
-    assert g.state.engine("e1") == guard.DECREASE and not g.state.groups
-    out = guard.summary(g.state)
-    assert out["allowed"] == guard.DECREASE
+    assert g.state.engine("e1") == harm_guard.DECREASE and not g.state.groups
+    out = harm_guard.summary(g.state)
+    assert out["allowed"] == harm_guard.DECREASE
     assert "engine:e1 cut to 0.5: 2 misses on blocks evicted while it took copies" in out["why"]
     assert g.stats()["evicted_misses"] == 2 and g.stats()["harmful_rounds"] == 1
 
@@ -75,15 +75,15 @@ def test_misses_that_are_not_evicted_ones_on_a_copys_target_cut_nothing(where):
     for t in (5.0, 6.0):
         _miss(g, t=t, **where)
     g.observe(10.0, _engines(), uncharged())
-    assert not g.state.engines and guard.summary(g.state)["allowed"] == 1.0
+    assert not g.state.engines and harm_guard.summary(g.state)["allowed"] == 1.0
 
 
 def test_a_request_its_copy_was_for_served_before_it_landed_cuts_its_group():
     g = _copied(prefix=7, planned_at=0.0, lands_at=4.0)
     assert _miss(g, prefix=7, t=1.5, warming=True) == misses.WARMING
     g.observe(10.0, _engines(), uncharged())
-    assert g.state.group("t0") == guard.DECREASE and not g.state.engines
-    why = guard.summary(g.state)["why"]
+    assert g.state.group("t0") == harm_guard.DECREASE and not g.state.engines
+    why = harm_guard.summary(g.state)["why"]
     assert "group:t0 cut to 0.5: a copy took 4.0 s to land; a request it was for came 1.5 s" in why
     assert g.stats()["late_copies"] == 1
 
@@ -162,7 +162,7 @@ def test_predictive_classifies_its_misses_for_its_guard():
     policy.on_miss(sim, e1, 8, (80, 81), 6.0)  # never removed, nothing in flight: not counted
     policy.guard.observe(10.0, _engines(), uncharged())
     s = policy.guard.state
-    assert s.group("t0") == guard.DECREASE and s.engine("e1") == guard.DECREASE
+    assert s.group("t0") == harm_guard.DECREASE and s.engine("e1") == harm_guard.DECREASE
     assert policy.guard.stats()["evicted_misses"] == 2
     assert PlannedPolicy("predictive", Budgets(**SIMULATED), guard=False).on_miss is None
 

@@ -174,7 +174,5 @@ def test_servegen_load_holds_for_every_seed():
             seed=seed,
         )
         wl, cost = s.workload, s.config.cost
-        work = sum(
-            cost.prefill_seconds(700, len(wl.prefixes[p]) * BLOCK_TOKENS) for p in wl.pid.tolist()
-        )
+        work = sum(cost.prefill_s(700, len(wl.prefixes[p]) * BLOCK_TOKENS) for p in wl.pid.tolist())
         assert work / (1800 * 4) == pytest.approx(0.5, rel=0.3)

@@ -14,13 +14,14 @@ import pytest
 
 from controlplane.sim.scenarios import build
 from controlplane.sim.workloads.base import BLOCK_TOKENS, Workload
-from harness.virtual import Options, VirtualCluster
+from harness.virtual.cluster import VirtualCluster
 from harness.virtual.engine import block_file
+from harness.virtual.options import Options
 from harness.virtual.publisher import KvEventPublisher, block_stored
 from harness.virtual.tokens import TokenBook
 from nodeagent.blockstore import FileBlockStore
+from nodeagent.engine_residency import EngineResidency
 from nodeagent.kvevents import decode_payload
-from nodeagent.residency import EngineResidency
 from nodeagent.subscriber import EngineSubscriber, ReplayClient
 from nodeagent.transfers.base import Job
 from nodeagent.transfers.tcp import TcpTransferServer, TcpTransport

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from controlplane.demand.models import DemandBucket, WorkloadKey
-from controlplane.forecasting import services
 from controlplane.forecasting.models import FittedModel, Forecast
+from controlplane.forecasting.services import per_key, slow_fits, tick, window
 
 BUCKET_S = 600
 HORIZON_S = 3600.0
@@ -76,11 +76,11 @@ def test_the_tick_stores_what_the_per_key_path_stores(tick_settings):
     ]
     now = datetime(2026, 12, 1, 12, 3, tzinfo=UTC)
     ids = seed(now, 30)
-    stamp = services.forecast_tick(HORIZON_S, now=now)
+    stamp = tick.forecast_tick(HORIZON_S, now=now)
     ticked = {k: latest(k) for k in ids}
     models = set()
     for k in ids:
-        one = services.forecast_key(k, HORIZON_S, now=now)
+        one = per_key.forecast_key(k, HORIZON_S, now=now)
         if one is None:  # no demand in its history: neither path forecasts it
             assert ticked[k] is None
             continue
@@ -95,7 +95,7 @@ def test_the_tick_stores_what_the_per_key_path_stores(tick_settings):
 def test_an_incremental_tick_agrees_with_a_full_read(tick_settings):
     now = datetime(2026, 12, 1, 12, 3, tzinfo=UTC)
     ids = seed(now, 12, seed=3)
-    services.forecast_tick(HORIZON_S, now=now)
+    tick.forecast_tick(HORIZON_S, now=now)
     # Three buckets later: new demand on some keys, a late record in an already-read bucket,
     # and a key seen for the first time.
     later = now + timedelta(seconds=3 * BUCKET_S)
@@ -124,11 +124,11 @@ def test_an_incremental_tick_agrees_with_a_full_read(tick_settings):
         requests=5,
     )
     WorkloadKey.objects.update(last_seen=later)
-    stamp = services.forecast_tick(HORIZON_S, now=later)
+    stamp = tick.forecast_tick(HORIZON_S, now=later)
     assert stamp["window"] == "incremental"
     incremental = {k: latest(k) for k in [*ids, fresh.pk]}
-    services.reset_windows()
-    assert services.forecast_tick(HORIZON_S, now=later)["window"] == "full"
+    window.reset_windows()
+    assert tick.forecast_tick(HORIZON_S, now=later)["window"] == "full"
     assert latest(fresh.pk) is not None
     for k, f in incremental.items():
         if f is None:
@@ -167,12 +167,12 @@ def test_prophet_is_fitted_off_the_tick_and_read_from_its_state(tick_settings):
         )
         for j in range(1, 37)
     )
-    assert services.slow_fits_due(now=now, since_last_s=3600) == [k.pk]  # young: < 2 days
-    fit = services.fit_slow_model(k.pk, HORIZON_S, now=now)
+    assert slow_fits.slow_fits_due(now=now, since_last_s=3600) == [k.pk]  # young: < 2 days
+    fit = slow_fits.fit_slow_model(k.pk, HORIZON_S, now=now)
     assert fit is not None and fit.backtest_mase is not None and len(fit.values) > 1
-    one = services.forecast_key(k.pk, HORIZON_S, now=now)
+    one = per_key.forecast_key(k.pk, HORIZON_S, now=now)
     assert fit.chosen and one.model == "prophet"  # a clean daily cycle: Prophet wins its fold
-    services.forecast_tick(HORIZON_S, now=now)
+    tick.forecast_tick(HORIZON_S, now=now)
     ticked = latest(k.pk)
     assert ticked.scores["prophet"] == pytest.approx(one.scores["prophet"], rel=1e-6)
     same(ticked, one)
@@ -181,14 +181,14 @@ def test_prophet_is_fitted_off_the_tick_and_read_from_its_state(tick_settings):
     assert "Prophet needs >= 2 days" in latest(young.pk).note
     assert FittedModel.objects.count() == 1
     # Refitted now, so not due again before the never-fitted keys (none left) and within budget.
-    assert services.slow_fits_due(now=now, since_last_s=360) == [k.pk]
+    assert slow_fits.slow_fits_due(now=now, since_last_s=360) == [k.pk]
 
 
 def test_demand_of_inactive_keys_only_forecasts_nothing(tick_settings):
     now = datetime(2026, 12, 1, 12, 3, tzinfo=UTC)
     seed(now, 3)
     WorkloadKey.objects.update(last_seen=now - timedelta(days=30))  # buckets, but no active key
-    assert services.forecast_tick(HORIZON_S, now=now) == {
+    assert tick.forecast_tick(HORIZON_S, now=now) == {
         "keys": 0,
         "forecast": 0,
         "window": "full",

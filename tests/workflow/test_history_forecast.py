@@ -14,8 +14,8 @@ import pytest
 from controlplane.demand.history import import_history
 from controlplane.demand.models import WorkloadKey
 from controlplane.demand.services import ingest_records
-from controlplane.forecasting import services
 from controlplane.forecasting.models import FittedModel, Forecast
+from controlplane.forecasting.services import slow_fits, tick, window
 from wire import blockhash
 
 BUCKET_S = 600
@@ -30,9 +30,9 @@ def fresh_install(settings):
     settings.PREWARM_DEMAND_BUCKET_SECONDS = BUCKET_S
     settings.PREWARM_FORECAST_TICK_DAYS = 3.0
     settings.PREWARM_FORECAST_MODELS = []
-    services.reset_windows()
+    window.reset_windows()
     yield
-    services.reset_windows()
+    window.reset_windows()
 
 
 def daily(bucket: int) -> int:
@@ -57,11 +57,11 @@ def test_imported_history_gives_day_scale_models_and_prophet_in_the_first_hour(f
     ]
     ingest_records(live)
     wk = WorkloadKey.objects.get()
-    stamp = services.forecast_tick(HORIZON_S)
+    stamp = tick.forecast_tick(HORIZON_S)
     assert stamp["forecast"] == 1 and stamp["window"] == "full"
     before = latest(wk.pk)
     assert before.model not in DAY_SCALE and before.note.startswith("baseline only")
-    assert services.slow_fits_due() == []  # no key has the 2 days Prophet takes
+    assert slow_fits.slow_fits_due() == []  # no key has the 2 days Prophet takes
 
     # Two days and an hour of the tenant's history, in 10-minute counts, up to its first
     # live record.
@@ -83,7 +83,7 @@ def test_imported_history_gives_day_scale_models_and_prophet_in_the_first_hour(f
     assert imp.workload_keys == 1 and imp.workload_keys_created == 0 and imp.skipped_live == 0
 
     # The worker's window (read in full at the first tick) is read again: the import is newer.
-    stamp = services.forecast_tick(HORIZON_S)
+    stamp = tick.forecast_tick(HORIZON_S)
     assert stamp["window"] == "full"
     after = latest(wk.pk)
     assert after.model in DAY_SCALE, after.note
@@ -91,10 +91,10 @@ def test_imported_history_gives_day_scale_models_and_prophet_in_the_first_hour(f
 
     # Prophet is due first (never fitted, two days of history); its fit and backtest then
     # reach the tick's forecast.
-    assert services.slow_fits_due() == [wk.pk]
-    fit = services.fit_slow_model(wk.pk, HORIZON_S)
+    assert slow_fits.slow_fits_due() == [wk.pk]
+    fit = slow_fits.fit_slow_model(wk.pk, HORIZON_S)
     assert isinstance(fit, FittedModel) and fit.backtest_mase is not None
-    services.forecast_tick(HORIZON_S)
+    tick.forecast_tick(HORIZON_S)
     third = latest(wk.pk)
     assert third.scores["prophet"] == pytest.approx(fit.backtest_mase)
     assert third.model in DAY_SCALE

@@ -1,5 +1,5 @@
-"""The harm guard in the live plan cycle (``core.policy.guard`` fed by
-``replication.plans.guard``): copies that raise their targets' queue beyond the limit cut the
+"""The harm guard in the live plan cycle (``core.policy.harm_guard`` fed by
+``replication.plans.guard_feed``): copies that raise their targets' queue beyond the limit cut the
 next plans' speculation, and the plan summary says how much is allowed and why."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The harm guard's group signals in the live plan cycle (``replication.plans.guard``): a copy a
+"""The harm guard's group signals in the live plan cycle (``replication.plans.guard_feed``): a copy a
 request of its prefix reached its target before (a ``warming`` miss), and treated prefixes
 slower than held-out ones in the holdout's closed windows, cut the next plan's allowance of the
 prefix group, and the plan summary says why; evidence of neither cuts nothing. All through the

@@ -22,10 +22,10 @@ from types import SimpleNamespace
 import pytest
 
 from controlplane.core.costmodel import TIER_BYTES_PER_S
-from controlplane.core.policy.decide import STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, decide
 from controlplane.core.policy.demand import MEASURE_WINDOW_S
-from controlplane.core.policy.guard import FLOOR, GuardState
+from controlplane.core.policy.harm_guard import FLOOR, GuardState
 from controlplane.core.policy.inputs import COLD_VALUE_S, engine_states
+from controlplane.core.policy.strategy import STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, plan_moves
 from controlplane.core.policy.types import Candidate, Demand, Holding, Overrides
 from controlplane.core.prefix_cache import PrefixCache
 from controlplane.replication.plans import inputs as live
@@ -221,15 +221,15 @@ def hotter(snap: dict, factor: float = 100.0) -> dict:
     return {**snap, "demand": demand}
 
 
-# The harm guard's allowances after harm (``core.policy.guard``): half the engines cut to the floor,
-# the snapshot's prefix group to half. Both adapters' plans go through ``decide`` with it, the
+# The harm guard's allowances after harm (``core.policy.harm_guard``): half the engines cut to the floor,
+# the snapshot's prefix group to half. Both adapters' plans go through ``plan_moves`` with it, the
 # one shape the live cycle and the simulator apply it in.
 CUT = GuardState(engines={f"e{i}": FLOOR for i in range(0, 8, 2)}, groups={"t": 0.5})
 
 
 def plan_of(reports, hold, snap, strategy=STRATEGY_PREDICTIVE, demand=None, guard=None):
     budgets = uncharged(horizon_s=H, max_spec_vram_fraction=0.5, min_confidence=0.0)
-    items = decide(
+    items = plan_moves(
         strategy=strategy,
         candidates=snap["cands"],
         demand=snap["demand"].values() if demand is None else demand,

@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from controlplane.audit.models import AuditEvent
 from controlplane.demand.models import WorkloadKey
+from controlplane.fleet.configured_index import get_index
 from controlplane.fleet.models import Engine, Node
-from controlplane.fleet.residency import get_index
 from controlplane.forecasting.models import Forecast
 from controlplane.replication.choices import JobState, PlanState
 from controlplane.replication.models import (

@@ -129,10 +129,10 @@ class _Stats:
         return np.where(count >= 1, s, 0.0)
 
 
-def _ewma(y: np.ndarray, first: np.ndarray, end: int, bucket_seconds: int) -> tuple:
+def _ewma(y: np.ndarray, first: np.ndarray, end: int, bucket_s: int) -> tuple:
     """Ewma().fit on columns < end for every row: (level, sigma, alpha) arrays."""
     alphas = np.array(Ewma.alphas)[:, None]
-    window = max(2, Ewma.fit_window_s // bucket_seconds)
+    window = max(2, Ewma.fit_window_s // bucket_s)
     start = np.maximum(first, end - window)  # each row's `recent[0]`
     rows = np.arange(y.shape[0])
     level = np.broadcast_to(y[rows, np.minimum(start, end - 1)], (len(alphas), len(rows))).copy()
@@ -160,7 +160,7 @@ def _predict(
     first: np.ndarray,
     end: int,
     horizon: int,
-    bucket_seconds: int,
+    bucket_s: int,
     stats: _Stats,
     with_sigma: bool,
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -171,7 +171,7 @@ def _predict(
         yhat = np.repeat(y[:, end - 1 : end], horizon, axis=1)
         sigma = stats.sigma1(end)[:, None] * np.sqrt(h + 1.0) if with_sigma else None
     elif name == "ewma":
-        level, s, alpha = _ewma(y, first, end, bucket_seconds)
+        level, s, alpha = _ewma(y, first, end, bucket_s)
         yhat = np.repeat(level[:, None], horizon, axis=1)
         sigma = s[:, None] * np.sqrt(1 + h[None, :] * alpha[:, None] ** 2) if with_sigma else None
     elif name == "seasonal_naive":
@@ -180,9 +180,9 @@ def _predict(
         sigma = stats.sigma_season(end)[:, None] * np.sqrt(h // m + 1.0) if with_sigma else None
     elif name == "seasonal_blend":
         assert m is not None
-        k = max(1, SeasonalBlend.level_window_s // bucket_seconds)
+        k = max(1, SeasonalBlend.level_window_s // bucket_s)
         level = y[:, end - k : end].mean(axis=1)
-        lead_s = (np.arange(m) + 1) * bucket_seconds
+        lead_s = (np.arange(m) + 1) * bucket_s
         w = np.exp(-lead_s / SeasonalBlend.tau_s)[np.minimum(h, m - 1)]
         yhat = w * level[:, None] + (1 - w) * y[:, end - m + (h % m)]
         sigma = None
@@ -196,9 +196,9 @@ def _predict(
     return np.maximum(yhat, 0.0), sigma
 
 
-def _min_history(name: str, bucket_seconds: int) -> int:
+def _min_history(name: str, bucket_s: int) -> int:
     if name in ("seasonal_naive", "seasonal_blend"):
-        return SeasonalNaive().min_history(bucket_seconds)
+        return SeasonalNaive().min_history(bucket_s)
     return 1
 
 
@@ -230,7 +230,7 @@ def forecast_arrays(
     y: np.ndarray,
     lengths: np.ndarray,
     *,
-    bucket_seconds: int,
+    bucket_s: int,
     horizon: int,
     models: Sequence[str] = ARRAY_MODELS,
     interval: float = 0.8,
@@ -247,27 +247,27 @@ def forecast_arrays(
         raise ValueError("every key needs 1..width buckets of history")
     if not np.isfinite(y).all() or (y < 0).any():
         raise ValueError("counts must be finite and non-negative")
-    if horizon <= 0 or bucket_seconds <= 0 or backtest_folds < 0:
-        raise ValueError("horizon and bucket_seconds must be > 0, backtest_folds >= 0")
+    if horizon <= 0 or bucket_s <= 0 or backtest_folds < 0:
+        raise ValueError("horizon and bucket_s must be > 0, backtest_folds >= 0")
     models = tuple(models)
     unknown = [m for m in models if m not in ARRAY_MODELS]
     if unknown or not models:
         raise ValueError(f"no array form for {unknown}; array models: {', '.join(ARRAY_MODELS)}")
     first = w - lengths
-    m = season_length(bucket_seconds)
+    m = season_length(bucket_s)
     origins = [w - horizon * k for k in range(backtest_folds, 0, -1)]
     stats = _Stats(y, first, m, [o for o in origins if o > 0] + [w])
     fold_mase = np.full((n, len(models), max(backtest_folds, 1)), np.nan)
     eligible = np.zeros((n, len(models)), dtype=bool)
     for j, name in enumerate(models):
-        min_hist = _min_history(name, bucket_seconds)
+        min_hist = _min_history(name, bucket_s)
         eligible[:, j] = lengths >= min_hist
         for k in range(backtest_folds, 0, -1):
             origin = w - horizon * k  # the fold's first test column, shared by every row
             fold_ok = eligible[:, j] & (origin - first >= max(min_hist, 2))
             if origin <= 0 or not fold_ok.any():
                 continue
-            yhat, _ = _predict(name, y, first, origin, horizon, bucket_seconds, stats, False)
+            yhat, _ = _predict(name, y, first, origin, horizon, bucket_s, stats, False)
             err = np.abs(y[:, origin : origin + horizon] - yhat).mean(axis=1)
             fold_mase[:, j, backtest_folds - k] = np.where(
                 fold_ok, err / stats.mase_scale(origin), np.nan
@@ -288,7 +288,7 @@ def forecast_arrays(
     for j, name in enumerate(models):
         if not eligible[:, j].any():
             continue
-        yh, sg = _predict(name, y, first, w, horizon, bucket_seconds, stats, True)
+        yh, sg = _predict(name, y, first, w, horizon, bucket_s, stats, True)
         assert sg is not None
         predictions[name] = np.where(eligible[:, j, None], yh, np.nan)
         pick = (chosen == j)[:, None]
@@ -309,7 +309,7 @@ def forecast_arrays(
 
 
 def burst_risk_arrays(
-    y: np.ndarray, lengths: np.ndarray, bucket_seconds: float, horizon_s: float
+    y: np.ndarray, lengths: np.ndarray, bucket_s: float, horizon_s: float
 ) -> np.ndarray:
     """``risk_from_counts(history[-RECENT_BUCKETS:], bucket_seconds, horizon_s)`` of every row
     (capacity: ``BURST_FACTOR`` x the recent rate, the forecast task's knowledge)."""
@@ -325,8 +325,8 @@ def burst_risk_arrays(
     with np.errstate(invalid="ignore", divide="ignore"):
         cv2 = np.maximum(var / mean, 1e-6)  # cv^2, as risk_from_counts' sqrt(max(var/mean, 1e-6))
     cv = np.sqrt(cv2)
-    rate = mean / bucket_seconds
-    window_s = r * bucket_seconds
+    rate = mean / bucket_s
+    window_s = r * bucket_s
     mu = rate * horizon_s
     nvar = mu * cv**2 * (1 + horizon_s / np.where(window_s > 0, window_s, 1.0))
     k = np.floor(BURST_FACTOR * rate * horizon_s)

@@ -42,22 +42,20 @@ def backtest(
     counts: np.ndarray,
     forecaster: Forecaster,
     *,
-    bucket_seconds: int,
+    bucket_s: int,
     end: float,
     horizon: int,
     folds: int,
 ) -> BacktestScore | None:
     """Rolling-origin backtest of `forecaster`; None when no fold fits in the history."""
     n = len(counts)
-    origins = fold_origins(n, horizon, folds, forecaster.min_history(bucket_seconds))
+    origins = fold_origins(n, horizon, folds, forecaster.min_history(bucket_s))
     if not origins:
         return None
     scores: dict[int, float] = {}
     for origin in origins:
         history = counts[:origin]
-        fitted = forecaster.fit(
-            history, bucket_seconds=bucket_seconds, end=end - (n - origin) * bucket_seconds
-        )
+        fitted = forecaster.fit(history, bucket_s=bucket_s, end=end - (n - origin) * bucket_s)
         prediction = fitted.predict(horizon)
         scores[origin] = mase(counts[origin : origin + horizon], prediction.yhat, history)
     return BacktestScore(model=forecaster.name, fold_mase=scores)

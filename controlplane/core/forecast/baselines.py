@@ -47,18 +47,18 @@ class Forecaster(ABC):
 
     name: str
 
-    def min_history(self, bucket_seconds: int) -> int:
+    def min_history(self, bucket_s: int) -> int:
         """Fewest history buckets this method accepts."""
         return 1
 
-    def refusal(self, n_buckets: int, bucket_seconds: int) -> str | None:
+    def refusal(self, n_buckets: int, bucket_s: int) -> str | None:
         """Why this method refuses a history of `n_buckets`, or None when it accepts it."""
-        if n_buckets >= self.min_history(bucket_seconds):
+        if n_buckets >= self.min_history(bucket_s):
             return None
-        return f"{self.name} needs >= {self.min_history(bucket_seconds)} buckets"
+        return f"{self.name} needs >= {self.min_history(bucket_s)} buckets"
 
     @abstractmethod
-    def fit(self, history: np.ndarray, *, bucket_seconds: int, end: float) -> Fitted: ...
+    def fit(self, history: np.ndarray, *, bucket_s: int, end: float) -> Fitted: ...
 
 
 def _residual_sigma(residuals: np.ndarray) -> float:
@@ -86,7 +86,7 @@ class LastValue(Forecaster):
 
     name = "last_value"
 
-    def fit(self, history: np.ndarray, *, bucket_seconds: int, end: float) -> Fitted:
+    def fit(self, history: np.ndarray, *, bucket_s: int, end: float) -> Fitted:
         sigma = _residual_sigma(np.diff(history))
         return _FlatFit(level=float(history[-1]), sigma1=sigma, growth="random_walk")
 
@@ -110,8 +110,8 @@ class Ewma(Forecaster):
     alphas = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
     fit_window_s = 2 * DAY_S
 
-    def fit(self, history: np.ndarray, *, bucket_seconds: int, end: float) -> Fitted:
-        recent = history[-max(2, self.fit_window_s // bucket_seconds) :]
+    def fit(self, history: np.ndarray, *, bucket_s: int, end: float) -> Fitted:
+        recent = history[-max(2, self.fit_window_s // bucket_s) :]
         best: tuple[float, float, float] | None = None  # (sse, alpha, level)
         for alpha in self.alphas:
             levels = ewma_levels(recent, alpha)
@@ -144,23 +144,23 @@ class SeasonalNaive(Forecaster):
     name = "seasonal_naive"
     period_s = DAY_S
 
-    def min_history(self, bucket_seconds: int) -> int:
-        m = season_length(bucket_seconds, self.period_s)
+    def min_history(self, bucket_s: int) -> int:
+        m = season_length(bucket_s, self.period_s)
         # A bucket that does not divide a day has no daily season: never applicable.
         return m + 1 if m else 2**62
 
-    def refusal(self, n_buckets: int, bucket_seconds: int) -> str | None:
-        if season_length(bucket_seconds, self.period_s) is None:
-            return f"{self.name} needs a bucket that divides a day ({bucket_seconds} s does not)"
-        if n_buckets >= self.min_history(bucket_seconds):
+    def refusal(self, n_buckets: int, bucket_s: int) -> str | None:
+        if season_length(bucket_s, self.period_s) is None:
+            return f"{self.name} needs a bucket that divides a day ({bucket_s} s does not)"
+        if n_buckets >= self.min_history(bucket_s):
             return None
-        have = describe_duration(n_buckets * bucket_seconds)
+        have = describe_duration(n_buckets * bucket_s)
         return f"only {have} of history: {self.name} needs more than 1 day"
 
-    def fit(self, history: np.ndarray, *, bucket_seconds: int, end: float) -> Fitted:
-        m = season_length(bucket_seconds, self.period_s)
+    def fit(self, history: np.ndarray, *, bucket_s: int, end: float) -> Fitted:
+        m = season_length(bucket_s, self.period_s)
         if m is None or len(history) <= m:
-            raise ValueError(f"{self.name}: {self.refusal(len(history), bucket_seconds)}")
+            raise ValueError(f"{self.name}: {self.refusal(len(history), bucket_s)}")
         sigma = _residual_sigma(history[m:] - history[:-m])
         return _SeasonalFit(last_season=history[-m:].copy(), sigma1=sigma)
 
@@ -194,12 +194,12 @@ class SeasonalBlend(SeasonalNaive):
     level_window_s = 1800
     tau_s = 3 * 3600
 
-    def fit(self, history: np.ndarray, *, bucket_seconds: int, end: float) -> Fitted:
-        m = season_length(bucket_seconds, self.period_s)
+    def fit(self, history: np.ndarray, *, bucket_s: int, end: float) -> Fitted:
+        m = season_length(bucket_s, self.period_s)
         if m is None or len(history) <= m:
-            raise ValueError(f"{self.name}: {self.refusal(len(history), bucket_seconds)}")
-        k = max(1, self.level_window_s // bucket_seconds)
-        lead_s = (np.arange(m) + 1) * bucket_seconds
+            raise ValueError(f"{self.name}: {self.refusal(len(history), bucket_s)}")
+        k = max(1, self.level_window_s // bucket_s)
+        lead_s = (np.arange(m) + 1) * bucket_s
         return _BlendFit(
             level=float(np.mean(history[-k:])),
             yesterday=history[-m:].copy(),

@@ -57,16 +57,14 @@ def _quiet_pandas() -> Iterator[None]:
 class _ProphetFit(Fitted):
     model: object
     end: float
-    bucket_seconds: int
-    fit_seconds: int
+    bucket_s: int
+    fit_s: int
     sigma: float
 
     def predict(self, horizon: int, interval: float = 0.8) -> Prediction:
-        factor = self.fit_seconds // self.bucket_seconds
+        factor = self.fit_s // self.bucket_s
         values = self.fit_values(-(-horizon // factor) + 1)  # one extra to interpolate the last
-        yhat = interpolate_fit(
-            values, self.end, self.fit_seconds, self.bucket_seconds, self.end, horizon
-        )
+        yhat = interpolate_fit(values, self.end, self.fit_s, self.bucket_s, self.end, horizon)
         return normal_prediction(yhat, np.full(horizon, self.sigma), interval)
 
     def fit_values(self, n_fit: int) -> np.ndarray:
@@ -74,7 +72,7 @@ class _ProphetFit(Fitted):
         the forecast tick stores and reads back (``interpolate_fit``) instead of refitting."""
         import pandas as pd
 
-        fit_starts = self.end + np.arange(n_fit) * self.fit_seconds
+        fit_starts = self.end + np.arange(n_fit) * self.fit_s
         future = pd.DataFrame({"ds": pd.to_datetime(fit_starts, unit="s")})
         with _quiet_pandas():
             return self.model.predict(future)["yhat"].to_numpy()  # type: ignore[attr-defined]
@@ -83,16 +81,16 @@ class _ProphetFit(Fitted):
 def interpolate_fit(
     values: np.ndarray,
     fit_end: float,
-    fit_seconds: int,
-    bucket_seconds: int,
+    fit_s: int,
+    bucket_s: int,
     start: float,
     horizon: int,
 ) -> np.ndarray:
     """Expected count per bucket for the ``horizon`` buckets from ``start`` out of per-fit-bucket
     values starting at ``fit_end``: linear between fit-bucket midpoints, scaled to the bucket."""
-    factor = fit_seconds / bucket_seconds
-    mids = fit_end + (np.arange(len(values)) + 0.5) * fit_seconds
-    bucket_mids = start + (np.arange(horizon) + 0.5) * bucket_seconds
+    factor = fit_s / bucket_s
+    mids = fit_end + (np.arange(len(values)) + 0.5) * fit_s
+    bucket_mids = start + (np.arange(horizon) + 0.5) * bucket_s
     return np.interp(bucket_mids, mids, np.asarray(values, dtype=np.float64)) / factor
 
 
@@ -101,32 +99,32 @@ class ProphetForecaster(Forecaster):
 
     name = "prophet"
 
-    def min_history(self, bucket_seconds: int) -> int:
-        return -(-MIN_HISTORY_S // bucket_seconds)
+    def min_history(self, bucket_s: int) -> int:
+        return -(-MIN_HISTORY_S // bucket_s)
 
-    def refusal(self, n_buckets: int, bucket_seconds: int) -> str | None:
-        if n_buckets >= self.min_history(bucket_seconds):
+    def refusal(self, n_buckets: int, bucket_s: int) -> str | None:
+        if n_buckets >= self.min_history(bucket_s):
             return None
-        have = describe_duration(n_buckets * bucket_seconds)
+        have = describe_duration(n_buckets * bucket_s)
         need = describe_duration(MIN_HISTORY_S)
         return f"only {have} of history: baselines only, Prophet needs >= {need}"
 
-    def fit(self, history: np.ndarray, *, bucket_seconds: int, end: float) -> Fitted:
+    def fit(self, history: np.ndarray, *, bucket_s: int, end: float) -> Fitted:
         import pandas as pd
 
-        refusal = self.refusal(len(history), bucket_seconds)
+        refusal = self.refusal(len(history), bucket_s)
         if refusal:
             raise ValueError(refusal)
         _silence_stan_logging()
         from prophet import Prophet
 
-        fit_s = bucket_seconds
-        if bucket_seconds < FIT_BUCKET_S and FIT_BUCKET_S % bucket_seconds == 0:
+        fit_s = bucket_s
+        if bucket_s < FIT_BUCKET_S and FIT_BUCKET_S % bucket_s == 0:
             fit_s = FIT_BUCKET_S
-        factor = fit_s // bucket_seconds
+        factor = fit_s // bucket_s
         y_fit = aggregate(history, factor)
         starts = end - (len(y_fit) - np.arange(len(y_fit))) * fit_s
-        span_s = len(history) * bucket_seconds
+        span_s = len(history) * bucket_s
         model = Prophet(
             uncertainty_samples=0,
             daily_seasonality=span_s >= MIN_HISTORY_S,
@@ -139,7 +137,7 @@ class ProphetForecaster(Forecaster):
             in_sample = model.predict(pd.DataFrame({"ds": ds}))["yhat"].to_numpy()
         # Residuals at the key's own bucket size: interpolate the hourly fit to bucket midpoints.
         used = history[len(history) - len(y_fit) * factor :]
-        bucket_mids = end - (len(used) - np.arange(len(used)) - 0.5) * bucket_seconds
+        bucket_mids = end - (len(used) - np.arange(len(used)) - 0.5) * bucket_s
         fitted = np.interp(bucket_mids, starts + fit_s / 2, in_sample) / factor
         sigma = float(np.sqrt(np.mean((used - fitted) ** 2)))
-        return _ProphetFit(model, float(end), bucket_seconds, fit_s, sigma)
+        return _ProphetFit(model, float(end), bucket_s, fit_s, sigma)

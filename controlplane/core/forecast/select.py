@@ -46,7 +46,7 @@ class ForecastResult:
 
     model: str
     start: float
-    bucket_seconds: int
+    bucket_s: int
     yhat: np.ndarray
     lower: np.ndarray
     upper: np.ndarray
@@ -58,13 +58,13 @@ class ForecastResult:
 
 
 def _validate(
-    counts: object, start: float, bucket_seconds: int, horizon: int, models: Sequence[str] | None
+    counts: object, start: float, bucket_s: int, horizon: int, models: Sequence[str] | None
 ) -> tuple[np.ndarray, list[str]]:
     arr = as_counts(counts)
     if len(arr) == 0:
         raise ValueError("counts is empty: no history to forecast from")
-    if not isinstance(bucket_seconds, int | np.integer) or bucket_seconds <= 0:
-        raise ValueError(f"bucket_seconds must be a positive integer, got {bucket_seconds!r}")
+    if not isinstance(bucket_s, int | np.integer) or bucket_s <= 0:
+        raise ValueError(f"bucket_s must be a positive integer, got {bucket_s!r}")
     if not isinstance(horizon, int | np.integer) or horizon <= 0:
         raise ValueError(f"horizon must be a positive integer, got {horizon!r}")
     if not math.isfinite(start):
@@ -92,7 +92,7 @@ def forecast_counts(
     counts: np.ndarray,
     *,
     start: float,
-    bucket_seconds: int,
+    bucket_s: int,
     horizon: int,
     models: Sequence[str] | None = None,
     interval: float = 0.8,
@@ -107,13 +107,13 @@ def forecast_counts(
     and `note` says so. Raises `ValueError` for malformed input or when no requested model
     accepts the history.
     """
-    arr, names = _validate(counts, start, bucket_seconds, horizon, models)
+    arr, names = _validate(counts, start, bucket_s, horizon, models)
     if backtest_folds < 0:
         raise ValueError("backtest_folds must be >= 0")
     notes: list[str] = []
     eligible = []
     for name in names:
-        refusal = FORECASTERS[name].refusal(len(arr), bucket_seconds)
+        refusal = FORECASTERS[name].refusal(len(arr), bucket_s)
         if refusal:
             notes.append(refusal)
         else:
@@ -127,7 +127,7 @@ def forecast_counts(
         score = backtest(
             arr,
             FORECASTERS[name],
-            bucket_seconds=bucket_seconds,
+            bucket_s=bucket_s,
             end=start,
             horizon=horizon,
             folds=folds,
@@ -145,12 +145,12 @@ def forecast_counts(
         chosen_mase = None
         notes.append(f"history too short to backtest a {horizon}-bucket horizon: {chosen} unscored")
 
-    fitted = FORECASTERS[chosen].fit(arr, bucket_seconds=bucket_seconds, end=start)
+    fitted = FORECASTERS[chosen].fit(arr, bucket_s=bucket_s, end=start)
     prediction = fitted.predict(horizon, interval)
     return ForecastResult(
         model=chosen,
         start=float(start),
-        bucket_seconds=int(bucket_seconds),
+        bucket_s=int(bucket_s),
         yhat=prediction.yhat,
         lower=prediction.lower,
         upper=prediction.upper,
@@ -171,7 +171,7 @@ def _forecast_job(job: tuple[np.ndarray, float, dict]) -> ForecastResult:
 def forecast_many(
     series: Sequence[tuple[np.ndarray, float]],
     *,
-    bucket_seconds: int,
+    bucket_s: int,
     horizon: int,
     models: Sequence[str] | None = None,
     interval: float = 0.8,
@@ -181,7 +181,7 @@ def forecast_many(
     """`forecast_counts` for each `(counts, start)` in `series`, in order, over `workers`
     processes (default: the CPUs this process may use); `workers=1` runs inline."""
     kwargs = dict(
-        bucket_seconds=bucket_seconds,
+        bucket_s=bucket_s,
         horizon=horizon,
         models=models,
         interval=interval,

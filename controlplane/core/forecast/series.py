@@ -45,11 +45,11 @@ def aggregate(counts: np.ndarray, factor: int) -> np.ndarray:
     return counts[len(counts) - usable :].reshape(-1, factor).sum(axis=1)
 
 
-def season_length(bucket_seconds: int, period_s: int = DAY_S) -> int | None:
+def season_length(bucket_s: int, period_s: int = DAY_S) -> int | None:
     """Buckets per season, or None when the bucket does not divide the period."""
-    if bucket_seconds <= 0 or period_s % bucket_seconds:
+    if bucket_s <= 0 or period_s % bucket_s:
         return None
-    return period_s // bucket_seconds
+    return period_s // bucket_s
 
 
 def mase_scale(history: np.ndarray) -> float:

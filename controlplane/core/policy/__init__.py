@@ -15,8 +15,8 @@ the simulator measures is what runs.
   (its choice of target and source).
 - ``value``: the value model's terms, modelled against measured, and the correction the
   planner applies.
-- ``decide``: the strategy (``reactive``, ``predictive``, ``off``) and the planner call.
-- ``guard``: the harm guard (AIMD): what the last copies did cuts or grows the allowance of
-  each engine and prefix group; ``decide`` applies it to the planner's items.
+- ``strategy``: the strategies (``reactive``, ``predictive``, ``off``) and the planner call.
+- ``harm_guard``: the harm guard (AIMD): what the last copies did cuts or grows the allowance of
+  each engine and prefix group; ``strategy.plan_moves`` applies it to the planner's items.
 
 """

@@ -55,7 +55,7 @@ class EngineReport:
     tier_bytes_per_s: dict[str, float] = field(default_factory=dict)
 
 
-def queue_seconds(*, waiting: float, request_s: float) -> float:
+def estimate_queue_s(*, waiting: float, request_s: float) -> float:
     """Seconds until an engine frees up: its waiting requests times one request's prefill."""
     return max(0.0, waiting) * max(0.0, request_s)
 
@@ -66,7 +66,7 @@ def engine_load(*, running: float, slots: float, queue_s: float, horizon_s: floa
     return min(1.0, busy + queue_s / horizon_s)
 
 
-def link_queue_seconds(*, bytes_queued: float, link_bytes_per_s: float) -> float:
+def estimate_link_queue_s(*, bytes_queued: float, link_bytes_per_s: float) -> float:
     """Seconds before a new copy on this link starts: the bytes of copies already on it."""
     return max(0.0, bytes_queued) / max(1.0, link_bytes_per_s)
 
@@ -90,7 +90,7 @@ def engine_state(report: EngineReport, *, horizon_s: float, joining_load: float)
     """The planner's view of one engine, by the rules in the module doc (``joining_load``: the
     load a joining engine will take, from ``engine_states``)."""
     serving = report.lifecycle == ENGINE_SERVING
-    queue = queue_seconds(waiting=report.waiting, request_s=report.request_s) if serving else 0.0
+    queue = estimate_queue_s(waiting=report.waiting, request_s=report.request_s) if serving else 0.0
     if serving:
         load = engine_load(
             running=report.running, slots=report.slots, queue_s=queue, horizon_s=horizon_s
@@ -109,7 +109,7 @@ def engine_state(report: EngineReport, *, horizon_s: float, joining_load: float)
         lifecycle=report.lifecycle,
         starts_serving_in_s=max(0.0, report.starts_serving_in_s),
         tier_bytes_per_s=dict(report.tier_bytes_per_s),
-        link_queue_s=link_queue_seconds(
+        link_queue_s=estimate_link_queue_s(
             bytes_queued=report.link_bytes_queued, link_bytes_per_s=report.link_bytes_per_s
         ),
         queue_s=queue,
@@ -127,7 +127,7 @@ def engine_states(reports: Iterable[EngineReport], *, horizon_s: float) -> list[
         engine_load(
             running=r.running,
             slots=r.slots,
-            queue_s=queue_seconds(waiting=r.waiting, request_s=r.request_s),
+            queue_s=estimate_queue_s(waiting=r.waiting, request_s=r.request_s),
             horizon_s=horizon_s,
         )
         for r in serving

@@ -45,14 +45,14 @@ class ServegenTenant:
     pattern: np.ndarray  # "Gamma" | "Weibull" | "" (no traffic)
     shape: np.ndarray  # Gamma `a` or Weibull `c`
     scale: np.ndarray  # seconds
-    window_seconds: float
+    window_s: float
 
     def __len__(self) -> int:
         return len(self.window_start_s)
 
     def expected_counts(self) -> np.ndarray:
         """Requests per window (rate x window length): the demand series forecasters work on."""
-        return self.rate * self.window_seconds
+        return self.rate * self.window_s
 
 
 def load_servegen_windows(path: str | Path | None = None) -> dict[str, ServegenTenant]:
@@ -119,7 +119,7 @@ def _load_file(path: Path) -> ServegenTenant:
         pattern=np.asarray(patterns, dtype=object),
         shape=np.asarray(shapes, dtype=np.float64),
         scale=np.asarray(scales, dtype=np.float64),
-        window_seconds=window_s,
+        window_s=window_s,
     )
 
 

@@ -3,9 +3,9 @@ from rest_framework import serializers
 
 from wire import protocol
 
+from ..configured_index import get_index
 from ..ingestion import ENGINE_FIELDS, GPU_FIELDS
 from ..models import Engine, Gpu, GpuSample, Node
-from ..residency import get_index
 
 
 class NodeSerializer(serializers.ModelSerializer):

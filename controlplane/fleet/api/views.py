@@ -14,9 +14,9 @@ from controlplane.api.limits import check_body_size
 from wire import blockhash
 
 from .. import services
+from ..configured_index import get_index
 from ..filtersets import EngineFilterSet, GpuFilterSet, NodeFilterSet
 from ..models import Engine, Gpu, Node
-from ..residency import get_index
 from . import serializers as s
 
 

@@ -14,28 +14,3 @@ next horizon brings more than ``core.demand.BURST_FACTOR`` x the recent rate, fr
 rate and the dispersion of recent bucket counts: ``controlplane.core.demand.risk_from_counts``, the demand
 model the simulator's predictive policy shares.
 """
-
-from .per_key import RECENT_BUCKETS, forecast_key, risk_of
-from .slow_fits import SLOW_FIT_SPAN, SLOW_MODEL, fit_slow_model, slow_fits_due
-from .storage import history, keys_to_forecast, prune_forecasts
-from .tick import forecast_tick
-from .window import REREAD_BUCKETS, WINDOW_MAX_AGE_S, DemandWindow, demand_window, reset_windows
-
-__all__ = [
-    "RECENT_BUCKETS",
-    "REREAD_BUCKETS",
-    "SLOW_FIT_SPAN",
-    "SLOW_MODEL",
-    "WINDOW_MAX_AGE_S",
-    "DemandWindow",
-    "demand_window",
-    "fit_slow_model",
-    "forecast_key",
-    "forecast_tick",
-    "history",
-    "keys_to_forecast",
-    "prune_forecasts",
-    "reset_windows",
-    "risk_of",
-    "slow_fits_due",
-]

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from controlplane.core.demand import risk_from_counts
-from controlplane.core.forecast import forecast_counts
+from controlplane.core.forecast.select import forecast_counts
 from controlplane.demand.models import WorkloadKey
 
 from ..models import Forecast
@@ -43,7 +43,7 @@ def forecast_key(key_id: int, horizon_s: float, now=None) -> Forecast | None:
     res = forecast_counts(
         counts,
         start=end,
-        bucket_seconds=bucket_s,
+        bucket_s=bucket_s,
         horizon=horizon,
         models=settings.PREWARM_FORECAST_MODELS or None,
         backtest_folds=settings.PREWARM_FORECAST_BACKTEST_FOLDS,
@@ -54,7 +54,7 @@ def forecast_key(key_id: int, horizon_s: float, now=None) -> Forecast | None:
     f = Forecast.objects.create(
         key_id=key_id,
         start=datetime.fromtimestamp(res.start, tz=UTC),
-        bucket_seconds=bucket_s,
+        bucket_s=bucket_s,
         horizon=horizon,
         yhat=[round(float(v), 4) for v in res.yhat],
         lower=[round(float(v), 4) for v in res.lower],

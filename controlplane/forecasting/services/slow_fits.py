@@ -13,7 +13,8 @@ from django.conf import settings
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from controlplane.core.forecast import FORECASTERS, PROPHET_MIN_HISTORY_S, forecast_counts
+from controlplane.core.forecast.prophet_model import MIN_HISTORY_S as PROPHET_MIN_HISTORY_S
+from controlplane.core.forecast.select import FORECASTERS, forecast_counts
 from controlplane.demand.models import DemandBucket, WorkloadKey
 
 from ..models import FittedModel
@@ -34,8 +35,8 @@ def slow_states(key_ids: np.ndarray, end: float) -> dict[int, FittedModel]:
         for f in FittedModel.objects.filter(model=SLOW_MODEL, end__gte=oldest).only(
             "key_id",
             "end",
-            "bucket_seconds",
-            "fit_seconds",
+            "bucket_s",
+            "fit_s",
             "values",
             "sigma",
             "backtest_mase",
@@ -92,7 +93,7 @@ def fit_slow_model(key_id: int, horizon_s: float, now=None) -> FittedModel | Non
     res = forecast_counts(
         counts,
         start=end,
-        bucket_seconds=bucket_s,
+        bucket_s=bucket_s,
         horizon=max(1, math.ceil(horizon_s / bucket_s)),
         models=wanted,
         backtest_folds=settings.PREWARM_FORECAST_BACKTEST_FOLDS,
@@ -104,15 +105,15 @@ def fit_slow_model(key_id: int, horizon_s: float, now=None) -> FittedModel | Non
     fit_s = bucket_s
     if fitted is not None:
         values = [round(float(v), 4) for v in fitted.fit_values(SLOW_FIT_SPAN)]  # type: ignore[attr-defined]
-        sigma, fit_s = float(fitted.sigma), int(fitted.fit_seconds)  # type: ignore[attr-defined]
+        sigma, fit_s = float(fitted.sigma), int(fitted.fit_s)  # type: ignore[attr-defined]
     obj, _ = FittedModel.objects.update_or_create(
         key_id=key_id,
         model=SLOW_MODEL,
         defaults=dict(
             fitted_at=timezone.now(),
             end=datetime.fromtimestamp(end, tz=UTC),
-            bucket_seconds=bucket_s,
-            fit_seconds=fit_s,
+            bucket_s=bucket_s,
+            fit_s=fit_s,
             values=values,
             sigma=sigma,
             backtest_mase=res.scores.get(SLOW_MODEL),

@@ -95,7 +95,7 @@ def _rows_copy(since: float, end: float, bucket_s: int, key_ids=None) -> tuple[n
 # A forecast's values, as the tick writes them and the API shows them.
 FORECAST_VALUES = (
     "start",
-    "bucket_seconds",
+    "bucket_s",
     "horizon",
     "yhat",
     "lower",

@@ -12,7 +12,8 @@ import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.core.forecast import FORECASTERS, PROPHET_MIN_HISTORY_S
+from controlplane.core.forecast.prophet_model import MIN_HISTORY_S as PROPHET_MIN_HISTORY_S
+from controlplane.core.forecast.select import FORECASTERS
 
 from .slow_fits import SLOW_MODEL, slow_states
 from .storage import keys_to_forecast, store_forecasts
@@ -67,7 +68,7 @@ def forecast_tick(horizon_s: float, now=None) -> dict:
     res = forecast_arrays(
         y,
         n,
-        bucket_seconds=bucket_s,
+        bucket_s=bucket_s,
         horizon=horizon,
         models=models,
         backtest_folds=settings.PREWARM_FORECAST_BACKTEST_FOLDS,
@@ -113,7 +114,7 @@ def _forecast_rows(
         fit = slow.get(key_id)
         if fit is not None and fit.backtest_mase is not None:
             scores[SLOW_MODEL] = fit.backtest_mase
-            if fit.chosen and fit.bucket_seconds == bucket_s:
+            if fit.chosen and fit.bucket_s == bucket_s:
                 model, mase = SLOW_MODEL, fit.backtest_mase
                 yhat, lower, upper = _prophet_bands(fit, bucket_s, end, horizon, z)
                 note = f"prophet won its backtest when fitted at {fit.end:%H:%M} (MASE {mase:.3g})"
@@ -123,7 +124,7 @@ def _forecast_rows(
             dict(
                 key_id=key_id,
                 start=start,
-                bucket_seconds=bucket_s,
+                bucket_s=bucket_s,
                 horizon=horizon,
                 yhat=yhat,
                 lower=lower,
@@ -144,7 +145,7 @@ def _prophet_bands(fit, bucket_s: int, end: float, horizon: int, z: float) -> tu
     from controlplane.core.forecast.prophet_model import interpolate_fit
 
     p = np.maximum(
-        interpolate_fit(fit.values, fit.end.timestamp(), fit.fit_seconds, bucket_s, end, horizon),
+        interpolate_fit(fit.values, fit.end.timestamp(), fit.fit_s, bucket_s, end, horizon),
         0.0,
     )
     half = z * fit.sigma

@@ -24,7 +24,7 @@ from ..filtersets import (
 )
 from ..jobs.delivery import cancel_job
 from ..models import Override, Policy, ReplicationJob, ReplicationPlan, SpeculativeReplica
-from ..plans.decisions import decide
+from ..plans.decisions import decide_plan
 from ..scoreboard import scoreboard
 from . import serializers as s
 
@@ -89,7 +89,7 @@ class PlanViewSet(viewsets.ReadOnlyModelViewSet):
         data = s.DecisionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         plan = self.get_object()
-        plan, refused = decide(
+        plan, refused = decide_plan(
             plan.pk,
             request,
             approve,

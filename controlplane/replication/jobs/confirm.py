@@ -45,7 +45,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.fleet.residency import get_index
+from controlplane.fleet.configured_index import get_index
 from controlplane.realtime.publish import publish_event
 from wire import blockhash, protocol
 

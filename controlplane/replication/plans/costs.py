@@ -25,7 +25,7 @@ def prefill_s(cm: CostModel, tokens: int, before: int = 0) -> float:
     a replica of ``tokens`` saves an engine that held ``before`` (no batch overhead: the
     request pays that either way)."""
     new = max(0, tokens - before)
-    return max(0.0, cm.prefill_seconds(new, before) - cm.batch_overhead_s) if new else 0.0
+    return max(0.0, cm.prefill_s(new, before) - cm.batch_overhead_s) if new else 0.0
 
 
 def placement_cost(

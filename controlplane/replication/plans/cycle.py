@@ -3,7 +3,7 @@
 Describes the cluster to the pure planner (``controlplane.core.policy.planner.plan``, the function the
 simulator's predictive policy runs too) and stores its items. Then the policy's mode decides:
 ``shadow`` keeps the plan as never executed and records the replicas it would have placed (so
-they are scored as if executed), ``auto`` approves it through ``decisions.decide`` within budgets,
+they are scored as if executed), ``auto`` approves it through ``decisions.decide_plan`` within budgets,
 ``manual`` leaves it for an operator. Overrides are applied here and again at approval.
 """
 
@@ -17,17 +17,16 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.core.policy import guard as harm_guard
-from controlplane.core.policy import spread
+from controlplane.core.policy import harm_guard, spread
 from controlplane.core.policy.backoff import queue_gate
-from controlplane.core.policy.decide import Decision, decide
 from controlplane.core.policy.ingest import IngestBound
+from controlplane.core.policy.strategy import Decision, plan_moves
 from controlplane.core.policy.types import Budgets, PlannedMove
 from controlplane.demand.models import WorkloadKey
 from controlplane.demand.services import want_prefix_tokens
 from controlplane.fleet.choices import EngineLifecycle
+from controlplane.fleet.configured_index import get_index
 from controlplane.fleet.models import Engine
-from controlplane.fleet.residency import get_index
 from controlplane.forecasting.models import Forecast
 from controlplane.realtime import events
 from controlplane.realtime.publish import publish_event
@@ -37,8 +36,8 @@ from wire.protocol import TIER_GPU
 from ..choices import OverrideKind, PlanState, PolicyMode, PolicyStrategy, Transport
 from ..models import PlanItem, Policy, ReplicationPlan, SpeculativeReplica
 from ..services import active_overrides
-from . import guard as live_guard
-from .decisions import decide as decide_plan
+from . import guard_feed
+from .decisions import decide_plan
 from .inputs import Inputs, chain_hex, gather, holders_to_be
 from .measured import measured_rates
 from .value import calibration as value_calibration
@@ -142,13 +141,13 @@ def plan_and_apply(
     bound: IngestBound | None = None,  # an ingest re-plan's storm bound (``react``)
     rates: dict[str, float] | None = None,  # ... and its keys' rates now
 ) -> ReplicationPlan | None:
-    """The shared policy's items for ``inputs`` (``core.policy.decide``: the planner under the
+    """The shared policy's items for ``inputs`` (``core.policy.strategy``: the planner under the
     policy's budgets and overrides, cut by the harm guard), stored as a plan; then the policy's
     mode decides."""
     budgets = Budgets.of(policy)
     gate = queue_gate(inputs.engines, budgets)
     # The harm guard's state: stepped by the plan cycle, kept by plans made at ingest.
-    state, observed = live_guard.state_for(policy, inputs, budgets, now, step=trigger == "cycle")
+    state, observed = guard_feed.state_for(policy, inputs, budgets, now, step=trigger == "cycle")
     # The guard's concentration signal: predictive's plan leaves no prefix on fewer holders
     # than its measured demand alone would (core.policy.spread); the summary says where.
     narrowed: list[spread.Narrowed] = []
@@ -160,7 +159,7 @@ def plan_and_apply(
         engines=inputs.engines,
         takes_compute=policy.default_transport == Transport.WARMUP,
     )
-    guard_summary = live_guard.summary(state, observed, inputs, decision.planned, items)
+    guard_summary = guard_feed.summary(state, observed, inputs, decision.planned, items)
     guard_summary["yielded"] = yielded
     guard_summary["spread"] = spread.summary(narrowed)
     items = _not_held_yet(inputs, items, now, with_pins=trigger == "cycle")
@@ -197,13 +196,13 @@ def _decide(
     narrowed: list[spread.Narrowed],
     now,
 ) -> Decision:
-    """``core.policy.decide`` on the inputs, the hot fanout's keys pinned (planned as pins are,
+    """``core.policy.strategy`` on the inputs, the hot fanout's keys pinned (planned as pins are,
     and saying why), the value model corrected by what its copies measured (``plans.value``);
     the prefixes predictive's plan would have narrowed go to ``narrowed``."""
     overrides = inputs.overrides
     if pinned:
         overrides = dataclasses.replace(overrides, pinned=overrides.pinned | pinned)
-    decision = decide(
+    decision = plan_moves(
         strategy=policy.strategy,
         candidates=inputs.candidates,
         demand=inputs.demand,
@@ -292,7 +291,7 @@ def store(
             "trigger": trigger,
             # the engines' queues against the policy's limits: what they held back, and why
             "queues": queues or {},
-            # the harm guard: how much speculation it allows now and why (core.policy.guard)
+            # the harm guard: how much speculation it allows now and why (core.policy.harm_guard)
             **({"guard": guard} if guard is not None else {}),
             # an ingest re-plan: its storm bound's counts in this process (core.policy.ingest)
             **({"ingest": ingest} if ingest is not None else {}),

@@ -177,7 +177,7 @@ def _job_for(item: PlanItem, policy: Policy) -> ReplicationJob:
 
 
 @transaction.atomic
-def decide(
+def decide_plan(
     plan_id: int, who, approve: bool, item_ids: list[int] | None = None, reason: str = ""
 ) -> tuple[ReplicationPlan, dict[int, str]]:
     """Approve or reject a plan or some of its items. Refused items say why and change nothing."""

@@ -13,13 +13,11 @@ def _expected(f, now, horizon: float) -> float:
     a, b = now.timestamp(), now.timestamp() + horizon
     total = 0.0
     for i, y in enumerate(f.yhat):
-        lo, hi = t0 + i * f.bucket_seconds, t0 + (i + 1) * f.bucket_seconds
+        lo, hi = t0 + i * f.bucket_s, t0 + (i + 1) * f.bucket_s
         overlap = max(0.0, min(hi, b) - max(lo, a))
-        total += max(0.0, float(y)) * overlap / f.bucket_seconds
-    if total == 0.0 and f.yhat and a >= t0 + len(f.yhat) * f.bucket_seconds:
-        total = (
-            max(0.0, float(f.yhat[-1])) * horizon / f.bucket_seconds
-        )  # past its horizon: last level
+        total += max(0.0, float(y)) * overlap / f.bucket_s
+    if total == 0.0 and f.yhat and a >= t0 + len(f.yhat) * f.bucket_s:
+        total = max(0.0, float(f.yhat[-1])) * horizon / f.bucket_s  # past its horizon: last level
     return total
 
 
@@ -29,7 +27,7 @@ def expected_many(rows: list, now, horizon: float) -> np.ndarray:
     weights of its buckets."""
     groups: dict[tuple, list[int]] = {}
     for i, f in enumerate(rows):
-        groups.setdefault((f.start, f.bucket_seconds, len(f.yhat)), []).append(i)
+        groups.setdefault((f.start, f.bucket_s, len(f.yhat)), []).append(i)
     out = np.zeros(len(rows))
     a = now.timestamp()
     for (start, bucket, n), idx in groups.items():

@@ -1,7 +1,7 @@
 """The holdout's TTFT estimand on assignments (``HoldoutDraw``): each arm's per-request mean TTFT
 (each request weighted alike; assignments as clusters, ``core.stats.ratio_mean``) and the
 difference treated minus held out with its Welch-Satterthwaite 95% t interval. The scoreboard's
-holdout (``scoreboard.holdout``) and the harm guard's treated-vs-held-out signal (``plans.guard``)
+holdout (``scoreboard.holdout``) and the harm guard's treated-vs-held-out signal (``plans.guard_feed``)
 both measure with it."""
 
 from __future__ import annotations

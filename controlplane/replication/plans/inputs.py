@@ -17,9 +17,9 @@ from django.utils.dateparse import parse_datetime
 
 from controlplane.core.costmodel import TIER_BYTES_PER_S
 from controlplane.core.demand import demand_for
-from controlplane.core.policy.decide import STRATEGY_PREDICTIVE
 from controlplane.core.policy.demand import combined
 from controlplane.core.policy.inputs import COLD_VALUE_S, EngineReport, engine_states, spec_room
+from controlplane.core.policy.strategy import STRATEGY_PREDICTIVE
 from controlplane.core.policy.types import (
     Budgets,
     Candidate,
@@ -30,8 +30,8 @@ from controlplane.core.policy.types import (
 )
 from controlplane.demand.models import DemandBucket, WorkloadKey
 from controlplane.fleet.choices import EngineLifecycle, NodeState
+from controlplane.fleet.configured_index import get_index
 from controlplane.fleet.models import Engine
-from controlplane.fleet.residency import get_index
 from controlplane.forecasting.models import Forecast
 from wire import blockhash
 from wire.protocol import TIER_GPU
@@ -59,9 +59,7 @@ class Inputs:
 # model objects was most of its time. JSON columns are read as text and decoded in one
 # ``json.loads`` per query (Django's per-row JSON and datetime converters were the rest).
 KeyRow = namedtuple("KeyRow", "pk tenant model chain prefix_tokens")
-ForecastRow = namedtuple(
-    "ForecastRow", "key_id yhat bucket_seconds model burst_risk backtest_mase start"
-)
+ForecastRow = namedtuple("ForecastRow", "key_id yhat bucket_s model burst_risk backtest_mase start")
 
 
 def _decode_json_texts(texts: list[str]) -> list:
@@ -93,7 +91,7 @@ def _latest_forecasts() -> dict[int, ForecastRow]:
     rows = rows.annotate(raw_yhat=Cast("yhat", TextField()), raw_start=Cast("start", TextField()))
     latest: dict[int, tuple] = {}
     for r in rows.values_list(
-        "key_id", "raw_yhat", "bucket_seconds", "model", "burst_risk", "backtest_mase", "raw_start"
+        "key_id", "raw_yhat", "bucket_s", "model", "burst_risk", "backtest_mase", "raw_start"
     ).iterator(chunk_size=5000):
         if r[0] not in latest:
             latest[r[0]] = r
@@ -201,9 +199,9 @@ def request_seconds(models: set[str], now) -> dict[str, float]:
             # cached tokens come only with records that name them (``served_records``)
             hit = cached / served if served else 0.0
             mean = prompt / n
-            out[m] = cm.prefill_seconds(max(0.0, mean - hit), min(hit, mean))
+            out[m] = cm.prefill_s(max(0.0, mean - hit), min(hit, mean))
         else:
-            out[m] = cm.prefill_seconds(QUEUE_FALLBACK_PROMPT_TOKENS)
+            out[m] = cm.prefill_s(QUEUE_FALLBACK_PROMPT_TOKENS)
     return out
 
 
@@ -378,8 +376,8 @@ def gather(
         t = times.get((key.model, tokens))
         if t is None:  # a typical 256-token suffix after the prefix
             t = times[(key.model, tokens)] = (
-                cm.prefill_seconds(256, tokens),
-                cm.prefill_seconds(tokens) - cm.batch_overhead_s,
+                cm.prefill_s(256, tokens),
+                cm.prefill_s(tokens) - cm.batch_overhead_s,
             )
         bpb = peers[0].bytes_per_block or int(cm.kv_bytes_per_token * peers[0].block_size)
         cands.append(Candidate(pid, chain, tokens, bpb * len(chain), key.tenant, t[0], t[1]))

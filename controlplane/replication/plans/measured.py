@@ -10,8 +10,8 @@ from django.conf import settings
 from django.db.models import Min, Sum
 
 from controlplane.core.policy import onset
-from controlplane.core.policy.decide import STRATEGY_PREDICTIVE
 from controlplane.core.policy.demand import MEASURE_WINDOW_S
+from controlplane.core.policy.strategy import STRATEGY_PREDICTIVE
 from controlplane.demand.models import DemandBucket
 
 

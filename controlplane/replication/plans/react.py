@@ -8,7 +8,7 @@ the shared ingest rule re-plans (``core.policy.ingest.wants_replan``: a rate now
 their holders can take; under ``predictive`` also the keys whose holder queues past the guarded
 reactive rule) and the storm bound lets through (``BOUND``: one per process; a minimum interval
 with hysteresis per key, no second copy of a key while one is on its way, and bytes in flight
-per target), hands them to the shared policy (``core.policy.decide``, their demand by the shared
+per target), hands them to the shared policy (``core.policy.strategy``, their demand by the shared
 rule, ``core.policy.demand``) and stores what it plans as a plan like any other, which the
 policy's mode then approves (auto), leaves to an operator (manual) or scores without moving
 (shadow); the plan's summary carries the bound's counts (``ingest``). Copies already planned,

@@ -13,7 +13,7 @@ prefix's requests in one window rule for both arms, with a per-request TTFT diff
 what the scoreboard can credit it (one prefill) and what it was credited (``aggregation.py``);
 ``recommendation`` is the verdict (``verdict.py``), with the map's prior (``prior.py``);
 ``guard`` is how much speculation the harm guard allows as of the window's end and why, from the
-latest plan's summary (``guard.py``; None before any plan carried one); ``value_model`` is the
+latest plan's summary (``guard_state.py``; None before any plan carried one); ``value_model`` is the
 planner's value model against what its copies measured, per kind and term, with the correction
 the plan cycle applies and the holdout's saving per request beside the model's (``value.py``).
 Precision is the share of *scored* replicas that were hit at least once (None until one is
@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from ..models import SpeculativeReplica
 from .aggregation import _AGG, _grouped, _metrics, _public, items
-from .guard import guard_state
+from .guard_state import guard_state
 from .holdout import holdout, randomization
 from .prior import where_on_the_map
 from .value import value_model

@@ -79,7 +79,7 @@ def peak_work_rate(
         b = min(a + bin_s, start + duration_s)
         work = 0.0
         for name, ten in tenants.items():
-            W = ten.window_seconds
+            W = ten.window_s
             lo, hi = ten.window_start_s, ten.window_start_s + W
             overlap = np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0.0, None)
             work += float((ten.rate * overlap).sum()) / (b - a) * service_s[name]
@@ -137,7 +137,7 @@ def load_servegen(
     history: dict[str, np.ndarray] = {}
     for j, name in enumerate(names):
         ten = chosen[name]
-        W = ten.window_seconds
+        W = ten.window_s
         before = ten.window_start_s < start
         history[name] = ten.expected_counts()[before] * rate_scale
         sel = np.nonzero(

@@ -1,4 +1,4 @@
-"""The live control plane's feed to the harm guard (``controlplane.core.policy.guard``): the same
+"""The live control plane's feed to the harm guard (``controlplane.core.policy.harm_guard``): the same
 signals the simulator reproduces (``controlplane.sim.guarded``), from the database.
 
 The guard's state lives in the plans' summaries (``summary["guard"]["state"]``): each cycle reads
@@ -35,7 +35,7 @@ from django.db.models import Sum
 from django.utils.dateparse import parse_datetime
 
 from controlplane.core import stats
-from controlplane.core.policy import guard
+from controlplane.core.policy import harm_guard
 from controlplane.core.policy.types import Budgets, PlannedMove
 from controlplane.demand.models import MissBucket, WorkloadKey
 from wire.protocol import ENGINE_SERVING
@@ -45,7 +45,7 @@ from . import holdout_ttft
 from .inputs import Inputs
 
 
-def last_state(policy: Policy) -> tuple[guard.GuardState, datetime | None]:
+def last_state(policy: Policy) -> tuple[harm_guard.GuardState, datetime | None]:
     """The guard's state the latest plan of ``policy`` stored, and when it was observed."""
     for summary, created in (
         ReplicationPlan.objects.filter(policy=policy, summary__has_key="guard")
@@ -54,11 +54,11 @@ def last_state(policy: Policy) -> tuple[guard.GuardState, datetime | None]:
     ):
         g = summary.get("guard") or {}
         at = parse_datetime(str(g.get("observed_at") or "")) or created
-        return guard.GuardState.from_json(g.get("state")), at
-    return guard.GuardState(), None
+        return harm_guard.GuardState.from_json(g.get("state")), at
+    return harm_guard.GuardState(), None
 
 
-def signals(policy: Policy, inputs: Inputs, since: datetime, now: datetime) -> guard.Signals:
+def signals(policy: Policy, inputs: Inputs, since: datetime, now: datetime) -> harm_guard.Signals:
     """What the copies landed since ``since`` did, and the holdout's assignments closed since
     (see the module doc)."""
     queue = {e.engine_id: e.queue_s for e in inputs.engines if e.lifecycle == ENGINE_SERVING}
@@ -84,7 +84,7 @@ def signals(policy: Policy, inputs: Inputs, since: datetime, now: datetime) -> g
         before = then.get(eid)
         rises = [queue[k] - q for k, q in then.items() if k != eid and k in queue]
         landed.append(
-            guard.Landed(
+            harm_guard.Landed(
                 target=eid,
                 group=group_of(key_id),  # the candidates' prefix group
                 queue_before_s=float(before) if isinstance(before, int | float) else None,
@@ -102,7 +102,7 @@ def signals(policy: Policy, inputs: Inputs, since: datetime, now: datetime) -> g
         .annotate(n=Sum("evicted"))
         .order_by()
     }
-    return guard.Signals(
+    return harm_guard.Signals(
         landed=landed,
         evicted_misses=evicted,
         ttft=treated_vs_held_out(policy, since, now, group_of),
@@ -156,7 +156,7 @@ def _leads(copies: list[tuple]) -> dict[tuple, float]:
 
 def treated_vs_held_out(
     policy: Policy, since: datetime, now: datetime, group_of: Callable[[int | None], str]
-) -> dict[str, guard.Compared]:
+) -> dict[str, harm_guard.Compared]:
     """Per prefix group: the holdout's treated against held-out per-request TTFT of the
     assignments of ``policy`` whose windows closed in (since, now], with the 95% interval of
     the difference (the holdout's own estimand); groups without an interval are left out."""
@@ -169,7 +169,7 @@ def treated_vs_held_out(
         t, h = holdout_ttft.arm_mean(treated), holdout_ttft.arm_mean(held)
         ci = stats.difference(t, h)
         if t is not None and h is not None and ci is not None:
-            out[group] = guard.Compared(
+            out[group] = harm_guard.Compared(
                 treated_s=t.estimate, held_out_s=h.estimate, diff_low_s=ci.low
             )
     return out
@@ -177,21 +177,21 @@ def treated_vs_held_out(
 
 def state_for(
     policy: Policy, inputs: Inputs, budgets: Budgets, now: datetime, *, step: bool
-) -> tuple[guard.GuardState, datetime]:
+) -> tuple[harm_guard.GuardState, datetime]:
     """The guard's state this plan applies: the last one, stepped on what happened since it was
     observed where ``step`` (the plan cycle); and when it was observed."""
     state, at = last_state(policy)
     if not step:
         return state, at or now
     if at is not None:
-        state = guard.observe(
-            state, signals(policy, inputs, at, now), limit_s=guard.queue_limit_s(budgets)
+        state = harm_guard.observe(
+            state, signals(policy, inputs, at, now), limit_s=harm_guard.queue_limit_s(budgets)
         )
     return state, now
 
 
 def summary(
-    state: guard.GuardState,
+    state: harm_guard.GuardState,
     observed_at: datetime,
     inputs: Inputs,
     planned: list[PlannedMove],
@@ -200,7 +200,7 @@ def summary(
     """The plan summary's ``guard``: how much speculation is allowed now and why, the state the
     next cycle steps, and its targets' queues now (what their copies are compared with)."""
     queue = {e.engine_id: e.queue_s for e in inputs.engines if e.lifecycle == ENGINE_SERVING}
-    out = guard.summary(state, planned=len(planned), admitted=len(items))
+    out = harm_guard.summary(state, planned=len(planned), admitted=len(items))
     out["observed_at"] = observed_at.isoformat()
     # every serving engine's: a target's rise is compared with the others' (no copy there)
     out["queue_at_plan"] = {k: round(q, 4) for k, q in queue.items()}

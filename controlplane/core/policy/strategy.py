@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from controlplane.core.policy import guard as harm_guard
-from controlplane.core.policy import planner, spread
+from controlplane.core.policy import harm_guard, planner, spread
 from controlplane.core.policy.inputs import EngineReport, engine_states
 from controlplane.core.policy.types import (
     Budgets,
@@ -38,14 +37,14 @@ STRATEGIES = (STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, STRATEGY_OFF)
 
 @dataclass(frozen=True)
 class Decision:
-    """What ``decide`` planned: the planner's items, and those the harm guard admits (what the
+    """What ``plan_moves`` planned: the planner's items, and those the harm guard admits (what the
     caller executes or stores)."""
 
     planned: list[PlannedMove]
     items: list[PlannedMove]
 
 
-def decide(
+def plan_moves(
     *,
     strategy: str,
     candidates: Sequence[Candidate],
@@ -59,7 +58,7 @@ def decide(
     calibration: Calibration | None = None,
 ) -> Decision:
     """Items for ``strategy`` within ``budgets`` and ``overrides``, cut by the harm guard's
-    allowances (``guard``, ``core.policy.guard``: where the last copies did harm; a fresh
+    allowances (``guard``, ``core.policy.harm_guard``: where the last copies did harm; a fresh
     ``GuardState()`` cuts nothing). ``engines`` are reports (turned into engine states by the
     shared input rules) or states made by them already. The live plan cycle and the simulator
     both call it so: the guard applies in one place. ``narrowed``: where a list is given,

@@ -6,7 +6,7 @@ import threading
 
 from django.conf import settings
 
-from controlplane.core.residency import InProcessResidencyIndex, ResidencyIndex
+from controlplane.core.residency_index import InProcessResidencyIndex, ResidencyIndex
 
 _lock = threading.Lock()
 _index: ResidencyIndex | None = None

@@ -1,6 +1,6 @@
 """The harm guard's state on the scoreboard: how much speculation it allows and why.
 
-The plan cycle keeps the guard's state in each plan's summary (``replication.plans.guard``); the
+The plan cycle keeps the guard's state in each plan's summary (``replication.plans.guard_feed``); the
 scoreboard shows the one of the latest plan made before its window's end that carries it (the
 plan the gauge ``prewarm_plan_guard_allowed`` reads, where the window ends now).
 """
