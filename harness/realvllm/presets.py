@@ -21,8 +21,10 @@ import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.realvllm.engine import HEAVY, TINY, ModelSpec, VllmEngine
+from harness.realvllm.history import servegen_history
 from harness.realvllm.traces import MAX_PROMPT, TraceRequest, servegen
 
 
@@ -44,6 +46,28 @@ class RealPreset:
             duration_s=duration_s,
             wall_rate=self.rate if rate is None else rate,
             prefix_tokens=self.prefix_tokens,
+            max_tail_tokens=self.max_tail_tokens,
+        )
+
+    def history(
+        self,
+        days: float,
+        end: float,
+        tenants: int = 4,
+        duration_s: float = 1800.0,
+        rate: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Import rows of the ``days`` before the slice ``requests`` replays with the same
+        arguments, ending at wall time ``end`` (``history.servegen_history``)."""
+        return servegen_history(
+            tenants=tenants,
+            duration_s=duration_s,
+            wall_rate=self.rate if rate is None else rate,
+            prefix_tokens=self.prefix_tokens,
+            model=self.model.served_name,
+            block_size=self.model.block_size,
+            days=days,
+            end=end,
             max_tail_tokens=self.max_tail_tokens,
         )
 
