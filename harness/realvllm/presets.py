@@ -4,7 +4,7 @@ choice for the demo (``make demo PRESET=real`` / ``PRESET=real-heavy``), the req
 
 - ``real``: the tiny model (2 layers of width 128). A prefill costs next to nothing (TTFT
   30-40 ms whatever the cache holds): it shows the mechanism, not what a warm replica saves.
-- ``real-heavy``: the prefill-heavy model (8 layers of width 512, about 26M parameters) and
+- ``real-heavy``: the prefill-heavy model (16 layers of width 768, about 113M parameters) and
   prompts that are almost all shared prefix: each tenant's prefix of 1,056-1,600 tokens, then
   at most 32 tokens of the request's own. A request that finds its prefix cached prefills its
   own few tokens; one that misses prefills the whole prefix, many times longer (as a large
@@ -92,7 +92,7 @@ REAL_PRESETS = {
         ),
         RealPreset(
             "real-heavy",
-            "two vLLM engines on CPU, prefill-heavy model (8 x 512), ServeGen tenants whose "
+            "two vLLM engines on CPU, prefill-heavy model (16 x 768), ServeGen tenants whose "
             "prompts are a 1,056-1,600-token shared prefix and at most 32 tokens of their own",
             HEAVY,
             max_tail_tokens=32,
