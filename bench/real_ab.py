@@ -14,7 +14,7 @@ their jobs by long-poll through it), and every per-engine figure comes from thos
 
 Every run replays the same slice of the shared ServeGen trace (the busiest tenants of the
 steepest demand ramp, 10 trace seconds per wall second, as token-id prompts that start with the
-tenant's shared prefix of 1,056-1,600 tokens; ``real-heavy`` adds at most 32 tokens of each
+tenant's shared prefix of 1,056-1,600 tokens, ``real-heavy``'s 1,600-1,952 with at most 8 tokens of each
 request's own). ``vllm-a`` serves from the start; ``vllm-b`` joins
 as in a scale-out and serves from ``--serve-s``. The policies:
 
