@@ -14,7 +14,7 @@ their jobs by long-poll through it), and every per-engine figure comes from thos
 
 Every run replays the same slice of the shared ServeGen trace (the busiest tenants of the
 steepest demand ramp, 10 trace seconds per wall second, as token-id prompts that start with the
-tenant's shared prefix of 1,056-1,600 tokens; ``real-heavy`` adds at most 32 tokens of each
+tenant's shared prefix of 1,056-1,600 tokens, ``real-heavy``'s 1,600-1,952 with at most 8 tokens of each
 request's own). ``vllm-a`` serves from the start; ``vllm-b`` joins
 as in a scale-out and serves from ``--serve-s``. The policies:
 
@@ -24,6 +24,11 @@ as in a scale-out and serves from ``--serve-s``. The policies:
   predictive  strategy ``predictive``: the planner warms the joining engine with the
               forecast-hot tenant prefixes before it serves, re-plans a burst's onset at ingest
               and keeps the reactive fallback
+
+Every run first imports ``--history-days`` (2) of the slice's tenants' earlier demand as request
+history through the product's ``POST /api/history-imports/``, as the demo's cluster does
+(``harness/realvllm/history.py``): the forecasters start from days of each tenant's demand, in
+every arm alike.
 
 In every arm the joining engine is announced ``warming`` at ``--announce-s`` and serves from
 ``--serve-s``, as an operator's scale-out would (it is added to the router then): the arms
@@ -111,6 +116,7 @@ from harness.realvllm.engine_agents import start_agents
 from harness.realvllm.presets import REAL_PRESETS, RealPreset, add_preset_argument
 from harness.realvllm.record_tee import RecordTee
 from harness.realvllm.router import RouterFront, router_available
+from harness.virtual.history import post_history
 from wire.protocol import ENGINE_SERVING, JOB_LANDED, JOB_LIVE
 
 WORK = REPO / "var" / "bench" / "real_ab"
@@ -211,6 +217,9 @@ def one_run(
         if not agents:
             raise RuntimeError(f"the agents did not report both engines (logs in {run_dir})")
         front.router.start().wait_ready(120)
+        # The trace's earlier days as request history, as the demo's cluster imports them: the
+        # forecasters start from days of each tenant's demand, not from nothing.
+        history = import_history(preset, args, cp, creds["operator_token"])
         # A load generator only: the router picks the engine, the taps post the records.
         gw = Gateway(
             cp,
@@ -262,6 +271,7 @@ def one_run(
             run=index,
             round=round_,
             preset=preset.name,
+            history=history,
             scoreboard=read_scoreboard(operator, cp),
             started_at=started,
             load_avg=os.getloadavg(),
@@ -282,6 +292,34 @@ def one_run(
         front.router.stop()
         children.stop()
         tee.stop()
+
+
+def import_history(preset: RealPreset, args, cp: str, token: str) -> dict[str, Any] | None:
+    """``--history-days`` of the replayed slice's tenants before it, ending now, through the
+    product's ``POST /api/history-imports/`` (``harness/realvllm/history.py``); the import's
+    summary (None with 0 days)."""
+    if args.history_days <= 0:
+        return None
+    if not hasattr(args, "history_rows"):  # drawn once (seconds of CPU), then moved in time
+        args.history_rows = preset.history(
+            args.history_days,
+            0.0,
+            tenants=args.tenants,
+            duration_s=(args.serve_s + args.serving_s) * TIME_SCALE,
+            rate=args.rate,
+        )
+    now = time.time()
+    rows = [{**r, "time": round(r["time"] + now, 3)} for r in args.history_rows]
+    summary = post_history(cp, token, rows, "real-ab")
+    print(
+        f"imported {args.history_days:g} days of history: {summary['requests']} requests in "
+        f"{summary['rows']} rows, {summary['workload_keys']} keys, {summary['post_seconds']} s",
+        flush=True,
+    )
+    return {
+        k: summary.get(k)
+        for k in ("requests", "rows", "workload_keys", "buckets_created", "post_seconds")
+    }
 
 
 def read_scoreboard(operator: Operator, cp: str) -> dict[str, Any]:
@@ -349,6 +387,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=0.5,
         help="the share of prefixes every arm's policy holds out (the scoreboard's holdout)",
+    )
+    p.add_argument(
+        "--history-days",
+        type=float,
+        default=2.0,
+        help="days of the trace before the slice imported as request history at the start of "
+        "every run, as the demo does (0: none)",
     )
     p.add_argument("--announce-s", type=float, default=30.0, help="the joiner is warming from")
     p.add_argument("--serve-s", type=float, default=90.0, help="the joining engine serves from")

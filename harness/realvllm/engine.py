@@ -68,8 +68,8 @@ class ModelSpec:
 # The tiny model: 2 layers x (K, V) x 2 KV heads x 32 dims x 32 tokens x 2 bytes a block; 1 GiB of
 # KV cache holds 65,536 such blocks (vLLM's log: "CPU KV cache size: 2,097,152 tokens").
 TINY = ModelSpec("tiny", "tiny")
-# The prefill-heavy model: 8 layers x (K, V) x 4 KV heads x 64 dims x 32 tokens x 2 bytes
-# (256 KiB) a block; 1 GiB holds 4,096 blocks (131,072 tokens).
+# The prefill-heavy model: 16 layers x (K, V) x 4 KV heads x 64 dims x 32 tokens x 2 bytes
+# (512 KiB) a block; 1 GiB holds 2,048 blocks (65,536 tokens).
 HEAVY = ModelSpec("heavy", "heavy")
 DEFAULT_MODEL_DIR = TINY.dir
 MODEL_NAME = TINY.served_name

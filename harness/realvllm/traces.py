@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane.core.traces.paths import shared_data_dir
+from controlplane.sim.workloads.base import Workload
 from controlplane.sim.workloads.mooncake import load_mooncake
 
 TRACE_BLOCK = 512  # tokens per Mooncake hash id
@@ -86,6 +87,34 @@ def servegen(
     of a tenant falls in one prefix group (groups end at 1,024 tokens, docs/api.md); each
     request adds its own prompt (the loader's length divided by 4, at most ``max_tail_tokens``
     and what the model fits) and asks for at most 8 tokens."""
+    w, prefixes = servegen_window(tenants, duration_s, time_scale, wall_rate, prefix_tokens, seed)
+    out = []
+    for i in range(len(w)):
+        prefix = prefixes[int(w.pid[i])]
+        rng = random.Random(i * 7919 + seed)
+        own = max(1, min(int(w.suffix_tokens[i]) // 4, max_tail_tokens, MAX_PROMPT - len(prefix)))
+        out.append(
+            TraceRequest(
+                float(w.t[i]) / time_scale,
+                prefix + [rng.randrange(*VOCAB) for _ in range(own)],
+                max(1, min(8, int(w.output_tokens[i]) // 64)),
+                w.prefix_wkey[int(w.pid[i])],
+            )
+        )
+    return out
+
+
+def servegen_window(
+    tenants: int,
+    duration_s: float,
+    time_scale: float,
+    wall_rate: float,
+    prefix_tokens: tuple[int, int],
+    seed: int = 0,
+) -> tuple[Workload, list[list[int]]]:
+    """The simulator's workload ``servegen`` replays (its ``history``: each tenant's expected
+    requests per window before it, at the replay's rate scale) and each tenant's prefix as
+    token ids, in the workload's prefix order."""
     from controlplane.sim.workloads import servegen as sg
 
     path = shared_data_dir() / "traces" / "servegen-m-large"
@@ -109,20 +138,7 @@ def servegen(
     for name in w.prefix_wkey:
         rng = random.Random(f"servegen-prefix-{name}-{seed}")
         prefixes.append([rng.randrange(*VOCAB) for _ in range(min(lengths[name], MAX_PROMPT - 64))])
-    out = []
-    for i in range(len(w)):
-        prefix = prefixes[int(w.pid[i])]
-        rng = random.Random(i * 7919 + seed)
-        own = max(1, min(int(w.suffix_tokens[i]) // 4, max_tail_tokens, MAX_PROMPT - len(prefix)))
-        out.append(
-            TraceRequest(
-                float(w.t[i]) / time_scale,
-                prefix + [rng.randrange(*VOCAB) for _ in range(own)],
-                max(1, min(8, int(w.output_tokens[i]) // 64)),
-                w.prefix_wkey[int(w.pid[i])],
-            )
-        )
-    return out
+    return w, prefixes
 
 
 def mooncake_path() -> Path:

@@ -45,26 +45,43 @@ def history_rows(
         head = group_of(prefix, BLOCK_TOKENS)
         group = to_hex(head) if head is not None else "*"
         tokens = len(prefix) * BLOCK_TOKENS + suffix
-        n = min(len(counts), int(round(days * DAY_S / w)))
-        first = True
-        for k, c in enumerate(counts[len(counts) - n :]):
-            requests = int(round(float(c) * scale))
-            if requests <= 0:
-                continue
-            row: dict[str, Any] = {
-                "time": round(end - (n - k) * w, 3),
-                "seconds": w,
-                "tenant": tenant,
-                "model": model,
-                "requests": requests,
-                "prompt_tokens": int(round(requests * tokens)),
-            }
-            if first:  # the whole chain once: the key's shared prefix from the start
-                row["keys"], row["block_size"] = [to_hex(x) for x in prefix], BLOCK_TOKENS
-                first = False
-            else:
-                row["prefix_group"] = group
-            rows.append(row)
+        whole = {"keys": [to_hex(x) for x in prefix], "block_size": BLOCK_TOKENS}
+        rows += window_rows(
+            counts, days, w, end, scale, {"tenant": tenant, "model": model}, tokens, whole, group
+        )
+    return rows
+
+
+def window_rows(
+    counts: Any,
+    days: float,
+    window_s: float,
+    end: float,
+    scale: float,
+    key: dict[str, str],
+    tokens_per_request: float,
+    whole: dict[str, Any],
+    group: str,
+) -> list[dict[str, Any]]:
+    """One tenant's rows: its expected requests per window of the last ``days`` (``counts``,
+    the last ending at wall time ``end``) times ``scale``, each spread over its window; ``key``
+    names the tenant and model, the first row carries the ``whole`` prefix (the key's shared
+    chain from the start) and the rest its prefix ``group``."""
+    n = min(len(counts), int(round(days * DAY_S / window_s)))
+    rows: list[dict[str, Any]] = []
+    for k, c in enumerate(counts[len(counts) - n :]):
+        requests = int(round(float(c) * scale))
+        if requests <= 0:
+            continue
+        row: dict[str, Any] = {
+            "time": round(end - (n - k) * window_s, 3),
+            "seconds": window_s,
+            **key,
+            "requests": requests,
+            "prompt_tokens": int(round(requests * tokens_per_request)),
+        }
+        row.update(whole if not rows else {"prefix_group": group})
+        rows.append(row)
     return rows
 
 
@@ -73,22 +90,8 @@ def import_trace_history(
 ) -> dict:
     """Post the history ending now to ``url``'s ``POST /api/history-imports/`` (an operator's
     ``token``); the import's summary, with how long the post took (``post_seconds``)."""
-    end = time.time()
-    rows = history_rows(wl, model, time_scale, days, end)
-    body = "".join(json.dumps(r) + "\n" for r in rows).encode()
-    t0 = time.perf_counter()
-    resp = httpx.post(
-        url + "/api/history-imports/",
-        headers={"Authorization": f"Bearer {token}"},
-        files={"file": ("trace-history.jsonl", body, "application/x-ndjson")},
-        data={"format": "jsonl", "source": "virtual-cluster"},
-        timeout=600.0,
-    )
-    if resp.status_code not in (200, 201):
-        raise RuntimeError(f"history import refused: {resp.status_code} {resp.text[:300]}")
-    summary = resp.json()
-    summary["post_seconds"] = round(time.perf_counter() - t0, 2)
-    summary["bytes"] = len(body)
+    rows = history_rows(wl, model, time_scale, days, time.time())
+    summary = post_history(url, token, rows, "virtual-cluster")
     log.info(
         "imported %.1f days of the trace's history: %d requests in %d rows, %d buckets, %.1f s",
         days,
@@ -97,4 +100,24 @@ def import_trace_history(
         summary["buckets_created"],
         summary["post_seconds"],
     )
+    return summary
+
+
+def post_history(url: str, token: str, rows: list[dict[str, Any]], source: str) -> dict:
+    """Import ``rows`` as one JSONL file through ``url``'s ``POST /api/history-imports/`` (the
+    product's import, all or nothing); its summary with ``post_seconds`` and ``bytes``."""
+    body = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    t0 = time.perf_counter()
+    resp = httpx.post(
+        url + "/api/history-imports/",
+        headers={"Authorization": f"Bearer {token}"},
+        files={"file": ("trace-history.jsonl", body, "application/x-ndjson")},
+        data={"format": "jsonl", "source": source},
+        timeout=600.0,
+    )
+    if resp.status_code not in (200, 201):
+        raise RuntimeError(f"history import refused: {resp.status_code} {resp.text[:300]}")
+    summary = resp.json()
+    summary["post_seconds"] = round(time.perf_counter() - t0, 2)
+    summary["bytes"] = len(body)
     return summary

@@ -132,3 +132,43 @@ def test_the_virtual_cluster_history_lands_on_the_keys_its_replay_makes(settings
     for wk in WorkloadKey.objects.all():
         pid = wl.prefix_wkey.index(wk.tenant)
         assert wk.prefix_keys == [blockhash.to_hex(k) for k in wl.prefixes[pid]]
+
+
+@pytest.mark.slow  # the ServeGen set-up takes seconds
+def test_the_real_engine_runs_history_lands_on_the_keys_their_taps_make(settings):
+    """The real A/B's history rows (the slice's tenants, earlier days, counts x time scale, the
+    tenant's prefix as token ids) make the workload keys the taps' records of the replayed
+    requests then count under, with the tenant's prefix as the shared chain."""
+    from harness.realvllm.presets import REAL_PRESETS
+
+    settings.PREWARM_DEMAND_BUCKET_SECONDS = 60
+    preset = REAL_PRESETS["real-heavy"]
+    block = preset.model.block_size
+    now = time.time()
+    rows = preset.history(1.0, now, tenants=3, duration_s=600.0)
+    assert rows and max(r["time"] + r["seconds"] for r in rows) == pytest.approx(now, abs=1)
+    assert {r["model"] for r in rows} == {preset.model.served_name}
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    imp, _ = import_history(io.BytesIO(text))
+    assert imp.requests == sum(r["requests"] for r in rows) and imp.workload_keys == 3
+    requests = preset.requests(tenants=3, duration_s=600.0)
+    first = {r.tenant: r for r in reversed(requests)}  # each tenant's first request
+    assert set(first) == {r["tenant"] for r in rows}
+    records = [  # as a tap records them: tenant header, body's model, the prompt's keys
+        {
+            "time": now + 1,
+            "model": preset.model.served_name,
+            "tenant": tenant,
+            "keys": [blockhash.to_hex(k) for k in blockhash.request_keys(r.token_ids, block)],
+            "block_size": block,
+        }
+        for tenant, r in first.items()
+    ]
+    assert ingest_records(records)["workload_keys_created"] == 0
+    for wk in WorkloadKey.objects.all():
+        prompts = [r.token_ids for r in requests if r.tenant == wk.tenant]
+        shared = min(
+            next((i for i, (a, b) in enumerate(zip(prompts[0], p, strict=False)) if a != b), 0)
+            for p in prompts[1:]
+        )
+        assert len(wk.prefix_keys) == shared // block  # the tenant's prefix, its full blocks
