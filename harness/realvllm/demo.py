@@ -37,6 +37,7 @@ from harness.realvllm.engine import (
 from harness.realvllm.engine_agents import start_agents
 from harness.realvllm.presets import REAL_PRESETS, RealPreset
 from harness.realvllm.router import RouterFront, router_available
+from harness.virtual.history import post_history
 from wire.protocol import TRANSPORT_WARMUP
 
 # Real seconds, not a compressed trace: a replica lives two minutes, plans every 10 s. Copies are
@@ -52,7 +53,12 @@ REAL_POLICY = {
     "max_spec_vram_fraction": knobs.MAX_SPEC_VRAM_FRACTION.high,  # the largest allowed
     "interval_seconds": 60,
     "max_bytes_per_interval": 1 << 30,
+    # Half the prefixes held out at random, as in the burst demo: the scoreboard's holdout.
+    "holdout_fraction": 0.5,
 }
+# Days of the slice's tenants' earlier demand imported before the replay (as the burst demo's
+# cluster imports them): the day-scale forecasters have history from the first minute.
+HISTORY_DAYS = 2.0
 
 
 # The second engine joins as in a scale-out: announced (warming) 40 s into the replay, when the
@@ -110,6 +116,7 @@ def main(host: str, port: int, preset: RealPreset = REAL_PRESETS["real"]) -> int
         print(f"{what}: {exc}", file=sys.stderr)
         children.stop()
         return 1
+    _import_history(preset, cp, creds["operator_token"])
     children.add(_driver(preset, cp, router.url, creds["operator_token"], engines[1], env, data))
     # When the joiner starts serving, the router is restarted with it (a second or two of
     # refused requests, which the load generator counts as failed).
@@ -153,6 +160,17 @@ def _start_engines(engines: list[VllmEngine]) -> None:
     print(
         f"engines ready in {time.monotonic() - started:.0f} s "
         f"({', '.join(f'{e.name} {e.rss_bytes() / 2**30:.1f} GiB' for e in engines)})",
+        flush=True,
+    )
+
+
+def _import_history(preset: RealPreset, cp: str, token: str) -> None:
+    """``HISTORY_DAYS`` of the replayed tenants' demand before now, through the product's
+    ``POST /api/history-imports/``."""
+    summary = post_history(cp, token, preset.history(HISTORY_DAYS, time.time()), "real-demo")
+    print(
+        f"imported {HISTORY_DAYS:g} days of history: {summary['requests']} requests in "
+        f"{summary['rows']} rows",
         flush=True,
     )
 
