@@ -145,7 +145,9 @@ class EngineResidency:
         if scoped:
             self.stats.engine_scoped += len(hashes)
             report_parent = (
-                None if parent_hash is None else engine_scoped_key(self.engine_id, parent_hash)
+                None
+                if parent_hash is None
+                else engine_scoped_key(self.engine_id, engine_hash(parent_hash))
             )
         for i, h in enumerate(hashes):
             if scoped:

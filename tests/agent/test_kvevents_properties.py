@@ -116,3 +116,13 @@ def test_any_msgpack_value_is_a_batch_or_the_defined_error(value):
         _apply(msgpack.packb(value, use_bin_type=True))
     except EventDecodeError:
         pass
+
+
+def test_a_bytes_parent_hash_of_blocks_without_tokens_is_keyed_not_a_crash():
+    """Newer vLLM publishes bytes hashes; a stored batch without its token ids is keyed for its
+    engine alone, its parent included (found by the property test above)."""
+    payload = msgpack.packb(
+        [0.0, [[STORED, [b"\x01" * 8], b"\x02" * 8, None, 4, None, "GPU"]], None],
+        use_bin_type=True,
+    )
+    _apply(payload)

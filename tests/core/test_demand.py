@@ -54,9 +54,9 @@ def test_demand_for_builds_the_planners_demand():
 def test_the_simulator_and_the_planning_path_share_it():
     import inspect
 
-    from controlplane.sim import planned
+    from controlplane.sim import planned, planned_forecast
 
-    src = inspect.getsource(planned)
+    src = inspect.getsource(planned) + inspect.getsource(planned_forecast)
     assert "demand_for(" in src and "BURST_FACTOR = " not in src
     from controlplane.core import demand
     from controlplane.core.forecast import burst

@@ -9,19 +9,20 @@ import dataclasses
 
 from controlplane.core.policy import spread
 from controlplane.core.policy.demand import combined
+from controlplane.core.policy.harm_guard import GuardState
 from controlplane.core.policy.strategy import STRATEGY_PREDICTIVE, STRATEGY_REACTIVE, plan_moves
 from controlplane.core.policy.types import (
-    Budgets,
     Candidate,
     Demand,
     EngineState,
     Holding,
     Overrides,
 )
+from tests.planner_settings import uncharged
 from wire.protocol import ENGINE_WARMING
 
 H = 300.0
-BUDGETS = Budgets(horizon_s=H, min_confidence=0.0, max_warming_fraction=0.5)
+BUDGETS = uncharged(horizon_s=H, min_confidence=0.0, max_warming_fraction=0.5)
 
 
 def _case(fore_rate: float = 0.1):
@@ -33,8 +34,14 @@ def _case(fore_rate: float = 0.1):
         Candidate("fore", (2,), 16, 40, "g-fore", 0.1, 1.5),
     ]
     demand = [
-        combined("hot", measured_rate=1.0, horizon_s=H),
-        combined("fore", measured_rate=0.0, horizon_s=H, forecast=Demand("fore", fore_rate * H)),
+        combined("hot", measured_rate=1.0, horizon_s=H, min_confidence=0.0),
+        combined(
+            "fore",
+            measured_rate=0.0,
+            horizon_s=H,
+            forecast=Demand("fore", fore_rate * H),
+            min_confidence=0.0,
+        ),
     ]
     engines = [
         EngineState("s", "n1", 100.0, 100.0, 0.0, 1e10, 0.5),
@@ -56,8 +63,9 @@ def _items(strategy=STRATEGY_PREDICTIVE, narrowed=None, fore_rate=0.1):
         engines=engines,
         budgets=BUDGETS,
         overrides=Overrides(),
+        guard=GuardState(),
         narrowed=narrowed,
-    )
+    ).items
 
 
 def _decide(strategy=STRATEGY_PREDICTIVE, narrowed=None, fore_rate=0.1):

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from controlplane.core.policy import value
+from controlplane.core.policy.harm_guard import GuardState
 from controlplane.core.policy.planner import plan
 from controlplane.core.policy.strategy import STRATEGY_PREDICTIVE, plan_moves
 from controlplane.core.policy.types import (
@@ -28,6 +29,7 @@ from controlplane.core.policy.value import (
     Outcome,
     ValueTerms,
 )
+from tests.planner_settings import uncharged
 from wire.protocol import ENGINE_WARMING, TIER_CPU
 
 GB = 1e9
@@ -166,9 +168,10 @@ def test_decide_hands_the_correction_to_the_planner():
         demand=[d],
         holdings=[Holding("p", "e0")],
         engines=engines(),
-        budgets=Budgets(horizon_s=60),
+        budgets=uncharged(horizon_s=60),
         overrides=Overrides(),
+        guard=GuardState(),
     )
-    raw = plan_moves(**kw)
-    cut = plan_moves(**kw, calibration=Calibration({(REPLICA, REQUESTS): 0.25}))
+    raw = plan_moves(**kw).items
+    cut = plan_moves(**kw, calibration=Calibration({(REPLICA, REQUESTS): 0.25})).items
     assert cut[0].expected_ttft_saved_s == pytest.approx(0.25 * raw[0].expected_ttft_saved_s)

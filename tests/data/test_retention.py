@@ -91,7 +91,7 @@ def _simulate_day(day: int, gpus: list[int], keys: list[int], policy: Policy) ->
             "key_id",
             "generated_at",
             "start",
-            "bucket_s",
+            "bucket_seconds",
             "horizon",
             "yhat",
             "lower",

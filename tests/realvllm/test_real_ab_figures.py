@@ -65,7 +65,7 @@ def test_run_figures_count_the_joiners_first_two_minutes_and_the_warmups_cost():
 def test_the_arms_are_live_policies_that_differ_only_in_their_strategy(db):
     from controlplane.replication.api.serializers import PolicySerializer
 
-    arms = {arm: real_ab.policy_fields(arm) for arm in ("none", "reactive", "predictive")}
+    arms = {arm: real_ab.policy_fields(arm, 0.5) for arm in ("none", "reactive", "predictive")}
     assert {arm: f["strategy"] for arm, f in arms.items()} == {
         "none": "off",
         "reactive": "reactive",
