@@ -117,7 +117,9 @@ def store_forecasts(rows: list[dict]) -> None:
     import json
 
     now = timezone.now().isoformat()
-    cols = ", ".join(("generated_at", *FORECAST_COLUMNS))
+    # the columns as the database names them (a field may keep an older column: db_column)
+    columns = (Forecast._meta.get_field(c).column for c in FORECAST_COLUMNS)
+    cols = ", ".join(("generated_at", *columns))
     # One COPY text buffer for every row (a write_row call and a json.dumps per list cost more
     # than the database's own work here); lists of floats are written as their reprs, which is
     # what json.dumps writes for finite floats.
