@@ -25,6 +25,7 @@ import threading
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
+_trimmed = threading.Event()  # set after the thread's first trim
 
 
 def _libc_trim():
@@ -50,6 +51,12 @@ def trim() -> bool:
 def _loop(every_s: float, stop: threading.Event) -> None:
     while not stop.wait(every_s):
         trim()
+        _trimmed.set()
+
+
+def wait_for_trim(timeout_s: float) -> bool:
+    """Block until the thread has trimmed once (False at ``timeout_s``): for tests."""
+    return _trimmed.wait(timeout_s)
 
 
 def start(every_s: float, stop: threading.Event | None = None) -> threading.Thread | None:
