@@ -125,7 +125,7 @@ def _plan_ran(log_dir: str, n: int) -> bool:
     )
 
 
-def _task_seconds(log_dir: str, n: int) -> list[float]:
+def _task_s(log_dir: str, n: int) -> list[float]:
     """How long each forecast_all task took, from the workers' logs."""
     pattern = re.compile(r"forecast_all\[.*\] succeeded in ([0-9.]+)s")
     return sorted(
@@ -186,7 +186,7 @@ def run(keys, worker_counts=(1, 2), limit_s: float = 1800, nice: int = 10) -> di
                         )
                     time.sleep(0.2)
                 elapsed = time.perf_counter() - t0
-                tasks = _task_seconds(tmp, n)
+                tasks = _task_s(tmp, n)
                 run_ = {
                     "worker_processes": n,
                     "cycle_seconds": round(elapsed, 1),

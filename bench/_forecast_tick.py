@@ -17,12 +17,12 @@ from tempfile import TemporaryDirectory
 
 from _forecast_celery import BUCKET_S, _env, _seed
 
-from controlplane.core.policy.knobs import HORIZON_SECONDS
+from controlplane.core.policy.knobs import HORIZON_S
 
 TICK_DAYS = 3.0
 
 
-def run(keys, horizon_s: float = float(HORIZON_SECONDS.default)) -> dict:
+def run(keys, horizon_s: float = float(HORIZON_S.default)) -> dict:
     window = int(TICK_DAYS * 86400 // BUCKET_S)
     with TemporaryDirectory() as tmp:
         env = _env(tmp)

@@ -125,7 +125,7 @@ def tick_timing(keys, sample: int, horizon: int = 1) -> dict:
     }
 
 
-def prophet_refit_seconds(keys, sample: int) -> dict:
+def prophet_refit_s(keys, sample: int) -> dict:
     """What one ``fit_slow_model`` costs (Prophet's backtest fold against the baselines, then
     its expected counts for the stored span), on ``sample`` keys."""
     times = []
@@ -336,7 +336,7 @@ def _main(args) -> int | None:
             Path(args.json).write_text(json.dumps({"tick": tick}, indent=2))
         return
     keys, names = build_keys(n_keys, args.data)
-    refit = prophet_refit_seconds(keys, 10 if args.quick else 30)
+    refit = prophet_refit_s(keys, 10 if args.quick else 30)
     print(
         f"Prophet refit (backtest fold + final fit): median {refit['refit_seconds_median']} s, "
         f"p90 {refit['refit_seconds_p90']} s -> {refit['refits_per_hour_two_workers']:,} refits "

@@ -115,7 +115,7 @@ def populate(engines: int, prefixes: int, seed: int = 7):
         active=True,
         mode="manual",
         min_confidence=0.4,
-        horizon_seconds=600,
+        horizon_s=600,
         max_spec_vram_fraction=0.1,
     )
 

@@ -11,8 +11,8 @@ threads of the web process on kombu's in-memory transport (the reasons are in th
 
 No result backend: no task's result is read back (a chain passes a result on in its next
 task's message). Tasks take ids, are idempotent and log-and-return on a vanished object. The beat schedule is
-fixed intervals from settings; the policy-driven cadences (``forecast_every_seconds``,
-``plan_every_seconds``) are applied by the ``tick`` task, which reads the active policy every few
+fixed intervals from settings; the policy-driven cadences (``forecast_every_s``,
+``plan_every_s``) are applied by the ``tick`` task, which reads the active policy every few
 seconds, so a policy change takes effect without restarting beat.
 """
 

@@ -96,10 +96,10 @@ class EnrolmentToken(models.Model):
 
     @classmethod
     def issue(
-        cls, ttl_seconds: int | None = None, *, raw: str | None = None, **fields
+        cls, ttl_s: int | None = None, *, raw: str | None = None, **fields
     ) -> tuple[EnrolmentToken, str]:
         """Create a token (``raw`` given: one generated elsewhere, e.g. by a Helm chart)."""
-        ttl = ttl_seconds or settings.PREWARM_ENROLMENT_TOKEN_TTL_SECONDS
+        ttl = ttl_s or settings.PREWARM_ENROLMENT_TOKEN_TTL_SECONDS
         raw = raw or "pwe_" + secrets.token_urlsafe(32)
         token = cls.objects.create(
             digest=digest(raw),

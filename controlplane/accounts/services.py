@@ -72,7 +72,7 @@ def revoke_api_token(token: ApiToken, who, *, reason: str = "") -> ApiToken:
 @transaction.atomic
 def issue_enrolment_token(
     who,
-    ttl_seconds: int | None = None,
+    ttl_s: int | None = None,
     *,
     labels: dict | None = None,
     created_by=None,
@@ -84,7 +84,7 @@ def issue_enrolment_token(
     token (shown once). ``node_name``: bound to that name, which it may also re-enrol (a
     reinstalled host whose agent lost its state)."""
     token, raw = EnrolmentToken.issue(
-        ttl_seconds,
+        ttl_s,
         labels=labels or {},
         created_by=created_by,
         max_uses=max_uses,
@@ -99,19 +99,17 @@ FLEET_TOKEN_MIN_CHARS = 40
 
 @transaction.atomic
 def ensure_fleet_enrolment_token(
-    who, raw: str, ttl_seconds: int, *, max_uses: int, labels: dict | None = None, reason: str = ""
+    who, raw: str, ttl_s: int, *, max_uses: int, labels: dict | None = None, reason: str = ""
 ) -> tuple[EnrolmentToken, bool]:
     """Register a fleet enrolment token whose raw value was made elsewhere (a Helm chart's
     Secret), or, if it is known, set its bound and expiry to these (an upgrade renews them; its
     uses so far still count). Returns the token and whether it was created."""
     if not raw.startswith("pwe_") or len(raw) < FLEET_TOKEN_MIN_CHARS:
         raise ValueError(f"a fleet enrolment token is pwe_ and {FLEET_TOKEN_MIN_CHARS}+ characters")
-    expires_at = timezone.now() + timezone.timedelta(seconds=ttl_seconds)
+    expires_at = timezone.now() + timezone.timedelta(seconds=ttl_s)
     token = EnrolmentToken.objects.select_for_update().filter(digest=digest(raw)).first()
     if token is None:
-        token, _ = EnrolmentToken.issue(
-            ttl_seconds, raw=raw, labels=labels or {}, max_uses=max_uses
-        )
+        token, _ = EnrolmentToken.issue(ttl_s, raw=raw, labels=labels or {}, max_uses=max_uses)
         record(who, "enrolment_token.created", token, after=_enrolment_state(token), reason=reason)
         return token, True
     before = _enrolment_state(token)

@@ -24,9 +24,9 @@ from .signals import residency_reported
 
 log = logging.getLogger(__name__)
 
-GPU_SAMPLE_SECONDS = 60
-GPU_REFRESH_SECONDS = 60  # an unchanged GPU row is rewritten (updated_at) at most this often
-ENGINE_SEEN_SECONDS = 10  # an unchanged engine's last_seen is written at most this often
+GPU_SAMPLE_S = 60
+GPU_REFRESH_S = 60  # an unchanged GPU row is rewritten (updated_at) at most this often
+ENGINE_SEEN_S = 10  # an unchanged engine's last_seen is written at most this often
 GPU_FIELDS = (
     "index",
     "name",
@@ -270,11 +270,11 @@ def _upsert_gpus(node: Node, gpus: list[dict], now, refused: list[str]) -> dict[
                 refused.append(gpu.uuid)
                 continue
             # Unchanged values are not rewritten (live values reach browsers through publish
-            # anyway); updated_at is still refreshed every GPU_REFRESH_SECONDS.
-            differs = _take_changes(gpu, data, GPU_FIELDS, gpu.updated_at, GPU_REFRESH_SECONDS, now)
+            # anyway); updated_at is still refreshed every GPU_REFRESH_S.
+            differs = _take_changes(gpu, data, GPU_FIELDS, gpu.updated_at, GPU_REFRESH_S, now)
             if differs is not None:
                 changed.append((gpu, differs))
-        if now.timestamp() - _last_sample_at.get(_gpu_key(node, gpu), 0.0) >= GPU_SAMPLE_SECONDS:
+        if now.timestamp() - _last_sample_at.get(_gpu_key(node, gpu), 0.0) >= GPU_SAMPLE_S:
             samples.append(
                 GpuSample(
                     gpu=gpu,
@@ -289,10 +289,10 @@ def _upsert_gpus(node: Node, gpus: list[dict], now, refused: list[str]) -> dict[
             updated_at=now, **{f: getattr(gpu, f) for f in differs}
         )
         gpu.updated_at = now
-    if samples:  # at most one history point per GPU per GPU_SAMPLE_SECONDS
+    if samples:  # at most one history point per GPU per GPU_SAMPLE_S
         recent = dict(
             GpuSample.objects.filter(
-                gpu__in=[s.gpu for s in samples], at__gt=now - timedelta(seconds=GPU_SAMPLE_SECONDS)
+                gpu__in=[s.gpu for s in samples], at__gt=now - timedelta(seconds=GPU_SAMPLE_S)
             ).values_list("gpu_id", "at")
         )
         for sample in samples:
@@ -318,7 +318,7 @@ def _upsert_engines(
             existing[engine.engine_id] = engine
         else:
             differs = _take_changes(
-                engine, data, ENGINE_FIELDS, engine.last_seen, ENGINE_SEEN_SECONDS, now
+                engine, data, ENGINE_FIELDS, engine.last_seen, ENGINE_SEEN_S, now
             )
             if differs is not None:
                 engine.last_seen = now

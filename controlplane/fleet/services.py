@@ -33,7 +33,7 @@ class EnrolRefused(Forbidden):
     code = "node_name_taken"
 
 
-REENROL_APPROVAL_SECONDS = 3600  # how long an admin's "allow re-enrolment" stays open
+REENROL_APPROVAL_S = 3600  # how long an admin's "allow re-enrolment" stays open
 
 
 def enrol(
@@ -149,7 +149,7 @@ def allow_reenrolment(node: Node, who, *, reason: str = "") -> Node:
     """An admin's approval: for the next hour, any usable enrolment token may re-enrol ``node``
     once (a host rebuilt without its agent's state)."""
     node = Node.objects.select_for_update().get(pk=node.pk)
-    node.reenrol_allowed_until = timezone.now() + timedelta(seconds=REENROL_APPROVAL_SECONDS)
+    node.reenrol_allowed_until = timezone.now() + timedelta(seconds=REENROL_APPROVAL_S)
     node.save(update_fields=["reenrol_allowed_until"])
     record(
         who,

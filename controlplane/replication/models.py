@@ -22,23 +22,28 @@ from .choices import (
 
 
 def _knob(knob: knobs.Knob) -> dict:
-    """A policy field's default and validators, from its knob (``core.policy.knobs``)."""
+    """A policy field's default and validators, from its knob (``core.policy.knobs``); a knob
+    named otherwise outside the code (``interval_s``: ``interval_seconds``) keeps that name as
+    its column and its label."""
     kw: dict = {
         "default": knob.default,
         "validators": [MinValueValidator(knob.low), MaxValueValidator(knob.high)],
     }
     if knob.nullable:
         kw |= {"null": True, "blank": True}
+    if knob.api != knob.field:
+        kw |= {"db_column": knob.api, "verbose_name": knob.api.replace("_", " ")}
     return kw
 
 
 def _knob_range(knob: knobs.Knob) -> models.CheckConstraint:
-    """The knob's range in the database (empty allowed where it means no limit)."""
+    """The knob's range in the database (empty allowed where it means no limit), named after
+    its column."""
     name, low, high = knob.field, knob.low, knob.high
     within = models.Q(**{f"{name}__gte": low, f"{name}__lte": high})
     if knob.nullable:
         within = models.Q(**{f"{name}__isnull": True}) | within
-    return models.CheckConstraint(condition=within, name=f"{name}_range")
+    return models.CheckConstraint(condition=within, name=f"{knob.api}_range")
 
 
 class Policy(models.Model):
@@ -62,14 +67,14 @@ class Policy(models.Model):
         help_text="max share of each GPU's KV capacity for speculative replicas",
     )
     max_bytes_per_interval = models.BigIntegerField(**_knob(knobs.MAX_BYTES_PER_INTERVAL))
-    interval_seconds = models.PositiveIntegerField(**_knob(knobs.INTERVAL_SECONDS))
+    interval_s = models.PositiveIntegerField(**_knob(knobs.INTERVAL_S))
     min_confidence = models.FloatField(**_knob(knobs.MIN_CONFIDENCE))
-    replica_ttl_seconds = models.PositiveIntegerField(**_knob(knobs.REPLICA_TTL_SECONDS))
-    horizon_seconds = models.PositiveIntegerField(
-        **_knob(knobs.HORIZON_SECONDS), help_text="how far ahead plans look"
+    replica_ttl_s = models.PositiveIntegerField(**_knob(knobs.REPLICA_TTL_S))
+    horizon_s = models.PositiveIntegerField(
+        **_knob(knobs.HORIZON_S), help_text="how far ahead plans look"
     )
-    forecast_every_seconds = models.PositiveIntegerField(**_knob(knobs.FORECAST_EVERY_SECONDS))
-    plan_every_seconds = models.PositiveIntegerField(**_knob(knobs.PLAN_EVERY_SECONDS))
+    forecast_every_s = models.PositiveIntegerField(**_knob(knobs.FORECAST_EVERY_S))
+    plan_every_s = models.PositiveIntegerField(**_knob(knobs.PLAN_EVERY_S))
     default_transport = models.CharField(
         max_length=16, choices=Transport.CHOICES, default=Transport.TCP
     )
@@ -84,13 +89,13 @@ class Policy(models.Model):
         help_text="a speculative item is planned only when its expected TTFT saving is at least "
         "this many times what it takes (copy time, the target engine's queue); >= 1",
     )
-    max_queue_seconds = models.FloatField(
-        **_knob(knobs.MAX_QUEUE_SECONDS),
+    max_queue_s = models.FloatField(
+        **_knob(knobs.MAX_QUEUE_S),
         help_text="no speculative item lands on a serving engine whose queue (its agent's "
         "waiting requests, in seconds of prefill) is longer (empty: no limit)",
     )
-    max_cluster_queue_seconds = models.FloatField(
-        **_knob(knobs.MAX_CLUSTER_QUEUE_SECONDS),
+    max_cluster_queue_s = models.FloatField(
+        **_knob(knobs.MAX_CLUSTER_QUEUE_S),
         help_text="while the serving engines queue longer than this on average, plan no "
         "speculative copy or promotion, only warm-ups of joining engines (empty: no limit)",
     )

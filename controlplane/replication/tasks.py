@@ -45,9 +45,7 @@ def tick() -> dict:
 def forecast_then_plan(policy: Policy):
     """The cycle as one Celery chain: forecast every active key in one task, then plan (the
     count of keys forecast travels in the plan task's message)."""
-    return (
-        forecast_all.si(float(policy.horizon_seconds)) | plan_after_forecasts.s(policy.pk)
-    ).delay()
+    return (forecast_all.si(float(policy.horizon_s)) | plan_after_forecasts.s(policy.pk)).delay()
 
 
 @task(Queue.PLAN)

@@ -33,7 +33,7 @@ def test_enrolment_token_is_single_use_and_token_stored_hashed(db):
 
 
 def test_expired_enrolment_token_is_refused(db):
-    token, raw = EnrolmentToken.issue(ttl_seconds=60)
+    token, raw = EnrolmentToken.issue(ttl_s=60)
     EnrolmentToken.objects.filter(pk=token.pk).update(expires_at="2000-01-01T00:00:00Z")
     resp = APIClient().post(
         "/api/agents/enrol/", {"enrolment_token": raw, "hostname": "n1"}, format="json"
@@ -223,7 +223,7 @@ def test_unchanged_gpu_and_engine_rows_are_not_rewritten_but_changes_land_at_onc
     gpu, engine = Gpu.objects.get(), Engine.objects.get()
     assert agent.post("/api/agents/report/", report(2), format="json").status_code == 200
     assert Gpu.objects.get().updated_at == gpu.updated_at  # same values: no write
-    assert Engine.objects.get().last_seen == engine.last_seen  # within ENGINE_SEEN_SECONDS
+    assert Engine.objects.get().last_seen == engine.last_seen  # within ENGINE_SEEN_S
     changed = report(3)
     changed["gpus"][0]["memory_used"] = 71 * 2**30
     changed["engines"][0]["kv_capacity_blocks"] = 12_000

@@ -38,22 +38,23 @@ def events(action):
 
 
 def policy_form(name, **over):
+    """The admin's add/change form: the model's field names (durations ``_s``)."""
     fields = {
         "name": name,
         "mode": "manual",
         "strategy": "predictive",
         "max_spec_vram_fraction": "0.05",
         "max_bytes_per_interval": "1000",
-        "interval_seconds": "60",
+        "interval_s": "60",
         "min_confidence": "0.5",
-        "replica_ttl_seconds": "900",
-        "horizon_seconds": "600",
-        "forecast_every_seconds": "300",
-        "plan_every_seconds": "30",
+        "replica_ttl_s": "900",
+        "horizon_s": "600",
+        "forecast_every_s": "300",
+        "plan_every_s": "30",
         "default_transport": "tcp",
         "min_benefit_ratio": "2.0",
-        "max_queue_seconds": "2.0",
-        "max_cluster_queue_seconds": "",
+        "max_queue_s": "2.0",
+        "max_cluster_queue_s": "",
         "active": "on",
     }
     return {**fields, **over}

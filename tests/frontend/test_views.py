@@ -7,6 +7,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from controlplane.core.policy import knobs
 from controlplane.fleet.models import Engine, Gpu
 from controlplane.replication.models import PlanItem, Policy, ReplicationPlan
 from harness import fleet_seed as cluster
@@ -119,6 +120,23 @@ def test_policy_forms_only_for_admins(world):
     assert (
         'data-api="/api/overrides/"' not in signed_in("viewer").get("/overrides/").content.decode()
     )
+
+
+def test_the_policy_form_sends_the_apis_names_with_the_policys_values(world):
+    """Each knob's input is named as the REST API names it (``horizon_seconds``) and shows the
+    policy's value (the model's ``horizon_s``)."""
+    policy = Policy.objects.get(active=True)
+    Policy.objects.filter(pk=policy.pk).update(horizon_s=123, max_cluster_queue_s=None)
+    policy.refresh_from_db()
+    page = signed_in("admin").get("/policies/").content.decode()
+    form = page[page.index(f'data-api="/api/policies/{policy.pk}/"') :].split("</form>")[0]
+    for knob in knobs.KNOBS:
+        if knob.field == "holdout_fraction":  # set through the API and the admin, not this form
+            continue
+        value = getattr(policy, knob.field)
+        shown = "" if value is None else str(value)
+        assert f'name="{knob.api}"' in form, knob.api
+        assert re.search(rf'name="{knob.api}"[^>]*value="{re.escape(shown)}"', form), knob.api
 
 
 def test_assets_and_bundled_plotly_are_served(db):

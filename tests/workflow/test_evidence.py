@@ -247,7 +247,7 @@ def test_both_arms_are_measured_over_the_same_window(ev, fleet, monkeypatch, set
     policy = treated.plan.policy
     for item, d in ((treated, d0), (held, d1)):
         assert (d.window_start - item.decided_at).total_seconds() == pytest.approx(item.cost_s)
-        assert (d.window_end - d.window_start).total_seconds() == policy.replica_ttl_seconds
+        assert (d.window_end - d.window_start).total_seconds() == policy.replica_ttl_s
     job = ev.land(ReplicationJob.objects.get(item=treated))
     ev.report("node-b", prefix(0))
     # The copy's hold ends with its assignment's window, not a TTL after it landed.

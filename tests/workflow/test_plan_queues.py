@@ -52,7 +52,7 @@ def test_queued_engines_hold_speculation_back_and_the_summary_says_why(fleet):
     policy, queued = run_cycle(fleet, "manual")
     gate = queued.summary["queues"]
     assert gate["backed_off"], queued.summary
-    assert gate["cluster_queue_s"] > policy.max_cluster_queue_seconds == 1.0
+    assert gate["cluster_queue_s"] > policy.max_cluster_queue_s == 1.0
     assert "held back" in gate["why"] and f"{gate['cluster_queue_s']:.2f} s" in gate["why"]
     a, b = (str(Engine.objects.get(node__name=n).pk) for n in ("node-a", "node-b"))
     assert gate["engines_over_max_queue"] == sorted([a, b])
@@ -85,7 +85,7 @@ def test_a_queue_on_the_prefixs_own_holder_alone_does_not_hold_its_copies_back(f
 
 
 def test_an_engine_over_its_queue_limit_gets_no_copy(fleet):
-    # One target queues past max_queue_seconds, the cluster's mean stays under the back-off.
+    # One target queues past max_queue_s, the cluster's mean stays under the back-off.
     fleet.report("node-b", (), seq=2, metrics={"waiting": 40})
     policy, plan = run_cycle(fleet, "manual", max_cluster_queue_seconds=None)
     gate = plan.summary["queues"]

@@ -22,7 +22,10 @@ from controlplane.sim.planned import SIMULATED, PlannedPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("controlplane", "harness", "bench", "nodeagent", "wire", "frontend")
-NAMES = set(knobs.BY_FIELD) | set(knobs.BY_BUDGET)
+NAMES = set(knobs.BY_FIELD) | set(knobs.BY_BUDGET) | {k.api for k in knobs.KNOBS}
+# A knob's name that means something else there: the agent's and the copy loader's polling
+# interval is ``interval_s`` too, and neither reads a policy.
+OTHER_MEANING = {"interval_s": ("nodeagent/", "harness/e2e/engines.py")}
 
 
 def _bounds(validators) -> tuple:
@@ -37,11 +40,26 @@ def test_the_model_and_the_api_read_the_knob(knob):
     assert field.default == knob.default
     assert field.null is knob.nullable
     assert _bounds(field.validators) == (knob.low, knob.high)
+    assert field.column == knob.api  # a renamed knob keeps its column
     constraints = {c.name for c in Policy._meta.constraints}
-    assert f"{knob.field}_range" in constraints
-    api = PolicySerializer().fields[knob.field]
+    assert f"{knob.api}_range" in constraints
+    api = PolicySerializer().fields[knob.api]  # the API keeps the name its clients send
+    assert api.source == knob.field
     assert (api.min_value, api.max_value) == (knob.low, knob.high)
-    assert knob.field not in PolicySerializer.Meta.extra_kwargs  # no second range
+    # No second range: at most the name's mapping.
+    assert set(PolicySerializer.Meta.extra_kwargs.get(knob.api, {})) <= {"source"}
+
+
+def test_the_api_keeps_its_names_the_model_says_s():
+    """Durations are ``_s`` on the model and ``_seconds`` in the API, both ways."""
+    out = PolicySerializer(Policy(horizon_s=120, max_queue_s=None)).data
+    assert (out["horizon_seconds"], out["max_queue_seconds"]) == (120, None)
+    assert not {k.field for k in knobs.KNOBS if k.api != k.field} & set(out)
+    given = PolicySerializer(Policy(), data={"horizon_seconds": 120}, partial=True)
+    assert given.is_valid(), given.errors
+    assert dict(given.validated_data) == {"horizon_s": 120}
+    short = PolicySerializer(Policy(), data={"horizon_seconds": 5}, partial=True)
+    assert not short.is_valid() and set(short.errors) == {"horizon_seconds"}
 
 
 @pytest.mark.parametrize("knob", list(knobs.BY_BUDGET.values()), ids=lambda k: k.field)
@@ -60,7 +78,7 @@ def test_the_budgets_read_the_knob(knob):
 
 def test_a_policy_becomes_budgets_in_one_translation():
     assert Budgets.of(Policy()) == Budgets()  # the model's defaults are the budgets'
-    p = Policy(max_queue_seconds=None, max_cluster_queue_seconds=None, horizon_seconds=120)
+    p = Policy(max_queue_s=None, max_cluster_queue_s=None, horizon_s=120)
     b = Budgets.of(p, min_expected_hits=1.6)
     assert (b.max_queue_s, b.max_cluster_queue_s) == (math.inf, math.inf)
     assert (b.horizon_s, b.min_expected_hits) == (120.0, 1.6)
@@ -108,9 +126,12 @@ def second_defaults(root: Path = ROOT) -> list[str]:
             if "migrations" in path.parts:
                 continue
             for node in ast.walk(ast.parse(path.read_text())):
+                where = path.relative_to(root).as_posix()
                 for name, value in _named_values(node):
+                    if where.startswith(OTHER_MEANING.get(name, ())):
+                        continue
                     if name in NAMES and value is not None and _literal(value):
-                        found.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+                        found.append(f"{where}:{node.lineno} {name}")
     return found
 
 
@@ -124,11 +145,15 @@ def test_the_scan_finds_a_second_default(tmp_path):
         "class B:\n    max_spec_vram_fraction: float = 0.25\n\n"
         "def f(horizon_s=120.0):\n    pass\n\n"
         "min_confidence = models.FloatField(default=0.4)\n"
+        "def g(interval_s=60, horizon_seconds=120):\n    pass\n"
     )
     for top in PRODUCT[1:]:
         (tmp_path / top).mkdir()
+    (tmp_path / "nodeagent" / "y.py").write_text("def poll(interval_s=1.0):\n    pass\n")
     assert sorted(second_defaults(tmp_path)) == [
         "controlplane/x.py:2 max_spec_vram_fraction",
         "controlplane/x.py:4 horizon_s",
         "controlplane/x.py:7 min_confidence",
+        "controlplane/x.py:8 horizon_seconds",
+        "controlplane/x.py:8 interval_s",
     ]

@@ -33,7 +33,7 @@ def test_inflated_items_show_a_ratio_far_below_one_on_the_scoreboard(fleet):
         confirmed_copy(ev, policy, key, target)
     PlanItem.objects.update(value_terms=INFLATED.as_dict())
     # Their modelled horizon has passed: placed a horizon and a minute ago.
-    back = timedelta(seconds=policy.horizon_seconds + 60)
+    back = timedelta(seconds=policy.horizon_s + 60)
     for r in SpeculativeReplica.objects.all():
         SpeculativeReplica.objects.filter(pk=r.pk).update(placed_at=r.placed_at - back)
     ev.served(k0, "node-b", 6, cached=TOKENS, ttft_s=0.10)

@@ -311,7 +311,7 @@ def forecast_arrays(
 def burst_risk_arrays(
     y: np.ndarray, lengths: np.ndarray, bucket_s: float, horizon_s: float
 ) -> np.ndarray:
-    """``risk_from_counts(history[-RECENT_BUCKETS:], bucket_seconds, horizon_s)`` of every row
+    """``risk_from_counts(history[-RECENT_BUCKETS:], bucket_s, horizon_s)`` of every row
     (capacity: ``BURST_FACTOR`` x the recent rate, the forecast task's knowledge)."""
 
     n, w = y.shape

@@ -1,7 +1,7 @@
 """The forecaster interface and the cheap baselines: last value, EWMA, seasonal naive, and the
 seasonal blend (recent level blended with the same window a day earlier).
 
-A `Forecaster` is an immutable configuration; `fit(history, bucket_seconds=..., end=...)` returns
+A `Forecaster` is an immutable configuration; `fit(history, bucket_s=..., end=...)` returns
 a `Fitted` model whose `predict(horizon, interval)` gives a `Prediction` (expected count per bucket
 and a central interval, all clipped at 0). Intervals of the baselines use the textbook
 benchmark-method formulas (Hyndman & Athanasopoulos, *Forecasting: Principles and Practice*,

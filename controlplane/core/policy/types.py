@@ -73,8 +73,8 @@ class Budgets:
     max_spec_vram_fraction: float = knobs.MAX_SPEC_VRAM_FRACTION.budget_default
     max_bytes_per_interval: float = knobs.MAX_BYTES_PER_INTERVAL.budget_default
     min_confidence: float = knobs.MIN_CONFIDENCE.budget_default
-    ttl_s: float = knobs.REPLICA_TTL_SECONDS.budget_default
-    horizon_s: float = knobs.HORIZON_SECONDS.budget_default
+    ttl_s: float = knobs.REPLICA_TTL_S.budget_default
+    horizon_s: float = knobs.HORIZON_S.budget_default
     target_utilisation: float = 0.8
     copy_cost_weight: float = 1.0
     max_replicas_per_prefix: int = 64
@@ -83,14 +83,14 @@ class Budgets:
     # A replica (or warm-up copy) is planned only when at least this many requests are expected
     # to use it in the horizon: 1.6 makes P(used at least once) >= 0.8 for Poisson arrivals.
     min_expected_hits: float = 0.0
-    # What speculation is charged (``knobs``: ``min_benefit_ratio``, ``max_queue_seconds``,
-    # ``max_cluster_queue_seconds``): benefit must exceed cost x ``min_benefit_ratio``; no
+    # What speculation is charged (``knobs``: ``min_benefit_ratio``, ``max_queue_s``,
+    # ``max_cluster_queue_s``): benefit must exceed cost x ``min_benefit_ratio``; no
     # speculative copy lands on a serving engine queueing longer than ``max_queue_s``, and none
     # at all (warm-ups of joining engines aside) while the serving engines queue
     # ``max_cluster_queue_s`` on average. Infinite: no limit.
     min_benefit_ratio: float = knobs.MIN_BENEFIT_RATIO.budget_default
-    max_queue_s: float = knobs.MAX_QUEUE_SECONDS.budget_default
-    max_cluster_queue_s: float = knobs.MAX_CLUSTER_QUEUE_SECONDS.budget_default
+    max_queue_s: float = knobs.MAX_QUEUE_S.budget_default
+    max_cluster_queue_s: float = knobs.MAX_CLUSTER_QUEUE_S.budget_default
 
     def __post_init__(self) -> None:
         for name, knob in knobs.BY_BUDGET.items():

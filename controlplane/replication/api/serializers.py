@@ -1,6 +1,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from controlplane.core.policy import knobs
 from wire import blockhash
 
 from ..models import (
@@ -43,8 +44,12 @@ class PolicySerializer(serializers.ModelSerializer):
         read_only_fields = ["updated_at"]
         # Activating a policy deactivates the others (PolicyViewSet._save): no uniqueness check.
         validators: list = []
-        # The knobs' ranges come with the model fields' validators (core.policy.knobs).
-        extra_kwargs = {"active": {"validators": []}}
+        # The knobs' ranges come with the model fields' validators (core.policy.knobs); the API
+        # keeps the names its clients send (``interval_seconds``), the model says ``_s``.
+        extra_kwargs = {
+            "active": {"validators": []},
+            **{k.api: {"source": k.field} for k in knobs.KNOBS if k.api != k.field},
+        }
 
 
 def _validate_chain(value):

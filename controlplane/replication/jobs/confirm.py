@@ -103,7 +103,7 @@ def held_at_dispatch(job: ReplicationJob) -> list[str]:
 def _create_replica(job: ReplicationJob) -> SpeculativeReplica:
     item = job.item
     now = timezone.now()
-    ttl = item.plan.policy.replica_ttl_seconds if item else 900
+    ttl = item.plan.policy.replica_ttl_s if item else 900
     expires = now + timedelta(seconds=ttl)
     draw = item.holdout_draw if item and item.holdout_draw_id else None
     if draw is not None and draw.window_end is not None:

@@ -259,7 +259,7 @@ def _on_evicted(job: ReplicationJob) -> None:
     ).update(evicted_at=timezone.now())
 
 
-def backoff_seconds(attempt: int) -> float:
+def backoff_s(attempt: int) -> float:
     base = settings.PREWARM_JOB_BACKOFF_SECONDS
     return min(settings.PREWARM_JOB_BACKOFF_MAX_SECONDS, base * 2 ** max(0, attempt - 1))
 
@@ -269,7 +269,7 @@ def fail(job: ReplicationJob, why: str) -> ReplicationJob:
     job = transition(job, JobState.FAILED, why, error=why[:2000])
     _cancel_on_agents(job)
     if job.attempt < job.max_attempts and (job.deadline is None or job.deadline > timezone.now()):
-        delay = backoff_seconds(job.attempt)
+        delay = backoff_s(job.attempt)
         job = transition(
             job,
             JobState.APPROVED,

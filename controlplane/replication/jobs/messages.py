@@ -54,7 +54,7 @@ def assign_message(job: ReplicationJob, role: str) -> dict:
     master = src.get("transfer", "").rpartition(":")[0] or "127.0.0.1"
     tokens = tokens_for(job) if job.transport in Transport.NEEDS_TOKENS else []
     hold = SpeculativeReplica.objects.filter(job=job).values_list("expires_at", flat=True).first()
-    ttl = job.item.plan.policy.replica_ttl_seconds if job.item_id else 900
+    ttl = job.item.plan.policy.replica_ttl_s if job.item_id else 900
     return protocol.job_assign(
         job_id=str(job.pk),
         action=job.action,

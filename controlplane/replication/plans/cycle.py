@@ -353,7 +353,7 @@ def demand_parts(inputs: Inputs, items: list[PlannedMove]) -> dict[str, dict]:
 
 def _shadow_replicas(plan: ReplicationPlan, policy: Policy, now) -> None:
     """Shadow mode: the replicas the plan would have placed, to be scored as if executed."""
-    ttl = timedelta(seconds=policy.replica_ttl_seconds)
+    ttl = timedelta(seconds=policy.replica_ttl_s)
     forecasters = plan.summary.get("forecasters", {})
     SpeculativeReplica.objects.bulk_create(
         [
@@ -386,8 +386,7 @@ def due(policy: Policy, now=None) -> dict[str, bool]:
         ReplicationPlan.objects.order_by("-created_at").values_list("created_at", flat=True).first()
     )
     return {
-        "forecast": last_f is None
-        or (now - last_f).total_seconds() >= policy.forecast_every_seconds,
-        "plan": last_p is None or (now - last_p).total_seconds() >= policy.plan_every_seconds,
+        "forecast": last_f is None or (now - last_f).total_seconds() >= policy.forecast_every_s,
+        "plan": last_p is None or (now - last_p).total_seconds() >= policy.plan_every_s,
         "open_plan": ReplicationPlan.objects.filter(state__in=PlanState.OPEN).exists(),
     }

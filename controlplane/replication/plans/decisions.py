@@ -104,7 +104,7 @@ def refusal_for(item: PlanItem, policy: Policy, to_be: dict | None = None) -> st
         return f"node {target.node.name} is excluded by an override"
     if overrides.filter(kind=OverrideKind.EXCLUDE_ENGINE, engine_id=target.pk).exists():
         return f"engine {target} is excluded by an override"
-    return _over_budget(item, Budgets.of(policy), policy.interval_seconds)
+    return _over_budget(item, Budgets.of(policy), policy.interval_s)
 
 
 def _over_budget(item: PlanItem, budgets: Budgets, interval_s: int) -> str | None:
@@ -155,7 +155,7 @@ def _hold_out(item: PlanItem, policy: Policy, now) -> SpeculativeReplica:
         new_tokens=tokens,
         forecaster=item.plan.summary.get("forecasters", {}).get(str(item.workload_key_id), ""),
         placed_at=now,
-        expires_at=now + timedelta(seconds=policy.replica_ttl_seconds),
+        expires_at=now + timedelta(seconds=policy.replica_ttl_s),
     )
 
 
@@ -169,7 +169,7 @@ def _job_for(item: PlanItem, policy: Policy) -> ReplicationJob:
         tier=Transport.LANDS_IN.get(policy.default_transport, item.tier),
         bytes=item.bytes,
         max_attempts=settings.PREWARM_JOB_MAX_ATTEMPTS,
-        deadline=timezone.now() + timedelta(seconds=policy.horizon_seconds),
+        deadline=timezone.now() + timedelta(seconds=policy.horizon_s),
     )
     job = transition(job, JobState.APPROVED, "approved with its plan item")
     transaction.on_commit(lambda: dispatch_job.delay(str(job.pk)))

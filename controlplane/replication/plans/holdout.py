@@ -44,7 +44,7 @@ def window(policy: Policy, item: PlanItem, now=None):
     the item's modelled placement time (when its copy would land) for the policy's replica TTL.
     A treated copy that lands late, fails or is never confirmed changes neither end."""
     start = (now or timezone.now()) + timedelta(seconds=max(0.0, item.cost_s))
-    return start, start + timedelta(seconds=policy.replica_ttl_seconds)
+    return start, start + timedelta(seconds=policy.replica_ttl_s)
 
 
 def assign(policy: Policy, item: PlanItem, share: float, now=None) -> HoldoutDraw:

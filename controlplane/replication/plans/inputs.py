@@ -176,7 +176,7 @@ QUEUE_RECORDS_WINDOW_S = 600.0
 QUEUE_FALLBACK_PROMPT_TOKENS = 2048
 
 
-def request_seconds(models: set[str], now) -> dict[str, float]:
+def request_s_by_model(models: set[str], now) -> dict[str, float]:
     """Per model name: the prefill seconds of the mean recently recorded request."""
     since = now - timedelta(seconds=QUEUE_RECORDS_WINDOW_S)
     rows = (
@@ -306,7 +306,7 @@ def _engine_reports(
 ) -> list[EngineReport]:
     index = get_index()
     spec = spec_bytes_by_engine()
-    per_request = request_seconds({e.model for e in engines}, now or timezone.now())
+    per_request = request_s_by_model({e.model for e in engines}, now or timezone.now())
     link = link_bytes_in_flight()
     out = []
     for e in engines:

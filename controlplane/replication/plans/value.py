@@ -46,7 +46,7 @@ def outcomes(since: datetime, until: datetime) -> list[Outcome]:
 def _horizons(policy_ids: set) -> dict:
     return {
         pk: timedelta(seconds=h)
-        for pk, h in Policy.objects.filter(pk__in=policy_ids).values_list("pk", "horizon_seconds")
+        for pk, h in Policy.objects.filter(pk__in=policy_ids).values_list("pk", "horizon_s")
     }
 
 
