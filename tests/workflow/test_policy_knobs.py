@@ -62,6 +62,17 @@ def test_the_api_keeps_its_names_the_model_says_s():
     assert not short.is_valid() and set(short.errors) == {"horizon_seconds"}
 
 
+def test_the_demos_policies_name_the_apis_fields():
+    """The demos' policies go through ``ensure_policy``, the API's serializer, which ignores a
+    name it does not know: each must be one of its fields (``horizon_seconds``, not the model's
+    ``horizon_s``)."""
+    from harness.launch import POLICY
+    from harness.realvllm.demo import REAL_POLICY
+
+    known = set(PolicySerializer().fields)
+    assert set(POLICY) - known == set() and set(REAL_POLICY) - known == set()
+
+
 @pytest.mark.parametrize("knob", list(knobs.BY_BUDGET.values()), ids=lambda k: k.field)
 def test_the_budgets_read_the_knob(knob):
     default = {f.name: f.default for f in dataclasses.fields(Budgets)}[knob.budget]
