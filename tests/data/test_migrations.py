@@ -43,3 +43,28 @@ def test_initial_state_to_head_and_back_with_data():
     _migrate(initial)
     assert Node.objects.filter(pk=node.pk).exists()
     _migrate(head)
+
+
+def test_durations_renamed_to_s_keep_their_columns_and_values():
+    """replication 0013 renames the policy's duration fields (``horizon_seconds`` ->
+    ``horizon_s``) in the state only: the columns, their values and the range constraints stay."""
+    before = [("replication", "0012_policy_knobs")]
+    apps = _migrate(before).loader.project_state(before).apps
+    old = apps.get_model("replication", "Policy").objects.create(
+        name="kept", horizon_seconds=123, max_queue_seconds=None, plan_every_seconds=7
+    )
+    head = MigrationExecutor(connection).loader.graph.leaf_nodes()
+    apps = _migrate(head).loader.project_state(head).apps
+    new = apps.get_model("replication", "Policy").objects.get(pk=old.pk)
+    assert (new.horizon_s, new.max_queue_s, new.plan_every_s) == (123, None, 7)
+    with connection.cursor() as cursor:
+        columns = {
+            c.name
+            for c in connection.introspection.get_table_description(cursor, "replication_policy")
+        }
+        constraints = connection.introspection.get_constraints(cursor, "replication_policy")
+    assert {"horizon_seconds", "max_queue_seconds", "plan_every_seconds"} <= columns
+    assert "horizon_s" not in columns and "horizon_seconds_range" in constraints
+    _migrate(before)
+    assert apps.get_model("replication", "Policy").objects.filter(pk=old.pk).exists()
+    _migrate(head)
