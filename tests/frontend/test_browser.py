@@ -305,6 +305,27 @@ def test_invalid_policy_is_refused_and_nothing_saved(browser, live):
     admin.context.close()
 
 
+def test_a_policy_saved_from_its_form_reaches_the_model(browser, live):
+    """The form sends the API's names (``horizon_seconds``); the model's ``horizon_s`` holds the
+    value, and the reloaded form shows it."""
+    policy = live["seed"]["policy"]
+    admin = page_as(browser, live, "admin")
+    admin.goto(f"{live['url']}/policies/")
+    form = f'form[data-policy="{policy}"]'
+    field = f'{form} input[name="horizon_seconds"]'
+    before = admin.evaluate(f"async () => (await fetch('/api/policies/{policy}/')).json()")
+    for value in (420, before["horizon_seconds"]):  # then back, for the module's other tests
+        admin.fill(field, str(value))
+        with admin.expect_navigation():  # saved, the page reloads
+            admin.click(f"{form} button[type=submit]")
+            admin.wait_for_selector(f"{form} .notice.ok")
+        after = admin.evaluate(f"async () => (await fetch('/api/policies/{policy}/')).json()")
+        assert after["horizon_seconds"] == value and "horizon_s" not in after
+        assert admin.input_value(field) == str(value)  # the reloaded form shows the model's
+    assert admin.errors == []
+    admin.context.close()
+
+
 def test_misses_page_draws_the_reasons_gateways_records_got(browser, live):
     """Records posted through the API get reasons at ingest; the page charts them per tenant."""
     url, chains = live["url"], live["seed"]["chains"]
