@@ -218,10 +218,7 @@ class EngineResidency:
     def _forget(self, mappings: dict[int, int]) -> None:
         """Keep ``mappings`` (of blocks no medium holds any more) among the newest forgotten."""
         forgotten = self.forgotten
-        items = mappings.items()
-        if len(mappings) > FORGOTTEN_LIMIT:
-            items = list(items)[-FORGOTTEN_LIMIT:]
-        for h, key in items:
+        for h, key in list(mappings.items())[-FORGOTTEN_LIMIT:]:
             forgotten.pop(h, None)  # re-inserted: the newest go last
             forgotten[h] = key
         excess = len(forgotten) - FORGOTTEN_LIMIT
