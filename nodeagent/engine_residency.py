@@ -4,8 +4,11 @@ vLLM names blocks by per-process hashes; the control plane joins on canonical ke
 (``wire.blockhash``). A ``BlockStored`` event carries the token ids of every block
 it stores (concatenated, ``block_size`` per block) and the engine hash of the first block's
 parent, so the canonical key of each block is ``block_key(canonical parent, its tokens, extra)``.
-The engine-hash -> canonical-key map outlives removals (a child may be stored after its parent
-was evicted) and is bounded; it is dropped when the engine restarts (new hash seed).
+The engine-hash -> canonical-key map holds the blocks resident on some medium of the engine; a
+block that leaves every medium moves to a small map of recently forgotten ones
+(``FORGOTTEN_LIMIT``, the newest kept), because a child may be stored after its parent left: vLLM's
+offloading connector emits a CPU tier's ``BlockStored`` events in any key order, each with its own
+parent. Both maps are dropped when the engine restarts (new hash seed).
 
 Events without token ids (or whose parent is unknown) get engine-scoped keys, flagged with
 ``FLAG_ENGINE_SCOPED``, so a report never claims a canonical key it cannot back.
@@ -20,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from nodeagent.kvevents import (
@@ -47,7 +51,8 @@ from wire.protocol import (
 )
 
 __all__ = ["FLAG_ENGINE_SCOPED", "EngineResidency", "EventStats"]
-CANON_MAP_LIMIT = 1_000_000
+# Mappings of blocks that left every medium, kept for a child stored late (the newest first)
+FORGOTTEN_LIMIT = 65_536
 ROOTS_KEPT = 8  # first-block hashes kept for the fleet doctor's hash-seed check
 
 # Row of a resident block: (canonical key, canonical parent key or None, flags)
@@ -71,7 +76,8 @@ class EngineResidency:
     engine_id: str
     block_size: int
     blocks: dict[str, dict[int, Row]] = field(default_factory=dict)  # medium -> hash -> row
-    canon: dict[int, int] = field(default_factory=dict)  # engine hash -> canonical key
+    canon: dict[int, int] = field(default_factory=dict)  # resident engine hash -> canonical key
+    forgotten: dict[int, int] = field(default_factory=dict)  # the same, for blocks that left
     pending_stored: dict[str, dict[int, Row]] = field(default_factory=dict)  # medium -> key -> row
     pending_removed: dict[str, set[int]] = field(default_factory=dict)  # medium -> keys
     pending_cleared: bool = False
@@ -133,7 +139,10 @@ class EngineResidency:
         if parent_hash is None:
             parent: int | None = ROOT_PARENT
         else:
-            parent = canon.get(engine_hash(parent_hash))
+            ph = engine_hash(parent_hash)
+            parent = canon.get(ph)
+            if parent is None:
+                parent = self.forgotten.get(ph)
         scoped = (
             parent is None
             or token_ids is None
@@ -172,10 +181,6 @@ class EngineResidency:
             if premoved:
                 premoved.discard(key)
             report_parent = parent = key
-        if len(canon) > CANON_MAP_LIMIT:
-            # Dicts keep insertion order: forget the oldest mappings first.
-            for old in list(canon)[: len(canon) - CANON_MAP_LIMIT]:
-                del canon[old]
         return len(hashes)
 
     def _removed(self, hashes: list[Any], medium: str, group: int | None = None) -> int:
@@ -185,6 +190,7 @@ class EngineResidency:
         premoved = self.pending_removed.get(medium)
         if premoved is None:
             premoved = self.pending_removed[medium] = set()
+        canon, forgotten = self.canon, self.forgotten
         n = 0
         for raw in hashes:
             h = raw if isinstance(raw, int) else engine_hash(raw)
@@ -199,12 +205,30 @@ class EngineResidency:
             left = self.held.pop(key, 1) - 1
             if left > 0:
                 self.held[key] = left
+            if h in canon and not any(h in rows for rows in self.blocks.values()):
+                forgotten.pop(h, None)
+                forgotten[h] = canon.pop(h)  # the newest last
+                if len(forgotten) > FORGOTTEN_LIMIT:
+                    del forgotten[next(iter(forgotten))]
             if pstore and key in pstore:
                 del pstore[key]
             premoved.add(key)
         return n
 
+    def _forget(self, mappings: dict[int, int]) -> None:
+        """Keep ``mappings`` (of blocks no medium holds any more) among the newest forgotten."""
+        forgotten = self.forgotten
+        for h, key in list(mappings.items())[-FORGOTTEN_LIMIT:]:
+            forgotten.pop(h, None)  # re-inserted: the newest go last
+            forgotten[h] = key
+        excess = len(forgotten) - FORGOTTEN_LIMIT
+        if excess > 0:  # dicts keep insertion order: the oldest go first
+            for old in list(islice(forgotten, excess)):
+                del forgotten[old]
+
     def _clear_blocks(self) -> None:
+        self._forget(self.canon)
+        self.canon.clear()
         self.blocks.clear()
         self.held.clear()
         self.pending_stored.clear()
@@ -215,12 +239,14 @@ class EngineResidency:
     def reset(self, engine_restarted: bool) -> None:
         """Forget everything (lost events or engine restart); the next report is a snapshot.
 
-        After an engine restart its hash seed changed, so the engine-hash map is dropped too.
+        The engine-hash mappings of the blocks it held join the forgotten ones (a child of one of
+        the newest ``FORGOTTEN_LIMIT`` still gets its canonical key); after an engine restart its hash seed
+        changed, so those are dropped too.
         """
         with self.lock:
             self._clear_blocks()
             if engine_restarted:
-                self.canon.clear()
+                self.forgotten.clear()
             self.snapshot_needed = True
 
     def request_snapshot(self) -> None:

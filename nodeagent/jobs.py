@@ -2,7 +2,8 @@
 
 Delivery is idempotent by job id: a small journal (``jobs.journal``, one JSON line per final
 result, replayed at start) answers a job id it has already finished with the recorded result
-instead of running it again. A failed job that comes back with a higher ``attempt`` (the
+instead of running it again, for the newest ``JOURNAL_KEEP`` jobs finished within
+``JOURNAL_KEEP_S`` (the file is compacted to those when it holds twice as many lines). A failed job that comes back with a higher ``attempt`` (the
 control plane's retry) runs again; a succeeded one never does.
 
 Every job ends by its deadline: the runner waits for the executor until then, and past it (or on
@@ -18,6 +19,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -36,31 +38,72 @@ log = logging.getLogger(__name__)
 # still running this long after its deadline.
 ABORT_GRACE_S = 5.0
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+# Finished jobs the journal answers again: a redelivery or a retry comes within the job's attempts
+# (minutes); a job whose result was forgotten runs again.
+JOURNAL_KEEP = 4096
+JOURNAL_KEEP_S = 24 * 3600.0
 
 
 class Journal:
-    """Append-only record of finished jobs, fsynced, read back at start."""
+    """Record of finished jobs, fsynced, read back at start; the newest ``JOURNAL_KEEP`` that
+    finished within ``JOURNAL_KEEP_S`` are kept, in memory and (compacted) in the file."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.results: dict[str, dict[str, Any]] = {}
+    def __init__(self, path: Path, keep: int = JOURNAL_KEEP, keep_s: float = JOURNAL_KEEP_S):
+        self.path, self.keep, self.keep_s = path, keep, keep_s
+        self.results: dict[str, dict[str, Any]] = {}  # job id -> result, oldest first
+        self.finished: dict[str, float] = {}  # job id -> when its result was recorded
+        self.lines = 0  # lines in the file
         if path.exists():
             for line in path.read_text().splitlines():
+                self.lines += 1
                 try:
                     rec = json.loads(line)
-                    self.results[rec["job_id"]] = rec
-                except (ValueError, KeyError):
+                    self._keep(rec["job_id"], rec, float(rec.pop("finished_at", time.time())))
+                except (ValueError, KeyError, TypeError):
                     continue  # a torn last line from a crash: that job simply runs again
+            self._prune()
+            if self.lines > len(self.results):
+                self._compact()
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         return self.results.get(job_id)
 
     def record(self, result: dict[str, Any]) -> None:
-        self.results[result["job_id"]] = result
+        now = time.time()
+        self._keep(result["job_id"], result, now)
         with open(self.path, "a") as f:
-            f.write(json.dumps(result) + "\n")
+            f.write(json.dumps({**result, "finished_at": now}) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        self.lines += 1
+        self._prune()
+        if self.lines > 2 * self.keep:
+            self._compact()
+
+    def _keep(self, job_id: str, rec: dict[str, Any], at: float) -> None:
+        self.results.pop(job_id, None)  # a later result of the same job goes last
+        self.results[job_id] = rec
+        self.finished[job_id] = at
+
+    def _prune(self) -> None:
+        """Forget the oldest results past the count, then those older than the age."""
+        cutoff = time.time() - self.keep_s
+        for job_id in list(self.results):
+            if len(self.results) <= self.keep and self.finished[job_id] >= cutoff:
+                break
+            del self.results[job_id]
+            del self.finished[job_id]
+
+    def _compact(self) -> None:
+        """Rewrite the file with the kept results only (a new file renamed over the old one)."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w") as f:
+            for job_id, rec in self.results.items():
+                f.write(json.dumps({**rec, "finished_at": self.finished[job_id]}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self.lines = len(self.results)
 
 
 class JobRunner:

@@ -51,8 +51,9 @@ PREWARM_MISS_BURST_LEAD_SECONDS = get_from_env(
     "PREWARM_MISS_BURST_LEAD_SECONDS", 300, type_cast=int
 )
 
-# The web process and Celery workers hand the C allocator's free memory back to the system this
-# often, seconds (glibc's malloc_trim, controlplane/memtrim.py); 0: never.
+# The web process, Celery workers and the demo's virtual cluster hand the C allocator's free
+# memory back to the system this often, seconds (glibc's malloc_trim, controlplane/memtrim.py);
+# 0: never.
 PREWARM_MALLOC_TRIM_SECONDS = get_from_env("PREWARM_MALLOC_TRIM_SECONDS", 60.0, type_cast=float)
 
 # Replication workflow (docs/workflow.md).

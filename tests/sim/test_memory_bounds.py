@@ -1,8 +1,11 @@
 """What the virtual cluster's processes hold while the control plane falls behind is bounded."""
 
 import httpx
+import pytest
 
+from controlplane import memtrim
 from harness import gateway
+from harness.cli import start_memory_upkeep
 from harness.gateway import MAX_BACKLOG_BYTES, RecordPoster, weight
 
 
@@ -39,3 +42,11 @@ def test_a_record_over_the_bound_alone_is_still_sent(monkeypatch):
     p.add({"time": 0.5, "model": "m", "tenant": "t", "keys": ["00"]})
     p.add(big)
     assert p._pending == [big] and p.dropped == 1
+
+
+def test_the_cluster_hands_the_allocators_free_memory_back():
+    if not memtrim.available():
+        pytest.skip("no glibc malloc_trim here")
+    thread = start_memory_upkeep({"PREWARM_MALLOC_TRIM_SECONDS": "0.05"})
+    assert thread is not None and thread.is_alive() and thread.name == "malloc-trim"
+    assert memtrim.wait_for_trim(60)
