@@ -28,7 +28,12 @@ log = logging.getLogger(__name__)
 
 @task(Queue.DEFAULT)
 def tick() -> dict:
-    """Start forecast and plan cycles when the active policy's cadences say they are due."""
+    """Start forecast and plan cycles when the active policy's cadences say they are due.
+
+    The plan cadence is the same under either strategy: a due plan runs on the demand measured
+    now and the latest forecasts, whether or not a forecast is due or still running (a forecast
+    slower than its cadence must not hold back the copies measured demand asks for). A due
+    forecast is followed by a plan of its own, so fresh forecasts are planned on at once."""
     policy = Policy.objects.filter(active=True).first()
     if policy is None or policy.strategy == PolicyStrategy.OFF:
         return {}
@@ -37,7 +42,7 @@ def tick() -> dict:
         due["forecast"] = False  # measured demand only: nothing to forecast
     if due["forecast"]:
         forecast_then_plan(policy)
-    elif due["plan"]:
+    if due["plan"]:
         plan_cycle.delay(policy.pk)
     return due
 

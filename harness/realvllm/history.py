@@ -1,7 +1,8 @@
 """The ServeGen slice's earlier days as request history for the real engines' runs, as the
 virtual cluster imports them (``harness/virtual/history.py``, docs/demo.md "History from day
 one"): each tenant's expected requests per 10-minute window before the replayed window, at the
-replay's rate (each window's count times the time scale), ending where the replay starts.
+replay's rate (each window's count times the time scale), its arrivals drawn per demand bucket,
+ending where the replay starts.
 
 Each row names what a tap's record of that tenant would (docs/api.md, "Request history"): the
 tenant (the header the taps read), the served model, and the tenant's shared prefix, as token
@@ -13,6 +14,8 @@ product's ``POST /api/history-imports/``, never written into the database by han
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from controlplane.core.prefix_groups import OTHER, group_of
 from harness.realvllm.traces import MAX_PROMPT, servegen_window
@@ -38,6 +41,7 @@ def servegen_history(
     same arguments, ending at wall time ``end``."""
     w, prefixes = servegen_window(tenants, duration_s, time_scale, wall_rate, prefix_tokens, seed)
     win = float(w.history_bucket_s)
+    rng = np.random.default_rng(seed)  # each stretch's arrivals (``window_rows``)
     rows: list[dict[str, Any]] = []
     for pid, tenant in enumerate(w.prefix_wkey):
         counts = w.history.get(tenant)
@@ -66,5 +70,6 @@ def servegen_history(
             tokens,
             whole,
             group,
+            rng,
         )
     return rows

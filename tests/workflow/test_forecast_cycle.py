@@ -9,6 +9,7 @@ from celery.signals import task_prerun
 
 from controlplane.demand.models import WorkloadKey
 from controlplane.forecasting.models import Forecast
+from controlplane.replication import tasks
 from controlplane.replication.models import ReplicationPlan
 from controlplane.replication.tasks import forecast_then_plan
 from harness import burst
@@ -52,3 +53,18 @@ def test_nothing_to_forecast_plans_nothing(fleet):
     forecast_then_plan(p)
     assert not Forecast.objects.exists()
     assert not ReplicationPlan.objects.filter(policy=p).exists()
+
+
+def test_a_forecast_still_running_does_not_hold_back_the_plan_cadence(fleet, monkeypatch):
+    """Predictive plans on measured demand at the plan cadence, as reactive does: a tick that
+    finds a forecast due (its last one older than its cadence, or still running) and a plan due
+    starts both, not the forecast alone."""
+    p = fleet.policy("shadow", strategy="predictive")
+    fleet.post_burst(time.time())
+    started: list[int] = []
+    # The forecast chain is slow: it has not finished when the tick looks.
+    monkeypatch.setattr(tasks, "forecast_then_plan", lambda policy: started.append(policy.pk))
+    due = tasks.tick()
+    assert due["forecast"] and due["plan"] and started == [p.pk]
+    plan = ReplicationPlan.objects.get(policy=p)
+    assert plan.summary["trigger"] == "cycle" and plan.summary["strategy"] == "predictive"
