@@ -13,6 +13,7 @@ import sys
 
 from controlplane.sim.policies import POLICIES
 from controlplane.sim.scenarios import FORMATS, SCENARIOS, WORKLOADS, build
+from controlplane.sim.workloads.servegen import CLIENT_HALVES
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -33,6 +34,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenants", type=int, default=30)
     p.add_argument("--json", dest="json_path")
     p.add_argument("--html", dest="html_path")
+
+
+def _clients(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--clients",
+        choices=CLIENT_HALVES,
+        default="all",
+        help="ServeGen clients to build the workload from: all, or the tune or holdout half "
+        "(split by a SHA-256 of the client name; each half scaled to --load on its own)",
+    )
 
 
 # The subcommands: each adds its parser to these.
@@ -64,6 +75,7 @@ def _add_run(sub: _Subparsers) -> None:
         action="store_true",
         help="let predictive's day-scale forecast choose Prophet too (slower)",
     )
+    _clients(run)
     _common(run)
 
 
@@ -100,6 +112,7 @@ def _add_seeds(sub: _Subparsers) -> None:
     sd.add_argument("--engines", type=int, default=16)
     sd.add_argument("--tenants", type=int, default=30)
     sd.add_argument("--trace-dir", help="a folder of ServeGen-format client files")
+    _clients(sd)
     sd.add_argument("--workers", type=int, default=1, help="worker processes")
     sd.add_argument("--json", dest="json_path")
 
@@ -122,6 +135,7 @@ def _add_grid(sub: _Subparsers) -> None:
     gr.add_argument("--warmup", type=float, default=300.0)
     gr.add_argument("--workers", type=int, default=1)
     gr.add_argument("--trace-dir", help="a folder of ServeGen-format client files")
+    _clients(gr)
     gr.add_argument("--jsonl", help="append each job's result here; jobs already there are skipped")
     gr.add_argument("--json", dest="json_path")
     gr.add_argument(
@@ -198,6 +212,7 @@ def _run(args) -> int:
         load=args.load,
         tenants=args.tenants,
         seed=args.seed,
+        clients=args.clients,
     )
     options = {"predictive": {"use_prophet": True}} if args.prophet else {}
     setup.assumptions["predictive_day_forecast"] = (

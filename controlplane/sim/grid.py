@@ -113,12 +113,17 @@ def job_for(cell: tuple[str, str, str], seed: int, args) -> dict:
         "duration": args.duration,
         "warmup": args.warmup,  # not-vocabulary: the warm-up seconds, not a transport
         "trace_dir": args.trace_dir,
+        "clients": getattr(args, "clients", "all"),
         **settings_of(setting),
     }
 
 
 def _key(job: dict) -> str:
-    return f"{job['cell']}#{job['seed']}#{','.join(job['policies'])}"
+    """A job's identity in ``--jsonl``: cell, seed, policies and, for a client half, the half
+    (runs of one half never stand in for the other's)."""
+    half = job.get("clients", "all")
+    tail = "" if half == "all" else f"#clients={half}"
+    return f"{job['cell']}#{job['seed']}#{','.join(job['policies'])}{tail}"
 
 
 def run_grid(jobs: list[dict], jsonl: Path | None, workers: int) -> list[dict]:
@@ -309,6 +314,7 @@ def main_grid(args) -> int:
             s[f"{name}_p99"] = sum(r["policies"][name]["ttft_p99_s"] for r in kept) / len(kept)
         out.append({"setting": c[0], "model": c[1], "scenario": c[2], **s})
     doc = {"duration_s": args.duration, "warmup_s": args.warmup, "seeds": seeds, "cells": out}
+    doc["clients"] = getattr(args, "clients", "all")
     if "everywhere" in args.policies:
         # The headline form: every policy's means, gains over reactive and hot-fanout, the
         # gap closed against the everywhere ceiling.

@@ -74,6 +74,7 @@ def build(
     tenants: int = 30,
     prefix_tokens: tuple[int, int] | None = None,
     seed: int = 0,
+    clients: str = "all",
 ) -> Setup:
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
@@ -90,6 +91,8 @@ def build(
     if blocks < 8:
         raise ValueError("KV capacity below 8 blocks per engine")
     kind, path = _trace_source(workload, trace, fmt, trace_dir)
+    if clients != "all" and kind != "servegen":
+        raise ValueError("client halves (--clients) need a ServeGen workload")
     if kind == "servegen":
         wl = _servegen(
             path,
@@ -102,6 +105,7 @@ def build(
             tenants,
             prefix_tokens or _default_prefix_tokens(model),
             seed,
+            clients,
         )
     else:
         wl = load_mooncake(path) if kind == "mooncake" else load_azure(path, seed=seed)
@@ -219,13 +223,15 @@ def _default_prefix_tokens(model: str) -> tuple[int, int]:
 
 
 def _servegen(
-    path, scenario, engines, cost, start, duration, load, tenants, ptok, seed
+    path, scenario, engines, cost, start, duration, load, tenants, ptok, seed, clients
 ) -> Workload:
     duration = duration or 3600.0
-    windows = sg.load_servegen_windows(path)
+    # A client half is a trace of its own: its ramp, its busiest tenants, and its rates scaled
+    # to the same target load by the same rule as every client's.
+    windows = sg.select_clients(sg.load_servegen_windows(path), clients)
     if start is None:
         start = sg.ramp_start(windows, duration)
-    chosen = sg.top_tenants(path, tenants, start, duration)
+    chosen = sg.top_tenants(path, tenants, start, duration, clients)
     rate = sg.mean_rate(chosen, start, duration)
     if rate <= 0:
         raise ValueError("no ServeGen traffic in the chosen window")
@@ -249,6 +255,7 @@ def _servegen(
         rate_scale=scale,
         prefix_tokens=ptok,
         seed=seed,
+        clients=clients,
     )
 
 

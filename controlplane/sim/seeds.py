@@ -107,6 +107,7 @@ def setup_of(job: dict):
         load=job.get("load", 0.55),
         prefix_tokens=job.get("prefix_tokens"),
         seed=job["seed"],
+        clients=job.get("clients", "all"),
     )
     if job.get("link_bytes_per_s"):
         setup.config.network_bytes_per_s = job["link_bytes_per_s"]
@@ -333,6 +334,7 @@ def main_seeds(args) -> int:
             "engines": args.engines,
             "tenants": args.tenants,
             "trace_dir": args.trace_dir,
+            "clients": args.clients,
         }
         for m, s in cells
         for seed in seeds
@@ -345,6 +347,7 @@ def main_seeds(args) -> int:
         "load_calibration": "busiest 5 minutes of expected demand",
         "tenants": args.tenants,
         "trace_dir": args.trace_dir,
+        "clients": args.clients,
         "seeds": seeds,
         "cells": [],
     }

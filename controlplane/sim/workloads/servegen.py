@@ -14,10 +14,18 @@ tenant. Each request appends its own prompt (log-normal, median 600 tokens, sigm
 8k) and generates a log-normal output (median 250 tokens). The workload key is the tenant.
 ``history`` holds each tenant's expected counts per window before the start, scaled the same way:
 the past a forecaster may use.
+
+Client halves (``clients``): ``tune`` and ``holdout`` split a category's clients in two by client
+name, never by file order: clients sorted by the SHA-256 of their name, the first half (rounded
+down) ``tune``, the rest ``holdout``. The split depends only on the set of names, so it is the
+same on every run and machine; parameters are tuned on ``tune`` and reported on both. A half is a
+category of its own: the window, the busiest tenants and the rate scaling are chosen from its
+clients alone, by the same rules as for ``all``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 
@@ -28,6 +36,27 @@ from controlplane.sim.workloads.azure import synthetic_prefix
 from controlplane.sim.workloads.base import Workload
 
 DAY_S = 86400.0
+CLIENT_HALVES = ("all", "tune", "holdout")
+
+
+def client_halves(names) -> dict[str, tuple[str, ...]]:
+    """``{"tune": ..., "holdout": ...}``: the clients sorted by the SHA-256 of their name, split
+    in the middle (``tune`` gets the smaller half of an odd count); each half in that order."""
+    order = sorted(set(names), key=lambda n: (hashlib.sha256(n.encode()).hexdigest(), n))
+    cut = len(order) // 2
+    return {"tune": tuple(order[:cut]), "holdout": tuple(order[cut:])}
+
+
+def select_clients(
+    tenants: dict[str, ServegenTenant], clients: str = "all"
+) -> dict[str, ServegenTenant]:
+    """The tenants of one half (``client_halves``), or all of them."""
+    if clients not in CLIENT_HALVES:
+        raise ValueError(f"clients must be one of {', '.join(CLIENT_HALVES)}, not {clients!r}")
+    if clients == "all":
+        return tenants
+    keep = set(client_halves(tenants)[clients])
+    return {n: t for n, t in tenants.items() if n in keep}
 
 
 def aggregate_rate(tenants: dict[str, ServegenTenant]) -> tuple[np.ndarray, np.ndarray]:
@@ -99,9 +128,10 @@ def prefix_lengths(names: list[str], prefix_tokens: tuple[int, int], seed: int) 
 
 
 def top_tenants(
-    path: str | Path | None, count: int, start: float, duration_s: float
+    path: str | Path | None, count: int, start: float, duration_s: float, clients: str = "all"
 ) -> dict[str, ServegenTenant]:
-    tenants = load_servegen_windows(path)
+    """The ``count`` busiest tenants of ``[start, start + duration_s)`` among ``clients``."""
+    tenants = select_clients(load_servegen_windows(path), clients)
     vol = {}
     for name, ten in tenants.items():
         sel = (ten.window_start_s >= start) & (ten.window_start_s < start + duration_s)
@@ -119,13 +149,14 @@ def load_servegen(
     rate_scale: float = 1.0,
     prefix_tokens: tuple[int, int] = (2048, 32768),
     seed: int = 0,
+    clients: str = "all",
 ) -> Workload:
     if duration_s <= 0 or rate_scale <= 0:
         raise ValueError("duration and rate scale must be > 0")
     lo, hi = prefix_tokens
     if not 0 < lo <= hi:
         raise ValueError("prefix token range must satisfy 0 < low <= high")
-    chosen = top_tenants(path, tenants, start, duration_s)
+    chosen = top_tenants(path, tenants, start, duration_s, clients)
     if not chosen:
         raise ValueError("no ServeGen tenants found")
     rng = np.random.default_rng(seed)
@@ -176,6 +207,7 @@ def load_servegen(
             "source": "ServeGen m-large per-tenant 10-minute windows (Alibaba Cloud Model Studio)",
             "window": f"start {start:.0f} s into the trace (day {start / DAY_S:.2f}), {duration_s:.0f} s",
             "tenants": f"the {len(names)} busiest tenants of the window",
+            "clients": CLIENTS_NOTE[clients],
             "arrivals": "renewal process per window: window rate x rate_scale, fitted Gamma/Weibull shape, "
             "scale rescaled to mean 1/rate",
             "rate_scale": f"{rate_scale:.4g}",
@@ -185,6 +217,13 @@ def load_servegen(
         }
     )
     return workload
+
+
+CLIENTS_NOTE = {
+    "all": "every client of the trace",
+    "tune": "the tune half of the clients (SHA-256 of the client name, lower half)",
+    "holdout": "the holdout half of the clients (SHA-256 of the client name, upper half)",
+}
 
 
 def _window_arrivals(
