@@ -59,6 +59,16 @@ def wait_for_trim(timeout_s: float) -> bool:
     return _trimmed.wait(timeout_s)
 
 
+#: How often a process trims when ``PREWARM_MALLOC_TRIM_SECONDS`` is unset, seconds.
+DEFAULT_EVERY_S = 60.0
+
+
+def every_s_from_env(environ) -> float:
+    """``PREWARM_MALLOC_TRIM_SECONDS`` from ``environ`` (``DEFAULT_EVERY_S`` when unset; 0: never),
+    for processes without Django's settings; the settings read the same variable and default."""
+    return float(environ.get("PREWARM_MALLOC_TRIM_SECONDS") or DEFAULT_EVERY_S)
+
+
 def start(every_s: float, stop: threading.Event | None = None) -> threading.Thread | None:
     """Trim every ``every_s`` seconds from a daemon thread; once per process (a second call
     returns the running thread). None when ``every_s`` is 0 or less or there is no glibc."""

@@ -120,7 +120,7 @@ def start_memory_upkeep(environ=os.environ):
     from nodeagent import memtrace
 
     memtrace.start_from_env("cluster", environ)
-    return memtrim.start(float(environ.get("PREWARM_MALLOC_TRIM_SECONDS") or 60.0))
+    return memtrim.start(memtrim.every_s_from_env(environ))
 
 
 def main_cluster(args) -> int:

@@ -1,5 +1,7 @@
 """Operational limits: sizes, staleness, schedules. All overridable from the environment."""
 
+from controlplane import memtrim
+
 from .env import get_from_env, str_to_bool
 
 # Largest request body accepted (agent reports, request-record batches), bytes.
@@ -54,7 +56,9 @@ PREWARM_MISS_BURST_LEAD_SECONDS = get_from_env(
 # The web process, Celery workers and the demo's virtual cluster hand the C allocator's free
 # memory back to the system this often, seconds (glibc's malloc_trim, controlplane/memtrim.py);
 # 0: never.
-PREWARM_MALLOC_TRIM_SECONDS = get_from_env("PREWARM_MALLOC_TRIM_SECONDS", 60.0, type_cast=float)
+PREWARM_MALLOC_TRIM_SECONDS = get_from_env(
+    "PREWARM_MALLOC_TRIM_SECONDS", memtrim.DEFAULT_EVERY_S, type_cast=float
+)
 
 # Replication workflow (docs/workflow.md).
 # Job delivery: attempts and the backoff between them (base * 2^(attempt-1), capped).
