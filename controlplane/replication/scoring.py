@@ -7,8 +7,13 @@ first of eviction (or loss), expiry and now:
 
 Whose records count: a gateway sees every engine's requests, an agent's request tap only its own
 engine's. So a gateway's records count for every measure below; an agent's only for the replicas
-(and holdout assignments) on its own engine, never for another engine's: one node cannot move
-another's scores.
+on its own engine, never for another engine's: one node cannot move another's replica scores.
+The holdout's assignments are the exception: their measure is every request of the prefix on
+any engine, and behind a router whose engines' taps post the records (vllm-router, llm-d) the
+fleet's agents together report exactly those. Each agent's records were already refused at
+ingest unless they name its own engine and a tenant its node serves (``prewarm/tenants``), so an
+agent moves an assignment only with what its own engine served, for tenants it may serve; that
+is the bound docs/security.md states.
 
 - **Requests on the pair**: request records that name their serving engine
   (``engine``, ``cached_tokens``, optionally ``ttft_s``) are counted at ingest
@@ -21,7 +26,8 @@ another's scores.
   whatever engine served it (by a gateway's records; an agent's for the replica's engine),
   counted for one replica (``key_*``; the per-protocol view).
 - **Requests of an assignment** (the holdout's measure, intention to treat): every request of
-  the key in its draw's window, the same rule on both arms (``credit_assignments``).
+  the key in its draw's window, whatever engine served it and whoever reported it, the same rule
+  on both arms (``credit_assignments``).
 - **Hits**: measured where records name the replica's engine, or a gateway's name any engine
   (``hits_measured``); else (shadow replicas, records without the fields) **estimated from
   gateways' records** only (``hits_measured`` false): the key's gateway requests in the hold
@@ -290,8 +296,11 @@ def _write_tallies(seen: dict[int, _Tally]) -> None:
 def credit_assignments(served: list[tuple], t0: datetime, t1: datetime) -> int:
     """The holdout's measure (intention to treat): each served record of a key counts for the
     one assignment of that key (``HoldoutDraw``, the earliest) whose window holds its time,
-    whatever engine served it and whatever became of the assignment's copy. Both arms' windows
-    follow one rule (``plans.holdout.window``), so they cover the same stretch of each burst."""
+    whatever engine served it, whether a gateway or that engine's agent reported it, and
+    whatever became of the assignment's copy. Both arms' windows follow one rule
+    (``plans.holdout.window``), so they cover the same stretch of each burst. Counting an agent's
+    records only for assignments on its own engine would measure a held-out prefix by the
+    requests a cache-aware router sends to an engine that lacks it: almost none."""
     draws = list(
         HoldoutDraw.objects.filter(
             workload_key_id__in={r[0] for r in served},
@@ -300,18 +309,16 @@ def credit_assignments(served: list[tuple], t0: datetime, t1: datetime) -> int:
         )
         .order_by("window_start", "pk")
         .values_list(
-            "pk", "workload_key_id", "window_start", "window_end", "tokens", "item__target_id"
+            "pk", "workload_key_id", "window_start", "window_end", "tokens"
         )
     )
     by_key: dict[int, list] = defaultdict(list)
-    for pk, key, start, end, tokens, target in draws:
-        by_key[key].append((pk, start.timestamp(), end.timestamp(), tokens, target))
+    for pk, key, start, end, tokens in draws:
+        by_key[key].append((pk, start.timestamp(), end.timestamp(), tokens))
     seen: dict[int, _Counts] = defaultdict(_Counts)
     for rec in served:
         key, _engine, t, cached = rec[:4]
-        mine = next(
-            (d for d in by_key.get(key, ()) if d[1] <= t < d[2] and _counts_for(rec, d[4])), None
-        )
+        mine = next((d for d in by_key.get(key, ()) if d[1] <= t < d[2]), None)
         if mine is not None:
             seen[mine[0]].add(cached, cached >= mine[3], rec[4] if len(rec) > 4 else None)
     for pk, c in seen.items():

@@ -134,8 +134,11 @@ class Evidence:
         job.refresh_from_db()
         return job
 
-    def served(self, key: WorkloadKey, target: str, n: int, cached: int, ttft_s=None) -> None:
-        """Gateways' records of ``n`` requests of ``key`` served by ``target``'s engine, all after
+    def served(
+        self, key: WorkloadKey, target: str, n: int, cached: int, ttft_s=None, by_agent=False
+    ) -> None:
+        """Gateways' records (``by_agent``: the request tap's of ``target``'s own agent, as behind
+        a router) of ``n`` requests of ``key`` served by ``target``'s engine, all after
         this moment and after every hold begun so far (a replica counts requests from its
         placement on: a record dated before a copy that landed a millisecond ago, or before a
         held-out copy would have landed, is rightly not its; nor is one before an assignment's
@@ -163,7 +166,8 @@ class Evidence:
             if ttft_s is not None:
                 rec["ttft_s"] = ttft_s(j) if callable(ttft_s) else ttft_s
             records.append(rec)
-        r = self.fleet.gateway.post("/api/request-records/", {"records": records}, format="json")
+        poster = self.fleet.agents[target] if by_agent else self.fleet.gateway
+        r = poster.post("/api/request-records/", {"records": records}, format="json")
         assert r.status_code == 200, r.content
 
 

@@ -263,6 +263,24 @@ def test_both_arms_are_measured_over_the_same_window(ev, fleet, monkeypatch, set
     assert (d0.requests, d1.requests) == (4, 4)
 
 
+def test_behind_a_router_the_taps_records_measure_both_arms(ev, fleet, monkeypatch, settings):
+    """Behind vllm-router the records come from each engine's own tap (its agent), and the router
+    sends a prefix to the engine that holds it, not to the assignment's target: every engine's
+    agent-reported requests of the prefix still count for its assignment, on both arms. Counting
+    only the target's own agent's records left the real-engine demo's holdout empty."""
+    k0, k1, treated, held = _two_arms(ev, fleet, monkeypatch, settings)
+    assert treated.target.node_id == held.target.node_id == fleet.nodes["node-b"]
+    ev.served(k0, "node-a", 3, cached=TOKENS, ttft_s=0.2, by_agent=True)
+    ev.served(k1, "node-c", 2, cached=0, ttft_s=1.1, by_agent=True)
+    d0, d1 = treated.holdout_draw, held.holdout_draw
+    d0.refresh_from_db()
+    d1.refresh_from_db()
+    assert (d0.requests, d0.ttft_n, d1.requests, d1.ttft_n) == (3, 3, 2, 2)
+    ho = fleet.operator.get(f"/api/scoreboard/?since={since()}").json()["holdout"]
+    assert ho["treated"]["assignments_with_ttft"] == ho["held_out"]["assignments_with_ttft"] == 1
+    assert ho["held_out"]["ttft_mean_s"] == pytest.approx(1.1)
+
+
 def test_holdout_withholds_an_approved_item_and_records_what_it_would_have_done(ev, fleet):
     policy = fleet.policy("manual", holdout_fraction=1.0)
     key = ev.key(0)
