@@ -241,7 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     if not modes or set(modes) - {"embedded", "services"}:
         ap.error("--modes: embedded, services or both")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # The repository first; a caller's PYTHONPATH (a diagnostic probe's folder) kept after it.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
     if args.tracemalloc:
         args.tracemalloc.mkdir(parents=True, exist_ok=True)
         env["PREWARM_TRACEMALLOC_DIR"] = str(args.tracemalloc.resolve())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.decorators import method_decorator
 from drf_spectacular.utils import extend_schema
@@ -23,6 +23,7 @@ from controlplane.accounts.throttling import TokenScopedRateThrottle
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 from controlplane.api.parsers import JSONParser, MsgpackParser
+from controlplane.api.transactions import OwnTransaction
 from controlplane.core.agent_report import ReportError, parse_report
 from controlplane.core.errors import DomainError
 from controlplane.fleet import services
@@ -46,26 +47,6 @@ class AgentView(APIView):
 
     def node(self, request) -> Node:
         return request.auth.node
-
-
-class OwnTransaction:
-    """For views that are not one transaction per request (``non_atomic_requests``): their
-    service is the transaction, and a refusal rolled it back already."""
-
-    def get_exception_handler(self):
-        handler = super().get_exception_handler()
-
-        def refuse(exc, context):
-            # The API's handler marks the innermost open transaction for rollback, which here
-            # is never this request's, but may be an enclosing one (a test's): leave those as
-            # they were.
-            marks = {c.alias: c.get_rollback() for c in connections.all() if c.in_atomic_block}
-            response = handler(exc, context)
-            for alias, mark in marks.items():
-                connections[alias].set_rollback(mark)
-            return response
-
-        return refuse
 
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")

@@ -10,6 +10,10 @@ PREWARM_MAX_DELTAS_PER_REPORT = get_from_env(
     "PREWARM_MAX_DELTAS_PER_REPORT", 200_000, type_cast=int
 )
 PREWARM_MAX_RECORDS_PER_BATCH = get_from_env("PREWARM_MAX_RECORDS_PER_BATCH", 20_000, type_cast=int)
+# Request-record batches one web process parses at once, and how long a batch waits for a slot
+# before it is answered 503 with Retry-After (controlplane/demand/ingest_slots.py).
+PREWARM_INGEST_CONCURRENCY = get_from_env("PREWARM_INGEST_CONCURRENCY", 2, type_cast=int)
+PREWARM_INGEST_WAIT_SECONDS = get_from_env("PREWARM_INGEST_WAIT_SECONDS", 5.0, type_cast=float)
 # Request records an agent's taps may post per minute, per node (a batch that would pass it is
 # refused whole, 429): one node cannot flood demand or the scores.
 PREWARM_AGENT_RECORDS_PER_MINUTE = get_from_env(

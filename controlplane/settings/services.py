@@ -81,6 +81,11 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A prefork pool child whose resident memory passed this many MiB after a task is replaced by a
+# fresh one (Celery's own bound, in KiB): memory a child's Prophet fits and history reads leave
+# with the allocator cannot pile up for weeks. 0: never. The embedded worker (threads) has none.
+PREWARM_WORKER_MAX_MEMORY_MB = get_from_env("PREWARM_WORKER_MAX_MEMORY_MB", 1024, type_cast=int)
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = PREWARM_WORKER_MAX_MEMORY_MB * 1024 or None
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Start the in-process worker and beat in the web process (`make demo` sets it; embedded only).
 PREWARM_EMBEDDED_WORKER = get_from_env("PREWARM_EMBEDDED_WORKER", False, type_cast=str_to_bool)

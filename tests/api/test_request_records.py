@@ -120,3 +120,24 @@ def test_lookup_by_token_ids_matches_agent_reported_keys(enrol, gateway):
     assert [(h["engine"], h["depth"], h["tokens"]) for h in holders] == [
         (Engine.objects.get().pk, 3, 48)
     ]
+
+
+def test_a_batch_that_finds_every_ingest_slot_busy_is_503_and_changes_nothing(gateway, settings):
+    """A process parses at most PREWARM_INGEST_CONCURRENCY batches at once: with its one slot
+    held, a batch waits PREWARM_INGEST_WAIT_SECONDS, then is answered 503 with Retry-After
+    (which agents and gateways send again) and writes nothing; with the slot free it lands."""
+    from controlplane.demand import ingest_slots
+
+    settings.PREWARM_INGEST_CONCURRENCY, settings.PREWARM_INGEST_WAIT_SECONDS = 1, 0.05
+    rec = {"time": 1764540000, "model": "m", "tenant": "t", "keys": ["01"]}
+    held = ingest_slots._semaphore()
+    assert held.acquire(timeout=5)
+    try:
+        resp = gateway.post("/api/request-records/", {"records": [rec]}, format="json")
+    finally:
+        held.release()
+    assert resp.status_code == 503 and resp.json()["error"] == "ingest_busy"
+    assert resp["Retry-After"] == "1"
+    assert not DemandBucket.objects.exists() and not WorkloadKey.objects.exists()
+    resp = gateway.post("/api/request-records/", {"records": [rec]}, format="json")
+    assert resp.status_code == 200 and DemandBucket.objects.count() == 1

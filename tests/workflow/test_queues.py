@@ -80,3 +80,10 @@ def test_a_periodic_run_not_started_within_its_period_is_dropped():
             task=tasks[entry["task"]],
         )
         assert not on_time.revoked(), name
+
+
+def test_a_pool_child_over_its_memory_bound_is_replaced(settings):
+    """The prefork pool's children are bounded: Celery reads its own setting (KiB) from ours
+    (MiB), so a child that passed it after a task is replaced; 0 turns the bound off."""
+    assert settings.PREWARM_WORKER_MAX_MEMORY_MB == 1024  # the documented default
+    assert app.conf.worker_max_memory_per_child == 1024 * 1024

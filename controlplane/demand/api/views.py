@@ -3,6 +3,8 @@ import time
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import transaction
+from django.utils.decorators import method_decorator
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -15,18 +17,23 @@ from controlplane.accounts.throttling import TokenScopedRateThrottle
 from controlplane.api.exceptions import ApiError
 from controlplane.api.limits import check_body_size
 from controlplane.api.parsers import JSONParser
+from controlplane.api.transactions import OwnTransaction
 from controlplane.core.history import Defaults
 from controlplane.fleet.choices import served_tenants
 
-from .. import history, services
+from .. import history, ingest_slots, services
 from ..filtersets import HistoryImportFilterSet, MissBucketFilterSet, WorkloadKeyFilterSet
 from ..models import HistoryImport, MissBucket, WorkloadKey
 from . import serializers as s
 
 
-class RequestRecordsView(APIView):
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
+class RequestRecordsView(OwnTransaction, APIView):
     """Gateways, and agents' request taps, post request records in bulk; they are rolled into
-    demand buckets. An agent's records name only its own node's engines."""
+    demand buckets. An agent's records name only its own node's engines. Not one transaction
+    per request: a batch waits for an ingest slot (``ingest_slots``) before any transaction
+    opens (SQLite's would hold the write lock while it waited); ``services.ingest_records`` is
+    the transaction."""
 
     token_kinds = {TokenKind.GATEWAY, TokenKind.AGENT}
     token_kinds_only = True
@@ -40,6 +47,21 @@ class RequestRecordsView(APIView):
     )
     def post(self, request):
         check_body_size(request)
+        try:
+            with ingest_slots.slot():
+                return self._ingest(request)
+        except ingest_slots.Busy:
+            return Response(
+                {
+                    "error": "ingest_busy",
+                    "detail": "every ingest slot of this process stayed busy; send the batch again",
+                    "field": None,
+                },
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                headers={"Retry-After": "1"},
+            )
+
+    def _ingest(self, request):
         records = request.data.get("records") if isinstance(request.data, dict) else None
         if isinstance(records, list) and len(records) > settings.PREWARM_MAX_RECORDS_PER_BATCH:
             raise ApiError(
