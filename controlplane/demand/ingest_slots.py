@@ -7,7 +7,7 @@ taken waits up to ``PREWARM_INGEST_WAIT_SECONDS`` for one, and is then answered 
 ``Retry-After``, having changed nothing (agents and gateways keep a refused batch and send it
 again). So what ingest holds at its peak is bounded by the slots, not by how many clients post
 at once, and the allocator's high-water mark with it (memory freed after a peak mostly stays
-with the process: docs/reliability.md)."""
+with the process: experiments/demo-memory)."""
 
 from __future__ import annotations
 
