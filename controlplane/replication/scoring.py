@@ -308,9 +308,7 @@ def credit_assignments(served: list[tuple], t0: datetime, t1: datetime) -> int:
             window_end__gt=t0,
         )
         .order_by("window_start", "pk")
-        .values_list(
-            "pk", "workload_key_id", "window_start", "window_end", "tokens"
-        )
+        .values_list("pk", "workload_key_id", "window_start", "window_end", "tokens")
     )
     by_key: dict[int, list] = defaultdict(list)
     for pk, key, start, end, tokens in draws:
