@@ -1,4 +1,5 @@
-"""Every API error as {"error", "detail", "field"} with a 4xx status: the one exception handler.
+"""Every API error as {"error", "detail", "field"} with a 4xx (or 503) status: the one exception
+handler.
 
 Services raise ``controlplane.core.errors.DomainError`` (code, field and status, no DRF); views
 may still raise ``ApiError``, the same thing shaped as a DRF exception. Both map here."""
@@ -14,7 +15,8 @@ from controlplane.core.errors import DomainError
 
 
 class ApiError(exceptions.APIException):
-    """A 4xx with a machine-readable code and the field at fault."""
+    """A 4xx (or a 503) with a machine-readable code and the field at fault; ``retry_after_s``
+    adds a ``Retry-After`` header."""
 
     def __init__(
         self,
@@ -22,12 +24,14 @@ class ApiError(exceptions.APIException):
         detail: str,
         field: str | None = None,
         status_code: int = status.HTTP_400_BAD_REQUEST,
+        retry_after_s: int | None = None,
         **extra,
     ):
         super().__init__(detail=detail, code=code)
         self.status_code = status_code
         self.error_code = code
         self.field = field
+        self.retry_after_s = retry_after_s
         self.extra = extra
 
 
@@ -56,7 +60,10 @@ def exception_handler(exc, context):
         # A refused request changes nothing, even what the view wrote before it refused.
         set_rollback()
         body = {"error": exc.error_code, "detail": str(exc.detail), "field": exc.field, **exc.extra}
-        return Response(body, status=exc.status_code)
+        wait = exc.retry_after_s
+        return Response(
+            body, status=exc.status_code, headers={"Retry-After": str(wait)} if wait else None
+        )
     if isinstance(exc, DomainError):
         set_rollback()
         return Response(exc.body(), status=exc.status)

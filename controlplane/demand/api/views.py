@@ -51,15 +51,12 @@ class RequestRecordsView(OwnTransaction, APIView):
             with ingest_slots.slot():
                 return self._ingest(request)
         except ingest_slots.Busy:
-            return Response(
-                {
-                    "error": "ingest_busy",
-                    "detail": "every ingest slot of this process stayed busy; send the batch again",
-                    "field": None,
-                },
-                status=status.HTTP_503_SERVICE_UNAVAILABLE,
-                headers={"Retry-After": "1"},
-            )
+            raise ApiError(
+                "ingest_busy",
+                "every ingest slot of this process stayed busy; send the batch again",
+                status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+                retry_after_s=1,
+            ) from None
 
     def _ingest(self, request):
         records = request.data.get("records") if isinstance(request.data, dict) else None
