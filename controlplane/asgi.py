@@ -20,8 +20,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from controlplane import memtrim  # noqa: E402
 from controlplane.routing import websocket_urlpatterns  # noqa: E402
+from nodeagent import memtrim  # noqa: E402
 
 AGENT_SOCKET_PREFIX = "/ws/agent/"
 
@@ -43,7 +43,11 @@ application = ProtocolTypeRouter(
     }
 )
 
-memtrim.start(settings.PREWARM_MALLOC_TRIM_SECONDS)  # RSS follows what is in use, not peaks
+# RSS follows what is in use, not peaks
+memtrim.start(
+    settings.PREWARM_MALLOC_TRIM_SECONDS,
+    mmap_threshold=settings.PREWARM_MALLOC_MMAP_THRESHOLD_BYTES,
+)
 
 if settings.EMBEDDED and settings.PREWARM_EMBEDDED_WORKER:
     from controlplane.embedded_worker import start as start_embedded_worker

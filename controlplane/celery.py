@@ -59,6 +59,9 @@ app.set_default()
 def _start_memtrim(**_) -> None:
     from django.conf import settings
 
-    from controlplane import memtrim
+    from nodeagent import memtrim
 
-    memtrim.start(settings.PREWARM_MALLOC_TRIM_SECONDS)
+    memtrim.start(
+        settings.PREWARM_MALLOC_TRIM_SECONDS,
+        mmap_threshold=settings.PREWARM_MALLOC_MMAP_THRESHOLD_BYTES,
+    )

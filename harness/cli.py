@@ -116,11 +116,12 @@ def start_memory_upkeep(environ=os.environ):
     handed back every ``PREWARM_MALLOC_TRIM_SECONDS`` (60), as the web process does: the serve
     threads' peaks leave glibc's arenas full of freed chunks (in the burst demo one trim took the
     cluster from 588 to 392 MB). Returns the trim thread (None: no glibc, or 0 seconds)."""
-    from controlplane import memtrim
-    from nodeagent import memtrace
+    from nodeagent import memtrace, memtrim
 
     memtrace.start_from_env("cluster", environ)
-    return memtrim.start(memtrim.every_s_from_env(environ))
+    return memtrim.start(
+        memtrim.every_s_from_env(environ), mmap_threshold=memtrim.mmap_threshold_from_env(environ)
+    )
 
 
 def main_cluster(args) -> int:

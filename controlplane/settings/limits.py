@@ -1,6 +1,8 @@
 """Operational limits: sizes, staleness, schedules. All overridable from the environment."""
 
-from controlplane import memtrim
+import os
+
+from nodeagent import memtrim
 
 from .env import get_from_env, str_to_bool
 
@@ -57,12 +59,16 @@ PREWARM_MISS_BURST_LEAD_SECONDS = get_from_env(
     "PREWARM_MISS_BURST_LEAD_SECONDS", 300, type_cast=int
 )
 
-# The web process, Celery workers and the demo's virtual cluster hand the C allocator's free
-# memory back to the system this often, seconds (glibc's malloc_trim, controlplane/memtrim.py);
-# 0: never.
+# The web process, Celery workers, node agents and the demo's virtual cluster hand the C
+# allocator's free memory back to the system this often, seconds (glibc's malloc_trim,
+# nodeagent/memtrim.py); 0: never.
 PREWARM_MALLOC_TRIM_SECONDS = get_from_env(
     "PREWARM_MALLOC_TRIM_SECONDS", memtrim.DEFAULT_EVERY_S, type_cast=float
 )
+# ... and map blocks of at least this many bytes on their own, the threshold fixed (glibc
+# otherwise raises it to each mapped block freed, and a forecast's arrays then fragment the
+# heap); 0: glibc's moving threshold. Read the same way as the agent reads it.
+PREWARM_MALLOC_MMAP_THRESHOLD_BYTES = memtrim.mmap_threshold_from_env(os.environ)
 
 # Replication workflow (docs/workflow.md).
 # Job delivery: attempts and the backoff between them (base * 2^(attempt-1), capped).

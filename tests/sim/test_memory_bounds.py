@@ -3,10 +3,10 @@
 import httpx
 import pytest
 
-from controlplane import memtrim
 from harness import gateway
 from harness.cli import start_memory_upkeep
 from harness.gateway import MAX_BACKLOG_BYTES, RecordPoster, weight
+from nodeagent import memtrim
 
 
 def poster(status: list[int]) -> RecordPoster:

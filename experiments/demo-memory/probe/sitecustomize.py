@@ -1,12 +1,13 @@
 """Diagnostic probe, not product code: where the web process's memory is, from inside it.
 
 Put this folder first on ``PYTHONPATH`` of a demo (``python -m harness.demo``) with ``PROBE_OUT``
-set to a file: the daphne process (no other) appends a JSON line every ``PROBE_EVERY_S`` (30)
-seconds with its RSS and anonymous RSS (``/proc/self/status``), the RSS of its ``[heap]`` and of
+set to a file: the daphne process appends a JSON line every ``PROBE_EVERY_S`` (30)
+seconds (``PROBE_MATCH=celery,nodeagent``: the processes whose command line holds one of those,
+each to ``PROBE_OUT.<pid>``, a prefork pool's children included, started again after the fork) with its RSS and anonymous RSS (``/proc/self/status``), the RSS of its ``[heap]`` and of
 its other anonymous mappings (``/proc/self/smaps``), glibc's ``mallinfo2`` (``arena``: bytes
 the allocator holds outside mmapped chunks, ``uord``: in use, ``ford``: free), tracemalloc's
-traced total (``PROBE_TRACE=1``, one frame, from 30 s on), pymalloc's allocated blocks and the
-thread count. ``PROBE_TRIM_AT=600,900``: at those seconds it calls ``malloc_trim(0)`` once and
+traced total (``PROBE_TRACE=1``, one frame, from 30 s on), pymalloc's allocated blocks, its arenas
+and the bytes in their used and free blocks (``sys._debugmallocstats``), and the thread count. ``PROBE_TRIM_AT=600,900``: at those seconds it calls ``malloc_trim(0)`` once and
 writes a row tagged ``after_trim``.
 """
 
@@ -30,12 +31,44 @@ class MallInfo2(ctypes.Structure):
     ]  # fmt: skip
 
 
-def _is_web() -> bool:
+def _matches() -> bool:
+    words = [w.encode() for w in os.environ.get("PROBE_MATCH", "daphne").split(",") if w]
     try:
         with open("/proc/self/cmdline", "rb") as f:
-            return any(b"daphne" in a for a in f.read().split(b"\0"))
+            line = f.read()
     except OSError:
         return False
+    return any(w in line for w in words)
+
+
+def _pymalloc() -> dict[str, int]:
+    """pymalloc's arenas and blocks from ``sys._debugmallocstats`` (it writes to C's stderr)."""
+    import tempfile
+
+    keys = {
+        "# arenas allocated current": "py_arenas",
+        "# bytes in allocated blocks": "py_used",
+        "# bytes in available blocks": "py_free",
+    }
+    out: dict[str, int] = {}
+    with tempfile.TemporaryFile("w+") as tmp:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        for line in tmp:
+            head, _, value = line.partition("=")
+            name = keys.get(head.strip())
+            if name:
+                out[name] = int(value.strip().replace(",", ""))
+            elif "unused pools *" in head:
+                out["py_unused_pools"] = int(head.split()[0])
+    return out
 
 
 def _status() -> dict[str, int]:
@@ -81,6 +114,7 @@ def _row(libc, t0: float, tag: str) -> dict:
         "keep": mi.keepcost,
         "traced": tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else None,
         "blocks": sys.getallocatedblocks(),
+        **_pymalloc(),
         "load": os.getloadavg()[0],
     }
 
@@ -110,5 +144,13 @@ def _run(out: str) -> None:
             time.sleep(every)
 
 
-if os.environ.get("PROBE_OUT") and _is_web():
-    threading.Thread(target=_run, args=(os.environ["PROBE_OUT"],), daemon=True).start()
+def _start() -> None:
+    out = os.environ["PROBE_OUT"]
+    if os.environ.get("PROBE_MATCH"):
+        out = f"{out}.{os.getpid()}"
+    threading.Thread(target=_run, args=(out,), daemon=True).start()
+
+
+if os.environ.get("PROBE_OUT") and _matches():
+    _start()
+    os.register_at_fork(after_in_child=_start)
