@@ -2,6 +2,9 @@
 the holders of each prefix at every tick, and each request's engine, wait and TTFT.
 
     PYTHONPATH=. python experiments/concentration-trace/trace.py reactive 4 out.pkl
+    # a cell and a client half (``--clients``: all, tune or holdout) after the seed:
+    PYTHONPATH=. python experiments/concentration-trace/trace.py reactive 1 out.pkl \
+        servegen:llama3-70b:scaleout holdout
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ class Args:
 def main() -> None:
     name, seed, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     cell = sys.argv[4] if len(sys.argv) > 4 else "servegen:llama3-70b:scaleout"
-    job = job_for(parse_cells(cell)[0], seed, Args())
+    args = Args()
+    args.clients = sys.argv[5] if len(sys.argv) > 5 else "all"
+    job = job_for(parse_cells(cell)[0], seed, args)
     setup = setup_of(job)
     pol = make_policy(name)
     wl = setup.workload
