@@ -11,8 +11,10 @@ share (``core.policy.demand``):
   requests, held over the horizon, certain). It has no routing-time copy (the live one has
   none); the routing-time rule is ``routing-reactive`` (``policies.Reactive``).
 - ``predictive`` is reactive plus foresight: the same measured demand, which no forecast
-  lowers, plus what its forecast (``planned_forecast``) sees beyond it with its confidence. It
-  keeps the routing-time rule as its fallback, and leases what it plans for
+  lowers, plus what its forecast (``planned_forecast``) sees beyond it with its confidence. Its
+  fallback is the live one: at the ingest re-plan, a prefix whose busiest holder queues past the
+  reactive rule is re-planned through the planner (``core.policy.reactive.queue_fallback``,
+  ``plans.react.fallback`` live), never copied at routing time. It leases what it plans for
   (``core.policy.retention``).
 - ``clairvoyant`` feeds the planner the true arrivals of the next horizon (count, 30-second
   peak, first arrival): a reference, not a bound.
@@ -35,7 +37,7 @@ from controlplane.core.policy.harm_guard import GuardState
 from controlplane.core.policy.ingest import INGEST_BATCH_S
 from controlplane.core.policy.inputs import COLD_VALUE_S
 from controlplane.core.policy.onset import ONSET_MIN_ARRIVALS, ONSET_REPLAN_S, ONSET_WINDOW_S
-from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders
+from controlplane.core.policy.reactive import ReactiveRule, exceeds_holders, queue_fallback
 from controlplane.core.policy.strategy import (
     STRATEGY_PREDICTIVE,
     STRATEGY_REACTIVE,
@@ -184,8 +186,8 @@ class PlannedPolicy(Reactive):
             if held is not None and (last is None or last[1] != held or t - last[0] >= self.tick_s):
                 self._replanned[pid] = (t, held)
                 self._plan_round(sim, t, only=(pid,))
-        if self.name == STRATEGY_REACTIVE:
-            self._count(pid, t)  # the shipped reactive has no routing-time copy
+        if self.name in (STRATEGY_REACTIVE, STRATEGY_PREDICTIVE):
+            self._count(pid, t)  # no routing-time copy: the live strategies have none
         else:
             self._maybe_copy(sim, i, t, pid, keys)
 
@@ -222,19 +224,21 @@ class PlannedPolicy(Reactive):
         if t - self.bound.replanned.get(str(pid), -math.inf) < ONSET_REPLAN_S:
             return  # cheap checks first: this runs on every arrival
         n, rate = self.measured(pid, t)
-        if n < ONSET_MIN_ARRIVALS:
-            return
         if self.name == STRATEGY_PREDICTIVE:
             rate = max(rate, self._onset_rate(pid, t))
-        if not ingest.wants_replan(
+        holders = [e for e in sim.serving if e.cache.match(keys) == len(keys)]
+        wanted = n >= ONSET_MIN_ARRIVALS and ingest.wants_replan(
             arrivals=n,
             rate=rate,
             blocks=len(keys),
             min_blocks=self.rule.min_blocks,
-            holders=sum(1 for e in sim.serving if e.cache.match(keys) == len(keys)),
+            holders=len(holders),
             load=sim.load(t),
             service_s=sim.prefill_s(self.mean_suffix, len(keys) * BLOCK_TOKENS),
-        ):
+        )
+        if not wanted and self.name == STRATEGY_PREDICTIVE:
+            wanted = self._queue_fallback(sim, t, keys, holders)
+        if not wanted:
             return
         in_flight = any(k[0] == pid for k in sim.in_flight)
         if self.bound.due(str(pid), now=t, rate=rate, in_flight=in_flight):
@@ -244,6 +248,22 @@ class PlannedPolicy(Reactive):
             # records at once): the prefixes due since the last one.
             only, self._ingest, self._ingest_at = tuple(self._ingest), [], t
             self._plan_round(sim, t, only=only, at_ingest=True)
+
+    def _queue_fallback(self, sim, t: float, keys, holders: list) -> bool:
+        """``predictive``'s fallback (``core.policy.reactive.queue_fallback``, as live): the
+        busiest holder's queue against the least-queued other serving engine."""
+        others = [e for e in sim.serving if e not in holders]
+        if not holders or not others:
+            return False
+        src = max(holders, key=lambda e: e.wait(t))
+        dst = min(others, key=lambda e: e.wait(t))
+        nbytes = len(keys) * sim.block_bytes
+        return queue_fallback(
+            self.rule,
+            holder_waits_s=[src.wait(t)],
+            other_waits_s=[dst.wait(t)],
+            copy_s=nbytes / max(1.0, sim.link_bytes_per_s(src, dst, t)),
+        )
 
     @property
     def ingest_stats(self) -> dict:

@@ -22,6 +22,18 @@ class ReactiveRule:
         return holder_wait_s > self.threshold_s and holder_wait_s > 2.0 * copy_s
 
 
+def queue_fallback(
+    rule: ReactiveRule, *, holder_waits_s: list[float], other_waits_s: list[float], copy_s: float
+) -> bool:
+    """``predictive``'s fallback at the ingest re-plan, live and simulated: re-plan a prefix whose
+    busiest holder queues past the reactive rule against the least-queued other engine (the wait
+    a copy there would save, over the threshold and over twice the copy). Re-planned, not copied:
+    the planner decides what to place, within the storm bound."""
+    if not holder_waits_s or not other_waits_s:
+        return False
+    return rule.should_copy(max(holder_waits_s) - min(other_waits_s), copy_s, in_flight=False)
+
+
 # Mooncake Store's dynamic hot-replica fanout (merged August 2026, off by default), with its
 # defaults: a key whose requests over the last HOT_WINDOW_S reach HOT_ADMIT_QPS is hot, and a
 # hot key is fanned out to other engines' memory until it has HOT_MAX_REPLICAS memory replicas.

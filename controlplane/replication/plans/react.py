@@ -27,7 +27,12 @@ from django.utils import timezone
 
 from controlplane.core.policy import ingest
 from controlplane.core.policy.demand import MEASURE_WINDOW_S
-from controlplane.core.policy.reactive import HOT_WINDOW_S, ReactiveRule, hot_fanout
+from controlplane.core.policy.reactive import (
+    HOT_WINDOW_S,
+    ReactiveRule,
+    hot_fanout,
+    queue_fallback,
+)
 from controlplane.queues import Queue, task
 from wire.protocol import ENGINE_SERVING, TIER_GPU
 
@@ -139,10 +144,13 @@ def fallback(inputs: Inputs) -> set[str]:
         others = [e for e in inputs.engines if e.engine_id not in held]
         if not held or not others:
             continue
-        wait = max(by_id[h].queue_s for h in held)
         dst = min(others, key=lambda e: e.queue_s)
-        copy_s = c.nbytes / max(1.0, dst.link_bytes_per_s)
-        if rule.should_copy(wait - dst.queue_s, copy_s, in_flight=False):
+        if queue_fallback(
+            rule,
+            holder_waits_s=[by_id[h].queue_s for h in held],
+            other_waits_s=[dst.queue_s],
+            copy_s=c.nbytes / max(1.0, dst.link_bytes_per_s),
+        ):
             out.add(c.prefix_id)
     return out
 
