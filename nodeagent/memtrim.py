@@ -38,15 +38,15 @@ _thread: threading.Thread | None = None
 _trimmed = threading.Event()  # set after the thread's first trim
 
 
-def _libc_trim():
+def _libc_call(name: str):
+    """glibc's ``name``, or None (no glibc: nothing to call)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim
-    except (OSError, AttributeError):  # no glibc: nothing to trim with
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
         return None
 
 
-_trim = _libc_trim()
+_trim = _libc_call("malloc_trim")
 
 
 def available() -> bool:
@@ -86,14 +86,7 @@ def every_s_from_env(environ) -> float:
     return every_s
 
 
-def _libc_mallopt():
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return None
-
-
-_mallopt = _libc_mallopt()
+_mallopt = _libc_call("mallopt")
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 #: Blocks this large or larger are mapped on their own when ``PREWARM_MALLOC_MMAP_THRESHOLD_BYTES``

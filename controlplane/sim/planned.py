@@ -224,7 +224,10 @@ class PlannedPolicy(Reactive):
         if t - self.bound.replanned.get(str(pid), -math.inf) < ONSET_REPLAN_S:
             return  # cheap checks first: this runs on every arrival
         n, rate = self.measured(pid, t)
-        if self.name == STRATEGY_PREDICTIVE:
+        predictive = self.name == STRATEGY_PREDICTIVE
+        if n < ONSET_MIN_ARRIVALS and not predictive:
+            return  # reactive re-plans measured demand only: no holder scan on every arrival
+        if predictive:
             rate = max(rate, self._onset_rate(pid, t))
         holders = [e for e in sim.serving if e.cache.match(keys) == len(keys)]
         wanted = n >= ONSET_MIN_ARRIVALS and ingest.wants_replan(
@@ -236,7 +239,7 @@ class PlannedPolicy(Reactive):
             load=sim.load(t),
             service_s=sim.prefill_s(self.mean_suffix, len(keys) * BLOCK_TOKENS),
         )
-        if not wanted and self.name == STRATEGY_PREDICTIVE:
+        if not wanted and predictive:
             wanted = self._queue_fallback(sim, t, keys, holders)
         if not wanted:
             return
