@@ -113,7 +113,7 @@ from harness.realvllm.driver import Gateway, Target, TraceRequest
 from harness.realvllm.engine import EngineUnavailable, VllmEngine, ensure_model
 from harness.realvllm.engine import vllm_python as find_vllm
 from harness.realvllm.engine_agents import start_agents
-from harness.realvllm.presets import REAL_PRESETS, RealPreset, add_preset_argument
+from harness.realvllm.presets import REAL_PRESETS, TENANTS, RealPreset, add_preset_argument
 from harness.realvllm.record_tee import RecordTee
 from harness.realvllm.router import RouterFront, router_available
 from harness.virtual.history import post_history
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--announce-s", type=float, default=30.0, help="the joiner is warming from")
     p.add_argument("--serve-s", type=float, default=90.0, help="the joining engine serves from")
-    p.add_argument("--tenants", type=int, default=8, help="ServeGen tenants (the busiest)")
+    p.add_argument("--tenants", type=int, default=TENANTS, help="ServeGen tenants (the busiest)")
     p.add_argument(
         "--serving-s", type=float, default=JOINER_WINDOW_S, help="run on after it serves"
     )

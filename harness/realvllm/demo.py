@@ -1,7 +1,7 @@
 """`make demo PRESET=real` (or `PRESET=real-heavy`, the prefill-heavy model: ``presets.py``): two
 real vLLM engines on CPU, their agents with a request tap in front of each engine, vllm-router (``kv_aware``, routing on the engines' own KV events) in front of the
-taps, the control plane, and a load generator replaying a slice of the ServeGen trace (4 tenants,
-each with its own shared prefix) as token-id prompts through the router (``driver.py``). The
+taps, the control plane, and a load generator replaying a slice of the ServeGen trace (the
+``TENANTS`` busiest tenants, each with its own shared prefix) as token-id prompts through the router (``driver.py``). The
 taps post the request records; each request names its tenant in a header the taps read.
 
 The second engine joins as in a scale-out: announced warming, then serving; it is added to the
@@ -35,7 +35,7 @@ from harness.realvllm.engine import (
     vllm_python,
 )
 from harness.realvllm.engine_agents import start_agents
-from harness.realvllm.presets import REAL_PRESETS, RealPreset
+from harness.realvllm.presets import REAL_PRESETS, TENANTS, RealPreset
 from harness.realvllm.router import RouterFront, router_available
 from harness.virtual.history import post_history
 from wire.protocol import TRANSPORT_WARMUP
@@ -200,6 +200,8 @@ def _driver(
         preset.name,
         "--rate",
         str(preset.rate),
+        "--tenants",
+        str(TENANTS),
         "--loop",
         "--operator-token",
         operator_token,
@@ -223,7 +225,7 @@ def _print_running(
         f"({', '.join(e.url for e in engines)}), "
         f"their agents with request taps ({', '.join(front.taps.values())}), vllm-router "
         f"(kv_aware) at {front.router.url},\n"
-        f"  4 ServeGen tenants at ~{preset.rate:g} request/s as token-id prompts through the "
+        f"  {TENANTS} ServeGen tenants at ~{preset.rate:g} request/s as token-id prompts through the "
         "router;\n"
         f"  {engines[1].name} joins: warming at {JOIN[0]:g} s (warm-up copies land on it), "
         f"serving (added to the router) at {JOIN[1]:g} s\n"

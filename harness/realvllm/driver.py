@@ -34,7 +34,7 @@ import threading
 import httpx
 
 from harness.lifecycle import Lifecycles, Operator
-from harness.realvllm.presets import REAL_PRESETS, add_preset_argument
+from harness.realvllm.presets import REAL_PRESETS, TENANTS, add_preset_argument
 from harness.realvllm.replay_gateway import (  # noqa: F401 - re-exported
     ENGINE_FIELD,
     TENANT_HEADER,
@@ -66,13 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--router routes every request: no --engine with it")
     if not args.router and not (args.engine and args.gateway_token):
         p.error("without --router: --engine (one or more) and --gateway-token")
+    if args.tenants < 1:
+        p.error(f"--tenants {args.tenants}: at least 1")
     targets = _targets(p, args)
     try:
         if args.trace == "mooncake":
             requests = mooncake(None, args.start_s, args.duration_s)
         else:
             requests = REAL_PRESETS[args.preset].requests(
-                duration_s=args.duration_s, rate=args.rate
+                tenants=args.tenants, duration_s=args.duration_s, rate=args.rate
             )
             args.speed = 1.0
     except (OSError, ValueError) as exc:
@@ -140,6 +142,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=1.0,
         help="servegen: mean requests per wall second (10 trace seconds per second)",
+    )
+    p.add_argument(
+        "--tenants",
+        type=int,
+        default=TENANTS,
+        help=f"servegen: the busiest tenants replayed (default {TENANTS})",
     )
     p.add_argument("--start-s", type=float, default=0.0, help="mooncake: slice start")
     p.add_argument("--duration-s", type=float, default=1800.0, help="trace seconds replayed")

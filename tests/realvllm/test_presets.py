@@ -66,3 +66,31 @@ def test_the_demo_driver_and_bench_take_the_presets_by_name(tmp_path, monkeypatc
     assert argv[argv.index("--model") + 1] == str(HEAVY.dir)
     entry = engines[0].agent_engine()
     assert entry["model"] == "heavy" and entry["block_size"] == HEAVY.block_size
+
+
+@pytest.mark.slow  # the ServeGen slice, read twice
+def test_the_real_demo_replays_the_tenants_it_imports_history_for_as_many_as_the_ab(
+    tmp_path, monkeypatch
+):
+    """The demo's driver replays the slice's ``TENANTS`` busiest tenants, its history import covers
+    the same tenants (else the day-scale forecasts have no past for some keys), and the A/B runs
+    (its ``--tenants`` default): enough prefixes for the holdout's draws (``presets.TENANTS``)."""
+    from types import SimpleNamespace
+
+    from harness.realvllm import demo, driver
+    from harness.realvllm.presets import TENANTS
+
+    preset = REAL_PRESETS["real-heavy"]
+    proc = demo._driver(
+        preset, "http://cp", "http://router", "t", SimpleNamespace(name="b"), {}, tmp_path
+    )
+    args = driver._parser().parse_args(proc.argv[3:])
+    replayed = {r.tenant for r in preset.requests(tenants=args.tenants, duration_s=args.duration_s)}
+    posted: list[list[dict]] = []
+    monkeypatch.setattr(
+        demo,
+        "post_history",
+        lambda _cp, _t, rows, _src: posted.append(rows) or {"requests": 0, "rows": 0},
+    )
+    demo._import_history(preset, "http://cp", "t")
+    assert {r["tenant"] for r in posted[0]} == replayed and len(replayed) == TENANTS == 8
