@@ -157,6 +157,14 @@ def _add_merge_runs(sub: _Subparsers) -> None:
     mr.add_argument("base", help="the grid JSONL the reruns update")
     mr.add_argument("out", help="where the merged JSONL goes (seeds no rerun holds are left out)")
     mr.add_argument("reruns", nargs="+", help="JSONL files of `grid --runs-only`")
+    mr.add_argument(
+        "--rename",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="rename a policy of the base first (repeat): reactive=routing-reactive for records "
+        "made before the routing-time rule was renamed",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

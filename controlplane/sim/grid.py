@@ -411,12 +411,17 @@ def main_grid(args) -> int:
     return 0
 
 
-def merge_runs(base: list[dict], reruns: list[dict]) -> list[dict]:
-    """``base`` with some policies rerun: the policies a rerun holds replace the base's, the others
-    (those a change does not touch: a planner change leaves reactive, hot-fanout and everywhere as
-    they were) are kept. Records from before the bound was measured against ``everywhere`` may hold an
-    ``oracle`` (the better of clairvoyant and predictive itself, not a bound): it is dropped. A seed
-    no rerun holds is left out, not mixed."""
+def merge_runs(
+    base: list[dict], reruns: list[dict], rename: dict[str, str] | None = None
+) -> list[dict]:
+    """``base`` with some policies rerun: the policies a rerun holds replace the base's or join
+    them, the others (those a change does not touch: a planner change leaves the routing-time
+    rule, hot-fanout and everywhere as they were) are kept. ``rename`` first renames the base's
+    policies (old name -> new): records made before the routing-time rule was renamed call it
+    ``reactive``. Records from before the bound was measured against ``everywhere`` may hold an
+    ``oracle`` (the better of clairvoyant and predictive itself, not a bound): it is dropped. A
+    seed no rerun holds is left out, not mixed."""
+    rename = rename or {}
     new: dict[tuple[str, int], dict] = {}
     for r in reruns:
         new.setdefault((r["cell"], r["seed"]), {}).update(r["policies"])
@@ -425,8 +430,8 @@ def merge_runs(base: list[dict], reruns: list[dict]) -> list[dict]:
         got = new.get((r["cell"], r["seed"]))
         if not got:
             continue
-        pols = {n: got.get(n, old) for n, old in r["policies"].items() if n != "oracle"}
-        out.append({**r, "policies": pols})
+        kept = {rename.get(n, n): old for n, old in r["policies"].items() if n != "oracle"}
+        out.append({**r, "policies": {**kept, **got}})
     return out
 
 
@@ -436,7 +441,13 @@ def _jsonl(path: str) -> list[dict]:
 
 def main_merge_runs(args) -> int:
     reruns = [r for path in args.reruns for r in _jsonl(path)]
-    merged = merge_runs(_jsonl(args.base), reruns)
+    rename = {}
+    for spec in args.rename:
+        old, sep, new = spec.partition("=")
+        if not sep or not old or not new:
+            raise ValueError(f"--rename {spec!r}: want OLD=NEW")
+        rename[old] = new
+    merged = merge_runs(_jsonl(args.base), reruns, rename)
     Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in merged))
     print(f"{len(merged)} seed(s) merged into {args.out}")
     return 0

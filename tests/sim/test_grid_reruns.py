@@ -29,6 +29,14 @@ def test_a_rerun_replaces_its_policies_and_keeps_the_others():
     assert pols["reactive"] == _pol(2.0)  # untouched by the change: the base's
 
 
+def test_a_base_from_before_the_rename_keeps_its_routing_rule_beside_the_rerun_reactive():
+    rerun = [_row("c", 0, reactive=_pol(1.8), predictive=_pol(1.5), **{"hot-fanout": _pol(2.5)})]
+    pols = merge_runs(BASE, rerun, {"reactive": "routing-reactive"})[0]["policies"]
+    assert pols["routing-reactive"] == _pol(2.0)  # the base's reactive was the routing-time rule
+    assert pols["reactive"] == _pol(1.8) and pols["hot-fanout"] == _pol(2.5)  # new ones join
+    assert set(pols) == {"routing-reactive", "reactive", "predictive", "hot-fanout"}
+
+
 def test_an_old_records_oracle_is_dropped_not_carried_as_a_bound():
     merged = merge_runs(BASE, [_row("c", 0, predictive=_pol(1.5), clairvoyant=_pol(1.2, 0.5))])
     assert "oracle" not in merged[0]["policies"]  # the better of the runs bounds nothing
