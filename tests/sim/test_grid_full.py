@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.sim import grid
+from controlplane.sim import grid, grid_baselines
 
 
 def test_full_grid_covers_every_trace_and_every_knob():
@@ -104,7 +104,7 @@ def test_each_strategy_is_held_against_the_better_of_the_routing_rule_and_hot_fa
     assert r["worst_seed_over_best_baseline"] == {"seed": 1, "ratio": pytest.approx(1.12)}
     assert p["worst_seed_over_best_baseline"] == {"seed": 2, "ratio": pytest.approx(1.3)}
     assert not p["worse_beyond_noise"] and not p["clean"]
-    row = grid.baselines_markdown(
+    row = grid_baselines.baselines_markdown(
         [{"setting": "x", "model": "m", "scenario": "s", **grid.summarize(runs)}]
     )
     assert "seed 2: 1.30x" in row and "| **no** |" in row
