@@ -4,7 +4,7 @@ overflow, back-off, the engines allowed, the prefix's bytes against each allowed
 and each replica the planner then weighed.
 
     PYTHONPATH=. python experiments/headline-20-seeds/why_no_copy.py slowlink 15 21 595 640
-    # scenario, seed, prefix, from, to (trace seconds)
+    # scenario, seed, prefix, from, to (trace seconds)[, client half: all, tune or holdout]
 """
 
 import sys
@@ -16,7 +16,9 @@ from controlplane.sim.policy_factory import make_policy
 from experiments.speculation_tail.diag_setup import setup_for
 
 PID, T0, T1 = sys.argv[3], float(sys.argv[4]), float(sys.argv[5])
-setup = setup_for({"seed": int(sys.argv[2]), "scenario": sys.argv[1]})
+setup = setup_for(
+    {"seed": int(sys.argv[2]), "scenario": sys.argv[1], "clients": (sys.argv[6:] or ["all"])[0]}
+)
 pol = make_policy("predictive")
 cur = {"t": None, "on": False}
 orig_pr = P.PlannedPolicy._plan_round

@@ -1,5 +1,6 @@
 """The simulator set-up of one grid job, for the diagnosis scripts next to this one: the keys of
-a ``prewarm-sim grid`` job (model, scenario, seed, workload, tenants, load, engines, duration),
+a ``prewarm-sim grid`` job (model, scenario, seed, workload, tenants, load, engines, duration,
+clients: a client half),
 with that command's defaults, and the same window start for the fixed traces
 (``controlplane.sim.seeds.run_one``)."""
 
@@ -31,6 +32,7 @@ def setup_for(kw: dict):
         duration=duration,
         load=kw.get("load", 0.55),
         seed=seed,
+        clients=kw.get("clients", "all"),
     )
 
 
