@@ -3,7 +3,8 @@
 set to FRACTION instead of the simulator's 0.25, for ``reactive`` and ``predictive``; one JSON
 line per seed-cell appended to OUT (seed-cells already there are skipped).
 
-    PYTHONPATH=. python experiments/headline-20-seeds/spec_slice.py 0.4 OUT.jsonl [SEEDS]
+    PYTHONPATH=. python experiments/headline-20-seeds/spec_slice.py 0.4 OUT.jsonl [SEEDS [HALF]]
+    # HALF: all (default), tune or holdout (``--clients``)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Args:
 def main() -> None:
     frac, out = float(sys.argv[1]), Path(sys.argv[2])
     seeds = [int(s) for s in sys.argv[3].split(",")] if len(sys.argv) > 3 else range(20)
+    Args.clients = sys.argv[4] if len(sys.argv) > 4 else "all"
     planned.SIMULATED["max_spec_vram_fraction"] = frac
     setup = planned.PlannedPolicy.setup
 
