@@ -26,7 +26,8 @@ def against_baselines(runs: list[dict], kept: list[dict], sat: list[int], name: 
                 [r["policies"][name][f"ttft_{stat}_s"] for r in kept],
             )
             out[f"over_{key}_{stat}"], out[f"over_{key}_{stat}_noise"] = g["mean"], g["noise"]
-            worse = worse or g["mean"] < -(g["noise"] or 0.0)
+            # One seed has no noise estimate: no verdict of "worse beyond noise" from it.
+            worse = worse or (g["noise"] is not None and g["mean"] < -g["noise"])
     ratios = [
         (
             r["policies"][name]["ttft_p99_s"]
