@@ -206,8 +206,11 @@ def summarize(runs: list[dict]) -> dict:
         gap = bootstrap_gap(kept)
         out["gap_closed_everywhere_p99"] = gap["ratio"]
         out["gap_closed_everywhere_p99_ci95"] = gap["ci95"]
-    noise = out["gain_p99_noise"] or 0.0
-    loses = out["gain_p99"] < -noise or out["gain_mean"] < -(out["gain_mean_noise"] or 0.0)
+    # One measured seed has no noise estimate: no "loses beyond noise" from it (its ratio counts).
+    loses = any(
+        out[f"gain_{s}_noise"] is not None and out[f"gain_{s}"] < -out[f"gain_{s}_noise"]
+        for s in ("p99", "mean")
+    )
     out["clean"] = not loses and (worst is None or worst[0] <= HARM_RATIO)
     if all(b in r["policies"] for r in runs for b in BASELINES):
         out["against_baselines"] = {
