@@ -49,8 +49,9 @@ def _holdout_verdict(ho: dict, prior: str | None, sweep_note: str) -> dict | Non
     figures = (
         f"the randomized holdout ({ho['treated']['assignments']} treated and "
         f"{ho['held_out']['assignments']} held-out assignments, intention to treat; {pairs} a "
-        f"side with TTFT, {needed} needed) measures {up * 1000:+.0f} ms of TTFT per request on "
-        f"treated prefixes (95% t interval {up_low * 1000:+.0f} to {up_high * 1000:+.0f} ms), "
+        f"side with TTFT, {needed} needed) measures a TTFT saving of {up * 1000:+.0f} ms per "
+        f"request on treated prefixes (held out minus treated; 95% t interval "
+        f"{up_low * 1000:+.0f} to {up_high * 1000:+.0f} ms), "
         f"{saved:.1f}s over their {requests} requests, for {cost:.1f}s spent placing them "
         "(failed copies included)"
     )
