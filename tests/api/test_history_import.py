@@ -177,7 +177,10 @@ def test_old_history_goes_into_hourly_buckets_and_past_retention_is_skipped(oper
     settings.PREWARM_DEMAND_FINE_DAYS = 14
     settings.PREWARM_DEMAND_DAYS = 90
     base = {"model": "m", "tenant": "t", "prompt_tokens": 10}
-    rows = [{**base, "time": NOW - d * DAY} for d in (1, 20, 20.0001, 100)]
+    # From the middle of an hour, so the rows 20 and 20.0001 days back (8.6 s apart) share an
+    # hourly bucket whatever the clock says (from NOW itself an hour could begin between them).
+    mid = NOW // 3600 * 3600 - 1800
+    rows = [{**base, "time": mid - d * DAY} for d in (1, 20, 20.0001, 100)]
     resp = post(operator, jsonl(rows))
     assert resp.status_code == 201 and resp.json()["skipped_old"] == 1
     got = sorted(DemandBucket.objects.values_list("seconds", "requests"))
