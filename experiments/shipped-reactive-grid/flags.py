@@ -2,12 +2,13 @@
 predictive's p99 is above 1.25x the shipped reactive's, and where either strategy's is above
 1.25x the better of the routing-time rule and hot fanout on that seed.
 
-    python experiments/shipped-reactive-grid/flags.py
+    python experiments/shipped-reactive-grid/flags.py [MERGED.jsonl]
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from controlplane.sim.seeds import why_left_out
@@ -17,7 +18,8 @@ LIMIT = 1.25
 
 
 def main() -> None:
-    rows = [json.loads(x) for x in (HERE / "merged.jsonl").read_text().splitlines() if x.strip()]
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "merged.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     seeds: dict[int, int] = {}
     for r in rows:
         seeds[r["seed"]] = seeds.get(r["seed"], 0) + 1

@@ -38,7 +38,12 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
   only when that many requests are expected to use it in the horizon (1.6: P(used) >= 0.8).
 - Room (``EngineState.free_bytes``) is what a replica may take without touching blocks that
   running or waiting requests reference: free blocks and cached blocks whose expected value over
-  the horizon is below the replica's; the caller ranks them.
+  the horizon is below the replica's; the caller ranks them. Speculation fills at most the
+  speculative slice (``Budgets.spec_cap_bytes``). A replica the measured demand alone asks for
+  (the rate measured now, ``Demand.measured_rate``, overflows the holders and the replicas
+  already placed for it) is not speculation: where no target has room in its slice, it may
+  take an engine's free and cold room outside it (``EngineState.demand_room_bytes``), and is
+  marked ``measured``: ordinary cache where it lands, outside the speculative VRAM budget.
 - What a speculative item takes from the cluster at the moment it runs: a request
   spilled to a replica waits the target's queue (``EngineState.queue_s``), so it saves
   ``recompute_s - queue_s``, not the recompute; a copy behind copies already queued on its links
@@ -63,7 +68,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from controlplane.core.policy.backoff import (
     backs_off,
@@ -103,6 +108,7 @@ class _Round:
     allowed: set[str]
     spare: dict[str, float]
     room: dict[str, float]
+    demand_room: dict[str, float]  # room outside the slice, for measured demand's replicas
     bytes_left: float
     backoff: bool
     items: list[PlannedMove] = field(default_factory=list)
@@ -191,6 +197,9 @@ def _index(candidates, demand, holdings, engines, budgets, overrides) -> _Round:
         allowed=allowed,
         spare={e.engine_id: max(0.0, 1.0 - e.load) for e in engines},
         room=room,
+        demand_room={
+            e.engine_id: max(room[e.engine_id], e.free_bytes, e.demand_room_bytes) for e in engines
+        },
         bytes_left=budgets.max_bytes_per_interval,
         # Back off while the cluster queues: only warm-ups of joining engines (which take no
         # traffic yet, so their room and queue cost nothing) are planned, and the copies
@@ -233,7 +242,7 @@ def _promote(r: _Round) -> None:
             cost = c.nbytes * e.displaced_s_per_byte * b.min_benefit_ratio
             if benefit <= cost or c.nbytes > r.bytes_left:
                 continue
-            r.room[eid] -= c.nbytes
+            _take(r, eid, c.nbytes)
             r.bytes_left -= c.nbytes
             held.add(eid)
             r.promoted.setdefault(pid, set()).add(eid)
@@ -288,7 +297,7 @@ def _warm_up(r: _Round) -> None:
                 continue
             left -= c.nbytes
             r.bytes_left -= c.nbytes
-            r.room[e.engine_id] = max(0.0, r.room[e.engine_id] - c.nbytes)
+            _take(r, e.engine_id, c.nbytes)
             r.warmed.setdefault(pid, set()).add(e.engine_id)
             why = (
                 f"warm {e.engine_id} before it serves (in {e.starts_serving_in_s:.0f} s): "
@@ -335,10 +344,12 @@ def _overflowing(r: _Round) -> tuple[list[tuple[float, int, str]], dict[str, lis
         overflow = lam - cap
         if overflow <= 0 and c.prefix_id not in r.overrides.pinned:
             continue
+        measured = (d.measured_rate if d else 0.0) - cap
         state[c.prefix_id] = [
             max(overflow, 0.0),
             set(holders) | up | r.warmed.get(c.prefix_id, set()),
             0,
+            max(measured, 0.0),
         ]
         heapq.heappush(heap, (-c.recompute_s * max(overflow, 1e-9), seq, c.prefix_id))
     return heap, state
@@ -355,28 +366,44 @@ def _replicate(r: _Round) -> None:
     while heap:
         _, _, pid = heapq.heappop(heap)
         c, d = r.cands[pid], r.dem.get(pid)
-        overflow, holders, count = state[pid]
+        overflow, holders, count, measured = state[pid]
         if count >= b.max_replicas_per_prefix or c.nbytes > r.bytes_left:
             continue
-        best = targets.best(c.nbytes, holders)
+        # Within the slice where it has room; a replica measured demand asks for may take room
+        # outside it (module doc).
+        best, for_measured = targets.best(c.nbytes, holders), False
+        if best is None and measured > 1e-9:
+            best, for_measured = targets.best(c.nbytes, holders, r.demand_room), True
         if best is None:
             continue
         item = _replica(r, c, d, overflow, best, queued)
         if item is None:
             continue
+        if for_measured:
+            item = replace(
+                item,
+                measured=True,
+                reason=f"{item.reason}; measured demand: cache outside the speculative slice",
+            )
         src, served = item.source, item_served(r, c, overflow, best)
         copy_s = _copy_s(r, c, r.by_engine[src], r.by_engine[best])
-        r.room[best] -= c.nbytes
+        _take(r, best, c.nbytes)
         queued[src] = queued.get(src, 0.0) + copy_s
         queued[best] = queued.get(best, 0.0) + copy_s
         r.bytes_left -= c.nbytes
         targets.set_spare(best, max(0.0, r.spare[best] - served / H * c.service_s))
         holders.add(best)
-        state[pid] = [overflow - served / H, holders, count + 1]
+        state[pid] = [overflow - served / H, holders, count + 1, measured - served / H]
         r.items.append(item)
         if state[pid][0] > 1e-9:
             heapq.heappush(heap, (-c.recompute_s * state[pid][0], seq, pid))
             seq += 1
+
+
+def _take(r: _Round, eid: str, nbytes: float) -> None:
+    """An item lands on ``eid``: its bytes leave both rooms there."""
+    r.room[eid] = max(0.0, r.room[eid] - nbytes)
+    r.demand_room[eid] = max(0.0, r.demand_room[eid] - nbytes)
 
 
 def item_served(r: _Round, c: Candidate, overflow: float, target: str) -> float:
