@@ -193,10 +193,8 @@ class Simulation:
         urgent: bool | None = None,
     ) -> float | None:
         """Copy ``keys`` from ``src`` to ``dst``; returns the landing time (None: nothing to do).
-
-        ``urgent`` (default: not ``speculative``): the copy takes the on-demand lane, ahead of
-        speculative copies, which it pauses; otherwise it queues behind every copy on its links
-        (a planned copy for measured demand: ordinary cache, but planned like speculation).
+        ``urgent`` (default: not ``speculative``): the on-demand lane, which pauses speculative
+        copies; otherwise it queues behind every copy on its links.
 
         The copy takes room as ``PrefixCache.place`` does: free blocks, then blocks no queued
         or running request references, cheapest by ``value_of`` first, displacing less than

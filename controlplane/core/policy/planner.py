@@ -68,12 +68,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from controlplane.core.policy.backoff import (
     backs_off,
     backs_off_around,
 )
+from controlplane.core.policy.demand import forecast_rate
+from controlplane.core.policy.plan_round import PlanRound
 from controlplane.core.policy.targets import Targets, best_source, link_busy, link_wait
 from controlplane.core.policy.types import (
     LIFECYCLES,
@@ -90,41 +92,6 @@ from controlplane.core.policy.value import PROMOTION, REPLICA, WARM_UP, Calibrat
 from wire.protocol import ENGINE_DRAINING, ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 
 __all__ = ["lam_text", "plan"]
-
-
-@dataclass
-class _Round:
-    """One plan's working state: the inputs indexed, and what the stages have used up so far."""
-
-    budgets: Budgets
-    overrides: Overrides
-    engines: Sequence[EngineState]
-    candidates: Sequence[Candidate]
-    cands: dict[str, Candidate]
-    dem: dict[str, Demand]
-    by_engine: dict[str, EngineState]
-    gpu_holders: dict[str, list[str]]
-    lower: dict[str, list[tuple[str, str]]]
-    allowed: set[str]
-    spare: dict[str, float]
-    room: dict[str, float]
-    demand_room: dict[str, float]  # room outside the slice, for measured demand's replicas
-    bytes_left: float
-    backoff: bool
-    items: list[PlannedMove] = field(default_factory=list)
-    promoted: dict[str, set[str]] = field(default_factory=dict)  # prefix -> engines promoted on
-    warmed: dict[str, set[str]] = field(default_factory=dict)  # prefix -> engines warmed
-    # The value model's correction from measured outcomes (``core.policy.value``).
-    calibration: Calibration = NO_CALIBRATION
-
-    def eligible(self, c: Candidate, d: Demand | None) -> bool:
-        if c.prefix_id in self.overrides.pinned:
-            return True
-        return (
-            d is not None
-            and d.confidence >= self.budgets.min_confidence
-            and d.expected_requests > 0
-        )
 
 
 def plan(
@@ -152,7 +119,7 @@ def plan(
     return r.items
 
 
-def _index(candidates, demand, holdings, engines, budgets, overrides) -> _Round:
+def _index(candidates, demand, holdings, engines, budgets, overrides) -> PlanRound:
     """Stage 1: index the inputs; the engines a speculative item may target, their spare
     capacity and room; whether the cluster's queue holds speculation back."""
     by_engine = {e.engine_id: e for e in engines}
@@ -184,7 +151,7 @@ def _index(candidates, demand, holdings, engines, budgets, overrides) -> _Round:
         )
         for e in engines
     }
-    return _Round(
+    return PlanRound(
         budgets=budgets,
         overrides=overrides,
         engines=engines,
@@ -208,7 +175,7 @@ def _index(candidates, demand, holdings, engines, budgets, overrides) -> _Round:
     )
 
 
-def _promote(r: _Round) -> None:
+def _promote(r: PlanRound) -> None:
     """Stage 2: promotions from lower tiers (cheap, local, and they free the link for copies)."""
     b, H = r.budgets, r.budgets.horizon_s
     for pid, rows in r.lower.items():
@@ -219,7 +186,7 @@ def _promote(r: _Round) -> None:
         held = set(r.gpu_holders.get(pid, ()))
         # Requests reach a lower-tier copy only where the HBM holders (and the promotions
         # this plan adds) cannot take them: the router prefers a copy already in HBM.
-        lam = _rate(d, H) if d else 0.0
+        lam = forecast_rate(d, H) if d else 0.0
         per_s = b.target_utilisation / c.service_s if c.service_s > 0 else math.inf
         cap = sum(r.spare.get(h, 0.0) for h in held if h in r.by_engine) * per_s
         for eid, tier in rows:
@@ -242,7 +209,7 @@ def _promote(r: _Round) -> None:
             cost = c.nbytes * e.displaced_s_per_byte * b.min_benefit_ratio
             if benefit <= cost or c.nbytes > r.bytes_left:
                 continue
-            _take(r, eid, c.nbytes)
+            r.take(eid, c.nbytes)
             r.bytes_left -= c.nbytes
             held.add(eid)
             r.promoted.setdefault(pid, set()).add(eid)
@@ -259,7 +226,7 @@ def _promote(r: _Round) -> None:
             )
 
 
-def _warm_up(r: _Round) -> None:
+def _warm_up(r: PlanRound) -> None:
     """Stage 3: warm-up copies to engines that start serving within the horizon (module doc)."""
     b, H = r.budgets, r.budgets.horizon_s
     by_engine = r.by_engine
@@ -279,7 +246,7 @@ def _warm_up(r: _Round) -> None:
                 continue
             src = by_engine[best_source([h for h in holders if h in by_engine], by_engine, e)]
             copy_s = c.nbytes / max(1.0, min(e.link_bytes_per_s, src.link_bytes_per_s))
-            x = _rate(d, H) * H / max(1, active)
+            x = forecast_rate(d, H) * H / max(1, active)
             if x < b.min_expected_hits:
                 continue
             if x <= 0:
@@ -297,7 +264,7 @@ def _warm_up(r: _Round) -> None:
                 continue
             left -= c.nbytes
             r.bytes_left -= c.nbytes
-            _take(r, e.engine_id, c.nbytes)
+            r.take(e.engine_id, c.nbytes)
             r.warmed.setdefault(pid, set()).add(e.engine_id)
             why = (
                 f"warm {e.engine_id} before it serves (in {e.starts_serving_in_s:.0f} s): "
@@ -322,7 +289,7 @@ def _warm_up(r: _Round) -> None:
             )
 
 
-def _overflowing(r: _Round) -> tuple[list[tuple[float, int, str]], dict[str, list]]:
+def _overflowing(r: PlanRound) -> tuple[list[tuple[float, int, str]], dict[str, list]]:
     """Stage 4: the prefixes whose demand overflows their holders (and the engines this plan
     promotes or warms them on), as a heap of their next replica by its value."""
     b, H = r.budgets, r.budgets.horizon_s
@@ -337,7 +304,7 @@ def _overflowing(r: _Round) -> tuple[list[tuple[float, int, str]], dict[str, lis
             continue  # nothing to copy from (a cold prefix is computed where it lands)
         if r.backoff and backs_off_around(r.engines, b, holders):
             continue
-        lam = _rate(d, H) if d else 0.0
+        lam = forecast_rate(d, H) if d else 0.0
         # Engines this plan promotes it on hold it too (no copy to them, their capacity counts).
         up = r.promoted.get(c.prefix_id, set())
         cap = sum(r.spare[h] for h in set(holders) | up) / c.service_s * b.target_utilisation
@@ -355,7 +322,7 @@ def _overflowing(r: _Round) -> tuple[list[tuple[float, int, str]], dict[str, lis
     return heap, state
 
 
-def _replicate(r: _Round) -> None:
+def _replicate(r: PlanRound) -> None:
     """Stage 5: replicas, greedy by net benefit. Each reduces its prefix's overflow and its
     target's spare capacity, and re-enters the heap for a further replica."""
     b, H = r.budgets, r.budgets.horizon_s
@@ -387,7 +354,7 @@ def _replicate(r: _Round) -> None:
             )
         src, served = item.source, item_served(r, c, overflow, best)
         copy_s = _copy_s(r, c, r.by_engine[src], r.by_engine[best])
-        _take(r, best, c.nbytes)
+        r.take(best, c.nbytes)
         queued[src] = queued.get(src, 0.0) + copy_s
         queued[best] = queued.get(best, 0.0) + copy_s
         r.bytes_left -= c.nbytes
@@ -400,25 +367,19 @@ def _replicate(r: _Round) -> None:
             seq += 1
 
 
-def _take(r: _Round, eid: str, nbytes: float) -> None:
-    """An item lands on ``eid``: its bytes leave both rooms there."""
-    r.room[eid] = max(0.0, r.room[eid] - nbytes)
-    r.demand_room[eid] = max(0.0, r.demand_room[eid] - nbytes)
-
-
-def item_served(r: _Round, c: Candidate, overflow: float, target: str) -> float:
+def item_served(r: PlanRound, c: Candidate, overflow: float, target: str) -> float:
     """Requests of ``c`` expected to spill to a replica on ``target`` in the horizon."""
     b = r.budgets
     served = min(overflow, r.spare[target] / c.service_s * b.target_utilisation) * b.horizon_s
     return max(served, 1.0) if c.prefix_id in r.overrides.pinned else served
 
 
-def _copy_s(r: _Round, c: Candidate, src: EngineState, dst: EngineState) -> float:
+def _copy_s(r: PlanRound, c: Candidate, src: EngineState, dst: EngineState) -> float:
     return c.nbytes / max(1.0, min(dst.link_bytes_per_s, src.link_bytes_per_s))
 
 
 def _replica(
-    r: _Round, c: Candidate, d: Demand | None, overflow: float, best: str, queued: dict
+    r: PlanRound, c: Candidate, d: Demand | None, overflow: float, best: str, queued: dict
 ) -> PlannedMove | None:
     """One replica of ``c`` on ``best`` where what it saves beats what it takes, else None."""
     b, H = r.budgets, r.budgets.horizon_s
@@ -457,11 +418,6 @@ def _replica(
     return PlannedMove(
         pid, c.keys, src, best, TIER_GPU, c.nbytes, start, benefit, cost, conf, why, terms
     )
-
-
-def _rate(d: Demand, horizon: float) -> float:
-    mean = d.expected_requests / horizon
-    return mean + d.burst_probability * max(0.0, d.peak_rate - mean)
 
 
 def lam_text(d: Demand | None, horizon: float) -> str:
