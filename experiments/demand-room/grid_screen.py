@@ -27,9 +27,7 @@ def _flags(r: dict, pols: dict) -> dict[str, float]:
 
 
 def main() -> None:
-    before = {
-        (r["cell"], r["seed"]): r for r in map(json.loads, BEFORE.read_text().splitlines())
-    }
+    before = {(r["cell"], r["seed"]): r for r in map(json.loads, BEFORE.read_text().splitlines())}
     after = [json.loads(x) for x in Path(sys.argv[1]).read_text().splitlines() if x.strip()]
     counts = {"before": {}, "after": {}}
     changed = []
@@ -51,9 +49,15 @@ def main() -> None:
             if abs(new[pol] - p99[pol]) > 0.1 * p99[pol]:
                 changed.append(f"{a['cell']} s{a['seed']} {pol} {p99[pol]:.2f} -> {new[pol]:.2f} s")
     print(f"{n} unsaturated seed-cells")
-    for name in ("predictive / reactive", "predictive / better baseline", "reactive / better baseline"):
-        print(f"{name} above {LIMIT}x: before {len(counts['before'].get(name, []))}, "
-              f"after {len(counts['after'].get(name, []))}")
+    for name in (
+        "predictive / reactive",
+        "predictive / better baseline",
+        "reactive / better baseline",
+    ):
+        print(
+            f"{name} above {LIMIT}x: before {len(counts['before'].get(name, []))}, "
+            f"after {len(counts['after'].get(name, []))}"
+        )
         for when in ("before", "after"):
             print(f"  {when}: {', '.join(counts[when].get(name, []))}")
     print(f"p99 moved by more than 10% ({len(changed)}):")
