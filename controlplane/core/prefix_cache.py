@@ -110,14 +110,11 @@ class PrefixCache:
     def free(self) -> int:
         return self.capacity - len(self.blocks)
 
-    def room(self, value_of: ValueOf | None = None, budget: float = math.inf) -> int:
-        """Blocks a placement could take now: free blocks, speculative blocks and unreferenced
-        normal blocks worth less than ``budget`` in all."""
-        return self.free + len(self._displaceable(value_of, budget, ()))
-
     def spec_room(self, value_of: ValueOf | None = None, budget: float = math.inf) -> int:
-        """``room`` within the speculative slice."""
-        return max(0, min(self.room(value_of, budget), self.spec_limit))
+        """Blocks a speculative placement could take now: free blocks, speculative blocks and
+        unreferenced normal blocks worth less than ``budget`` in all, within the slice."""
+        room = self.free + len(self._displaceable(value_of, budget, ()))
+        return max(0, min(room, self.spec_limit))
 
     def displaceable(
         self, n: int, value_of: ValueOf | None = None, exclude: Container[int] = ()

@@ -189,11 +189,6 @@ class PlanItem(models.Model):
         help_text="the value model's terms, uncorrected (core.policy.value): what its outcome "
         "is measured against",
     )
-    measured = models.BooleanField(
-        default=False,
-        help_text="a replica the measured demand alone asks for: ordinary cache where it lands, "
-        "outside the speculative VRAM budget",
-    )
     decision = models.CharField(
         max_length=16, choices=ItemDecision.CHOICES, default=ItemDecision.PENDING
     )

@@ -42,8 +42,7 @@ def engine_reports(sim, t: float, value_of, *, cold_value_s: float) -> list[Engi
         waiting, request_s = waiting_requests(e, t)
         # Room: free blocks, and unreferenced blocks the ranking counts as cold; and what that
         # room holds: the expected value of the blocks it would displace.
-        whole = c.room(value_of, cold_value_s)
-        room = max(0, min(whole, c.spec_limit))  # ``PrefixCache.spec_room``
+        room = c.spec_room(value_of, cold_value_s)
         _, displaced = c.displaceable(room, value_of)
         out.append(
             EngineReport(
@@ -62,7 +61,6 @@ def engine_reports(sim, t: float, value_of, *, cold_value_s: float) -> list[Engi
                 displaced_s=displaced,
                 starts_serving_in_s=0.0 if e.state == SERVING else _serve_time(sim, e) - t,
                 tier_bytes_per_s={tier.name: tier.bytes_per_s for tier in e.tiers},
-                demand_room_bytes=whole * bb,
             )
         )
     return out

@@ -190,11 +190,8 @@ class Simulation:
         value_of=None,
         budget: float = math.inf,
         keep_s: float = 0.0,
-        urgent: bool | None = None,
     ) -> float | None:
         """Copy ``keys`` from ``src`` to ``dst``; returns the landing time (None: nothing to do).
-        ``urgent`` (default: not ``speculative``): the on-demand lane, which pauses speculative
-        copies; otherwise it queues behind every copy on its links.
 
         The copy takes room as ``PrefixCache.place`` does: free blocks, then blocks no queued
         or running request references, cheapest by ``value_of`` first, displacing less than
@@ -212,10 +209,9 @@ class Simulation:
             if len(missing) > room:
                 return None  # no room worth less than the copy: do not move the bytes
         nbytes = len(missing) * self.block_bytes
-        urgent = not speculative if urgent is None else urgent
-        land = self.copy_eta(src, dst, nbytes, now, not urgent)
+        land = self.copy_eta(src, dst, nbytes, now, speculative)
         rid = len(self.replicas)
-        if not urgent:
+        if speculative:
             src.link_free_at = dst.link_free_at = land
         else:
             start = max(now, src.demand_free_at, dst.demand_free_at)
@@ -228,9 +224,9 @@ class Simulation:
         for k in missing:
             dst.pending[k] = land
         self.in_flight[(pid, dst.eid)] = land
-        if urgent:
+        if not speculative:
             self.demand_in_flight.add((pid, dst.eid))
-        else:
+        if speculative:
             self.spec_lands[rid] = land
             self.spec_links[rid] = (src, dst, missing)
 

@@ -1,6 +1,5 @@
 """How a planned policy (``planned.PlannedPolicy``) executes the shared policy's items in the
-simulation: speculative copies with a TTL, copies measured demand asks for (ordinary cache) and
-promotions, each watched for the value model
+simulation: speculative copies with a TTL and promotions, each watched for the value model
 (``sim.valued``) and the harm guard (``sim.guarded``)."""
 
 from __future__ import annotations
@@ -52,11 +51,8 @@ def execute(policy, sim, it, t: float) -> None:  # policy: a planned.PlannedPoli
             src,
             dst,
             when,
-            # A replica measured demand asks for is ordinary cache (outside the slice, no TTL),
-            # queued on the links like the plan's other copies.
-            speculative=not it.measured,
+            speculative=True,
             ttl_s=ttl,
-            urgent=False,
             value_of=policy._vf,
             budget=max(0.0, it.expected_ttft_saved_s - it.cost_s),
             keep_s=policy.budgets.horizon_s,

@@ -6,7 +6,7 @@ foresight, so it plans on the same measured demand and adds what a forecast sees
   the horizon, certain (confidence 1). Where a burst's onset shows (``core.policy.onset``), the
   onset's rate is the rate now. Nothing a forecast says lowers it.
 - **Forecast** (``predictive`` only): the forecast's rate (its expected requests over the
-  horizon, and its burst probability towards its peak, ``forecast_rate``) adds what it sees
+  horizon, and its burst probability towards its peak, ``planner._rate``) adds what it sees
   beyond the measured rate, weighted by its confidence; a forecast below ``min_confidence``
   adds nothing.
 

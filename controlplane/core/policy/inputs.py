@@ -53,9 +53,6 @@ class EngineReport:
     displaced_s: float = 0.0
     starts_serving_in_s: float = 0.0
     tier_bytes_per_s: dict[str, float] = field(default_factory=dict)
-    # Room for a copy measured demand asks for (``EngineState.demand_room_bytes``), where it
-    # differs from ``free_bytes`` (the simulator's cache caps that at its speculative slice).
-    demand_room_bytes: float | None = None
 
 
 def estimate_queue_s(*, waiting: float, request_s: float) -> float:
@@ -117,9 +114,6 @@ def engine_state(report: EngineReport, *, horizon_s: float, joining_load: float)
         ),
         queue_s=queue,
         displaced_s_per_byte=report.displaced_s / room if room > 0 else 0.0,
-        demand_room_bytes=room
-        if report.demand_room_bytes is None
-        else max(room, report.demand_room_bytes),
     )
 
 

@@ -38,12 +38,7 @@ Benefit model (all in seconds of TTFT, per planning horizon ``H``):
   only when that many requests are expected to use it in the horizon (1.6: P(used) >= 0.8).
 - Room (``EngineState.free_bytes``) is what a replica may take without touching blocks that
   running or waiting requests reference: free blocks and cached blocks whose expected value over
-  the horizon is below the replica's; the caller ranks them. Speculation fills at most the
-  speculative slice (``Budgets.spec_cap_bytes``). A replica the measured demand alone asks for
-  (the rate measured now, ``Demand.measured_rate``, overflows the holders and the replicas
-  already placed for it) is not speculation: where no target has room in its slice, it may
-  take an engine's free and cold room outside it (``EngineState.demand_room_bytes``), and is
-  marked ``measured``: ordinary cache where it lands, outside the speculative VRAM budget.
+  the horizon is below the replica's; the caller ranks them.
 - What a speculative item takes from the cluster at the moment it runs: a request
   spilled to a replica waits the target's queue (``EngineState.queue_s``), so it saves
   ``recompute_s - queue_s``, not the recompute; a copy behind copies already queued on its links
@@ -68,14 +63,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field
 
 from controlplane.core.policy.backoff import (
     backs_off,
     backs_off_around,
 )
-from controlplane.core.policy.demand import forecast_rate
-from controlplane.core.policy.plan_round import PlanRound
 from controlplane.core.policy.targets import Targets, best_source, link_busy, link_wait
 from controlplane.core.policy.types import (
     LIFECYCLES,
@@ -92,6 +85,40 @@ from controlplane.core.policy.value import PROMOTION, REPLICA, WARM_UP, Calibrat
 from wire.protocol import ENGINE_DRAINING, ENGINE_SERVING, ENGINE_WARMING, TIER_GPU
 
 __all__ = ["lam_text", "plan"]
+
+
+@dataclass
+class _Round:
+    """One plan's working state: the inputs indexed, and what the stages have used up so far."""
+
+    budgets: Budgets
+    overrides: Overrides
+    engines: Sequence[EngineState]
+    candidates: Sequence[Candidate]
+    cands: dict[str, Candidate]
+    dem: dict[str, Demand]
+    by_engine: dict[str, EngineState]
+    gpu_holders: dict[str, list[str]]
+    lower: dict[str, list[tuple[str, str]]]
+    allowed: set[str]
+    spare: dict[str, float]
+    room: dict[str, float]
+    bytes_left: float
+    backoff: bool
+    items: list[PlannedMove] = field(default_factory=list)
+    promoted: dict[str, set[str]] = field(default_factory=dict)  # prefix -> engines promoted on
+    warmed: dict[str, set[str]] = field(default_factory=dict)  # prefix -> engines warmed
+    # The value model's correction from measured outcomes (``core.policy.value``).
+    calibration: Calibration = NO_CALIBRATION
+
+    def eligible(self, c: Candidate, d: Demand | None) -> bool:
+        if c.prefix_id in self.overrides.pinned:
+            return True
+        return (
+            d is not None
+            and d.confidence >= self.budgets.min_confidence
+            and d.expected_requests > 0
+        )
 
 
 def plan(
@@ -119,7 +146,7 @@ def plan(
     return r.items
 
 
-def _index(candidates, demand, holdings, engines, budgets, overrides) -> PlanRound:
+def _index(candidates, demand, holdings, engines, budgets, overrides) -> _Round:
     """Stage 1: index the inputs; the engines a speculative item may target, their spare
     capacity and room; whether the cluster's queue holds speculation back."""
     by_engine = {e.engine_id: e for e in engines}
@@ -151,7 +178,7 @@ def _index(candidates, demand, holdings, engines, budgets, overrides) -> PlanRou
         )
         for e in engines
     }
-    return PlanRound(
+    return _Round(
         budgets=budgets,
         overrides=overrides,
         engines=engines,
@@ -164,9 +191,6 @@ def _index(candidates, demand, holdings, engines, budgets, overrides) -> PlanRou
         allowed=allowed,
         spare={e.engine_id: max(0.0, 1.0 - e.load) for e in engines},
         room=room,
-        demand_room={
-            e.engine_id: max(room[e.engine_id], e.free_bytes, e.demand_room_bytes) for e in engines
-        },
         bytes_left=budgets.max_bytes_per_interval,
         # Back off while the cluster queues: only warm-ups of joining engines (which take no
         # traffic yet, so their room and queue cost nothing) are planned, and the copies
@@ -175,7 +199,7 @@ def _index(candidates, demand, holdings, engines, budgets, overrides) -> PlanRou
     )
 
 
-def _promote(r: PlanRound) -> None:
+def _promote(r: _Round) -> None:
     """Stage 2: promotions from lower tiers (cheap, local, and they free the link for copies)."""
     b, H = r.budgets, r.budgets.horizon_s
     for pid, rows in r.lower.items():
@@ -186,7 +210,7 @@ def _promote(r: PlanRound) -> None:
         held = set(r.gpu_holders.get(pid, ()))
         # Requests reach a lower-tier copy only where the HBM holders (and the promotions
         # this plan adds) cannot take them: the router prefers a copy already in HBM.
-        lam = forecast_rate(d, H) if d else 0.0
+        lam = _rate(d, H) if d else 0.0
         per_s = b.target_utilisation / c.service_s if c.service_s > 0 else math.inf
         cap = sum(r.spare.get(h, 0.0) for h in held if h in r.by_engine) * per_s
         for eid, tier in rows:
@@ -209,7 +233,7 @@ def _promote(r: PlanRound) -> None:
             cost = c.nbytes * e.displaced_s_per_byte * b.min_benefit_ratio
             if benefit <= cost or c.nbytes > r.bytes_left:
                 continue
-            r.take(eid, c.nbytes)
+            r.room[eid] -= c.nbytes
             r.bytes_left -= c.nbytes
             held.add(eid)
             r.promoted.setdefault(pid, set()).add(eid)
@@ -226,7 +250,7 @@ def _promote(r: PlanRound) -> None:
             )
 
 
-def _warm_up(r: PlanRound) -> None:
+def _warm_up(r: _Round) -> None:
     """Stage 3: warm-up copies to engines that start serving within the horizon (module doc)."""
     b, H = r.budgets, r.budgets.horizon_s
     by_engine = r.by_engine
@@ -246,7 +270,7 @@ def _warm_up(r: PlanRound) -> None:
                 continue
             src = by_engine[best_source([h for h in holders if h in by_engine], by_engine, e)]
             copy_s = c.nbytes / max(1.0, min(e.link_bytes_per_s, src.link_bytes_per_s))
-            x = forecast_rate(d, H) * H / max(1, active)
+            x = _rate(d, H) * H / max(1, active)
             if x < b.min_expected_hits:
                 continue
             if x <= 0:
@@ -264,7 +288,7 @@ def _warm_up(r: PlanRound) -> None:
                 continue
             left -= c.nbytes
             r.bytes_left -= c.nbytes
-            r.take(e.engine_id, c.nbytes)
+            r.room[e.engine_id] = max(0.0, r.room[e.engine_id] - c.nbytes)
             r.warmed.setdefault(pid, set()).add(e.engine_id)
             why = (
                 f"warm {e.engine_id} before it serves (in {e.starts_serving_in_s:.0f} s): "
@@ -289,7 +313,7 @@ def _warm_up(r: PlanRound) -> None:
             )
 
 
-def _overflowing(r: PlanRound) -> tuple[list[tuple[float, int, str]], dict[str, list]]:
+def _overflowing(r: _Round) -> tuple[list[tuple[float, int, str]], dict[str, list]]:
     """Stage 4: the prefixes whose demand overflows their holders (and the engines this plan
     promotes or warms them on), as a heap of their next replica by its value."""
     b, H = r.budgets, r.budgets.horizon_s
@@ -304,25 +328,23 @@ def _overflowing(r: PlanRound) -> tuple[list[tuple[float, int, str]], dict[str, 
             continue  # nothing to copy from (a cold prefix is computed where it lands)
         if r.backoff and backs_off_around(r.engines, b, holders):
             continue
-        lam = forecast_rate(d, H) if d else 0.0
+        lam = _rate(d, H) if d else 0.0
         # Engines this plan promotes it on hold it too (no copy to them, their capacity counts).
         up = r.promoted.get(c.prefix_id, set())
         cap = sum(r.spare[h] for h in set(holders) | up) / c.service_s * b.target_utilisation
         overflow = lam - cap
         if overflow <= 0 and c.prefix_id not in r.overrides.pinned:
             continue
-        measured = (d.measured_rate if d else 0.0) - cap
         state[c.prefix_id] = [
             max(overflow, 0.0),
             set(holders) | up | r.warmed.get(c.prefix_id, set()),
             0,
-            max(measured, 0.0),
         ]
         heapq.heappush(heap, (-c.recompute_s * max(overflow, 1e-9), seq, c.prefix_id))
     return heap, state
 
 
-def _replicate(r: PlanRound) -> None:
+def _replicate(r: _Round) -> None:
     """Stage 5: replicas, greedy by net benefit. Each reduces its prefix's overflow and its
     target's spare capacity, and re-enters the heap for a further replica."""
     b, H = r.budgets, r.budgets.horizon_s
@@ -333,53 +355,43 @@ def _replicate(r: PlanRound) -> None:
     while heap:
         _, _, pid = heapq.heappop(heap)
         c, d = r.cands[pid], r.dem.get(pid)
-        overflow, holders, count, measured = state[pid]
+        overflow, holders, count = state[pid]
         if count >= b.max_replicas_per_prefix or c.nbytes > r.bytes_left:
             continue
-        # Within the slice where it has room; a replica measured demand asks for may take room
-        # outside it (module doc).
-        best, for_measured = targets.best(c.nbytes, holders), False
-        if best is None and measured > 1e-9:
-            best, for_measured = targets.best(c.nbytes, holders, r.demand_room), True
+        best = targets.best(c.nbytes, holders)
         if best is None:
             continue
         item = _replica(r, c, d, overflow, best, queued)
         if item is None:
             continue
-        if for_measured:
-            item = replace(
-                item,
-                measured=True,
-                reason=f"{item.reason}; measured demand: cache outside the speculative slice",
-            )
         src, served = item.source, item_served(r, c, overflow, best)
         copy_s = _copy_s(r, c, r.by_engine[src], r.by_engine[best])
-        r.take(best, c.nbytes)
+        r.room[best] -= c.nbytes
         queued[src] = queued.get(src, 0.0) + copy_s
         queued[best] = queued.get(best, 0.0) + copy_s
         r.bytes_left -= c.nbytes
         targets.set_spare(best, max(0.0, r.spare[best] - served / H * c.service_s))
         holders.add(best)
-        state[pid] = [overflow - served / H, holders, count + 1, measured - served / H]
+        state[pid] = [overflow - served / H, holders, count + 1]
         r.items.append(item)
         if state[pid][0] > 1e-9:
             heapq.heappush(heap, (-c.recompute_s * state[pid][0], seq, pid))
             seq += 1
 
 
-def item_served(r: PlanRound, c: Candidate, overflow: float, target: str) -> float:
+def item_served(r: _Round, c: Candidate, overflow: float, target: str) -> float:
     """Requests of ``c`` expected to spill to a replica on ``target`` in the horizon."""
     b = r.budgets
     served = min(overflow, r.spare[target] / c.service_s * b.target_utilisation) * b.horizon_s
     return max(served, 1.0) if c.prefix_id in r.overrides.pinned else served
 
 
-def _copy_s(r: PlanRound, c: Candidate, src: EngineState, dst: EngineState) -> float:
+def _copy_s(r: _Round, c: Candidate, src: EngineState, dst: EngineState) -> float:
     return c.nbytes / max(1.0, min(dst.link_bytes_per_s, src.link_bytes_per_s))
 
 
 def _replica(
-    r: PlanRound, c: Candidate, d: Demand | None, overflow: float, best: str, queued: dict
+    r: _Round, c: Candidate, d: Demand | None, overflow: float, best: str, queued: dict
 ) -> PlannedMove | None:
     """One replica of ``c`` on ``best`` where what it saves beats what it takes, else None."""
     b, H = r.budgets, r.budgets.horizon_s
@@ -418,6 +430,11 @@ def _replica(
     return PlannedMove(
         pid, c.keys, src, best, TIER_GPU, c.nbytes, start, benefit, cost, conf, why, terms
     )
+
+
+def _rate(d: Demand, horizon: float) -> float:
+    mean = d.expected_requests / horizon
+    return mean + d.burst_probability * max(0.0, d.peak_rate - mean)
 
 
 def lam_text(d: Demand | None, horizon: float) -> str:

@@ -54,10 +54,8 @@ class Targets:
         self.room, self.spare, self.by_engine = room, spare, by_engine
         self.order = sorted(target_key(eid, spare, by_engine) for eid in allowed if spare[eid] > 0)
 
-    def best(self, nbytes: float, holders, room: dict[str, float] | None = None) -> str | None:
-        """The best target with ``nbytes`` of room (``room``: another room than the plan's,
-        e.g. the room outside the slice a measured demand's replica may take)."""
-        room = self.room if room is None else room
+    def best(self, nbytes: float, holders) -> str | None:
+        room = self.room
         for key in reversed(self.order):
             eid = key[3]
             if eid not in holders and room[eid] >= nbytes:

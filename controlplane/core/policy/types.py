@@ -63,9 +63,6 @@ class EngineState:
     # What a speculative item takes from the cluster where it lands (defaults: nothing known).
     queue_s: float = 0.0  # requests already queued on this engine: seconds until it frees up
     displaced_s_per_byte: float = 0.0  # expected prefill seconds the room in free_bytes holds
-    # Room a copy for measured demand may take: free and cold blocks, outside the speculative
-    # slice (such a copy is ordinary cache, not speculation). 0: no more than ``free_bytes``.
-    demand_room_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -142,7 +139,3 @@ class PlannedMove:
     # The value model's terms, uncorrected (``core.policy.value``): ``expected_ttft_saved_s``
     # is their corrected value; the outcomes are measured against these.
     terms: ValueTerms | None = None
-    # A replica the measured demand alone asks for (its holders cannot take the rate measured
-    # now) placed where no slice had room: ordinary cache where it lands, outside the
-    # speculative slice and its budget.
-    measured: bool = False

@@ -135,7 +135,6 @@ class PlanItemSerializer(serializers.ModelSerializer):
             "creditable_ttft_s",
             "value_terms",
             "demand",
-            "measured",
             "cost_s",
             "confidence",
             "reason",

@@ -324,7 +324,6 @@ def store(
                 confidence=it.confidence,
                 reason=it.reason[:2000],
                 value_terms=it.terms.as_dict() if it.terms else {},
-                measured=it.measured,
             )
         )
     PlanItem.objects.bulk_create(rows, batch_size=2000)

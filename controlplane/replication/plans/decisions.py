@@ -112,8 +112,7 @@ def _over_budget(item: PlanItem, budgets: Budgets, interval_s: int) -> str | Non
     target = item.target
     cap = budgets.spec_cap_bytes(target.kv_capacity_bytes)
     used = spec_bytes_by_engine([target.pk]).get(target.pk, 0)
-    # A replica the measured demand asks for is not speculation: outside the VRAM budget.
-    if not item.measured and used + item.bytes > cap:
+    if used + item.bytes > cap:
         return (
             f"speculative VRAM budget of {target}: {used + item.bytes:,} bytes would exceed "
             f"{budgets.max_spec_vram_fraction:.0%} of KV capacity ({cap:,.0f} bytes)"

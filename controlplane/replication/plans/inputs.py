@@ -127,10 +127,8 @@ def _unsettled_jobs():
 def spec_bytes_by_engine(engine_ids: list[int] | None = None) -> dict[int, int]:
     """Bytes of speculative copies held on each engine or on their way there (held replicas,
     landed and unconfirmed ones included; live jobs, pending included): the one figure the
-    planner and the approval budget both read. Copies measured demand asked for
-    (``PlanItem.measured``) are ordinary cache, not speculation: not counted."""
-    held = _holding_replicas().exclude(item__measured=True)
-    coming = _unsettled_jobs().exclude(state=JobState.LANDED).exclude(item__measured=True)
+    planner and the approval budget both read."""
+    held, coming = _holding_replicas(), _unsettled_jobs().exclude(state=JobState.LANDED)
     if engine_ids is not None:
         held, coming = (
             held.filter(engine_id__in=engine_ids),
