@@ -25,7 +25,12 @@ import json
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from controlplane.sim.grid_baselines import HARM_RATIO, against_baselines, baselines_markdown
+from controlplane.sim.grid_baselines import (
+    HARM_RATIO,
+    against_baselines,
+    baselines_markdown,
+    worse_beyond_noise,
+)
 from controlplane.sim.seeds import (
     BASELINES,
     _g,
@@ -206,10 +211,9 @@ def summarize(runs: list[dict]) -> dict:
         gap = bootstrap_gap(kept)
         out["gap_closed_everywhere_p99"] = gap["ratio"]
         out["gap_closed_everywhere_p99_ci95"] = gap["ci95"]
-    # One measured seed has no noise estimate: no "loses beyond noise" from it (its ratio counts).
+    # One measured seed gives no "loses beyond noise" verdict (its ratio counts).
     loses = any(
-        out[f"gain_{s}_noise"] is not None and out[f"gain_{s}"] < -out[f"gain_{s}_noise"]
-        for s in ("p99", "mean")
+        worse_beyond_noise(out[f"gain_{s}"], out[f"gain_{s}_noise"]) for s in ("p99", "mean")
     )
     out["clean"] = not loses and (worst is None or worst[0] <= HARM_RATIO)
     if all(b in r["policies"] for r in runs for b in BASELINES):

@@ -11,6 +11,11 @@ from controlplane.sim.seeds import BASELINES, gain_stats, pct, seeds_text
 HARM_RATIO = 1.25
 
 
+def worse_beyond_noise(mean: float, noise: float | None) -> bool:
+    """A gain below minus its noise; one seed has no noise estimate, so no such verdict."""
+    return noise is not None and mean < -noise
+
+
 def against_baselines(runs: list[dict], kept: list[dict], sat: list[int], name: str) -> dict:
     """``name`` against the baselines beside it (``seeds.BASELINES``) in one cell: its p99 and
     mean gain over each (paired, unsaturated seeds, 95% t noise) and whether it is worse beyond
@@ -26,8 +31,7 @@ def against_baselines(runs: list[dict], kept: list[dict], sat: list[int], name: 
                 [r["policies"][name][f"ttft_{stat}_s"] for r in kept],
             )
             out[f"over_{key}_{stat}"], out[f"over_{key}_{stat}_noise"] = g["mean"], g["noise"]
-            # One seed has no noise estimate: no verdict of "worse beyond noise" from it.
-            worse = worse or (g["noise"] is not None and g["mean"] < -g["noise"])
+            worse = worse or worse_beyond_noise(g["mean"], g["noise"])
     ratios = [
         (
             r["policies"][name]["ttft_p99_s"]
